@@ -1,0 +1,79 @@
+"""The derived transition tables agree with the python-statemachine classes they came from."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from statemachine import StateMachine
+from statemachine.exceptions import TransitionNotAllowed
+
+from treemail.core.errors import IllegalTransition
+from treemail.core.lifecycle import (
+    MESSAGE,
+    SESSION,
+    Lifecycle,
+    MessageLifecycle,
+    SessionLifecycle,
+)
+
+CASES = [(MESSAGE, MessageLifecycle), (SESSION, SessionLifecycle)]
+
+
+def _fire(machine_class: type[StateMachine], state: str, event: str) -> str | None:
+    """What the real machine does: the target state, or None when it refuses the event."""
+    machine = machine_class(start_value=state)
+    try:
+        machine.send(event)
+    except TransitionNotAllowed:
+        return None
+    return str(machine.current_state_value)
+
+
+@pytest.mark.parametrize(("table", "machine_class"), CASES)
+def test_table_agrees_with_machine_for_every_state_and_event(
+    table: Lifecycle, machine_class: type[StateMachine]
+) -> None:
+    for state, event in itertools.product(table.states, table.events):
+        if table.is_final(state):
+            # A machine in a final state has terminated; the table must offer nothing there.
+            assert table.allowed(state) == ()
+            continue
+        assert table.transitions.get((state, event)) == _fire(machine_class, state, event), (
+            state,
+            event,
+        )
+
+
+def test_message_lifecycle_matches_the_design_table() -> None:
+    assert MESSAGE.transitions == {
+        ("accepted", "admit"): "admitted",
+        ("admitted", "claim"): "claimed",
+        ("released", "claim"): "claimed",
+        ("claimed", "release"): "released",
+        ("claimed", "consume"): "consumed",
+        ("accepted", "discard"): "discarded",
+        ("admitted", "discard"): "discarded",
+        ("released", "discard"): "discarded",
+    }
+    assert MESSAGE.final == {"consumed", "discarded"}
+    assert MESSAGE.initial == "accepted"
+
+
+def test_session_lifecycle_states() -> None:
+    assert SESSION.states == ("idle", "queued", "running", "finished")
+    assert SESSION.initial == "idle"
+    assert SESSION.final == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("state", "event"),
+    [("claimed", "discard"), ("consumed", "claim"), ("discarded", "admit"), ("accepted", "claim")],
+)
+def test_illegal_transition_names_subject_event_and_state(state: str, event: str) -> None:
+    with pytest.raises(IllegalTransition) as caught:
+        MESSAGE.step("message m1", state, event)
+    error = caught.value
+    assert (error.subject, error.event, error.state) == ("message m1", event, state)
+    assert error.code == "lifecycle:illegal_transition"
+    assert "message m1" in str(error) and event in str(error) and state in str(error)

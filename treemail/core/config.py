@@ -1,0 +1,85 @@
+"""The ``[messaging]`` settings, validated once at load so a bad value never reaches a send."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from treemail.core.errors import ConfigError
+
+__all__ = ["DEFAULTS", "MessagingConfig"]
+
+
+@attrs.frozen
+class MessagingConfig:
+    """Messaging limits. ``max_hops <= 0`` and ``max_inflight_per_pair == 0`` disable a guard."""
+
+    enabled: bool = True
+    max_hops: int = 0
+    max_body_bytes: int = 32768
+    max_pending_per_session: int = 32
+    max_inflight_per_pair: int = 4
+
+    def __attrs_post_init__(self) -> None:
+        _check_type("enabled", self.enabled, bool)
+        for name in ("max_hops", "max_body_bytes", "max_pending_per_session",
+                     "max_inflight_per_pair"):
+            _check_type(name, getattr(self, name), int)
+        for name, low in RANGES.items():
+            value = getattr(self, name)
+            if value < low:
+                raise ConfigError(
+                    f"[messaging] {name} = {value} is out of range: it must be >= {low}",
+                    key=name,
+                    value=value,
+                )
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any]) -> MessagingConfig:
+        """Build from the ``[messaging]`` table; unknown keys are an error, not ignored."""
+        unknown = sorted(set(table) - set(DEFAULTS))
+        if unknown:
+            raise ConfigError(
+                f"unknown [messaging] key(s) {', '.join(unknown)}; "
+                f"valid keys are {', '.join(DEFAULTS)}",
+                keys=unknown,
+            )
+        return cls(**dict(table))
+
+    @classmethod
+    def from_toml(cls, text: str) -> MessagingConfig:
+        """Parse a TOML document and read its ``[messaging]`` table (absent means defaults)."""
+        try:
+            document = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config is not valid TOML: {exc}") from exc
+        table = document.get("messaging", {})
+        if not isinstance(table, dict):
+            raise ConfigError("[messaging] must be a table")
+        return cls.from_mapping(table)
+
+
+def _check_type(name: str, value: object, kind: type) -> None:
+    # bool is a subclass of int: `max_hops = true` must not pass as 1.
+    if type(value) is not kind:
+        raise ConfigError(
+            f"[messaging] {name} must be {'true or false' if kind is bool else 'an integer'}, "
+            f"got {value!r}",
+            key=name,
+            value=value,
+        )
+
+
+DEFAULTS: Final[Mapping[str, object]] = {
+    field.name: field.default for field in attrs.fields(MessagingConfig)
+}
+
+# Lowest valid value per key; max_hops has none since every value <= 0 means "unlimited".
+RANGES: Final[Mapping[str, int]] = {
+    "max_body_bytes": 1,
+    "max_pending_per_session": 1,
+    "max_inflight_per_pair": 0,
+}

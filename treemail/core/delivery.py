@@ -1,0 +1,128 @@
+"""Stepping messages and sessions through their lifecycles inside a store transaction.
+
+Every stored state change passes through ``step_message`` or ``step_session``: the lifecycle
+table decides the target state, the record is rewritten, the guard counters follow, and the
+matching event is appended to the session's log in the same transaction. There is no other
+path that writes a ``state`` field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from treemail.core.guards import inbox_counter, pair_counter
+from treemail.core.lifecycle import MESSAGE, SESSION
+from treemail.core.records import Message, Mode, Owner, Run, RunStatus, Session
+from treemail.core.store import ReadTxn, WriteTxn
+
+__all__ = [
+    "DELIVERABLE",
+    "accept",
+    "admit_accepted",
+    "bound_to",
+    "message_event",
+    "session_event",
+    "step_message",
+    "step_session",
+]
+
+# States in which a message waits to be put into a model request.
+DELIVERABLE = frozenset({"admitted", "released"})
+
+_SESSION_EVENTS = {
+    "enqueue": "RunQueued",
+    "start": "RunStarted",
+    "finish": "RunFinished",
+    "interrupt": "RunInterrupted",
+}
+
+
+def message_event(state: str) -> str:
+    """The event-log kind recording entry into ``state``: ProducerMessageAccepted, ..."""
+    return f"ProducerMessage{state.capitalize()}"
+
+
+def session_event(event: str) -> str:
+    return _SESSION_EVENTS[event]
+
+
+def _counted(message: Message) -> bool:
+    return message.owner is Owner.AGENT and message.sender is not None
+
+
+def _track(tx: WriteTxn, message: Message, delta: int) -> None:
+    """Keep the O(1) guard counters: pending agent mail per recipient and per directed pair."""
+    if _counted(message):
+        assert message.sender is not None
+        tx.add(inbox_counter(message.recipient), delta)
+        tx.add(pair_counter(message.sender, message.recipient), delta)
+
+
+def _describe(message: Message) -> dict[str, object]:
+    return {
+        "message_id": message.message_id,
+        "owner": message.owner.value,
+        "sender": message.sender,
+        "run_id": message.run_id,
+        "request_id": message.request_id,
+    }
+
+
+def accept(tx: WriteTxn, message: Message) -> Message:
+    """Persist a new message in its initial state and log ProducerMessageAccepted."""
+    tx.put_message(message)
+    _track(tx, message, +1)
+    tx.append(
+        message.recipient,
+        message_event(message.state),
+        {**_describe(message), "mode": message.mode.value, "agent_hop": message.hop,
+         "body": message.body},
+    )
+    return message
+
+
+def step_message(tx: WriteTxn, message: Message, event: str, **changes: Any) -> Message:
+    state = MESSAGE.step(f"message {message.message_id}", message.state, event)
+    updated = attrs.evolve(message, state=state, **changes)
+    tx.put_message(updated)
+    if not updated.pending:
+        _track(tx, updated, -1)
+    data = _describe(updated)
+    if updated.reason is not None:
+        data["reason"] = updated.reason
+    tx.append(updated.recipient, message_event(state), data)
+    return updated
+
+
+def step_session(
+    tx: WriteTxn, session: Session, event: str, run: Run, **data: object
+) -> Session:
+    state = SESSION.step(f"session {session.session_id}", session.state, event)
+    run_id = run.run_id if state in ("queued", "running") else None
+    updated = attrs.evolve(session, state=state, run_id=run_id)
+    tx.put_session(updated)
+    tx.append(session.session_id, session_event(event),
+              {"run_id": run.run_id, "run_number": run.number, **data})
+    return updated
+
+
+def bound_to(tx: ReadTxn, recipient: str, run_id: str | None) -> Iterator[Message]:
+    """Deliverable mail of ``recipient`` bound to ``run_id`` (None: the next run), in order."""
+    return (m for m in tx.pending(recipient) if m.state in DELIVERABLE and m.run_id == run_id)
+
+
+def admit_accepted(tx: WriteTxn, session: Session, current: Run | None) -> int:
+    """Take accepted mail into pending input: steer joins the running run, the rest waits for
+    the next one. A steer that lost the race with the end of its run lands in the next run."""
+    running = current if current is not None and current.status is RunStatus.RUNNING else None
+    admitted = 0
+    for message in list(tx.pending(session.session_id)):
+        if message.state != "accepted":
+            continue
+        joins = running is not None and message.mode is Mode.STEER
+        step_message(tx, message, "admit", run_id=running.run_id if joins and running else None)
+        admitted += 1
+    return admitted

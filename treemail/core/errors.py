@@ -1,0 +1,217 @@
+"""Every error treemail raises, each with a stable code.
+
+Three families are kept apart, as the user must react to each differently:
+
+* ``DefinitionError``: the caller built something invalid (a bad config, a bad agent doc,
+  an illegal lifecycle step, a tool context that names no run). Fix the code or the input.
+* ``Refusal``: the engine refused an operation a model or user asked for. The store is
+  unchanged; a ``SendRefusal`` is what the sending model sees as its tool error.
+* ``StorageError``: the store failed or holds data it cannot read.
+
+Codes are stable strings; the daemon maps them onto wire codes in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+__all__ = [
+    "AgentDocError",
+    "ApprovalRequired",
+    "ConfigError",
+    "DefinitionError",
+    "EngineShutdown",
+    "IllegalTransition",
+    "InboxFull",
+    "InflightFull",
+    "InvalidArguments",
+    "InvalidBody",
+    "InvalidToolContext",
+    "MaxHopsExceeded",
+    "MessagingDisabled",
+    "NotTreePeer",
+    "PermissionDenied",
+    "Refusal",
+    "SelfSend",
+    "SendRefusal",
+    "StorageError",
+    "TreemailError",
+    "UnknownApproval",
+    "UnknownSession",
+    "UnknownSubagentReference",
+    "UnknownTarget",
+]
+
+
+class TreemailError(Exception):
+    """Root of every error treemail raises."""
+
+    code: ClassVar[str] = "treemail:error"
+
+    def __init__(self, message: str, **details: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: Mapping[str, object] = details
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+# -- definition errors -------------------------------------------------------------------
+
+
+class DefinitionError(TreemailError):
+    """The caller supplied something invalid; fix the input or the calling code."""
+
+    code = "treemail:definition"
+
+
+class ConfigError(DefinitionError):
+    """A `[messaging]` setting is unknown, mistyped or out of range."""
+
+    code = "config:invalid"
+
+
+class AgentDocError(DefinitionError):
+    """An agent doc is malformed; the message names the file and the field."""
+
+    code = "agent_doc:invalid"
+
+
+class IllegalTransition(DefinitionError):
+    """A lifecycle event was fired in a state that does not allow it; nothing changed."""
+
+    code = "lifecycle:illegal_transition"
+
+    def __init__(self, subject: str, event: str, state: str, allowed: tuple[str, ...]) -> None:
+        super().__init__(
+            f"cannot {event} {subject} in state {state!r}; "
+            f"from {state!r} only {', '.join(allowed) or 'no event'} is allowed",
+            subject=subject,
+            event=event,
+            state=state,
+        )
+        self.subject = subject
+        self.event = event
+        self.state = state
+
+
+class InvalidToolContext(DefinitionError):
+    """The executing tool context names no live run of the sender; the runtime is out of step."""
+
+    code = "engine:invalid_tool_context"
+
+
+class UnknownTarget(DefinitionError):
+    """An engine call named a session, run, request or message that does not exist."""
+
+    code = "engine:unknown_target"
+
+
+# -- refusals ----------------------------------------------------------------------------
+
+
+class Refusal(TreemailError):
+    """The engine refused the operation; the store is exactly as it was."""
+
+    code = "treemail:refused"
+
+
+class UnknownApproval(Refusal):
+    """An approval answer named no pending approval (unknown, or already answered)."""
+
+    code = "approval:unknown"
+
+
+class PermissionDenied(Refusal):
+    """The sender's permission rules deny this operation (the generic permission flow)."""
+
+    code = "permission:denied"
+
+
+class ApprovalRequired(Refusal):
+    """An ``ask`` rule matched and no grant covers the operation; it awaits the user's answer."""
+
+    code = "permission:approval_required"
+
+
+class SendRefusal(Refusal):
+    """A ``send_message`` tool call was refused; the code tells the model how to react."""
+
+    code = "send_message:refused"
+
+
+class MessagingDisabled(SendRefusal):
+    """Messaging is switched off by ``[messaging] enabled = false``."""
+
+    code = "send_message:disabled"
+
+
+class InvalidArguments(SendRefusal):
+    """The argument object is not exactly ``to``, ``body`` and an optional ``mode``."""
+
+    code = "send_message:invalid_arguments"
+
+
+class InvalidBody(SendRefusal):
+    """The body is empty, whitespace only, not UTF-8 encodable, or over max_body_bytes."""
+
+    code = "send_message:invalid_body"
+
+
+class UnknownSession(SendRefusal):
+    """A well-formed session UUID that names no session."""
+
+    code = "send_message:unknown_session"
+
+
+class NotTreePeer(SendRefusal):
+    """A session UUID whose tree (root_session_id) differs from the sender's."""
+
+    code = "send_message:not_tree_peer"
+
+
+class UnknownSubagentReference(SendRefusal):
+    """A handle that names no live peer of the sender's tree; the message lists the candidates."""
+
+    code = "subagent:unknown_reference"
+
+
+class SelfSend(SendRefusal):
+    """The sender addressed its own session."""
+
+    code = "send_message:self_send"
+
+
+class MaxHopsExceeded(SendRefusal):
+    """The send would carry the chain past ``max_hops``."""
+
+    code = "send_message:max_hops_exceeded"
+
+
+class InboxFull(SendRefusal):
+    """The recipient already holds ``max_pending_per_session`` pending agent messages."""
+
+    code = "send_message:inbox_full"
+
+
+class InflightFull(SendRefusal):
+    """The sender already has ``max_inflight_per_pair`` unacknowledged messages to this peer."""
+
+    code = "send_message:inflight_full"
+
+
+class EngineShutdown(SendRefusal):
+    """The send raced the engine's shutdown; nothing was accepted, retry after restart."""
+
+    code = "send_message:engine_shutdown"
+
+
+# -- storage -----------------------------------------------------------------------------
+
+
+class StorageError(TreemailError):
+    """The store failed, or holds a record it cannot decode."""
+
+    code = "store:failure"

@@ -1,0 +1,54 @@
+"""Identifiers: session UUIDs, tree-scoped handles, and the port that mints new ids.
+
+The core never generates randomness itself: an ``IdSource`` is handed in, so the adapters
+use ``uuid4`` while tests and the model checker use a deterministic counter.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol
+
+__all__ = [
+    "CountingIds",
+    "IdSource",
+    "canonical_uuid",
+    "make_handle",
+]
+
+# Only the canonical 8-4-4-4-12 spelling is a session reference; anything else is a handle.
+_UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+
+
+class IdSource(Protocol):
+    """Mints globally unique ids in canonical lower-case UUID form."""
+
+    def new_id(self) -> str: ...
+
+
+class CountingIds:
+    """Deterministic ids for tests and model checking: UUID-shaped, numbered from ``start``."""
+
+    def __init__(self, start: int = 1, namespace: int = 0) -> None:
+        self._next = start
+        self._namespace = namespace
+
+    def new_id(self) -> str:
+        n = self._next
+        self._next += 1
+        # The counter leads, so handles (the first 8 hex digits) stay distinct.
+        return f"{n:08x}-0000-4000-8000-{self._namespace:012x}"
+
+
+def canonical_uuid(reference: str) -> str | None:
+    """The lower-case UUID ``reference`` spells, or ``None`` when it is not a UUID."""
+    if _UUID_RE.match(reference) is None:
+        return None
+    return reference.lower()
+
+
+def make_handle(agent_name: str, session_id: str) -> str:
+    """``<agent name>_<first 8 hex of the uuid>``: short, readable, unique within a tree."""
+    return f"{agent_name}_{session_id.replace('-', '')[:8]}"

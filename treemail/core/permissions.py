@@ -1,0 +1,127 @@
+"""Message permissions: relationship labels matched against allow / ask / deny rules.
+
+The label names the recipient as seen from the sender (``parent``, ``child``, ``sibling``,
+else ``*``). It is only a label: no relationship grants authority by itself, the rules alone
+decide, and no matching rule means deny.
+
+Precedence, so that a rule set reads the way people expect: an exact label beats any
+wildcard; among wildcards the longer pattern is more specific and wins; at equal length the
+more restrictive action wins (deny over ask over allow), so a tie can never widen access.
+"""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from treemail.core.errors import AgentDocError
+
+__all__ = [
+    "LABELS",
+    "Action",
+    "Rule",
+    "Rules",
+    "relationship",
+]
+
+LABELS = ("parent", "child", "sibling", "*")
+_WILDCARDS = frozenset("*?[")
+
+
+class Action(enum.StrEnum):
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+_RESTRICTIVENESS = {Action.ALLOW: 0, Action.ASK: 1, Action.DENY: 2}
+
+
+@attrs.frozen
+class Rule:
+    pattern: str
+    action: Action
+
+    @property
+    def exact(self) -> bool:
+        return not (_WILDCARDS & set(self.pattern))
+
+    def matches(self, label: str) -> bool:
+        return self.pattern == label if self.exact else fnmatch.fnmatchcase(label, self.pattern)
+
+    def precedence(self) -> tuple[int, int, int]:
+        return (int(self.exact), len(self.pattern), _RESTRICTIVENESS[self.action])
+
+
+@attrs.frozen
+class Rules:
+    """An agent's ``permissions.message`` rules."""
+
+    rules: tuple[Rule, ...] = ()
+
+    @classmethod
+    def parse(cls, table: Mapping[object, object] | None, source: str = "<rules>") -> Rules:
+        """Read ``{label pattern: allow|ask|deny}``; a bad entry names the source and field."""
+        if table is None:
+            return cls()
+        if not isinstance(table, Mapping):
+            raise AgentDocError(
+                f"{source}: permissions.message must be a mapping of label to allow|ask|deny",
+                source=source,
+                field="permissions.message",
+            )
+        return cls(tuple(_parse_rule(pattern, action, source) for pattern, action in table.items()))
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str]] | Mapping[str, str]) -> Rules:
+        items = pairs.items() if isinstance(pairs, Mapping) else pairs
+        return cls(tuple(_parse_rule(p, a, "<rules>") for p, a in items))
+
+    def decide(self, label: str) -> Action:
+        """The action for ``label``: the most specific matching rule, else deny."""
+        matching = [rule for rule in self.rules if rule.matches(label)]
+        if not matching:
+            return Action.DENY
+        return max(matching, key=Rule.precedence).action
+
+    @property
+    def visible(self) -> bool:
+        """send_message is shown to the model only when some rule could let a send through."""
+        return any(rule.action is not Action.DENY for rule in self.rules)
+
+
+def _parse_rule(pattern: object, action: object, source: str) -> Rule:
+    field = f"permissions.message.{pattern}"
+    if not isinstance(pattern, str) or not pattern:
+        raise AgentDocError(
+            f"{source}: {field}: a rule's label must be a non-empty string",
+            source=source,
+            field=field,
+        )
+    try:
+        return Rule(pattern, Action(action if isinstance(action, str) else repr(action)))
+    except ValueError:
+        raise AgentDocError(
+            f"{source}: {field}: action must be allow, ask or deny, got {action!r}",
+            source=source,
+            field=field,
+        ) from None
+
+
+def relationship(
+    sender_id: str,
+    sender_parent: str | None,
+    recipient_id: str,
+    recipient_parent: str | None,
+) -> str:
+    """The recipient's label as seen from the sender, from stored origin metadata only."""
+    if recipient_id == sender_parent:
+        return "parent"
+    if recipient_parent == sender_id:
+        return "child"
+    if sender_parent is not None and recipient_parent == sender_parent:
+        return "sibling"
+    return "*"

@@ -1,0 +1,177 @@
+"""The stored records: sessions, runs, messages, events, send results.
+
+Records are frozen attrs classes; a change is a new record written in a store transaction.
+Their ``state`` fields hold lifecycle state names, stepped only through ``lifecycle``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+import attrs
+
+from treemail.core.lifecycle import MESSAGE
+from treemail.core.permissions import Rules
+
+__all__ = [
+    "AgentSpec",
+    "Event",
+    "IdempotencyKey",
+    "Message",
+    "Mode",
+    "Owner",
+    "RecipientState",
+    "Run",
+    "RunStatus",
+    "SendResult",
+    "Session",
+    "ToolContext",
+]
+
+
+class Owner(enum.StrEnum):
+    """Who produced a message. Only agent mail counts against a recipient's inbox cap."""
+
+    AGENT = "agent"
+    DELEGATION = "delegation"
+    PLUGIN = "plugin"
+    GOAL = "goal"
+    USER = "user"
+
+
+class Mode(enum.StrEnum):
+    """Requested delivery: join the in-flight run (steer) or wait for the next run (queue)."""
+
+    STEER = "steer"
+    QUEUE = "queue"
+
+
+class RecipientState(enum.StrEnum):
+    """The recipient as the sender found it: running, waiting for a run, or finished."""
+
+    RUNNING = "running"
+    QUEUED = "queued"
+    WAKING_FINISHED = "waking_finished"
+
+
+class RunStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+
+
+@attrs.frozen
+class AgentSpec:
+    """The part of an agent doc the engine needs: its name, description and message rules."""
+
+    name: str
+    description: str = ""
+    rules: Rules = attrs.field(factory=Rules)
+
+
+@attrs.frozen
+class Session:
+    """A session of a delegation tree. ``handle`` is None for sessions stored before handles."""
+
+    session_id: str
+    root_session_id: str
+    parent_session_id: str | None
+    agent: AgentSpec
+    handle: str | None
+    ordinal: int
+    state: str = "idle"
+    run_id: str | None = None
+    # False once the branch that created it was reverted: reachable by UUID, not by handle.
+    live: bool = True
+
+    @property
+    def reference(self) -> str:
+        """How this session is named to models: its handle, or its UUID when it has none."""
+        return self.handle if self.handle is not None else self.session_id
+
+
+@attrs.frozen
+class Run:
+    """One run of a session. ``base_hop`` is the highest hop among agent mail it consumed."""
+
+    run_id: str
+    session_id: str
+    number: int
+    status: RunStatus = RunStatus.QUEUED
+    base_hop: int = 0
+    open_request: str | None = None
+
+
+@attrs.frozen
+class Message:
+    """A producer message held by its recipient.
+
+    ``run_id`` binds pending mail to the run it is destined for; ``None`` means the next run
+    the recipient starts. ``request_id`` is set while the message is claimed.
+    """
+
+    message_id: str
+    recipient: str
+    sender: str | None
+    owner: Owner
+    body: str
+    mode: Mode
+    hop: int
+    seq: int
+    state: str = MESSAGE.initial
+    run_id: str | None = None
+    request_id: str | None = None
+    reason: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Unacknowledged: in every state but consumed and discarded."""
+        return not MESSAGE.is_final(self.state)
+
+
+@attrs.frozen
+class Event:
+    """One entry of a session's append-only event log; ``seq`` counts from 1 per session."""
+
+    session_id: str
+    seq: int
+    kind: str
+    data: Mapping[str, object]
+
+
+@attrs.frozen
+class ToolContext:
+    """The executing tool call. The sender of a send is always this, never an argument."""
+
+    session_id: str
+    run_id: str
+    tool_call_id: str
+
+
+@attrs.frozen
+class IdempotencyKey:
+    session_id: str
+    run_id: str
+    tool_call_id: str
+
+    @classmethod
+    def of(cls, ctx: ToolContext) -> IdempotencyKey:
+        return cls(ctx.session_id, ctx.run_id, ctx.tool_call_id)
+
+
+@attrs.frozen
+class SendResult:
+    """What a successful send returns: durably accepted, not yet seen by the recipient."""
+
+    message_id: str
+    mode: Mode
+    recipient_state: RecipientState
+
+    def as_tool_result(self) -> dict[str, str]:
+        return {
+            "message_id": self.message_id,
+            "mode": self.mode.value,
+            "recipient_state": self.recipient_state.value,
+        }
