@@ -163,7 +163,7 @@ class _MemoryTxn:
 
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
         log: list[Event] = self._t.scan("events", (session_id,))
-        return iter(log[after:])
+        return iter(log[max(after, 0) :])
 
     # -- writes --------------------------------------------------------------------------
 

@@ -1,0 +1,677 @@
+"""One contract for every Store: each store kind subclasses ``StoreContract``.
+
+``MemoryStore`` is the reference; ``LmdbStore`` must behave identically. A subclass supplies
+``make_store`` (a fresh store in a directory), ``reopen`` (the same data after a restart; a
+no-op for memory) and ``counter_names`` (which counters are physically kept, so "a counter at
+0 is not kept" can be checked). LMDB-only behaviour (durability, map growth, damaged records)
+lives in ``TestLmdbStore`` itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import lmdb
+import pytest
+
+from treemail.adapters.lmdb_store import LmdbStore
+from treemail.core.errors import StorageError
+from treemail.core.ids import CountingIds
+from treemail.core.permissions import Action, Rules
+from treemail.core.records import (
+    AgentSpec,
+    Event,
+    IdempotencyKey,
+    Message,
+    Mode,
+    Owner,
+    RecipientState,
+    Run,
+    RunStatus,
+    SendResult,
+    Session,
+)
+from treemail.core.store import MemoryStore, ReadTxn, Store, WriteTxn
+
+_ids = CountingIds()
+ROOT, OTHER_ROOT, CHILD, GHOST, NEWCOMER = (_ids.new_id() for _ in range(5))
+SESSION_IDS = (ROOT, OTHER_ROOT, CHILD, GHOST, NEWCOMER)
+ROOTS = (ROOT, OTHER_ROOT)
+RUN_IDS = tuple(_ids.new_id() for _ in range(3))
+MESSAGE_IDS = tuple(_ids.new_id() for _ in range(6))
+HANDLES = ("main", "worker_1", "worker_2", "scout_1", "scout_2")
+COUNTERS = ("sessions", f"inbox/{CHILD}", f"pair/{ROOT}/{CHILD}", "fresh")
+KEYS = tuple(IdempotencyKey(ROOT, RUN_IDS[0], f"call-{n}") for n in range(3))
+
+
+# -- realistic records ---------------------------------------------------------------------
+
+
+def session(sid: str, root: str, handle: str | None, ordinal: int, *, live: bool = True) -> Session:
+    parent = None if sid == root else root
+    agent = AgentSpec("worker", "does the work", Rules.of({"child": "allow", "*": "deny"}))
+    return Session(sid, root, parent, agent, handle, ordinal, state="idle", live=live)
+
+
+def message(
+    mid: str, recipient: str, seq: int, *, state: str = "accepted", body: str = "hello"
+) -> Message:
+    return Message(
+        message_id=mid,
+        recipient=recipient,
+        sender=ROOT,
+        owner=Owner.AGENT,
+        body=body,
+        mode=Mode.QUEUE,
+        hop=1,
+        seq=seq,
+        state=state,
+    )
+
+
+def populate(tx: WriteTxn) -> None:
+    """A small world touching every table."""
+    tx.put_session(session(ROOT, ROOT, "main", 1))
+    tx.put_session(session(CHILD, ROOT, "worker_1", 2))
+    tx.put_session(session(GHOST, ROOT, "scout_1", 3))
+    tx.put_session(session(OTHER_ROOT, OTHER_ROOT, "main", 4))
+    tx.put_run(Run(RUN_IDS[0], ROOT, 1, RunStatus.RUNNING, base_hop=2))
+    tx.put_message(message(MESSAGE_IDS[0], CHILD, 1))
+    tx.put_message(message(MESSAGE_IDS[1], CHILD, 2, state="admitted"))
+    tx.put_message(message(MESSAGE_IDS[2], ROOT, 3, state="consumed"))
+    tx.add("sessions", 4)
+    tx.add(f"inbox/{CHILD}", 2)
+    tx.add(f"pair/{ROOT}/{CHILD}", 1)
+    tx.remember(KEYS[0], SendResult(MESSAGE_IDS[0], Mode.QUEUE, RecipientState.QUEUED))
+    tx.append(ROOT, "SessionCreated", {"handle": "main"})
+    tx.append(CHILD, "SessionCreated", {"handle": "worker_1"})
+
+
+def mutate_everything(tx: WriteTxn) -> None:
+    """A change to every table and index that ``populate`` filled."""
+    tx.put_session(session(CHILD, ROOT, "worker_2", 2))
+    tx.put_session(session(GHOST, ROOT, "scout_1", 3, live=False))
+    tx.put_session(session(NEWCOMER, OTHER_ROOT, "scout_2", 5))
+    tx.put_run(Run(RUN_IDS[0], ROOT, 1, RunStatus.FINISHED, base_hop=2))
+    tx.put_run(Run(RUN_IDS[1], CHILD, 1))
+    tx.put_message(message(MESSAGE_IDS[0], CHILD, 1, state="discarded"))
+    tx.put_message(message(MESSAGE_IDS[3], CHILD, 4))
+    tx.add(f"inbox/{CHILD}", -2)
+    tx.add("fresh", 7)
+    tx.remember(KEYS[0], SendResult(MESSAGE_IDS[3], Mode.STEER, RecipientState.RUNNING))
+    tx.remember(KEYS[1], SendResult(MESSAGE_IDS[3], Mode.QUEUE, RecipientState.QUEUED))
+    tx.append(ROOT, "RunFinished", {"run_id": RUN_IDS[0]})
+    tx.append(NEWCOMER, "SessionCreated", {"handle": "scout_2"})
+
+
+def snapshot(tx: ReadTxn) -> dict[str, Any]:
+    """Everything the port can show about the ids above."""
+    return {
+        "sessions": list(tx.sessions()),
+        "trees": {r: list(tx.tree(r)) for r in ROOTS},
+        "handles": {(r, h): tx.handle_owner(r, h) for r in ROOTS for h in HANDLES},
+        "runs": {rid: tx.run(rid) for rid in RUN_IDS},
+        "messages": {mid: tx.message(mid) for mid in MESSAGE_IDS},
+        "pending": {sid: list(tx.pending(sid)) for sid in SESSION_IDS},
+        "counts": {name: tx.count(name) for name in COUNTERS},
+        "replay": {key: tx.recall(key) for key in KEYS},
+        "events": {sid: list(tx.events(sid)) for sid in SESSION_IDS},
+    }
+
+
+class Boom(Exception):
+    pass
+
+
+def failing(work: Any) -> Any:
+    def run(tx: WriteTxn) -> None:
+        work(tx)
+        raise Boom
+
+    return run
+
+
+# -- the contract --------------------------------------------------------------------------
+
+
+class StoreContract:
+    def make_store(self, directory: Path) -> Store:
+        raise NotImplementedError
+
+    def reopen(self, store: Store, directory: Path) -> Store:
+        """The store as a restarted process would find it."""
+        raise NotImplementedError
+
+    def counter_names(self, store: Store) -> set[str]:
+        """The names of the counters physically kept."""
+        raise NotImplementedError
+
+    @pytest.fixture
+    def directory(self, tmp_path: Path) -> Path:
+        return tmp_path / "store"
+
+    @pytest.fixture
+    def store(self, directory: Path) -> Iterator[Store]:
+        opened = self.make_store(directory)
+        yield opened
+        opened.close()
+
+    def read(self, store: Store) -> dict[str, Any]:
+        with store.read() as tx:
+            return snapshot(tx)
+
+    # -- records round-trip exactly --------------------------------------------------------
+
+    def test_records_round_trip_exactly(self, store: Store, directory: Path) -> None:
+        root = session(ROOT, ROOT, "main", 1)
+        run = Run(RUN_IDS[0], ROOT, 3, RunStatus.INTERRUPTED, base_hop=4, open_request="req")
+        mail = Message(
+            MESSAGE_IDS[0], ROOT, CHILD, Owner.PLUGIN, "body ✓\nline", Mode.STEER, 5, 9,
+            state="claimed", run_id=RUN_IDS[0], request_id="req", reason=None,
+        )  # fmt: skip
+        result = SendResult(MESSAGE_IDS[0], Mode.STEER, RecipientState.WAKING_FINISHED)
+
+        def work(tx: WriteTxn) -> None:
+            tx.put_session(root)
+            tx.put_run(run)
+            tx.put_message(mail)
+            tx.remember(KEYS[0], result)
+            tx.append(ROOT, "Accepted", {"ids": ["a", "b"], "hop": 2, "nested": {"x": None}})
+
+        store.transact(work)
+        store = self.reopen(store, directory)
+        with store.read() as tx:
+            assert tx.session(ROOT) == root
+            assert tx.run(RUN_IDS[0]) == run
+            assert tx.message(MESSAGE_IDS[0]) == mail
+            assert tx.recall(KEYS[0]) == result
+            events = list(tx.events(ROOT))
+            got_session, got_run = tx.session(ROOT), tx.run(RUN_IDS[0])
+            got_mail, got_result = tx.message(MESSAGE_IDS[0]), tx.recall(KEYS[0])
+        assert events == [
+            Event(ROOT, 1, "Accepted", {"ids": ["a", "b"], "hop": 2, "nested": {"x": None}})
+        ]
+        # Equal is not enough for StrEnums ("steer" == Mode.STEER): the types must come back.
+        assert got_session is not None and got_run is not None
+        assert got_mail is not None and got_result is not None
+        assert got_session.agent.rules.decide("child") is Action.ALLOW
+        assert got_session.agent.rules.decide("sibling") is Action.DENY
+        assert got_run.status is RunStatus.INTERRUPTED
+        assert got_mail.owner is Owner.PLUGIN and got_mail.mode is Mode.STEER
+        assert got_result.recipient_state is RecipientState.WAKING_FINISHED
+
+    def test_absent_records_are_none(self, store: Store) -> None:
+        store.transact(populate)
+        with store.read() as tx:
+            assert tx.session(NEWCOMER) is None
+            assert tx.run(RUN_IDS[2]) is None
+            assert tx.message(MESSAGE_IDS[5]) is None
+            assert tx.recall(KEYS[2]) is None
+            assert tx.handle_owner(ROOT, "nobody") is None
+            assert tx.count("never") == 0
+            assert list(tx.pending(NEWCOMER)) == []
+            assert list(tx.events(NEWCOMER)) == []
+            assert list(tx.tree(NEWCOMER)) == []
+
+    # -- pending -----------------------------------------------------------------------------
+
+    def test_pending_is_in_seq_order_and_per_recipient(self, store: Store) -> None:
+        def work(tx: WriteTxn) -> None:
+            # 256 and 513 sort before 1 and 2 if the seq bytes were little-endian.
+            for mid, seq in zip(MESSAGE_IDS[:4], (256, 2, 513, 1), strict=True):
+                tx.put_message(message(mid, CHILD, seq))
+            tx.put_message(message(MESSAGE_IDS[4], ROOT, 1))
+
+        store.transact(work)
+        with store.read() as tx:
+            assert [m.seq for m in tx.pending(CHILD)] == [1, 2, 256, 513]
+            assert [m.message_id for m in tx.pending(ROOT)] == [MESSAGE_IDS[4]]
+
+    def test_pending_does_not_leak_between_prefix_ids(self, store: Store) -> None:
+        def work(tx: WriteTxn) -> None:
+            tx.put_message(message(MESSAGE_IDS[0], "worker", 1))
+            tx.put_message(message(MESSAGE_IDS[1], "worker_2", 1))
+
+        store.transact(work)
+        with store.read() as tx:
+            assert [m.message_id for m in tx.pending("worker")] == [MESSAGE_IDS[0]]
+            assert [m.message_id for m in tx.pending("worker_2")] == [MESSAGE_IDS[1]]
+
+    @pytest.mark.parametrize("final", ["consumed", "discarded"])
+    def test_final_message_leaves_pending_but_stays_stored(self, store: Store, final: str) -> None:
+        store.transact(populate)
+        gone = message(MESSAGE_IDS[1], CHILD, 2, state=final)
+        store.transact(lambda tx: tx.put_message(gone))
+        with store.read() as tx:
+            assert [m.message_id for m in tx.pending(CHILD)] == [MESSAGE_IDS[0]]
+            assert tx.message(MESSAGE_IDS[1]) == gone
+
+    def test_pending_shows_the_latest_version_of_a_message(self, store: Store) -> None:
+        store.transact(populate)
+        claimed = message(MESSAGE_IDS[0], CHILD, 1, state="claimed")
+        store.transact(lambda tx: tx.put_message(claimed))
+        with store.read() as tx:
+            assert [m.state for m in tx.pending(CHILD)] == ["claimed", "admitted"]
+
+    def test_messages_can_be_rewritten_while_iterating_pending(self, store: Store) -> None:
+        store.transact(populate)
+
+        def consume_all(tx: WriteTxn) -> int:
+            seen = 0
+            for m in tx.pending(CHILD):
+                tx.put_message(attrs.evolve(m, state="consumed"))
+                seen += 1
+            return seen
+
+        assert store.transact(consume_all) == 2
+        with store.read() as tx:
+            assert list(tx.pending(CHILD)) == []
+
+    # -- handles and trees -------------------------------------------------------------------
+
+    def test_handle_index_follows_handle_changes_and_ghosts(self, store: Store) -> None:
+        store.transact(populate)
+        with store.read() as tx:
+            assert tx.handle_owner(ROOT, "worker_1") == CHILD
+            assert tx.handle_owner(ROOT, "main") == ROOT
+            assert tx.handle_owner(OTHER_ROOT, "main") == OTHER_ROOT
+            assert tx.handle_owner(OTHER_ROOT, "worker_1") is None
+        store.transact(lambda tx: tx.put_session(session(CHILD, ROOT, "worker_2", 2)))
+        with store.read() as tx:
+            assert tx.handle_owner(ROOT, "worker_1") is None
+            assert tx.handle_owner(ROOT, "worker_2") == CHILD
+        store.transact(lambda tx: tx.put_session(session(CHILD, ROOT, "worker_2", 2, live=False)))
+        with store.read() as tx:
+            assert tx.handle_owner(ROOT, "worker_2") is None
+            # A ghost is still reachable by id and still part of its tree.
+            assert tx.session(CHILD) == session(CHILD, ROOT, "worker_2", 2, live=False)
+            assert CHILD in [s.session_id for s in tx.tree(ROOT)]
+
+    def test_session_without_handle_has_no_handle_entry(self, store: Store) -> None:
+        store.transact(populate)
+        store.transact(lambda tx: tx.put_session(session(CHILD, ROOT, None, 2)))
+        with store.read() as tx:
+            assert tx.handle_owner(ROOT, "worker_1") is None
+            assert tx.session(CHILD) == session(CHILD, ROOT, None, 2)
+
+    def test_tree_and_sessions_are_in_ordinal_order(self, store: Store) -> None:
+        def work(tx: WriteTxn) -> None:
+            tx.put_session(session(GHOST, ROOT, "scout_1", 257, live=False))
+            tx.put_session(session(OTHER_ROOT, OTHER_ROOT, "main", 5))
+            tx.put_session(session(ROOT, ROOT, "main", 1))
+            tx.put_session(session(CHILD, ROOT, "worker_1", 40))
+
+        store.transact(work)
+        with store.read() as tx:
+            assert [s.session_id for s in tx.tree(ROOT)] == [ROOT, CHILD, GHOST]
+            assert [s.session_id for s in tx.tree(OTHER_ROOT)] == [OTHER_ROOT]
+            assert [s.ordinal for s in tx.sessions()] == [1, 5, 40, 257]
+
+    # -- counters, replay, events --------------------------------------------------------
+
+    def test_counters_add_go_negative_and_vanish_at_zero(self, store: Store) -> None:
+        assert store.transact(lambda tx: tx.add("inbox", 3)) == 3
+        assert store.transact(lambda tx: tx.add("inbox", -1)) == 2
+        assert store.transact(lambda tx: tx.add("debt", -5)) == -5
+        with store.read() as tx:
+            assert (tx.count("inbox"), tx.count("debt")) == (2, -5)
+        assert self.counter_names(store) == {"inbox", "debt"}
+        assert store.transact(lambda tx: tx.add("inbox", -2)) == 0
+        assert store.transact(lambda tx: tx.add("debt", 5)) == 0
+        with store.read() as tx:
+            assert (tx.count("inbox"), tx.count("debt")) == (0, 0)
+        assert self.counter_names(store) == set()
+
+    def test_remember_and_recall_by_full_key(self, store: Store) -> None:
+        first = SendResult(MESSAGE_IDS[0], Mode.QUEUE, RecipientState.QUEUED)
+        second = SendResult(MESSAGE_IDS[1], Mode.STEER, RecipientState.RUNNING)
+        # Keys whose parts differ only in where one part ends and the next begins.
+        split_a = IdempotencyKey("ab", "c", "d")
+        split_b = IdempotencyKey("a", "bc", "d")
+
+        def work(tx: WriteTxn) -> None:
+            tx.remember(KEYS[0], first)
+            tx.remember(split_a, first)
+            tx.remember(split_b, second)
+
+        store.transact(work)
+        with store.read() as tx:
+            assert tx.recall(KEYS[0]) == first
+            assert tx.recall(KEYS[1]) is None
+            assert tx.recall(split_a) == first
+            assert tx.recall(split_b) == second
+        store.transact(lambda tx: tx.remember(KEYS[0], second))
+        with store.read() as tx:
+            assert tx.recall(KEYS[0]) == second
+
+    def test_events_are_numbered_per_session_and_read_after_a_seq(self, store: Store) -> None:
+        def work(tx: WriteTxn) -> list[Event]:
+            return [tx.append(sid, f"e{n}", {"n": n}) for n, sid in
+                    enumerate((ROOT, CHILD, ROOT, ROOT, CHILD))]  # fmt: skip
+
+        appended = store.transact(work)
+        assert [(e.session_id, e.seq) for e in appended] == [
+            (ROOT, 1), (CHILD, 1), (ROOT, 2), (ROOT, 3), (CHILD, 2)
+        ]  # fmt: skip
+        with store.read() as tx:
+            assert list(tx.events(ROOT)) == [appended[0], appended[2], appended[3]]
+            assert list(tx.events(ROOT, after=2)) == [appended[3]]
+            assert list(tx.events(ROOT, after=3)) == []
+            assert list(tx.events(ROOT, after=-1)) == [appended[0], appended[2], appended[3]]
+            assert [e.kind for e in tx.events(CHILD, after=1)] == ["e4"]
+        # Numbering continues across transactions.
+        assert store.transact(lambda tx: tx.append(ROOT, "later", {})).seq == 4
+
+    def test_event_data_is_copied_at_append(self, store: Store) -> None:
+        data: dict[str, object] = {"ids": ["a"]}
+        store.transact(lambda tx: tx.append(ROOT, "k", data))
+        data["late"] = True
+        with store.read() as tx:
+            assert [e.data for e in tx.events(ROOT)] == [{"ids": ["a"]}]
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def test_transact_returns_the_work_result(self, store: Store) -> None:
+        def work(tx: WriteTxn) -> tuple[int, Event]:
+            return tx.add("n", 2), tx.append(ROOT, "k", {})
+
+        assert store.transact(work) == (2, Event(ROOT, 1, "k", {}))
+
+    def test_raising_work_leaves_the_store_exactly_as_before(self, store: Store) -> None:
+        store.transact(populate)
+        before = self.read(store)
+        seen_inside: list[dict[str, Any]] = []
+
+        def work(tx: WriteTxn) -> None:
+            mutate_everything(tx)
+            seen_inside.append(snapshot(tx))
+
+        with pytest.raises(Boom):
+            store.transact(failing(work))
+        # The work really changed every part of the snapshot before it raised...
+        assert all(seen_inside[0][part] != before[part] for part in before)
+        # ...and none of it was kept.
+        assert self.read(store) == before
+
+    def test_committed_work_is_all_kept(self, store: Store, directory: Path) -> None:
+        store.transact(populate)
+        expected: list[dict[str, Any]] = []
+        store.transact(lambda tx: (mutate_everything(tx), expected.append(snapshot(tx))))
+        store = self.reopen(store, directory)
+        assert self.read(store) == expected[0]
+
+    def test_failed_savepoint_undoes_only_its_own_writes(self, store: Store) -> None:
+        store.transact(populate)
+
+        def work(tx: WriteTxn) -> Event:
+            tx.add("kept", 1)
+            with pytest.raises(Boom), tx.savepoint() as sp:
+                mutate_everything(sp)
+                sp.append(CHILD, "undone", {})
+                raise Boom
+            with tx.savepoint() as sp:
+                sp.put_message(message(MESSAGE_IDS[4], CHILD, 9))
+            return tx.append(CHILD, "after", {})
+
+        after = store.transact(work)
+        expected = self.read_after(store, populate)
+        expected["pending"][CHILD].append(message(MESSAGE_IDS[4], CHILD, 9))
+        expected["messages"][MESSAGE_IDS[4]] = message(MESSAGE_IDS[4], CHILD, 9)
+        expected["events"][CHILD].append(after)
+        assert after.seq == 2  # the undone append gave its number back
+        with store.read() as tx:
+            assert tx.count("kept") == 1
+        assert self.read(store) == expected
+
+    def read_after(self, store: Store, work: Any) -> dict[str, Any]:
+        """The snapshot a fresh store would show after ``work``."""
+        fresh = MemoryStore()
+        fresh.transact(work)
+        return self.read(fresh)
+
+    def test_nested_savepoint_failure_keeps_the_enclosing_savepoint(self, store: Store) -> None:
+        def work(tx: WriteTxn) -> None:
+            with tx.savepoint() as outer:
+                outer.add("outer", 1)
+                with pytest.raises(Boom), outer.savepoint() as inner:
+                    inner.add("inner", 1)
+                    inner.add("outer", 10)
+                    raise Boom
+                outer.add("outer", 1)
+
+        store.transact(work)
+        with store.read() as tx:
+            assert (tx.count("outer"), tx.count("inner")) == (2, 0)
+
+    def test_outer_txn_stays_usable_inside_a_savepoint(self, store: Store) -> None:
+        # MemoryStore's savepoint yields the transaction itself; code written against it may
+        # keep using the outer name, so every store must accept that.
+        def work(tx: WriteTxn) -> None:
+            tx.add("n", 1)
+            with tx.savepoint() as sp:
+                tx.add("n", 1)
+                assert sp.count("n") == 2
+            with pytest.raises(Boom), tx.savepoint():
+                tx.add("n", 100)
+                raise Boom
+
+        store.transact(work)
+        with store.read() as tx:
+            assert tx.count("n") == 2
+
+    def test_savepoint_failure_rolls_back_then_transact_failure_rolls_back_all(
+        self, store: Store
+    ) -> None:
+        def work(tx: WriteTxn) -> None:
+            with tx.savepoint() as sp:
+                populate(sp)
+            raise Boom
+
+        with pytest.raises(Boom):
+            store.transact(work)
+        assert self.read(store) == self.read(MemoryStore())
+
+
+# -- the stores ----------------------------------------------------------------------------
+
+
+class TestMemoryStore(StoreContract):
+    def make_store(self, directory: Path) -> Store:
+        return MemoryStore()
+
+    def reopen(self, store: Store, directory: Path) -> Store:
+        return store
+
+    def counter_names(self, store: Store) -> set[str]:
+        assert isinstance(store, MemoryStore)
+        return set(store._tables.data["counters"])
+
+
+class TestLmdbStore(StoreContract):
+    opened: list[Store]
+
+    def make_store(self, directory: Path, **options: Any) -> LmdbStore:
+        store = LmdbStore.open(directory, **options)
+        self.opened = [*getattr(self, "opened", []), store]
+        return store
+
+    @pytest.fixture(autouse=True)
+    def close_all(self) -> Iterator[None]:
+        yield
+        for store in getattr(self, "opened", []):
+            store.close()
+
+    def reopen(self, store: Store, directory: Path) -> Store:
+        store.close()
+        return self.make_store(directory)
+
+    def counter_names(self, store: Store) -> set[str]:
+        assert isinstance(store, LmdbStore)
+        with store._env.begin(db=store._dbs["counters"]) as tx:
+            return {key.decode() for key, _ in tx.cursor()}
+
+    # -- durability ------------------------------------------------------------------------
+
+    def test_data_survives_close_and_reopen(self, directory: Path) -> None:
+        store = self.make_store(directory)
+        store.transact(populate)
+        store.transact(mutate_everything)
+        before = self.read(store)
+        store.close()
+        again = self.make_store(directory)
+        assert self.read(again) == before
+        # last_seq came back too: numbering goes on where it stopped.
+        assert again.transact(lambda tx: tx.append(ROOT, "k", {})).seq == 3
+
+    def test_is_durable_unless_told_otherwise(self, directory: Path) -> None:
+        durable = self.make_store(directory / "a")
+        fast = self.make_store(directory / "b", sync=False)
+        assert durable._env.flags()["sync"] and durable._env.flags()["metasync"]
+        assert not fast._env.flags()["sync"]
+
+    # -- map growth ------------------------------------------------------------------------
+
+    def test_tiny_map_grows_and_every_write_lands(self, directory: Path) -> None:
+        store = self.make_store(directory, sync=False, map_size=64 * 1024)
+        body = "x" * 3000
+        for n in range(200):
+            store.transact(lambda tx, n=n: tx.put_message(message(f"m{n:04}", CHILD, n, body=body)))
+        store.transact(lambda tx: [tx.append(ROOT, "big", {"blob": body * 10}) for _ in range(50)])
+        assert store._env.info()["map_size"] > 64 * 1024
+        with store.read() as tx:
+            assert [m.seq for m in tx.pending(CHILD)] == list(range(200))
+            assert all(m.body == body for m in tx.pending(CHILD))
+            assert [e.seq for e in tx.events(ROOT)] == list(range(1, 51))
+
+    def test_work_rerun_after_map_full_applies_once(self, directory: Path) -> None:
+        store = self.make_store(directory, sync=False, map_size=64 * 1024)
+        runs: list[int] = []
+
+        def work(tx: WriteTxn) -> int:
+            runs.append(1)
+            total = tx.add("n", 1)
+            tx.append(ROOT, "once", {})
+            for n in range(100):  # ~400 KB: cannot fit in the first map
+                tx.put_message(message(f"m{n:04}", CHILD, n, body="y" * 4000))
+            return total
+
+        assert store.transact(work) == 1
+        assert len(runs) > 1
+        with store.read() as tx:
+            assert tx.count("n") == 1
+            assert [e.seq for e in tx.events(ROOT)] == [1]
+            assert len(list(tx.pending(CHILD))) == 100
+
+    def test_map_full_swallowed_inside_a_savepoint_still_retries(self, directory: Path) -> None:
+        store = self.make_store(directory, sync=False, map_size=64 * 1024)
+
+        def work(tx: WriteTxn) -> None:
+            try:
+                with tx.savepoint() as sp:
+                    sp.put_message(message("big", CHILD, 1, body="z" * 200_000))
+            except Exception:  # a careless caller: the send must not be lost anyway
+                pass
+            tx.add("n", 1)  # small enough to commit on the full map
+
+        store.transact(work)
+        with store.read() as tx:
+            assert [m.message_id for m in tx.pending(CHILD)] == ["big"]
+            assert tx.count("n") == 1
+
+    def test_growth_waits_for_a_reader_on_another_thread(self, directory: Path) -> None:
+        # Growing the map invalidates every open LMDB txn of the process; a reader that is
+        # mid-read on another thread must be waited for, not broken.
+        store = self.make_store(directory, sync=False, map_size=64 * 1024)
+        store.transact(populate)
+        reading, release = threading.Event(), threading.Event()
+        seen: list[Session | None] = []
+
+        def reader() -> None:
+            with store.read() as tx:
+                reading.set()
+                release.wait(10)
+                seen.append(tx.session(ROOT))
+
+        def big(tx: WriteTxn) -> None:
+            for n in range(50):
+                tx.put_message(message(f"m{n:04}", CHILD, n + 10, body="w" * 4000))
+
+        threads = [
+            threading.Thread(target=reader),
+            threading.Thread(target=store.transact, args=(big,)),
+        ]
+        threads[0].start()
+        assert reading.wait(10)
+        threads[1].start()
+        time.sleep(0.3)
+        assert threads[1].is_alive()  # the writer waits to grow the map
+        release.set()
+        for thread in threads:
+            thread.join(10)
+        assert seen == [session(ROOT, ROOT, "main", 1)]
+        with store.read() as tx:
+            assert len(list(tx.pending(CHILD))) == 52
+
+    def test_growth_stops_at_max_map_size(self, directory: Path) -> None:
+        store = self.make_store(directory, sync=False, map_size=64 * 1024, max_map_size=256 * 1024)
+        store.transact(lambda tx: tx.add("n", 1))
+        huge = "h" * (512 * 1024)
+        with pytest.raises(StorageError, match="max_map_size"):
+            store.transact(lambda tx: tx.put_message(message("m", CHILD, 1, body=huge)))
+        # Nothing of the failed work was kept, and the store still works.
+        with store.read() as tx:
+            assert tx.message("m") is None
+        assert store.transact(lambda tx: tx.add("n", 1)) == 2
+
+    # -- misuse and damage -----------------------------------------------------------------
+
+    def test_closed_store_raises(self, directory: Path) -> None:
+        store = self.make_store(directory)
+        store.close()
+        store.close()  # closing twice is harmless
+        with pytest.raises(StorageError, match=r"store at .* is closed"), store.read():
+            pass
+        with pytest.raises(StorageError, match=r"store at .* is closed"):
+            store.transact(lambda tx: tx.add("n", 1))
+
+    def test_txn_used_after_transact_raises_storage_error(self, directory: Path) -> None:
+        store = self.make_store(directory)
+        leaked = store.transact(lambda tx: tx)
+        with pytest.raises(StorageError):
+            leaked.add("n", 1)
+
+    def test_transact_inside_transact_raises_instead_of_deadlocking(self, directory: Path) -> None:
+        store = self.make_store(directory)
+        with pytest.raises(StorageError, match="inside transact"):
+            store.transact(lambda tx: store.transact(lambda inner: inner.add("n", 1)))
+
+    @pytest.mark.parametrize(
+        ("raw", "reason"),
+        [(b"\xff{not json", "decode byte 0xff"), (b'{"session_id": 5}', r"\$\.session_id")],
+    )
+    def test_damaged_record_raises_storage_error(
+        self, directory: Path, raw: bytes, reason: str
+    ) -> None:
+        store = self.make_store(directory)
+        store.transact(populate)
+        store.close()
+        env = lmdb.open(str(directory), max_dbs=16)
+        with env.begin(write=True) as tx:
+            tx.put(CHILD.encode(), raw, db=env.open_db(b"sessions", txn=tx))
+        env.close()
+        store = self.make_store(directory)
+        with store.read() as tx, pytest.raises(StorageError, match=reason) as caught:
+            tx.session(CHILD)
+        assert "'sessions'" in str(caught.value) and CHILD in str(caught.value)
+        with store.read() as tx, pytest.raises(StorageError):
+            list(tx.tree(ROOT))
+
+    def test_key_with_nul_is_refused(self, directory: Path) -> None:
+        store = self.make_store(directory)
+        with pytest.raises(StorageError, match="NUL"):
+            store.transact(lambda tx: tx.add("a\x00b", 1))

@@ -1,0 +1,66 @@
+"""Records to bytes and back: attrs records through one cattrs converter, then compact JSON.
+
+JSON keeps stored records readable with ``mdb_dump`` and free of pickle's code execution.
+Enums are stored by value. Decoding is strict (a string field holding ``5`` is an error, not
+``"5"``), so a damaged record is reported instead of being quietly coerced; every decoding
+failure is a ``StorageError`` naming the database and key.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+import cattrs
+
+from treemail.core.errors import StorageError
+
+__all__ = ["decode", "encode"]
+
+T = TypeVar("T")
+
+_converter = cattrs.Converter()
+
+# Event.data is ``Mapping[str, object]``: its values are kept as JSON gave them.
+_converter.register_structure_hook_func(lambda t: t is object, lambda value, _: value)
+
+
+def _exact(kind: type[Any]) -> None:
+    def structure(value: object, target: type[Any]) -> object:
+        # ``type(...) is`` rather than isinstance: True must not pass for an int.
+        if type(value) is not kind:
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        # The hook also serves subclasses such as the StrEnums, which must be rebuilt.
+        return value if target is kind else target(value)
+
+    _converter.register_structure_hook(kind, structure)
+
+
+for _kind in (str, int, bool):
+    _exact(_kind)
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def encode(value: object) -> bytes:
+    """A record (or a plain str / int) as compact UTF-8 JSON."""
+    return _dumps(_converter.unstructure(value)).encode()
+
+
+def decode(kind: type[T], raw: bytes, *, db: str, key: bytes) -> T:
+    """The ``kind`` stored as ``raw`` at ``key`` of ``db``; ``StorageError`` if it is not one."""
+    try:
+        return _converter.structure(json.loads(raw), kind)
+    except cattrs.BaseValidationError as exc:
+        reason = "; ".join(cattrs.transform_error(exc))
+        raise _undecodable(kind, db, key, reason) from exc
+    except (ValueError, TypeError) as exc:  # bad UTF-8 or JSON, or a wrong top-level type
+        raise _undecodable(kind, db, key, str(exc)) from exc
+
+
+def _undecodable(kind: type[Any], db: str, key: bytes, reason: str) -> StorageError:
+    return StorageError(
+        f"cannot decode a {kind.__name__} in database {db!r} at key {key!r}: {reason}",
+        db=db,
+        key=key,
+    )
