@@ -1,0 +1,3 @@
+from treemail.adapters.cli import main
+
+raise SystemExit(main())

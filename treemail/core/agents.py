@@ -1,0 +1,115 @@
+"""Agent docs: Markdown with a YAML frontmatter naming the agent and its message rules.
+
+```
+---
+name: explore
+description: Reads code and reports
+model: scripted
+permissions:
+  message:
+    parent: allow
+    sibling: ask
+---
+The system prompt follows the frontmatter.
+```
+
+Built-in agents ship without message rules, so deny-by-default hides send_message from them
+until a user's doc adds a rule. Parsing is pure; the caller reads the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+import yaml
+
+from treemail.core.errors import AgentDocError
+from treemail.core.permissions import Rules
+from treemail.core.records import AgentSpec
+
+__all__ = ["BUILTIN_AGENTS", "AgentDoc", "parse_agent_doc"]
+
+_FIELDS = frozenset({"name", "description", "model", "permissions"})
+_PERMISSION_ACTIONS = frozenset({"message", "delegate"})
+
+
+@attrs.frozen
+class AgentDoc:
+    spec: AgentSpec
+    model: str | None
+    prompt: str
+    source: str
+
+
+def parse_agent_doc(text: str, source: str = "<agent doc>") -> AgentDoc:
+    """Parse an agent doc; any malformed part raises ``AgentDocError`` naming source and field."""
+    frontmatter, prompt = _split(text, source)
+    try:
+        meta = yaml.safe_load(frontmatter)
+    except yaml.YAMLError as exc:
+        raise AgentDocError(f"{source}: frontmatter is not valid YAML: {exc}",
+                            source=source, field="frontmatter") from exc
+    if not isinstance(meta, Mapping):
+        raise _field_error(source, "frontmatter", "must be a mapping of fields")
+    unknown = sorted(str(key) for key in meta if key not in _FIELDS)
+    if unknown:
+        raise _field_error(source, unknown[0],
+                           f"is not a known field; expected {', '.join(sorted(_FIELDS))}")
+    name = _text(meta, "name", source, required=True)
+    assert name is not None
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise _field_error(source, "name", "must be letters, digits, '-' or '_'")
+    spec = AgentSpec(
+        name=name,
+        description=_text(meta, "description", source) or "",
+        rules=Rules.parse(_message_rules(meta.get("permissions"), source), source),
+    )
+    return AgentDoc(spec=spec, model=_text(meta, "model", source), prompt=prompt.strip(),
+                    source=source)
+
+
+def _split(text: str, source: str) -> tuple[str, str]:
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].strip() != "---":
+        raise _field_error(source, "frontmatter", "must open the file with a '---' line")
+    for index, line in enumerate(lines[1:], start=1):
+        if line.strip() == "---":
+            return "".join(lines[1:index]), "".join(lines[index + 1:])
+    raise _field_error(source, "frontmatter", "has no closing '---' line")
+
+
+def _text(meta: Mapping[object, object], field: str, source: str,
+          required: bool = False) -> str | None:
+    value = meta.get(field)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _field_error(source, field, "must be a non-empty string")
+    return value.strip()
+
+
+def _message_rules(permissions: object, source: str) -> Mapping[object, object] | None:
+    if permissions is None:
+        return None
+    if not isinstance(permissions, Mapping):
+        raise _field_error(source, "permissions", "must be a mapping of action to rules")
+    unknown = sorted(str(key) for key in permissions if key not in _PERMISSION_ACTIONS)
+    if unknown:
+        raise _field_error(source, f"permissions.{unknown[0]}", "is not a known action")
+    rules = permissions.get("message")
+    if rules is not None and not isinstance(rules, Mapping):
+        raise _field_error(source, "permissions.message",
+                           "must be a mapping of label to allow|ask|deny")
+    return rules
+
+
+def _field_error(source: str, field: str, problem: str) -> AgentDocError:
+    return AgentDocError(f"{source}: {field} {problem}", source=source, field=field)
+
+
+# No message rules: deny by default, and the tool stays hidden until a user adds one.
+BUILTIN_AGENTS: Mapping[str, AgentSpec] = {
+    "default": AgentSpec("default", "General-purpose agent that can delegate subagents"),
+    "explore": AgentSpec("explore", "Explores code and reports findings to its parent"),
+}
