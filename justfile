@@ -15,7 +15,7 @@ test: lint
 
 # ruff and mypy --strict.
 lint:
-    {{python}} -m ruff check treemail tests
+    {{python}} -m ruff check treemail tests bench
     {{python}} -m mypy --strict treemail
 
 # The bounded exhaustive model checker at its default bounds.
