@@ -44,7 +44,7 @@ class CountingIds:
 
 def canonical_uuid(reference: str) -> str | None:
     """The lower-case UUID ``reference`` spells, or ``None`` when it is not a UUID."""
-    if _UUID_RE.match(reference) is None:
+    if _UUID_RE.fullmatch(reference) is None:  # `$` alone lets a trailing "\n" through
         return None
     return reference.lower()
 
