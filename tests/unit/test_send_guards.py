@@ -1,0 +1,660 @@
+"""Every ``send_message`` refusal at its boundary, in the design's guard order.
+
+Every refusal goes through ``_refused``, which also proves the store is exactly as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+import pytest
+
+from tests.unit.conftest import World, arguments
+from treemail.core.errors import TreemailError, UnknownTarget
+from treemail.core.records import Mode, Owner, RecipientState, Session, ToolContext
+from treemail.core.sending import grant_counter
+
+PEER_RULES = {"parent": "allow", "sibling": "allow", "child": "allow"}
+UNKNOWN_UUID = "12345678-9abc-4def-8123-456789abcdef"
+
+
+@attrs.frozen
+class Family:
+    """A root with children ``a`` and ``b``; everyone may message parent, child and sibling."""
+
+    root: Session
+    a: Session
+    b: Session
+
+
+@pytest.fixture
+def fam(world: World) -> Family:
+    root = world.root("root", PEER_RULES)
+    return Family(root, world.child(root, "a", PEER_RULES), world.child(root, "b", PEER_RULES))
+
+
+def _refused(
+    world: World, sender: Session | ToolContext, args: object, code: str
+) -> TreemailError:
+    """Assert the send fails with ``code`` and leaves the store exactly as it was."""
+    ctx = sender if isinstance(sender, ToolContext) else world.ctx(sender)
+    before = world.snapshot(ctx)
+    with pytest.raises(TreemailError) as caught:
+        world.engine.send_message(ctx, args)
+    assert caught.value.code == code, str(caught.value)
+    assert world.snapshot(ctx) == before
+    return caught.value
+
+
+def _counter(world: World, name: str) -> int:
+    with world.store.read() as tx:
+        return tx.count(name)
+
+
+# -- 1 disabled ------------------------------------------------------------------------------
+
+
+def test_disabled_even_when_rules_allow(world: World, fam: Family) -> None:
+    world.set_rules(fam.root, {"*": "allow"})
+    world.configure(enabled=False)
+    _refused(world, fam.root, arguments(fam.a), "send_message:disabled")
+
+
+def test_disabled_beats_invalid_arguments(world: World, fam: Family) -> None:
+    world.configure(enabled=False)
+    _refused(world, fam.root, "not an object", "send_message:disabled")
+    _refused(world, fam.root, {"recipient_session_id": fam.a.session_id, "body": "x"},
+             "send_message:disabled")
+
+
+# -- 2 invalid_arguments ---------------------------------------------------------------------
+
+
+def _fill(template: Mapping[str, object], reference: str) -> dict[str, object]:
+    return {key: reference if value == "@to" else value for key, value in template.items()}
+
+
+BAD_ARGUMENTS: list[Mapping[str, object]] = [
+    {"body": "hello"},
+    {"to": "@to"},
+    {},
+    {"to": "@to", "body": "hello", "extra": 1},
+    {"to": "@to", "body": "hello", "mode": "steer", "priority": "high"},
+    {"to": 5, "body": "hello"},
+    {"to": None, "body": "hello"},
+    {"to": "", "body": "hello"},
+    {"to": ["@to"], "body": "hello"},
+    {"to": "@to", "body": 5},
+    {"to": "@to", "body": None},
+    {"to": "@to", "body": ["hello"]},
+    {"to": "@to", "body": "hello", "mode": "broadcast"},
+    {"to": "@to", "body": "hello", "mode": "STEER"},
+    {"to": "@to", "body": "hello", "mode": None},
+    {"to": "@to", "body": "hello", "mode": 1},
+]
+
+
+@pytest.mark.parametrize("template", BAD_ARGUMENTS, ids=repr)
+def test_invalid_arguments(world: World, fam: Family, template: Mapping[str, object]) -> None:
+    _refused(world, fam.root, _fill(template, fam.a.reference), "send_message:invalid_arguments")
+
+
+@pytest.mark.parametrize("args", ["to=a body=x", ["a", "x"], None, 42, ("to", "body")], ids=repr)
+def test_arguments_must_be_an_object(world: World, fam: Family, args: object) -> None:
+    _refused(world, fam.root, args, "send_message:invalid_arguments")
+
+
+@pytest.mark.parametrize("with_to", [False, True])
+def test_recipient_session_id_is_rejected_with_a_hint(
+    world: World, fam: Family, with_to: bool
+) -> None:
+    args: dict[str, object] = {"recipient_session_id": fam.a.session_id, "body": "hello"}
+    if with_to:
+        args["to"] = fam.a.session_id
+    error = _refused(world, fam.root, args, "send_message:invalid_arguments")
+    assert "recipient_session_id" in error.message
+    assert "`to`" in error.message
+
+
+def test_both_modes_are_accepted(world: World, fam: Family) -> None:
+    for mode in ("steer", "queue"):
+        assert world.send(fam.root, fam.a, mode=mode).mode is Mode.QUEUE  # a is only queued
+
+
+# -- 3 invalid_body --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", ["", " ", "\n\t  \r\n", "\u3000"], ids=repr)
+def test_empty_or_whitespace_body(world: World, fam: Family, body: str) -> None:
+    _refused(world, fam.root, arguments(fam.a, body), "send_message:invalid_body")
+
+
+# Each pair is (exactly 10 UTF-8 bytes, 11 bytes), built from 2-, 3- and 4-byte characters.
+BODY_BOUNDARIES = [
+    ("é" * 5, "é" * 5 + "a"),
+    ("€" * 3 + "a", "€" * 3 + "é"),
+    ("😀" * 2 + "ab", "😀" * 2 + "abc"),
+    ("a" * 10, "a" * 11),
+    ("😀é€a", "😀é€ab"),
+]
+
+
+@pytest.mark.parametrize(("fits", "over"), BODY_BOUNDARIES, ids=repr)
+def test_body_size_boundary_counts_utf8_bytes(
+    world: World, fam: Family, fits: str, over: str
+) -> None:
+    world.configure(max_body_bytes=10)
+    assert (len(fits.encode()), len(over.encode())) == (10, 11)
+    error = _refused(world, fam.root, arguments(fam.a, over), "send_message:invalid_body")
+    assert error.details == {"size": 11, "limit": 10}
+    sent = world.send(fam.root, fam.a, fits)
+    assert world.engine.message(sent.message_id).body == fits
+
+
+@pytest.mark.parametrize("body", ["\ud800", "ok \udfff ok", "\udc00\ud800"], ids=repr)
+def test_lone_surrogate_body(world: World, fam: Family, body: str) -> None:
+    _refused(world, fam.root, arguments(fam.a, body), "send_message:invalid_body")
+
+
+# -- 4 recipient resolution ------------------------------------------------------------------
+
+
+def test_unknown_session(world: World, fam: Family) -> None:
+    error = _refused(world, fam.root, arguments(UNKNOWN_UUID), "send_message:unknown_session")
+    assert error.details == {"session_id": UNKNOWN_UUID}
+    _refused(world, fam.root, arguments(UNKNOWN_UUID.upper()), "send_message:unknown_session")
+
+
+def test_not_tree_peer(world: World, fam: Family) -> None:
+    other = world.root("other", PEER_RULES)
+    other_child = world.child(other, "oc", PEER_RULES)
+    for target in (other, other_child):
+        _refused(world, fam.a, arguments(target.session_id), "send_message:not_tree_peer")
+        _refused(world, other_child, arguments(fam.a.session_id), "send_message:not_tree_peer")
+
+
+def test_uuid_is_case_insensitive(world: World, fam: Family) -> None:
+    sent = world.send(fam.root, fam.a.session_id.upper())
+    assert world.engine.message(sent.message_id).recipient == fam.a.session_id
+
+
+def _line(world: World, peer: Session) -> str:
+    peer = world.fresh(peer)
+    description = peer.agent.description
+    if peer.handle is None:
+        return f"- {peer.session_id} — {description} — {peer.state}"
+    return f"- {peer.handle} — {description} — {peer.state} (session_id {peer.session_id})"
+
+
+def test_unknown_handle_lists_every_other_live_peer_of_the_tree(world: World) -> None:
+    root = world.root("root", PEER_RULES, description="plans the work")
+    a = world.child(root, "a", PEER_RULES)
+    b = world.child(root, "b", description="reviews")
+    a1 = world.child(a, "a1")
+    old = world.child(root, "old", description="from before handles", legacy=True)
+    other = world.root("other")
+    other_child = world.child(other, "oc")
+    world.activate(root)
+    error = _refused(world, a, arguments("reviewer_1"), "subagent:unknown_reference")
+    peers = [root, b, a1, old]
+    assert error.details["candidates"] == [p.session_id for p in peers]
+    listed = [line for line in error.message.splitlines() if line.startswith("- ")]
+    assert listed == [_line(world, p) for p in peers]
+    assert "- root_" in listed[0] and " — running (session_id " in listed[0]
+    assert error.message.count(old.session_id) == 1
+    for stranger in (a, other, other_child):
+        assert stranger.session_id not in error.message
+
+
+def test_a_handle_of_another_tree_does_not_resolve(world: World, fam: Family) -> None:
+    other = world.root("other")
+    other_child = world.child(other, "oc")
+    assert other_child.handle is not None
+    error = _refused(world, fam.a, arguments(other_child.handle), "subagent:unknown_reference")
+    assert error.details["candidates"] == [fam.root.session_id, fam.b.session_id]
+    assert other_child.session_id not in error.message
+    assert other.session_id not in error.message
+
+
+def test_a_lone_session_has_no_candidates(world: World) -> None:
+    root = world.root("root", PEER_RULES)
+    error = _refused(world, root, arguments("ghost_1"), "subagent:unknown_reference")
+    assert error.details["candidates"] == []
+    assert "no other session" in error.message
+
+
+def test_a_ghost_is_reachable_by_uuid_only(world: World, fam: Family) -> None:
+    world.store.transact(lambda tx: tx.put_session(attrs.evolve(world.fresh(fam.b), live=False)))
+    error = _refused(world, fam.a, arguments(fam.b), "subagent:unknown_reference")
+    assert error.details["candidates"] == [fam.root.session_id]
+    sent = world.send(fam.a, fam.b.session_id)
+    assert world.engine.message(sent.message_id).recipient == fam.b.session_id
+
+
+def test_legacy_peer_is_addressed_by_uuid(world: World, fam: Family) -> None:
+    old = world.child(fam.root, "old", legacy=True)
+    assert old.handle is None and old.reference == old.session_id
+    sent = world.send(fam.root, old)
+    assert world.engine.message(sent.message_id).recipient == old.session_id
+
+
+# -- 5 self_send -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["handle", "uuid", "UUID"])
+def test_self_send(world: World, fam: Family, spelling: str) -> None:
+    reference = {
+        "handle": fam.a.reference,
+        "uuid": fam.a.session_id,
+        "UUID": fam.a.session_id.upper(),
+    }[spelling]
+    _refused(world, fam.a, arguments(reference), "send_message:self_send")
+
+
+def test_legacy_self_send_by_uuid(world: World, fam: Family) -> None:
+    old = world.child(fam.root, "old", PEER_RULES, legacy=True)
+    _refused(world, old, arguments(old.session_id), "send_message:self_send")
+
+
+# -- guard order ------------------------------------------------------------------------------
+
+
+def test_invalid_arguments_beats_invalid_body(world: World, fam: Family) -> None:
+    args = {"to": fam.a.reference, "body": "", "extra": True}
+    _refused(world, fam.root, args, "send_message:invalid_arguments")
+
+
+def test_invalid_body_beats_recipient_resolution(world: World, fam: Family) -> None:
+    world.configure(max_body_bytes=3)
+    _refused(world, fam.root, arguments(UNKNOWN_UUID, " "), "send_message:invalid_body")
+    _refused(world, fam.root, arguments("nobody", "four"), "send_message:invalid_body")
+    _refused(world, fam.root, arguments(fam.root, ""), "send_message:invalid_body")
+
+
+def test_resolution_beats_permission(world: World) -> None:
+    root = world.root("mute")  # no rules: every send would be denied
+    other = world.root("other")
+    _refused(world, root, arguments(UNKNOWN_UUID), "send_message:unknown_session")
+    _refused(world, root, arguments(other.session_id), "send_message:not_tree_peer")
+    _refused(world, root, arguments("nobody"), "subagent:unknown_reference")
+
+
+def test_self_send_beats_permission(world: World) -> None:
+    root = world.root("mute")
+    _refused(world, root, arguments(root), "send_message:self_send")
+
+
+def test_permission_beats_hops_inbox_and_inflight(world: World, fam: Family) -> None:
+    world.configure(max_hops=1, max_pending_per_session=1, max_inflight_per_pair=1)
+    _chain_consume(world, fam.root, fam.a)  # a's run now has base hop 1
+    world.send(fam.b, fam.root)  # root's inbox is now full, and the b->root window too
+    world.set_rules(fam.a, {"parent": "deny"})
+    _refused(world, fam.a, arguments(fam.root), "permission:denied")
+    world.set_rules(fam.a, {"parent": "ask"})
+    _refused(world, fam.a, arguments(fam.root), "permission:approval_required")
+    world.set_rules(fam.b, {"parent": "deny"})
+    _refused(world, fam.b, arguments(fam.root), "permission:denied")
+
+
+def test_hops_beat_inbox_and_inbox_beats_inflight(world: World, fam: Family) -> None:
+    world.configure(max_hops=1, max_pending_per_session=2, max_inflight_per_pair=2)
+    _chain_consume(world, fam.root, fam.a)
+    world.send(fam.b, fam.root)
+    world.send(fam.b, fam.root)  # inbox of root full, and the b->root window full
+    _refused(world, fam.a, arguments(fam.root), "send_message:max_hops_exceeded")
+    _refused(world, fam.b, arguments(fam.root), "send_message:inbox_full")
+
+
+def test_idempotent_replay_beats_permission_and_guards(world: World, fam: Family) -> None:
+    world.configure(max_pending_per_session=1, max_inflight_per_pair=1)
+    ctx = world.ctx(fam.a)
+    first = world.engine.send_message(ctx, arguments(fam.root, "once"))
+    world.set_rules(fam.a, {})
+    assert world.engine.send_message(ctx, arguments(fam.root, "once")) == first
+    world.set_rules(fam.a, {"parent": "ask"})
+    assert world.engine.send_message(ctx, arguments(fam.root, "once")) == first
+    world.set_rules(fam.a, PEER_RULES)
+    _refused(world, fam.a, arguments(fam.root), "send_message:inbox_full")
+    world.configure(max_hops=-1, max_pending_per_session=5)
+    _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")
+    world.configure(max_pending_per_session=1, max_hops=0)
+    before = world.snapshot(ctx)
+    assert world.engine.send_message(ctx, arguments(fam.root, "once")) == first
+    assert world.snapshot(ctx) == before
+    assert world.pending_agent_mail(fam.root) == 1
+
+
+def test_replay_after_the_run_ended(world: World, fam: Family) -> None:
+    ctx = world.ctx(fam.a)
+    first = world.engine.send_message(ctx, arguments(fam.root))
+    world.drain(fam.a)  # the sending run finishes
+    assert world.engine.send_message(ctx, arguments(fam.root)) == first
+    assert world.pending_agent_mail(fam.root) == 1
+
+
+def test_disabled_beats_replay(world: World, fam: Family) -> None:
+    ctx = world.ctx(fam.a)
+    world.engine.send_message(ctx, arguments(fam.root))
+    world.configure(enabled=False)
+    _refused(world, ctx, arguments(fam.root), "send_message:disabled")
+
+
+def test_resolution_and_self_send_beat_replay(world: World, fam: Family) -> None:
+    ctx = world.ctx(fam.a)
+    world.engine.send_message(ctx, arguments(fam.root))
+    _refused(world, ctx, arguments(UNKNOWN_UUID), "send_message:unknown_session")
+    _refused(world, ctx, arguments(fam.a), "send_message:self_send")
+
+
+# -- 7 permission ----------------------------------------------------------------------------
+
+
+def test_deny_rule(world: World, fam: Family) -> None:
+    world.set_rules(fam.a, {"parent": "allow", "sibling": "deny"})
+    error = _refused(world, fam.a, arguments(fam.b), "permission:denied")
+    assert error.details == {"label": "sibling"}
+    assert world.send(fam.a, fam.root).recipient_state is RecipientState.QUEUED
+
+
+def test_no_rules_denies_and_hides_the_tool(world: World) -> None:
+    root = world.root("root")
+    child = world.child(root, "c")
+    assert world.engine.tool_visible(root.session_id) is False
+    assert world.engine.tool_visible(child.session_id) is False
+    _refused(world, root, arguments(child), "permission:denied")
+    _refused(world, child, arguments(root), "permission:denied")
+
+
+def test_grandparent_uses_the_catch_all_label(world: World, fam: Family) -> None:
+    grandchild = world.child(fam.a, "g", PEER_RULES)
+    error = _refused(world, grandchild, arguments(fam.root), "permission:denied")
+    assert error.details == {"label": "*"}
+    world.set_rules(grandchild, {"*": "allow"})
+    world.send(grandchild, fam.root)
+
+
+def test_ask_then_session_grant(world: World, fam: Family) -> None:
+    world.set_rules(fam.a, {"sibling": "ask", "parent": "ask"})
+    error = _refused(world, fam.a, arguments(fam.b), "permission:approval_required")
+    assert error.details == {"label": "sibling", "operation": "send_message(to,body,mode)"}
+    world.engine.grant("session", fam.a.session_id, "sibling")
+    world.send(fam.a, fam.b)
+    world.send(fam.a, fam.b)
+    _refused(world, fam.a, arguments(fam.root), "permission:approval_required")
+    world.set_rules(fam.b, {"sibling": "ask"})
+    _refused(world, fam.b, arguments(fam.a), "permission:approval_required")
+
+
+def test_tree_grant_covers_every_session_of_the_tree(world: World, fam: Family) -> None:
+    for session in (fam.a, fam.b):
+        world.set_rules(session, {"sibling": "ask"})
+    world.engine.grant("tree", fam.root.session_id, "sibling")
+    world.send(fam.a, fam.b)
+    world.send(fam.b, fam.a)
+
+
+def test_once_grant_is_spent_by_one_send(world: World, fam: Family) -> None:
+    world.set_rules(fam.a, {"parent": "ask"})
+    ctx = world.ctx(fam.a)
+    _refused(world, ctx, arguments(fam.root), "permission:approval_required")
+    once = grant_counter("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
+    world.engine.grant("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
+    world.engine.grant("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
+    assert _counter(world, once) == 1
+    sent = world.engine.send_message(ctx, arguments(fam.root))
+    assert _counter(world, once) == 0
+    assert world.engine.send_message(ctx, arguments(fam.root)) == sent  # replay, not a 2nd send
+    _refused(world, fam.a, arguments(fam.root), "permission:approval_required")
+    assert world.pending_agent_mail(fam.root) == 1
+
+
+def test_once_grant_survives_a_send_refused_later(world: World, fam: Family) -> None:
+    world.configure(max_pending_per_session=1)
+    world.send(fam.b, fam.root)
+    world.set_rules(fam.a, {"parent": "ask"})
+    ctx = world.ctx(fam.a)
+    subject = f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}"
+    world.engine.grant("once", subject, "parent")
+    _refused(world, ctx, arguments(fam.root), "send_message:inbox_full")
+    assert _counter(world, grant_counter("once", subject, "parent")) == 1
+
+
+def test_once_grant_covers_only_its_tool_call(world: World, fam: Family) -> None:
+    world.set_rules(fam.a, {"parent": "ask"})
+    ctx = world.ctx(fam.a)
+    world.engine.grant("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
+    _refused(world, fam.a, arguments(fam.root), "permission:approval_required")
+
+
+def test_grant_scope_must_be_known(world: World, fam: Family) -> None:
+    with pytest.raises(UnknownTarget):
+        world.engine.grant("forever", fam.a.session_id, "parent")
+
+
+# -- 8 max_hops ------------------------------------------------------------------------------
+
+
+def _chain_consume(world: World, sender: Session, recipient: Session) -> str:
+    """``sender`` sends to ``recipient``, whose run then consumes it in a committed request."""
+    sent = world.send(sender, recipient)
+    run = world.activate(recipient)
+    request = world.engine.begin_request(recipient.session_id, run.run_id)
+    assert sent.message_id in [d.message_id for d in request.deliveries]
+    world.engine.commit_request(recipient.session_id, run.run_id, request.request_id)
+    return sent.message_id
+
+
+def _line_of(world: World, length: int) -> list[Session]:
+    sessions = [world.root("s0", PEER_RULES)]
+    for n in range(1, length):
+        sessions.append(world.child(sessions[-1], f"s{n}", PEER_RULES))
+    return sessions
+
+
+def test_max_hops_boundary(world: World) -> None:
+    world.configure(max_hops=2)
+    s = _line_of(world, 4)
+    first = _chain_consume(world, s[0], s[1])
+    second = _chain_consume(world, s[1], s[2])
+    assert [world.engine.message(m).hop for m in (first, second)] == [1, 2]
+    error = _refused(world, s[2], arguments(s[3]), "send_message:max_hops_exceeded")
+    assert error.details == {"hop": 3, "limit": 2}
+    world.send(s[1], s[2])  # s1's run is still at base 1: hop 2 passes
+
+
+@pytest.mark.parametrize("max_hops", [0, -1, -50])
+def test_max_hops_zero_or_negative_disables_the_guard(world: World, max_hops: int) -> None:
+    world.configure(max_hops=max_hops)
+    s = _line_of(world, 9)
+    hops = [world.engine.message(_chain_consume(world, s[n], s[n + 1])).hop for n in range(8)]
+    assert hops == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_hop_base_counts_consumed_mail_not_claimed(world: World) -> None:
+    world.configure(max_hops=1)
+    s = _line_of(world, 3)
+    world.send(s[0], s[1])
+    run = world.activate(s[1])
+    request = world.engine.begin_request(s[1].session_id, run.run_id)  # claimed, not consumed
+    assert world.engine.message(world.send(s[1], s[2]).message_id).hop == 1
+    world.engine.abort_request(s[1].session_id, run.run_id, request.request_id)
+    assert world.engine.message(world.send(s[1], s[2]).message_id).hop == 1
+    request = world.engine.begin_request(s[1].session_id, run.run_id)
+    world.engine.commit_request(s[1].session_id, run.run_id, request.request_id)
+    _refused(world, s[1], arguments(s[2]), "send_message:max_hops_exceeded")
+
+
+def test_hop_base_is_the_highest_consumed_hop_not_the_last(world: World) -> None:
+    s = _line_of(world, 4)
+    for n in range(3):
+        _chain_consume(world, s[n], s[n + 1])  # s3's run has consumed a hop-3 message
+    fresh = world.child(s[2], "fresh", PEER_RULES)  # a run at base 0
+    low = _chain_consume(world, fresh, s[3])  # s3's same run then consumes a hop-1 message
+    assert world.engine.message(low).hop == 1
+    world.configure(max_hops=3)
+    error = _refused(world, s[3], arguments(s[2]), "send_message:max_hops_exceeded")
+    assert error.details == {"hop": 4, "limit": 3}
+
+
+def test_hop_base_is_per_run(world: World) -> None:
+    world.configure(max_hops=1)
+    s = _line_of(world, 3)
+    _chain_consume(world, s[0], s[1])
+    _refused(world, s[1], arguments(s[2]), "send_message:max_hops_exceeded")
+    run = world.activate(s[1])
+    world.engine.finish_run(s[1].session_id, run.run_id)
+    assert world.engine.message(world.send(s[1], s[2]).message_id).hop == 1  # a fresh run
+
+
+# -- 9 inbox_full ----------------------------------------------------------------------------
+
+
+def _children(world: World, root: Session, count: int) -> list[Session]:
+    return [world.child(root, f"c{n}", PEER_RULES) for n in range(count)]
+
+
+def test_inbox_full_at_the_cap(world: World) -> None:
+    world.configure(max_pending_per_session=3)
+    root = world.root("root", PEER_RULES)
+    kids = _children(world, root, 4)
+    world.send(kids[0], root)
+    world.send(kids[1], root)
+    world.send(kids[2], root)  # cap - 1 pending: accepted
+    error = _refused(world, kids[3], arguments(root), "send_message:inbox_full")
+    assert error.details == {"pending": 3, "limit": 3}
+    assert world.pending_agent_mail(root) == 3
+
+
+def test_non_agent_mail_does_not_count(world: World) -> None:
+    world.configure(max_pending_per_session=2)
+    root = world.root("root", PEER_RULES)
+    kids = _children(world, root, 3)
+    for owner in (Owner.PLUGIN, Owner.USER, Owner.DELEGATION, Owner.GOAL):
+        world.engine.produce(root.session_id, f"{owner} mail", owner)
+        world.engine.produce(root.session_id, f"more {owner} mail", owner)
+    world.send(kids[0], root)
+    world.send(kids[1], root)
+    _refused(world, kids[2], arguments(root), "send_message:inbox_full")
+    assert len(world.engine.pending(root.session_id)) == 10
+
+
+def test_produce_refuses_agent_mail(world: World) -> None:
+    root = world.root("root")
+    before = world.snapshot()
+    with pytest.raises(TreemailError):
+        world.engine.produce(root.session_id, "sneaky", Owner.AGENT)
+    assert world.snapshot() == before
+
+
+def test_discarding_frees_one_inbox_slot(world: World) -> None:
+    world.configure(max_pending_per_session=2)
+    root = world.root("root", PEER_RULES)
+    kids = _children(world, root, 4)
+    first = world.send(kids[0], root)
+    world.send(kids[1], root)
+    _refused(world, kids[2], arguments(root), "send_message:inbox_full")
+    world.engine.discard(first.message_id, "operator cleared it")
+    world.send(kids[2], root)
+    _refused(world, kids[3], arguments(root), "send_message:inbox_full")
+
+
+def test_claimed_mail_counts_until_consumed(world: World) -> None:
+    world.configure(max_pending_per_session=3)
+    root = world.root("root", PEER_RULES)
+    kids = _children(world, root, 5)
+    run = world.activate(root)
+    world.send(kids[0], root)  # steer: joins root's run
+    request = world.engine.begin_request(root.session_id, run.run_id)
+    world.send(kids[1], root, mode="queue")
+    world.send(kids[2], root)
+    _refused(world, kids[3], arguments(root), "send_message:inbox_full")
+    world.engine.abort_request(root.session_id, run.run_id, request.request_id)
+    _refused(world, kids[3], arguments(root), "send_message:inbox_full")  # released counts
+    request = world.engine.begin_request(root.session_id, run.run_id)
+    agent_mail = [d for d in request.deliveries if d.owner is Owner.AGENT]
+    assert len(agent_mail) == 2  # the released one and the steer of kids[2]
+    world.engine.commit_request(root.session_id, run.run_id, request.request_id)
+    assert world.pending_agent_mail(root) == 1
+    world.send(kids[3], root)
+    world.send(kids[4], root)
+    _refused(world, kids[0], arguments(root), "send_message:inbox_full")
+
+
+# -- 10 inflight_full ------------------------------------------------------------------------
+
+
+def test_inflight_window_per_directed_pair(world: World, fam: Family) -> None:
+    world.configure(max_inflight_per_pair=2)
+    world.send(fam.a, fam.root)
+    world.send(fam.a, fam.root)
+    error = _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")
+    assert error.details == {"pending": 2, "limit": 2}
+    world.send(fam.b, fam.root)  # another pair into the same recipient
+    world.send(fam.a, fam.b)  # the same sender to another recipient
+    world.send(fam.root, fam.a)  # the opposite direction
+    world.send(fam.root, fam.a)
+    _refused(world, fam.root, arguments(fam.a), "send_message:inflight_full")
+
+
+def test_consuming_frees_the_window(world: World, fam: Family) -> None:
+    world.configure(max_inflight_per_pair=2)
+    run = world.activate(fam.root)
+    world.send(fam.a, fam.root)
+    request = world.engine.begin_request(fam.root.session_id, run.run_id)
+    world.send(fam.a, fam.root)
+    _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")  # claimed counts
+    world.engine.commit_request(fam.root.session_id, run.run_id, request.request_id)
+    world.send(fam.a, fam.root)
+    _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")
+
+
+def test_discarding_frees_the_window(world: World, fam: Family) -> None:
+    world.configure(max_inflight_per_pair=1)
+    first = world.send(fam.a, fam.root)
+    _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")
+    world.engine.discard(first.message_id, "stale")
+    world.send(fam.a, fam.root)
+
+
+def test_inflight_zero_disables_the_window(world: World, fam: Family) -> None:
+    world.configure(max_inflight_per_pair=0, max_pending_per_session=100)
+    for _ in range(12):
+        world.send(fam.a, fam.root)
+    assert world.pending_agent_mail(fam.root) == 12
+
+
+def test_default_window_is_four(world: World, fam: Family) -> None:
+    for _ in range(4):
+        world.send(fam.a, fam.root)
+    _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")
+
+
+# -- engine_shutdown and tool context ----------------------------------------------------
+
+
+def test_engine_shutdown(world: World, fam: Family) -> None:
+    kept = world.send(fam.a, fam.root)
+    world.engine.shutdown()
+    _refused(world, fam.a, arguments(fam.root), "send_message:engine_shutdown")
+    _refused(world, fam.a, "garbage", "send_message:engine_shutdown")
+    assert [m.message_id for m in world.engine.pending(fam.root.session_id)] == [
+        kept.message_id
+    ]
+
+
+def test_a_tool_context_must_name_the_senders_live_run(world: World, fam: Family) -> None:
+    run = world.activate(fam.a)
+    other_run = world.activate(fam.b)
+    code = "engine:invalid_tool_context"
+    _refused(world, ToolContext(fam.a.session_id, UNKNOWN_UUID, "c1"), arguments(fam.b), code)
+    _refused(world, ToolContext(fam.a.session_id, other_run.run_id, "c2"), arguments(fam.b), code)
+    world.engine.finish_run(fam.a.session_id, run.run_id)
+    _refused(world, ToolContext(fam.a.session_id, run.run_id, "c3"), arguments(fam.b), code)
+
+
+def test_default_body_limit_is_32768_bytes(world: World, fam: Family) -> None:
+    fits = "€" * 10922 + "ab"  # 32766 + 2 bytes
+    assert len(fits.encode()) == 32768
+    _refused(world, fam.root, arguments(fam.a, fits + "c"), "send_message:invalid_body")
+    world.send(fam.root, fam.a, fits)
