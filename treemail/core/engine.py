@@ -17,7 +17,7 @@ The engine owns no I/O: storage comes in as a ``Store`` and ids as an ``IdSource
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -250,9 +250,35 @@ class Engine:
                                    reply_hint=recipient.agent.rules.visible)
         return Delivery(message.message_id, message.owner, text)
 
-    def commit_request(self, session_id: str, run_id: str, request_id: str) -> None:
-        """The request committed: its mail is consumed, exactly once."""
-        self._transact(lambda tx: self._close_request(tx, session_id, run_id, request_id, True))
+    def commit_request(
+        self, session_id: str, run_id: str, request_id: str,
+        output: Mapping[str, object] | None = None,
+    ) -> None:
+        """The request committed: its mail is consumed, exactly once.
+
+        ``output`` (the model's reply, as JSON-compatible data) is appended to the session's
+        log as ``ModelOutput`` in the same transaction, so the durable transcript holds the
+        reply exactly when it holds the mail that prompted it."""
+
+        def work(tx: WriteTxn) -> None:
+            self._close_request(tx, session_id, run_id, request_id, True)
+            if output is not None:
+                tx.append(session_id, "ModelOutput",
+                          {"run_id": run_id, "request_id": request_id, **output})
+
+        self._transact(work)
+
+    def record_tool_results(
+        self, session_id: str, run_id: str, results: Sequence[Mapping[str, object]]
+    ) -> None:
+        """Append the results of the tool calls of the run's last reply (``ToolResults``), so
+        the durable transcript can be rebuilt after eviction or restart."""
+
+        def work(tx: WriteTxn) -> None:
+            _live_run(tx, session_id, run_id)
+            tx.append(session_id, "ToolResults", {"run_id": run_id, "results": list(results)})
+
+        self._transact(work)
 
     def abort_request(self, session_id: str, run_id: str, request_id: str) -> None:
         """The request did not commit: its mail is released for the next boundary."""

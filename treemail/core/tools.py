@@ -32,6 +32,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TOOLS",
     "TOOL_NAMES",
+    "InvalidToolArguments",
     "Tool",
     "UnknownTool",
     "function_parameters",
@@ -57,6 +58,12 @@ class UnknownTool(Refusal):
     """A model called, or a runtime asked for, a tool that is not on the surface."""
 
     code = "tool:unknown"
+
+
+class InvalidToolArguments(Refusal):
+    """A delegation tool was called with a missing, mistyped or unknown argument."""
+
+    code = "tool:invalid_arguments"
 
 
 @attrs.frozen

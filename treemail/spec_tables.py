@@ -1,0 +1,322 @@
+"""The generated half of ``spec/``: tables and diagrams derived from the code they describe.
+
+Every table here is a pure function of ``treemail.core``: the lifecycles come from the
+flattened machine classes, the errors from walking ``TreemailError``, the settings from
+``MessagingConfig``, ``DEFAULTS`` and ``RANGES``, the guard order from ``GUARD_ORDER``.
+The tool schemas of ``spec/schemas`` are written here too, from ``treemail.core.tools``.
+Only meanings that the code states in comments (not in anything importable) live in the
+dicts below; a derivation refuses a dict that misses a name or holds a stale one, so they
+cannot drift either. ``python -m treemail.spec_tables`` rewrites the generated files;
+``--check`` only reports which of them are stale. ``tests/unit/test_spec.py`` runs the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from treemail.core import errors
+from treemail.core.config import DEFAULTS, RANGES
+from treemail.core.delivery import DELIVERABLE, message_event, session_event
+from treemail.core.guards import GUARD_ORDER
+from treemail.core.lifecycle import MESSAGE, SESSION, Lifecycle, MessageLifecycle, SessionLifecycle
+from treemail.core.records import AgentSpec, Session
+from treemail.core.sending import _recipient_state
+from treemail.core.tools import schema_files
+
+__all__ = [
+    "REGENERATE",
+    "SPEC_DIR",
+    "config_table",
+    "errors_table",
+    "generated_files",
+    "guards_table",
+    "lifecycle_markdown",
+    "main",
+    "mermaid",
+    "message_table",
+    "render_json",
+    "session_table",
+]
+
+Table = dict[str, Any]
+
+SPEC_DIR = Path(__file__).resolve().parent.parent / "spec"
+REGENERATE = ".venv/bin/python -m treemail.spec_tables"
+
+_MEANINGS: Mapping[str, Mapping[str, str]] = {
+    "message states": {
+        "accepted": "persisted in the recipient's log; the send has succeeded",
+        "admitted": "taken into pending input, bound to the running run (steer) or the next run",
+        "claimed": "inside a model request being built at a safe boundary",
+        "released": "its request did not commit; waits for the next boundary",
+        "consumed": "its request committed: it is in the transcript, exactly once",
+        "discarded": "dropped by an explicit decision, with a reason",
+    },
+    "message events": {
+        "admit": "the recipient's actor takes the mail into pending input",
+        "claim": "a request opened at a safe boundary takes the mail, bound to (run, request)",
+        "release": "the request did not commit (cancelled, model error, crash found at restart)",
+        "consume": "the request that carried the mail committed",
+        "discard": "an explicit decision drops unclaimed mail (session deleted, operator)",
+    },
+    "session states": {
+        "idle": "no run; created, or its last run was interrupted",
+        "queued": "a run is wanted and waits to start",
+        "running": "a run is executing; steer mail joins it at the next safe boundary",
+        "finished": "its last run completed its task; new mail wakes it",
+    },
+    "session events": {
+        "enqueue": "a run is wanted: a first task, a user turn, or mail waking the session",
+        "start": "the queued run starts; mail waiting for the next run is bound to it",
+        "finish": "the run completed its task",
+        "interrupt": "the run (running or queued) was cancelled or found dead at restart",
+    },
+    "config": {
+        "enabled": "master switch; false refuses every send with send_message:disabled",
+        "max_hops": "longest allowed chain of agent mail; <= 0 disables the hop guard",
+        "max_body_bytes": "largest body, in UTF-8 bytes",
+        "max_pending_per_session": "pending agent mail a recipient may hold; more is refused",
+        "max_inflight_per_pair": "pending mail per directed sender-recipient pair; 0 disables",
+    },
+    "guards": {
+        "disabled": "[messaging] enabled is false",
+        "invalid_arguments": "the arguments are not exactly to, body and an optional mode",
+        "invalid_body": "the body is empty, whitespace only, not encodable, or too large",
+        "recipient_resolution": "a UUID must name a session of the sender's tree, else a "
+        "handle must name a live peer of that tree",
+        "self_send": "the recipient is the sender's own session",
+        "idempotent_replay": "a retried tool call returns its original result, unchanged",
+        "permission": "the sender's rule for the recipient's label: allow, ask or deny",
+        "max_hops_exceeded": "the new message's hop would exceed max_hops > 0",
+        "inbox_full": "the recipient holds max_pending_per_session pending agent messages",
+        "inflight_full": "the pair has max_inflight_per_pair > 0 pending messages",
+        "engine_shutdown": "the send raced shutdown; nothing was accepted",
+    },
+}
+
+# The refusals each guard can raise; idempotent_replay answers with a result, never an error.
+_GUARD_ERRORS: Mapping[str, tuple[type[errors.TreemailError], ...]] = {
+    "disabled": (errors.MessagingDisabled,),
+    "invalid_arguments": (errors.InvalidArguments,),
+    "invalid_body": (errors.InvalidBody,),
+    "recipient_resolution": (
+        errors.UnknownSession, errors.NotTreePeer, errors.UnknownSubagentReference,
+    ),
+    "self_send": (errors.SelfSend,),
+    "idempotent_replay": (),
+    "permission": (errors.PermissionDenied, errors.ApprovalRequired),
+    "max_hops_exceeded": (errors.MaxHopsExceeded,),
+    "inbox_full": (errors.InboxFull,),
+    "inflight_full": (errors.InflightFull,),
+    "engine_shutdown": (errors.EngineShutdown,),
+}
+# Checked whenever a send races shutdown, whatever the position in GUARD_ORDER.
+_ANYTIME = ("engine_shutdown",)
+
+_FAMILIES = (
+    ("definition", errors.DefinitionError),
+    ("refusal", errors.Refusal),
+    ("storage", errors.StorageError),
+)
+
+
+def _meanings(group: str, names: Sequence[str]) -> Mapping[str, str]:
+    table = _MEANINGS[group]
+    if set(table) != set(names):
+        raise ValueError(
+            f"spec_tables: the {group} meanings do not match the code: missing "
+            f"{sorted(set(names) - set(table))}, stale {sorted(set(table) - set(names))}"
+        )
+    return table
+
+
+def _transitions(lifecycle: Lifecycle) -> list[tuple[str, str, str]]:
+    """(event, from, to), in declaration order of events, then of states."""
+    return [
+        (event, state, lifecycle.transitions[(state, event)])
+        for event in lifecycle.events
+        for state in lifecycle.states
+        if (state, event) in lifecycle.transitions
+    ]
+
+
+def _lifecycle_table(
+    lc: Lifecycle, machine: type[Any], group: str,
+    state_facts: Callable[[str], Table], log_kind: Callable[[str, str], str],
+) -> Table:
+    states = _meanings(f"{group} states", lc.states)
+    events = _meanings(f"{group} events", lc.events)
+    return {
+        "machine": lc.name,
+        "summary": " ".join((machine.__doc__ or "").split()),
+        "initial": lc.initial,
+        "final": [s for s in lc.states if lc.is_final(s)],
+        "states": [
+            {"name": s, "meaning": states[s], "initial": s == lc.initial,
+             "final": lc.is_final(s), **state_facts(s)}
+            for s in lc.states
+        ],
+        "events": list(lc.events),
+        "transitions": [
+            {"event": e, "from": a, "to": b, "meaning": events[e], "log_kind": log_kind(e, b)}
+            for e, a, b in _transitions(lc)
+        ],
+    }
+
+
+def message_table() -> Table:
+    """States carry the log kind recorded on entry (acceptance included) and the pending and
+    deliverable flags the guards and delivery read."""
+    return _lifecycle_table(
+        MESSAGE, MessageLifecycle, "message",
+        lambda s: {"pending": not MESSAGE.is_final(s), "deliverable": s in DELIVERABLE,
+                   "log_kind": message_event(s)},
+        lambda _event, target: message_event(target),
+    )
+
+
+def _reported(state: str) -> str:
+    """What send_message reports as recipient_state for a recipient in ``state``."""
+    probe = Session("-", "-", None, AgentSpec("probe"), None, 0, state=state)
+    return _recipient_state(probe).value
+
+
+def session_table() -> Table:
+    """Session log kinds belong to events, not states; states carry the recipient_state."""
+    return _lifecycle_table(
+        SESSION, SessionLifecycle, "session",
+        lambda s: {"recipient_state": _reported(s)},
+        lambda event, _target: session_event(event),
+    )
+
+
+def _error_classes() -> list[type[errors.TreemailError]]:
+    """Every subclass of the root declared in errors.py (a test's subclass is not the API)."""
+    found, todo = [], list(errors.TreemailError.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        todo.extend(cls.__subclasses__())
+        found += [cls] if cls.__module__ == errors.__name__ else []
+    return found
+
+
+def _family(cls: type[errors.TreemailError]) -> str:
+    return next(name for name, root in _FAMILIES if issubclass(cls, root))
+
+
+def errors_table() -> Table:
+    rows = [
+        {"code": cls.code, "class": cls.__name__, "family": _family(cls),
+         "base": cls.__bases__[0].__name__, "meaning": " ".join((cls.__doc__ or "").split())}
+        for cls in _error_classes()
+    ]
+    return {"root": errors.TreemailError.__name__, "errors": sorted(rows, key=lambda r: r["code"])}
+
+
+def config_table() -> Table:
+    meanings = _meanings("config", list(DEFAULTS))
+    return {
+        "section": "messaging",
+        "keys": [
+            {"key": key, "type": type(default).__name__, "default": default,
+             "min": RANGES.get(key), "meaning": meanings[key]}
+            for key, default in DEFAULTS.items()
+        ],
+    }
+
+
+def _guard_rows(names: Sequence[str]) -> list[Table]:
+    meanings = _meanings("guards", [*GUARD_ORDER, *_ANYTIME])
+    return [
+        {"guard": name, "codes": [cls.code for cls in _GUARD_ERRORS[name]],
+         "description": meanings[name]}
+        for name in names
+    ]
+
+
+def guards_table() -> Table:
+    if set(_GUARD_ERRORS) != (names := {*GUARD_ORDER, *_ANYTIME}):
+        raise ValueError(f"spec_tables: guards out of step: {sorted(set(_GUARD_ERRORS) ^ names)}")
+    return {"order": _guard_rows(GUARD_ORDER), "anytime": _guard_rows(_ANYTIME)}
+
+
+def mermaid(lifecycle: Lifecycle) -> str:
+    """A ``stateDiagram-v2`` of ``lifecycle``: its initial state, transitions and final states."""
+    lines = ["stateDiagram-v2", f"    [*] --> {lifecycle.initial}"]
+    lines += [f"    {a} --> {b} : {e}" for e, a, b in _transitions(lifecycle)]
+    lines += [f"    {s} --> [*]" for s in lifecycle.states if lifecycle.is_final(s)]
+    return "\n".join(lines) + "\n"
+
+
+def _diagram(title: str, lifecycle: Lifecycle, summary: str, notes: str) -> str:
+    return f"## {title} (`{lifecycle.name}`)\n\n{summary}\n\n```mermaid\n" \
+        f"{mermaid(lifecycle)}```\n\n{notes}\n"
+
+
+def lifecycle_markdown() -> str:
+    message, session = message_table(), session_table()
+    pending = ", ".join(s["name"] for s in message["states"] if s["pending"])
+    kinds = ", ".join(f"{s['name']} → {s['log_kind']}" for s in message["states"])
+    runs = ", ".join(dict.fromkeys(f"{t['event']} → {t['log_kind']}"
+                                   for t in session["transitions"]))
+    header = (
+        f"<!-- GENERATED by treemail/spec_tables.py from treemail/core; do not edit.\n"
+        f"     Regenerate with: {REGENERATE} -->\n\n# Lifecycles\n\n"
+        "The transition tables behind these diagrams are in `message_lifecycle.json` and\n"
+        "`session_lifecycle.json`; `README.md` explains them.\n\n"
+    )
+    return header + _diagram(
+        "Message", MESSAGE, message["summary"],
+        f"Pending states: {pending}. Event-log kind on entry: {kinds}.",
+    ) + "\n" + _diagram(
+        "Session", SESSION, session["summary"],
+        f"No final state: mail wakes a finished session. Event-log kind per event: {runs}.",
+    )
+
+
+def render_json(table: Mapping[str, Any]) -> str:
+    return json.dumps(table, indent=2, ensure_ascii=False) + "\n"
+
+
+def generated_files() -> dict[str, str]:
+    """Every generated file of spec/, by path relative to it, with its exact text; the tool
+    schemas come from ``treemail.core.tools`` so that one command regenerates all of spec/."""
+    tables = {
+        "message_lifecycle.json": message_table(),
+        "session_lifecycle.json": session_table(),
+        "errors.json": errors_table(),
+        "config.json": config_table(),
+        "guards.json": guards_table(),
+    }
+    files = {name: render_json(table) for name, table in tables.items()}
+    files["lifecycle.md"] = lifecycle_markdown()
+    return {**files, **schema_files()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m treemail.spec_tables",
+                                     description="Regenerate the derived files of spec/.")
+    parser.add_argument("--out", type=Path, default=SPEC_DIR, help="the spec directory")
+    parser.add_argument("--check", action="store_true", help="report stale files, write none")
+    options = parser.parse_args(argv)
+    stale = []
+    for name, text in generated_files().items():
+        path = options.out / name
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            continue
+        stale.append(name)
+        if not options.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    verb = "stale" if options.check else "written"
+    print(f"{verb}: {', '.join(stale) or 'none'}")
+    return 1 if options.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
