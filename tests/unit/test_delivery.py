@@ -11,7 +11,12 @@ import pytest
 
 from tests.unit.conftest import World, arguments
 from treemail.core.engine import Delivery, Request
-from treemail.core.errors import IllegalTransition, TreemailError, UnknownTarget
+from treemail.core.errors import (
+    IllegalTransition,
+    InvalidRequest,
+    TreemailError,
+    UnknownTarget,
+)
 from treemail.core.records import Mode, Owner, RecipientState, RunStatus, Session, ToolContext
 from treemail.core.sending import send
 
@@ -329,7 +334,7 @@ def test_discard_of_a_claimed_message_is_illegal_and_changes_nothing(
 
 def test_discard_needs_a_reason_and_a_message(world: World, pair: Pair) -> None:
     sent = world.send(pair.root, pair.child)
-    _refuse_discard(world, sent.message_id, "  ", UnknownTarget.code)
+    _refuse_discard(world, sent.message_id, "  ", InvalidRequest.code)
     _refuse_discard(world, "no-such-message", "why", UnknownTarget.code)
     assert _state(world, sent.message_id) == "admitted"
 

@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 from tests.unit.conftest import World, arguments
-from treemail.core.errors import TreemailError, UnknownTarget
+from treemail.core.errors import InvalidRequest, TreemailError
 from treemail.core.records import Mode, Owner, RecipientState, Session, ToolContext
 from treemail.core.sending import grant_counter
 
@@ -428,7 +428,7 @@ def test_once_grant_covers_only_its_tool_call(world: World, fam: Family) -> None
 
 
 def test_grant_scope_must_be_known(world: World, fam: Family) -> None:
-    with pytest.raises(UnknownTarget):
+    with pytest.raises(InvalidRequest):
         world.engine.grant("forever", fam.a.session_id, "parent")
 
 

@@ -31,7 +31,12 @@ from treemail.core.delivery import (
     step_session,
 )
 from treemail.core.envelope import render_envelope
-from treemail.core.errors import EngineShutdown, IllegalTransition, InvalidBody, UnknownTarget
+from treemail.core.errors import (
+    EngineShutdown,
+    IllegalTransition,
+    InvalidRequest,
+    UnknownTarget,
+)
 from treemail.core.ids import IdSource, make_handle
 from treemail.core.records import (
     AgentSpec,
@@ -108,7 +113,8 @@ class Engine:
         handle = None if legacy else make_handle(agent.name, session_id)
         root = parent.root_session_id if parent is not None else session_id
         if handle is not None and tx.handle_owner(root, handle) is not None:
-            raise UnknownTarget(f"handle {handle} is already taken in tree {root}")
+            raise InvalidRequest(f"handle {handle} is already taken in tree {root}; "
+                                 "the id source minted a colliding id")
         session = Session(
             session_id=session_id,
             root_session_id=root,
@@ -135,9 +141,9 @@ class Engine:
 
         Such mail never counts against the agent inbox cap."""
         if owner is Owner.AGENT:
-            raise InvalidBody("agent mail is sent with send_message, not produce")
+            raise InvalidRequest("agent mail is sent with send_message, not produce")
         if not body.strip():
-            raise InvalidBody("mail body is empty")
+            raise InvalidRequest("mail body is empty; produce needs text for the recipient")
 
         def work(tx: WriteTxn) -> str:
             return self._produce(tx, _need_session(tx, recipient), body, owner, sender)
@@ -178,7 +184,7 @@ class Engine:
         ``scope`` is ``once`` (subject ``session/run/tool_call`` of the waiting call),
         ``session`` (subject: sender session id) or ``tree`` (subject: root session id)."""
         if scope not in ("once", "session", "tree"):
-            raise UnknownTarget(f"grant scope must be once, session or tree, not {scope!r}")
+            raise InvalidRequest(f"grant scope must be once, session or tree, not {scope!r}")
         name = grant_counter(scope, subject, label)
         self._transact(lambda tx: None if tx.count(name) else tx.add(name, 1))
 
@@ -315,7 +321,7 @@ class Engine:
     def discard(self, message_id: str, reason: str) -> None:
         """Drop a pending, unclaimed message by an explicit decision, with its reason."""
         if not reason.strip():
-            raise UnknownTarget("a discard needs a reason")
+            raise InvalidRequest("a discard needs a reason, recorded in the event log")
 
         def work(tx: WriteTxn) -> None:
             message = tx.message(message_id)

@@ -27,6 +27,8 @@ __all__ = [
     "InflightFull",
     "InvalidArguments",
     "InvalidBody",
+    "InvalidRequest",
+    "InvalidToolArguments",
     "InvalidToolContext",
     "MaxHopsExceeded",
     "MessagingDisabled",
@@ -41,6 +43,7 @@ __all__ = [
     "UnknownSession",
     "UnknownSubagentReference",
     "UnknownTarget",
+    "UnknownTool",
 ]
 
 
@@ -103,6 +106,12 @@ class InvalidToolContext(DefinitionError):
     code = "engine:invalid_tool_context"
 
 
+class InvalidRequest(DefinitionError):
+    """An engine call was malformed: empty mail, a discard without a reason, a bad scope."""
+
+    code = "engine:invalid_request"
+
+
 class UnknownTarget(DefinitionError):
     """An engine call named a session, run, request or message that does not exist."""
 
@@ -122,6 +131,18 @@ class UnknownApproval(Refusal):
     """An approval answer named no pending approval (unknown, or already answered)."""
 
     code = "approval:unknown"
+
+
+class UnknownTool(Refusal):
+    """A model called a tool that is not on its surface (``steer_subagent`` among them)."""
+
+    code = "tool:unknown"
+
+
+class InvalidToolArguments(Refusal):
+    """A delegation tool was called with a missing, mistyped or unknown argument."""
+
+    code = "tool:invalid_arguments"
 
 
 class PermissionDenied(Refusal):

@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from treemail.core.errors import Refusal
+from treemail.core.errors import InvalidToolArguments, UnknownTool
 
 __all__ = [
     "SCHEMA_DIALECT",
@@ -54,16 +54,6 @@ _REMOVED = {
 }
 
 
-class UnknownTool(Refusal):
-    """A model called, or a runtime asked for, a tool that is not on the surface."""
-
-    code = "tool:unknown"
-
-
-class InvalidToolArguments(Refusal):
-    """A delegation tool was called with a missing, mistyped or unknown argument."""
-
-    code = "tool:invalid_arguments"
 
 
 @attrs.frozen
