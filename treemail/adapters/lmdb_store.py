@@ -351,6 +351,9 @@ class LmdbStore:
                 writemap=False,
                 lock=True,
             )
+            # A process killed while another kept the store open leaves reader slots that
+            # pin old pages; clear them so the file does not grow behind dead readers.
+            env.reader_check()
             with env.begin(write=True) as txn:
                 dbs = {name: env.open_db(name.encode(), txn=txn) for name in _DBS}
         except (lmdb.Error, OSError) as exc:

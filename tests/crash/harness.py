@@ -1,0 +1,306 @@
+"""The kill campaign shared by the fast crash test and the long one in ``tests/deep``.
+
+A campaign spawns ``tests.crash.worker`` on a durable LMDB store, waits until it says it is
+ready, lets it run a random 30-300 ms, SIGKILLs it, and then, with no worker alive, checks
+the store from this process:
+
+* every message_id the worker acked (its send had returned success) is stored, and its
+  tool context still replays to it;
+* nothing is half-written: each session's event log is numbered 1..n with ``last_seq`` = n,
+  each stored message has its ProducerMessageAccepted event and its latest lifecycle event
+  names its current state, the pending index holds exactly the pending messages, and the
+  inbox and pair counters equal a recount of pending agent mail;
+* every few kills, and after the last kill of a store: ``recover()``, then every session is
+  drained (queued runs started, requests committed until nothing is claimed, runs finished),
+  after which each stored message was consumed exactly once and nothing is pending.
+
+The store is reused across kills, so state (and the worker's replay history) accumulates;
+the campaign moves to a fresh store every ``per_store`` kills to keep each check short.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.crash.worker import CONFIG, complete_lines, parse_context
+from treemail.adapters.codec import decode
+from treemail.adapters.lmdb_store import LmdbStore
+from treemail.core.delivery import message_event
+from treemail.core.engine import Engine
+from treemail.core.guards import inbox_counter, pair_counter
+from treemail.core.ids import CountingIds
+from treemail.core.records import Event, IdempotencyKey, Message, Owner, Session
+
+__all__ = ["Tally", "run_campaign"]
+
+REPO = Path(__file__).resolve().parents[2]
+READY_TIMEOUT = 30.0
+RUN_MS = (30, 300)
+ACCEPTED = message_event("accepted")
+CONSUMED = message_event("consumed")
+
+
+@dataclass
+class Tally:
+    """What a campaign did, so a test can show it was not vacuous."""
+
+    kills: int = 0
+    killed_mid_run: int = 0
+    killed_with_claims: int = 0
+    drains: int = 0
+    stale_readers: int = 0
+    seconds: float = 0.0
+    # Per store directory: what its last check found.
+    acks: dict[str, int] = field(default_factory=dict)
+    replays: dict[str, int] = field(default_factory=dict)
+    consumed: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        return (f"{self.kills} kills in {self.seconds:.1f}s: {sum(self.acks.values())} acked "
+                f"sends, {sum(self.replays.values())} replays, {self.killed_mid_run} kills "
+                f"mid-run, {self.killed_with_claims} with mail claimed, {self.drains} drains "
+                f"consuming {sum(self.consumed.values())} messages, "
+                f"{self.stale_readers} stale readers")
+
+
+@dataclass
+class Snapshot:
+    """Every record of a store, read from its tables directly, not through the port."""
+
+    sessions: dict[str, Session]
+    messages: dict[str, Message]
+    logs: dict[str, list[Event]]
+    last_seq: dict[str, int]
+    pending_index: set[tuple[str, int, str]]
+    counters: dict[str, int]
+
+
+def run_campaign(base: Path, kills: int, *, per_store: int, drain_every: int,
+                 seed: int) -> Tally:
+    rng = random.Random(seed)
+    tally = Tally()
+    started = time.monotonic()
+    for kill in range(kills):
+        store_dir = base / f"store{kill // per_store}"
+        acks = store_dir.with_suffix(".acks")
+        ready = base / f"ready{kill}"
+        kill_worker(store_dir, seed * 1_000_000 + kill, acks, ready, rng.uniform(*RUN_MS))
+        tally.kills += 1
+        last_of_store = (kill + 1) % per_store == 0 or kill + 1 == kills
+        with opened(store_dir, tally) as engine:
+            verify(engine, acks, tally)
+            if last_of_store or (kill + 1) % drain_every == 0:
+                drain_and_verify(engine, tally)
+    tally.seconds = time.monotonic() - started
+    return tally
+
+
+def kill_worker(store_dir: Path, seed: int, acks: Path, ready: Path, run_ms: float) -> None:
+    errors = ready.with_suffix(".stderr")
+    command = [sys.executable, "-m", "tests.crash.worker", str(store_dir), str(seed),
+               str(acks), str(ready)]
+    with errors.open("wb") as stderr:
+        worker = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not ready.exists():
+            assert worker.poll() is None, f"worker died before ready: {errors.read_text()}"
+            assert time.monotonic() < deadline, "worker not ready in time"
+            time.sleep(0.005)
+        time.sleep(run_ms / 1000)
+        assert worker.poll() is None, f"worker exited on its own: {errors.read_text()}"
+        worker.send_signal(signal.SIGKILL)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert worker.returncode == -signal.SIGKILL, worker.returncode
+
+
+@contextmanager
+def opened(store_dir: Path, tally: Tally) -> Iterator[Engine]:
+    """The store of ``store_dir`` in this process, while no worker runs."""
+    store = LmdbStore.open(store_dir, sync=True)
+    try:
+        # A killed worker's reader slot must not survive; LMDB clears the lock table when
+        # the first process opens the environment, so nothing stale should be found.
+        tally.stale_readers += store._env.reader_check()
+        yield Engine(store, CountingIds(namespace=0xC0FFEE), CONFIG)
+    finally:
+        store.close()
+
+
+# -- reading the tables ---------------------------------------------------------------------
+
+
+def rows(store: LmdbStore, db: str, kind: type[Any]) -> Iterator[tuple[bytes, Any]]:
+    with store._env.begin(write=False) as txn, txn.cursor(db=store._dbs[db]) as cursor:
+        for key, raw in cursor:
+            yield key, decode(kind, raw, db=db, key=key)
+
+
+def snapshot(store: LmdbStore) -> Snapshot:
+    logs: dict[str, list[Event]] = defaultdict(list)
+    for _, event in rows(store, "events", Event):
+        logs[event.session_id].append(event)
+    pending_index = set()
+    for key, message_id in rows(store, "pending", str):
+        recipient, seq = key[:-9].decode(), int.from_bytes(key[-8:], "big")
+        pending_index.add((recipient, seq, message_id))
+    return Snapshot(
+        sessions={s.session_id: s for _, s in rows(store, "sessions", Session)},
+        messages={m.message_id: m for _, m in rows(store, "messages", Message)},
+        logs=dict(logs),
+        last_seq={key.decode(): n for key, n in rows(store, "last_seq", int)},
+        pending_index=pending_index,
+        counters={key.decode(): n for key, n in rows(store, "counters", int)},
+    )
+
+
+def read_ack_file(path: Path) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """Acked context -> message_id, and the (message_id, context) of every replay."""
+    acked: dict[str, str] = {}
+    replays = []
+    for line in complete_lines(path):
+        fields = line.split("\t")
+        if fields[0] == "replay":
+            replays.append((fields[1], fields[2]))
+        else:
+            message_id, context = fields
+            acked[context] = message_id
+    return acked, replays
+
+
+# -- the checks -----------------------------------------------------------------------------
+
+
+def verify(engine: Engine, acks: Path, tally: Tally) -> Snapshot:
+    assert isinstance(engine.store, LmdbStore)
+    shot = snapshot(engine.store)
+    check_acks(engine, acks, tally)
+    check_logs(shot)
+    check_messages(engine, shot)
+    check_counters(shot)
+    check_runs(engine, shot, tally)
+    return shot
+
+
+def check_acks(engine: Engine, acks: Path, tally: Tally) -> None:
+    acked, replays = read_ack_file(acks)
+    with engine.store.read() as tx:
+        for context, message_id in acked.items():
+            assert tx.message(message_id) is not None, f"acked {message_id} is not stored"
+            recalled = tx.recall(IdempotencyKey.of(parse_context(context)))
+            assert recalled is not None, f"acked call {context} is not in the replay index"
+            assert recalled.message_id == message_id, f"{context} now replays to another id"
+    for message_id, context in replays:
+        assert acked.get(context) == message_id, f"replay of {context} gave {message_id}"
+    tally.acks[str(acks)], tally.replays[str(acks)] = len(acked), len(replays)
+
+
+def check_logs(shot: Snapshot) -> None:
+    assert set(shot.logs) == set(shot.sessions), "events of unknown sessions, or none"
+    for session_id, log in shot.logs.items():
+        assert [e.seq for e in log] == list(range(1, len(log) + 1)), f"gap in {session_id}"
+        assert shot.last_seq.get(session_id) == len(log), f"last_seq of {session_id} is off"
+        assert log[0].kind == "SessionCreated", f"{session_id} log starts with {log[0].kind}"
+
+
+def message_kinds(shot: Snapshot) -> dict[str, list[str]]:
+    """Each message's lifecycle events, in its recipient's log order."""
+    kinds: dict[str, list[str]] = defaultdict(list)
+    for log in shot.logs.values():
+        for event in log:
+            if event.kind.startswith("ProducerMessage"):
+                kinds[str(event.data["message_id"])].append(event.kind)
+    return kinds
+
+
+def check_messages(engine: Engine, shot: Snapshot) -> None:
+    kinds = message_kinds(shot)
+    assert set(kinds) == set(shot.messages), "events of unstored messages, or messages unlogged"
+    for message_id, message in shot.messages.items():
+        assert message.recipient in shot.sessions, f"{message_id} has no recipient"
+        assert kinds[message_id][0] == ACCEPTED, f"{message_id} lacks its accepted event"
+        assert kinds[message_id].count(ACCEPTED) == 1, f"{message_id} accepted twice"
+        assert kinds[message_id][-1] == message_event(message.state), (
+            f"{message_id} is {message.state} but its log says {kinds[message_id][-1]}")
+    pending = {(m.recipient, m.seq, m.message_id) for m in shot.messages.values() if m.pending}
+    assert shot.pending_index == pending, "the pending index and the messages disagree"
+    for session_id in shot.sessions:
+        listed = {m.message_id for m in engine.pending(session_id)}
+        assert listed == {mid for r, _, mid in pending if r == session_id}, session_id
+
+
+def check_counters(shot: Snapshot) -> None:
+    recount: Counter[str] = Counter()
+    for m in shot.messages.values():
+        if m.pending and m.owner is Owner.AGENT and m.sender is not None:
+            recount[inbox_counter(m.recipient)] += 1
+            recount[pair_counter(m.sender, m.recipient)] += 1
+    stored = {name: n for name, n in shot.counters.items()
+              if name.startswith(("inbox/", "pair/"))}
+    assert stored == dict(recount), f"guard counters {stored} != recount {dict(recount)}"
+
+
+def check_runs(engine: Engine, shot: Snapshot, tally: Tally) -> None:
+    for session in shot.sessions.values():
+        if session.run_id is None:
+            assert session.state in ("idle", "finished"), session
+            continue
+        run = engine.run(session.run_id)
+        assert run.session_id == session.session_id, run
+        assert run.status.value == session.state, (session.state, run.status)
+    tally.killed_mid_run += any(s.state == "running" for s in shot.sessions.values())
+    tally.killed_with_claims += any(m.state == "claimed" for m in shot.messages.values())
+
+
+def drain_and_verify(engine: Engine, tally: Tally) -> None:
+    assert isinstance(engine.store, LmdbStore)
+    engine.recover()
+    drain(engine)
+    shot = snapshot(engine.store)
+    check_logs(shot)
+    check_messages(engine, shot)
+    check_counters(shot)
+    consumed: Counter[str] = Counter()
+    for log in shot.logs.values():
+        consumed.update(str(e.data["message_id"]) for e in log if e.kind == CONSUMED)
+    assert set(consumed) == set(shot.messages), "a message was never consumed, or a ghost was"
+    twice = {mid: n for mid, n in consumed.items() if n != 1}
+    assert not twice, f"consumed more than once: {twice}"
+    assert not shot.pending_index, "mail left pending after the drain"
+    tally.drains += 1
+    tally.consumed[engine.store._path] = sum(consumed.values())
+
+
+def drain(engine: Engine) -> None:
+    """Run every session until no run is queued: each run claims and commits all its mail."""
+    for _ in range(100):
+        queued = [s for s in engine.sessions() if s.state == "queued"]
+        if not queued:
+            return
+        for session in queued:
+            sid = session.session_id
+            run = engine.start_run(sid)
+            while True:
+                request = engine.begin_request(sid, run.run_id)
+                engine.commit_request(sid, run.run_id, request.request_id)
+                if not request.deliveries:
+                    break
+            engine.finish_run(sid, run.run_id)
+    raise AssertionError("the drain did not settle in 100 rounds")
+
+
+def env_kills(default: int) -> int:
+    return int(os.environ.get("TREEMAIL_KILLS", default))
