@@ -1,0 +1,149 @@
+"""Executing a model's tool calls against the engine.
+
+Each call runs with the executing tool context (session, run, tool call id): the sender of a
+send_message is that context, never an argument. Every refusal becomes a tool result carrying
+its stable code, so a model can react (retry, give up, report) instead of the run failing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from treemail.adapters.models import ToolCall
+from treemail.core.addressing import resolve
+from treemail.core.engine import Engine
+from treemail.core.errors import ApprovalRequired, Refusal
+from treemail.core.records import AgentSpec, Session, ToolContext
+from treemail.core.tools import InvalidToolArguments, lookup_tool
+
+__all__ = ["Call", "Hooks", "ToolBox", "ToolOutcome"]
+
+
+class Call(Protocol):
+    """Runs an engine operation on the runtime's single writer thread."""
+
+    def __call__(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Awaitable[Any]: ...
+
+
+@attrs.frozen
+class ToolOutcome:
+    """A tool call's result as the model sees it, and any session the runtime must poke."""
+
+    call_id: str
+    content: str
+    poke: tuple[str, ...] = ()
+    approval: ApprovalRequired | None = None
+
+
+class Hooks(Protocol):
+    async def tool_before_call(self, session: Session, call: ToolCall) -> None:
+        """Audit a tool call, or refuse it by raising a ``Refusal``."""
+        ...
+
+
+def _error(call: ToolCall, error: Refusal) -> ToolOutcome:
+    return ToolOutcome(call.id, json.dumps({"error": error.code, "message": error.message}))
+
+
+def _ok(call: ToolCall, result: Mapping[str, object], *poke: str) -> ToolOutcome:
+    return ToolOutcome(call.id, json.dumps(dict(result)), poke)
+
+
+class ToolBox:
+    def __init__(
+        self,
+        engine: Engine,
+        call: Call,
+        agents: Mapping[str, AgentSpec],
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.engine = engine
+        self.call = call
+        self.agents = agents
+        self.hooks = hooks
+
+    def visible(self, session: Session) -> list[str]:
+        """The tools a session's model is offered: send_message only under an allow/ask rule."""
+        names = ["delegate_subagent", "get_subagent_result", "cancel_subagent"]
+        if session.agent.rules.visible:
+            names.append("send_message")
+        return names
+
+    async def execute(self, session: Session, run_id: str, call: ToolCall) -> ToolOutcome:
+        try:
+            lookup_tool(call.name, self.visible(session))
+            if self.hooks is not None:
+                await self.hooks.tool_before_call(session, call)
+            return await self._dispatch(session, run_id, call)
+        except ApprovalRequired as waiting:
+            return attrs.evolve(_error(call, waiting), approval=waiting)
+        except Refusal as refused:
+            return _error(call, refused)
+
+    async def _dispatch(self, session: Session, run_id: str, call: ToolCall) -> ToolOutcome:
+        ctx = ToolContext(session.session_id, run_id, call.id)
+        if call.name == "send_message":
+            result = await self.call(self.engine.send_message, ctx, call.arguments)
+            peer = await self.call(self._peer, session, _string(call.arguments, "to"))
+            return _ok(call, result.as_tool_result(), peer.session_id)
+        arguments = _object(call)
+        if call.name == "delegate_subagent":
+            return await self._delegate(session, call, arguments)
+        child = await self.call(self._child, session, _string(arguments, "to"))
+        if call.name == "cancel_subagent":
+            return await self._cancel(call, child)
+        return _ok(call, await self.call(self._result, child))
+
+    async def _delegate(
+        self, session: Session, call: ToolCall, arguments: Mapping[str, Any]
+    ) -> ToolOutcome:
+        name, task = _string(arguments, "agent"), _string(arguments, "task")
+        spec = self.agents.get(name)
+        if spec is None:
+            raise InvalidToolArguments(f"no agent {name!r}; known agents: {', '.join(self.agents)}")
+        child: Session = await self.call(self.engine.delegate, session.session_id, spec, task)
+        return _ok(call, {"session_id": child.session_id, "handle": child.reference},
+                   child.session_id)
+
+    async def _cancel(self, call: ToolCall, child: Session) -> ToolOutcome:
+        if child.run_id is None:
+            return _ok(call, {"cancelled": False, "status": child.state})
+        await self.call(self.engine.cancel_run, child.session_id, child.run_id,
+                        "cancelled by parent")
+        return _ok(call, {"cancelled": True}, child.session_id)
+
+    def _peer(self, sender: Session, reference: str) -> Session:
+        with self.engine.store.read() as tx:
+            return resolve(tx, sender, reference)
+
+    def _child(self, parent: Session, reference: str) -> Session:
+        child = self._peer(parent, reference)
+        if child.parent_session_id != parent.session_id:
+            raise InvalidToolArguments(f"{reference} is not one of your subagents")
+        return child
+
+    def _result(self, child: Session) -> dict[str, object]:
+        """The child's status, and the final reply of its delegated (first) run if it ended."""
+        answer: dict[str, object] = {"status": child.state, "result": None}
+        for event in self.engine.events(child.session_id):
+            if event.kind == "ModelOutput" and not event.data.get("tool_calls"):
+                answer["result"] = event.data.get("text")
+                break
+        return answer
+
+
+def _object(call: ToolCall) -> Mapping[str, Any]:
+    if not isinstance(call.arguments, dict):
+        raise InvalidToolArguments(f"{call.name} takes a JSON object of arguments")
+    return call.arguments
+
+
+def _string(arguments: object, key: str) -> str:
+    value = arguments.get(key) if isinstance(arguments, dict) else None
+    if not isinstance(value, str) or not value:
+        raise InvalidToolArguments(f"argument {key!r} must be a non-empty string")
+    return value
