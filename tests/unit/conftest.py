@@ -10,6 +10,7 @@ The ``store`` fixture is parametrized over store kinds; adding one is one entry 
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,14 @@ from treemail.core.records import (
 from treemail.core.sending import grant_counter
 from treemail.core.store import MemoryStore, Store, WriteTxn
 
-STORES = ["memory", "lmdb"]
+# ``TREEMAIL_TEST_STORES`` (comma-separated kinds) narrows the run, e.g. to ``memory`` for the
+# mutation run, where the LMDB param would only repeat the same core paths more slowly.
+STORES = [
+    kind.strip()
+    for kind in os.environ.get("TREEMAIL_TEST_STORES", "memory,lmdb").split(",")
+    if kind.strip()
+]
+
 
 def open_store(kind: str, directory: Path) -> Store:
     if kind == "memory":
@@ -208,6 +216,8 @@ class World:
                 "events": {sid: list(tx.events(sid)) for sid in ids},
                 "counters": {name: tx.count(name) for name in names},
                 "replays": [tx.recall(IdempotencyKey.of(ctx)) for ctx in ctxs],
+                "feed": list(tx.feed()),
+                "approvals": list(tx.approvals()),
             }
 
 

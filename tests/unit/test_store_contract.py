@@ -25,6 +25,8 @@ from treemail.core.ids import CountingIds
 from treemail.core.permissions import Action, Rules
 from treemail.core.records import (
     AgentSpec,
+    Approval,
+    ApprovalState,
     Event,
     IdempotencyKey,
     Message,
@@ -373,6 +375,45 @@ class StoreContract:
         data["late"] = True
         with store.read() as tx:
             assert [e.data for e in tx.events(ROOT)] == [{"ids": ["a"]}]
+
+    def test_feed_orders_every_session_globally_and_reads_after_a_number(
+        self, store: Store, directory: Path
+    ) -> None:
+        first = store.transact(lambda tx: [tx.append(ROOT, "a", {}), tx.append(CHILD, "b", {})])
+        with pytest.raises(Boom):  # an aborted append takes no number in the feed
+            store.transact(failing(lambda tx: tx.append(ROOT, "lost", {})))
+        later = store.transact(lambda tx: tx.append(ROOT, "c", {}))
+        store = self.reopen(store, directory)
+        with store.read() as tx:
+            assert list(tx.feed()) == [(1, first[0]), (2, first[1]), (3, later)]
+            assert list(tx.feed(after=2)) == [(3, later)]
+            assert list(tx.feed(after=3)) == []
+
+    def test_feed_savepoint_failure_gives_its_numbers_back(self, store: Store) -> None:
+        def work(tx: WriteTxn) -> Event:
+            with pytest.raises(Boom), tx.savepoint() as sp:
+                sp.append(CHILD, "undone", {})
+                raise Boom
+            return tx.append(ROOT, "kept", {})
+
+        kept = store.transact(work)
+        with store.read() as tx:
+            assert list(tx.feed()) == [(1, kept)]
+
+    def test_approvals_round_trip_and_list_in_id_order(
+        self, store: Store, directory: Path
+    ) -> None:
+        waiting = Approval("b/run/call", ROOT, RUN_IDS[0], "call", "send_message",
+                           {"to": "x", "body": "hi", "nested": [1, {"k": None}]}, "sibling")
+        answered = attrs.evolve(waiting, approval_id="a/run/call", state=ApprovalState.APPROVED,
+                                scope="tree", outcome='{"message_id": "m"}')
+        store.transact(lambda tx: (tx.put_approval(waiting), tx.put_approval(answered)))
+        store = self.reopen(store, directory)
+        with store.read() as tx:
+            assert tx.approval("b/run/call") == waiting
+            assert tx.approval("missing") is None
+            assert list(tx.approvals()) == [answered, waiting]
+            assert type(next(tx.approvals()).state) is ApprovalState
 
     # -- transactions ----------------------------------------------------------------------
 

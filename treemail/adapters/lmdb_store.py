@@ -21,7 +21,15 @@ import lmdb
 
 from treemail.adapters.codec import decode, encode
 from treemail.core.errors import StorageError
-from treemail.core.records import Event, IdempotencyKey, Message, Run, SendResult, Session
+from treemail.core.records import (
+    Approval,
+    Event,
+    IdempotencyKey,
+    Message,
+    Run,
+    SendResult,
+    Session,
+)
 from treemail.core.store import ReadTxn, WriteTxn
 
 __all__ = ["LmdbStore"]
@@ -34,7 +42,7 @@ _Dbs: TypeAlias = "Mapping[str, lmdb._Database]"
 MiB = 1 << 20
 # Records, then the indexes and counters that keep every read a lookup or a short range.
 _DBS: tuple[str, ...] = ("sessions", "runs", "messages", "replay", "events")
-_DBS += ("tree", "handles", "pending", "counters", "last_seq")
+_DBS += ("tree", "handles", "pending", "counters", "last_seq", "feed", "approvals")
 
 # Why a NUL separator: key parts are UUIDs, handles and tool-call ids, none of which contains
 # NUL (UTF-8 never yields a 0 byte for anything but U+0000, which we refuse). So ``id + SEP``
@@ -143,6 +151,30 @@ class _LmdbTxn:
             return iter(())
         return iter(self._range(Event, "events", _key(session_id) + SEP, _u64(first)))
 
+    def feed(self, after: int = 0) -> Iterator[tuple[int, Event]]:
+        # Feed values are raw event keys, so the global order costs one small row per event.
+        rows: list[tuple[int, bytes]] = []
+        try:
+            with self._stack[-1].cursor(db=self._dbs["feed"]) as cursor:
+                if cursor.set_range(_u64(max(after, 0) + 1)):
+                    rows = [(int.from_bytes(k, "big"), bytes(v)) for k, v in cursor]
+        except lmdb.Error as exc:
+            raise _failure(exc, "scan feed") from exc
+        return ((number, self._follow(Event, "events", key)) for number, key in rows)
+
+    def _feed_end(self) -> int:
+        try:
+            with self._stack[-1].cursor(db=self._dbs["feed"]) as cursor:
+                return int.from_bytes(cursor.key(), "big") if cursor.last() else 0
+        except lmdb.Error as exc:
+            raise _failure(exc, "read the feed's end") from exc
+
+    def approval(self, approval_id: str) -> Approval | None:
+        return self._get(Approval, "approvals", _part(approval_id))
+
+    def approvals(self) -> Iterator[Approval]:
+        return iter(self._range(Approval, "approvals", b""))
+
 
 def _replay_key(key: IdempotencyKey) -> bytes:
     return _key(key.session_id, key.run_id, key.tool_call_id)
@@ -216,9 +248,14 @@ class _LmdbWriteTxn(_LmdbTxn):
         # last_seq makes the next number an O(1) lookup instead of a seek to the log's end.
         seq = (self._get(int, "last_seq", _part(session_id)) or 0) + 1
         event = Event(session_id, seq, kind, dict(data))
+        key = _key(session_id) + SEP + _u64(seq)
         self._put("last_seq", _part(session_id), seq)
-        self._put("events", _key(session_id) + SEP + _u64(seq), event)
+        self._put("events", key, event)
+        self._write("feed", _u64(self._feed_end() + 1), key)
         return event
+
+    def put_approval(self, approval: Approval) -> None:
+        self._put("approvals", _part(approval.approval_id), approval)
 
     @contextmanager
     def savepoint(self) -> Iterator[WriteTxn]:

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import attrs
 
+from treemail.core import approvals
 from treemail.core.config import MessagingConfig
 from treemail.core.delivery import (
     accept,
@@ -40,6 +41,8 @@ from treemail.core.errors import (
 from treemail.core.ids import IdSource, make_handle
 from treemail.core.records import (
     AgentSpec,
+    Approval,
+    ApprovalState,
     Event,
     Message,
     Mode,
@@ -187,6 +190,48 @@ class Engine:
             raise InvalidRequest(f"grant scope must be once, session or tree, not {scope!r}")
         name = grant_counter(scope, subject, label)
         self._transact(lambda tx: None if tx.count(name) else tx.add(name, 1))
+
+    def hold_for_approval(
+        self, ctx: ToolContext, tool: str, arguments: Mapping[str, object], label: str
+    ) -> Approval:
+        """Durably hold a tool call that an ``ask`` rule stopped, until the user answers."""
+        return self._transact(lambda tx: approvals.hold(tx, ctx, tool, arguments, label))
+
+    def answer_approval(self, approval_id: str, approve: bool, scope: str = "once") -> Approval:
+        """The user's answer. Approving grants ``scope`` and runs the held call at once."""
+        answered, wake = self._transact(
+            lambda tx: approvals.answer(tx, self.config, self.ids, approval_id, approve, scope))
+        if wake is not None:
+            self.reconcile(wake)
+        return answered
+
+    def approvals(self, *, pending: bool = True) -> list[Approval]:
+        with self.store.read() as tx:
+            return [a for a in tx.approvals() if a.state is ApprovalState.PENDING or not pending]
+
+    def revert(self, session_id: str) -> list[str]:
+        """Revert the branch that created ``session_id``: it and its descendants become ghosts,
+        reachable by UUID by whoever holds one, never again by handle."""
+
+        def work(tx: WriteTxn) -> list[str]:
+            target = _need_session(tx, session_id)
+            branch = {target.session_id}
+            ghosts: list[str] = []
+            for session in list(tx.tree(target.root_session_id)):  # parents precede children
+                if session.session_id in branch or session.parent_session_id in branch:
+                    branch.add(session.session_id)
+                    if session.live:
+                        tx.put_session(attrs.evolve(session, live=False))
+                        tx.append(session.session_id, "SessionReverted", {"branch": session_id})
+                        ghosts.append(session.session_id)
+            return ghosts
+
+        return self._transact(work)
+
+    def feed(self, after: int = 0) -> list[tuple[int, Event]]:
+        """Every session's events in global order after ``after``: the live or replayed log."""
+        with self.store.read() as tx:
+            return list(tx.feed(after))
 
     def tool_visible(self, session_id: str) -> bool:
         """Whether send_message is shown to this session's model at all."""

@@ -16,6 +16,8 @@ from treemail.core.permissions import Rules
 
 __all__ = [
     "AgentSpec",
+    "Approval",
+    "ApprovalState",
     "Event",
     "IdempotencyKey",
     "Message",
@@ -159,6 +161,39 @@ class IdempotencyKey:
     @classmethod
     def of(cls, ctx: ToolContext) -> IdempotencyKey:
         return cls(ctx.session_id, ctx.run_id, ctx.tool_call_id)
+
+
+class ApprovalState(enum.StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+
+
+@attrs.frozen
+class Approval:
+    """A tool call held by an ``ask`` rule until the user answers; survives restarts.
+
+    Its id is the tool context itself, so asking twice for one call finds one approval.
+    ``outcome`` is the tool result (JSON text) the call produced once answered."""
+
+    approval_id: str
+    session_id: str
+    run_id: str
+    tool_call_id: str
+    tool: str
+    arguments: Mapping[str, object]
+    label: str
+    state: ApprovalState = ApprovalState.PENDING
+    scope: str | None = None
+    outcome: str | None = None
+
+    @property
+    def context(self) -> ToolContext:
+        return ToolContext(self.session_id, self.run_id, self.tool_call_id)
+
+    @staticmethod
+    def id_for(ctx: ToolContext) -> str:
+        return f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}"
 
 
 @attrs.frozen

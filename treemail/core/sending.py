@@ -63,8 +63,11 @@ def grant_counter(scope: str, subject: str, label: str) -> str:
 
 
 def send(
-    tx: WriteTxn, config: MessagingConfig, ids: IdSource, ctx: ToolContext, arguments: object
+    tx: WriteTxn, config: MessagingConfig, ids: IdSource, ctx: ToolContext, arguments: object,
+    *, approved: bool = False,
 ) -> Sent:
+    """The send path. ``approved`` runs a call the user approved while it waited: its run
+    may have ended since (a restart interrupts every run), and it still sends once."""
     check_enabled(config)
     args = parse_arguments(arguments)
     check_body(args.body, config)
@@ -76,7 +79,7 @@ def send(
     original = tx.recall(key)
     if original is not None:
         return Sent(original, recipient.session_id, replayed=True)
-    if run.status is not RunStatus.RUNNING:
+    if run.status is not RunStatus.RUNNING and not approved:
         raise InvalidToolContext(f"run {run.run_id} is not running; only a live run can send")
     _check_permission(tx, sender, recipient, ctx)
     hop = run.base_hop + 1

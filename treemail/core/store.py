@@ -16,7 +16,15 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol, TypeVar
 
-from treemail.core.records import Event, IdempotencyKey, Message, Run, SendResult, Session
+from treemail.core.records import (
+    Approval,
+    Event,
+    IdempotencyKey,
+    Message,
+    Run,
+    SendResult,
+    Session,
+)
 
 __all__ = ["MemoryStore", "ReadTxn", "Store", "WriteTxn"]
 
@@ -46,6 +54,14 @@ class ReadTxn(Protocol):
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
         """The session's events with ``seq > after``, in order."""
         ...
+    def feed(self, after: int = 0) -> Iterator[tuple[int, Event]]:
+        """Every session's events in the global order they were appended, numbered from 1:
+        the stream observers follow live and audits replay."""
+        ...
+    def approval(self, approval_id: str) -> Approval | None: ...
+    def approvals(self) -> Iterator[Approval]:
+        """Every approval, answered or not, in id order."""
+        ...
 
 
 class WriteTxn(ReadTxn, Protocol):
@@ -56,7 +72,10 @@ class WriteTxn(ReadTxn, Protocol):
         """Add to a named counter and return its new value (a counter at 0 is not kept)."""
         ...
     def remember(self, key: IdempotencyKey, result: SendResult) -> None: ...
-    def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event: ...
+    def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
+        """Append to the session's log and to the global feed, in one step."""
+        ...
+    def put_approval(self, approval: Approval) -> None: ...
     def savepoint(self) -> AbstractContextManager[WriteTxn]:
         """A nested transaction: undone alone if its block raises, kept otherwise."""
         ...
@@ -82,7 +101,8 @@ class _Tables:
         self.data: dict[str, dict[Any, Any]] = {
             name: {}
             for name in ("sessions", "tree", "handles", "runs", "messages", "pending",
-                         "counters", "replay", "events", "last_seq")
+                         "counters", "replay", "events", "last_seq", "feed",
+                         "approvals")
         }
         self.undo: list[Callable[[], None]] = []
 
@@ -165,6 +185,19 @@ class _MemoryTxn:
         log: list[Event] = self._t.scan("events", (session_id,))
         return iter(log[max(after, 0) :])
 
+    def feed(self, after: int = 0) -> Iterator[tuple[int, Event]]:
+        rows = self._t.data["feed"]
+        for number in range(max(after, 0) + 1, len(rows) + 1):
+            yield number, self._t.get("events", rows[number])
+
+    def approval(self, approval_id: str) -> Approval | None:
+        found: Approval | None = self._t.get("approvals", approval_id)
+        return found
+
+    def approvals(self) -> Iterator[Approval]:
+        rows = self._t.data["approvals"]
+        return iter([rows[key] for key in sorted(rows)])
+
     # -- writes --------------------------------------------------------------------------
 
     def put_session(self, session: Session) -> None:
@@ -203,7 +236,11 @@ class _MemoryTxn:
         event = Event(session_id, seq, kind, dict(data))
         self._t.put("last_seq", session_id, seq)
         self._t.put("events", (session_id, seq), event)
+        self._t.put("feed", len(self._t.data["feed"]) + 1, (session_id, seq))
         return event
+
+    def put_approval(self, approval: Approval) -> None:
+        self._t.put("approvals", approval.approval_id, approval)
 
     @contextmanager
     def savepoint(self) -> Iterator[WriteTxn]:

@@ -1,0 +1,105 @@
+"""Approvals: a tool call held by an ``ask`` rule, durably, until the user answers.
+
+The held call keeps its tool context. Approving it records a grant for the chosen scope
+(``once`` for this call, ``session`` for the sender, ``tree`` for its whole tree) keyed by the
+operation's identity, then runs the call in the same transaction; a later retry of the same
+tool call finds the result in the idempotency index. Denying it answers the call with the
+generic permission-denied error. Pending approvals live in the store, so they survive a restart;
+a call approved after its run has died still sends exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import attrs
+
+from treemail.core.config import MessagingConfig
+from treemail.core.errors import InvalidRequest, PermissionDenied, Refusal, UnknownApproval
+from treemail.core.ids import IdSource
+from treemail.core.records import Approval, ApprovalState, ToolContext
+from treemail.core.sending import grant_counter, send
+from treemail.core.store import WriteTxn
+
+__all__ = ["SCOPES", "answer", "hold"]
+
+SCOPES = ("once", "session", "tree")
+
+
+def hold(
+    tx: WriteTxn, ctx: ToolContext, tool: str, arguments: Mapping[str, object], label: str
+) -> Approval:
+    """Record the call as waiting; asking again for the same call returns the same approval."""
+    approval_id = Approval.id_for(ctx)
+    existing = tx.approval(approval_id)
+    if existing is not None:
+        return existing
+    if tx.session(ctx.session_id) is None or tx.run(ctx.run_id) is None:
+        raise InvalidRequest(f"no run {ctx.run_id} of session {ctx.session_id} to hold")
+    approval = Approval(approval_id, ctx.session_id, ctx.run_id, ctx.tool_call_id, tool,
+                        dict(arguments), label)
+    tx.put_approval(approval)
+    tx.append(ctx.session_id, "ApprovalRequested", {
+        "approval_id": approval_id, "tool": tool, "label": label,
+        "tool_call_id": ctx.tool_call_id, "run_id": ctx.run_id,
+    })
+    return approval
+
+
+def answer(
+    tx: WriteTxn, config: MessagingConfig, ids: IdSource, approval_id: str, approve: bool,
+    scope: str,
+) -> tuple[Approval, str | None]:
+    """Answer a held call. Returns the answered approval and, if the call sent mail to a
+    session without a run, that session (the caller wakes it)."""
+    approval = tx.approval(approval_id)
+    if approval is None or approval.state is not ApprovalState.PENDING:
+        raise UnknownApproval(f"no pending approval {approval_id}; list pending approvals first")
+    if scope not in SCOPES:
+        raise InvalidRequest(f"approval scope must be once, session or tree, not {scope!r}")
+    wake: str | None = None
+    if approve:
+        _grant(tx, approval, scope)
+        outcome, wake = _run(tx, config, ids, approval)
+        state = ApprovalState.APPROVED
+    else:
+        denied = PermissionDenied("permission denied: the user did not approve this call")
+        outcome, state = _error(denied), ApprovalState.DENIED
+    answered = attrs.evolve(approval, state=state, scope=scope if approve else None,
+                            outcome=outcome)
+    tx.put_approval(answered)
+    tx.append(approval.session_id, "ApprovalAnswered", {
+        "approval_id": approval_id, "state": state.value, "scope": answered.scope,
+        "outcome": outcome,
+    })
+    return answered, wake
+
+
+def _grant(tx: WriteTxn, approval: Approval, scope: str) -> None:
+    sender = tx.session(approval.session_id)
+    assert sender is not None  # held approvals name stored sessions
+    subject = {
+        "once": approval.approval_id,
+        "session": sender.session_id,
+        "tree": sender.root_session_id,
+    }[scope]
+    name = grant_counter(scope, subject, approval.label)
+    if not tx.count(name):
+        tx.add(name, 1)
+
+
+def _run(
+    tx: WriteTxn, config: MessagingConfig, ids: IdSource, approval: Approval
+) -> tuple[str, str | None]:
+    """Run the approved call; a refusal by a later guard is its outcome, not a failure."""
+    try:
+        with tx.savepoint() as inner:
+            sent = send(inner, config, ids, approval.context, approval.arguments, approved=True)
+    except Refusal as refused:
+        return _error(refused), None
+    return json.dumps(sent.result.as_tool_result()), None if sent.replayed else sent.recipient
+
+
+def _error(error: Refusal) -> str:
+    return json.dumps({"error": error.code, "message": error.message})
