@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import cattrs
 
 from treemail.core.errors import StorageError
+from treemail.core.records import Message, Run, SendResult, Session
 
 __all__ = ["decode", "encode"]
 
@@ -49,6 +50,13 @@ def encode(value: object) -> bytes:
 
 def decode(kind: type[T], raw: bytes, *, db: str, key: bytes) -> T:
     """The ``kind`` stored as ``raw`` at ``key`` of ``db``; ``StorageError`` if it is not one."""
+    if kind in _SHAREABLE:
+        try:
+            return _decode_shared(kind, bytes(raw))
+        except cattrs.BaseValidationError as exc:
+            raise _undecodable(kind, db, key, "; ".join(cattrs.transform_error(exc))) from exc
+        except (ValueError, TypeError) as exc:
+            raise _undecodable(kind, db, key, str(exc)) from exc
     try:
         return _converter.structure(json.loads(raw), kind)
     except cattrs.BaseValidationError as exc:
@@ -56,6 +64,26 @@ def decode(kind: type[T], raw: bytes, *, db: str, key: bytes) -> T:
         raise _undecodable(kind, db, key, reason) from exc
     except (ValueError, TypeError) as exc:  # bad UTF-8 or JSON, or a wrong top-level type
         raise _undecodable(kind, db, key, str(exc)) from exc
+
+
+# Records whose every field is immutable: one decoded instance may be shared by every read of
+# the same bytes. A send reads the same session and run records several times; decoding each
+# once is most of the saving. Records holding a dict (Event, Approval) are never shared.
+_SHAREABLE: frozenset[type[Any]] = frozenset({str, int, Session, Run, Message, SendResult})
+
+
+_shared: dict[tuple[type[Any], bytes], Any] = {}
+_SHARED_LIMIT = 512
+
+
+def _decode_shared(kind: type[T], raw: bytes) -> T:
+    found = _shared.get((kind, raw))
+    if found is None:
+        if len(_shared) >= _SHARED_LIMIT:
+            _shared.clear()  # cheaper than LRU bookkeeping; hot records come straight back
+        found = _shared[(kind, raw)] = _converter.structure(json.loads(raw), kind)
+    value: T = found
+    return value
 
 
 def _undecodable(kind: type[Any], db: str, key: bytes, reason: str) -> StorageError:
