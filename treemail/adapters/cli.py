@@ -1,9 +1,13 @@
-"""The ``treemail`` command line: the demo, the model checker, and log replay."""
+"""The ``treemail`` command line: the demo, the model checker, and the event log."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from collections.abc import Sequence
+
+from treemail.adapters.transcript import render_event
 
 __all__ = ["main"]
 
@@ -13,10 +17,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run the demo on the embedded LMDB store")
     demo.add_argument("--path", help="keep the store in this directory (default: a temp dir)")
+    log = commands.add_parser("log", help="replay a store's event log, or follow it live")
+    log.add_argument("path", help="the store directory")
+    log.add_argument("--session", help="only this session (UUID)")
+    log.add_argument("--follow", action="store_true", help="keep printing new events")
+    log.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
     args = parser.parse_args(argv)
     if args.command == "demo":
         from treemail.adapters.demo import main as demo_main
 
         return demo_main(args.path)
-    parser.error(f"unknown command {args.command}")
-    return 2
+    return show_log(args.path, args.session, follow=args.follow, interval=args.interval)
+
+
+def show_log(path: str, session: str | None, *, follow: bool, interval: float) -> int:
+    """Print the feed in global order; with ``follow``, poll for what is appended later."""
+    from pathlib import Path
+
+    from treemail.adapters.lmdb_store import LmdbStore
+    from treemail.core.engine import Engine
+    from treemail.core.ids import CountingIds
+
+    if not (Path(path) / "data.mdb").exists():
+        print(f"treemail log: no store at {path!r} (expected {path}/data.mdb)", file=sys.stderr)
+        return 2
+    store = LmdbStore.open(path)
+    engine = Engine(store, CountingIds())  # read-only use: no id is ever minted
+    seen = 0
+    try:
+        while True:
+            names = {s.session_id: s.reference for s in engine.sessions()}
+
+            def name(sid: str | None, names: dict[str, str] = names) -> str:
+                return names.get(sid or "", sid or "?")
+
+            for number, event in engine.feed(seen):
+                seen = number
+                if session is None or event.session_id == session:
+                    print(render_event(event, name))
+            if not follow:
+                return 0
+            time.sleep(interval)
+    except (KeyboardInterrupt, BrokenPipeError):  # ^C while following, or `| head`
+        return 0
+    finally:
+        store.close()
