@@ -1,37 +1,47 @@
 """The asyncio runtime: each session an actor, every engine call on one writer thread.
 
-An actor drives its session run by run, model request by model request. Safe boundaries fall
-between requests: ``begin_request`` claims whatever mail the run may take (steered mail joins
-here), the model is called, and the request commits with the reply in the same transaction.
-Tool calls run after the commit, so a reply's sends see the hops of the mail that prompted it.
-
+An actor drives its session run by run, model request by model request (``actor.py``).
 Every engine call goes through ``Writer``: one thread owns the store, so LMDB's single-writer
-rule holds and no fsync ever blocks the event loop. Mail to a session pokes its actor; an actor
-idle for ``idle_timeout`` is evicted and spawned again by the next poke. A run that ends
-completes the delegation (its first run) by delegation mail to the parent; later runs, woken by
-mail, report nothing unless the agent sends a message.
+rule holds and no fsync ever blocks the event loop. Mail to a session pokes its actor; an
+actor idle for ``idle_timeout`` is evicted and spawned again by the next poke.
+
+Approvals: a tool call stopped by an ``ask`` rule is held durably, and the run waits on a
+future keyed by the approval id until ``answer`` resolves it. The approval outlives the run:
+after a restart the waiting run is dead (recovery interrupts it), yet answering still sends
+exactly once (the engine runs the call), and the sender's next run sees the outcome where
+the call was made (``history.rebuild``).
+
+Plugins observe the durable feed live (``FeedFollower``), gate tool calls, and inject mail.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import attrs
 
-from treemail.adapters.models import Model, ModelError, ModelReply, tool_result_message
-from treemail.adapters.toolbox import Hooks, ToolBox
+from treemail.adapters.actor import Actor
+from treemail.adapters.models import Model, ToolCall
+from treemail.adapters.plugins import FeedFollower, Plugin, PluginHost
+from treemail.adapters.toolbox import ToolBox
 from treemail.core.config import MessagingConfig
-from treemail.core.engine import Engine, Request
-from treemail.core.errors import EngineShutdown
+from treemail.core.engine import Engine
+from treemail.core.errors import ApprovalRequired, EngineShutdown
 from treemail.core.ids import IdSource
-from treemail.core.records import AgentSpec, Event, Owner, Run, Session
+from treemail.core.records import (
+    AgentSpec,
+    Approval,
+    ApprovalState,
+    Event,
+    Owner,
+    Session,
+    ToolContext,
+)
 from treemail.core.store import Store
-from treemail.core.tools import tool_definitions
 
 __all__ = ["Agent", "Runtime", "Writer"]
 
@@ -39,12 +49,22 @@ T = TypeVar("T")
 
 
 class Writer:
-    """One thread for every engine call: the store's single writer, off the event loop."""
+    """One thread for every engine call: the store's single writer, off the event loop.
 
-    def __init__(self) -> None:
+    ``on_call`` runs after each call (the feed follower's cue); ``quiet`` skips it, so the
+    follower's own reads do not wake it again."""
+
+    def __init__(self, on_call: Callable[[], None] | None = None) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="treemail-writer")
+        self._on_call = on_call
 
     async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        result = await self.quiet(fn, *args, **kwargs)
+        if self._on_call is not None:
+            self._on_call()
+        return result
+
+    async def quiet(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
@@ -70,41 +90,98 @@ class Runtime:
         config: MessagingConfig | None = None,
         *,
         idle_timeout: float = 30.0,
-        hooks: Hooks | None = None,
+        plugins: Sequence[Plugin] = (),
         max_model_failures: int = 3,
+        shutdown_grace: float = 5.0,
+        feed_interval: float = 0.05,
     ) -> None:
         self.engine = Engine(store, ids, config)
         self.agents = dict(agents)
-        self.writer = Writer()
+        self.plugins = PluginHost(plugins)
+        self.writer = Writer(self._written)
         self.tools = ToolBox(self.engine, self.writer,
-                             {name: a.spec for name, a in agents.items()}, hooks)
+                             {name: a.spec for name, a in agents.items()},
+                             self.plugins if self.plugins.gates else None)
         self.idle_timeout = idle_timeout
         self.max_model_failures = max_model_failures
-        self._actors: dict[str, _Actor] = {}
-        self._closing = False
+        self.shutdown_grace = shutdown_grace
+        self.feed_interval = feed_interval
         self.evictions = 0
         # An actor that dies of a bug must not vanish silently: quiesce re-raises it.
         self.crashes: list[BaseException] = []
+        self.closing = False
+        self.killed = False
+        self._actors: dict[str, Actor] = {}
+        self._waiting: dict[str, asyncio.Future[Approval]] = {}
+        self._follower: FeedFollower | None = None
+        self._follow_task: asyncio.Task[None] | None = None
+        # Sessions whose delegation already completed, so a woken run sends no second notice.
+        self._completed: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> int:
-        """Recover the store (dead runs interrupted, mail made deliverable) and spawn actors."""
+        """Recover the store (dead runs interrupted, mail made deliverable), start following
+        the feed for observers, attach plugins and spawn the actors that have work.
+
+        Returns how many runs recovery found dead."""
+        if self.plugins.observers:
+            # From the feed's end before recovery, so observers see what recovery records.
+            head = await self.writer.quiet(_feed_end, self.engine)
+            self._follower = FeedFollower(self._read_feed, self.plugins, head,
+                                          self.feed_interval)
+            self._follow_task = asyncio.create_task(self._follower.follow(), name="feed")
         dead: int = await self.writer(self.engine.recover)
+        await self.plugins.attach(self.submit)
         for session in await self.writer(self.engine.sessions):
             if session.state == "queued":
                 self.poke(session.session_id)
         return dead
 
-    async def shutdown(self) -> None:
-        """Refuse new sends, stop every actor at a boundary, and leave the store consistent."""
-        self._closing = True
+    async def shutdown(self, grace: float | None = None) -> None:
+        """Refuse new sends and mail, let each actor stop at its next boundary (cancelling any
+        still busy after ``grace`` seconds), and leave the store consistent: runs interrupted,
+        claimed mail released, pending approvals kept for the next start."""
+        if self.closing:
+            return
+        self.closing = True
         self.engine.shutdown()
-        actors = list(self._actors.values())
-        for actor in actors:
-            actor.task.cancel()
-        await asyncio.gather(*(a.task for a in actors), return_exceptions=True)
+        for waiting in self._waiting.values():
+            waiting.cancel()
+        tasks = [actor.task for actor in self._actors.values()]
+        for actor in self._actors.values():
+            actor.wake.set()
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.shutdown_grace
+                                         if grace is None else grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._stop_following(flush=True)
         self.writer.close()
+
+    async def abandon(self) -> None:
+        """Stop at once and write nothing more, as if the process had died: what a crash
+        leaves (running runs, claimed mail) stays for the next ``start`` to recover."""
+        self.closing = self.killed = True
+        self.engine.shutdown()
+        tasks = [actor.task for actor in self._actors.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._stop_following(flush=False)
+        self.writer.close()
+
+    async def _stop_following(self, flush: bool) -> None:
+        if self._follower is None or self._follow_task is None:
+            return
+        if flush:
+            self._follower.stop()
+        else:
+            self._follow_task.cancel()
+        await asyncio.gather(self._follow_task, return_exceptions=True)
+        if flush:
+            await self._follower.pump()  # what the last actors wrote
 
     def resident(self, session_id: str) -> bool:
         """Whether the session's actor is in memory (not evicted)."""
@@ -113,200 +190,132 @@ class Runtime:
     # -- entry points ----------------------------------------------------------------------
 
     async def create_root(self, agent: str) -> Session:
-        session: Session = await self.writer(self.engine.create_root, self._agent(agent).spec)
+        session: Session = await self.writer(self.engine.create_root, self.agent(agent).spec)
         return session
 
     async def submit(self, session_id: str, text: str, owner: Owner = Owner.USER) -> str:
-        """User (or plugin) input: durable mail that wakes the session."""
-        if self._closing:
+        """User or plugin input: durable mail that wakes the session."""
+        if self.closing:
             raise EngineShutdown("the runtime is shutting down; nothing was accepted")
         message_id: str = await self.writer(self.engine.produce, session_id, text, owner)
         self.poke(session_id)
         return message_id
 
+    async def pending_approvals(self) -> list[Approval]:
+        """Tool calls held by ``ask`` rules, waiting for ``answer``; they survive restarts."""
+        return await self.writer(self.engine.approvals)
+
+    async def answer(self, approval_id: str, approve: bool, scope: str = "once") -> Approval:
+        """The user's answer: approving grants ``scope`` and sends now, once; denying answers
+        the call with permission:denied. A run still waiting gets the outcome as its tool
+        result; a dead run's session sees it in its next run."""
+        if self.closing:
+            raise EngineShutdown("the runtime is shutting down; answer after the next start")
+        answered: Approval = await self.writer(self.engine.answer_approval, approval_id,
+                                               approve, scope)
+        waiting = self._waiting.get(approval_id)
+        if waiting is not None and not waiting.done():
+            waiting.set_result(answered)
+        recipient = await self.writer(self.tools.recipient_of, answered.outcome)
+        if recipient is not None:
+            self.poke(recipient)
+        return answered
+
     def poke(self, session_id: str) -> None:
         """Tell a session it may have work; spawn its actor if it was evicted."""
-        if self._closing:
+        if self.closing:
             return
         actor = self._actors.get(session_id)
         if actor is None or actor.task.done():
-            actor = _Actor(self, session_id)
+            actor = Actor(self, session_id)
             self._actors[session_id] = actor
             actor.task = asyncio.create_task(actor.live(), name=f"actor {session_id}")
         actor.wake.set()
 
-    async def quiesce(self, timeout: float = 30.0) -> None:
-        """Wait until no session has a queued or running run and no actor is busy."""
-        async with asyncio.timeout(timeout):
-            while True:
-                if self.crashes:
-                    raise self.crashes[0]
-                sessions: list[Session] = await self.writer(self.engine.sessions)
-                busy = [a for a in self._actors.values() if a.busy]
-                if not busy and all(s.state in ("idle", "finished") for s in sessions):
-                    return
-                await asyncio.sleep(0.01)
+    async def interrupted(self, session_id: str) -> None:
+        """Its run was ended from outside (cancel_subagent): stop the actor still driving it,
+        which would otherwise fail on the dead run, and spawn a fresh one if mail waits."""
+        actor = self._actors.pop(session_id, None)
+        if actor is not None and not actor.task.done():
+            actor.task.cancel()
+            await asyncio.gather(actor.task, return_exceptions=True)
+        self.poke(session_id)
 
-    def _agent(self, name: str) -> Agent:
+    async def quiesce(self, timeout: float = 30.0) -> None:
+        """Wait until no session has a queued or running run and no actor is busy, then let
+        observers catch up with the feed. A run waiting on an approval counts as busy."""
+        loud: list[str] = []
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    if self.crashes:
+                        raise self.crashes[0]
+                    sessions: list[Session] = await self.writer.quiet(self.engine.sessions)
+                    busy = {sid for sid, actor in self._actors.items() if actor.busy}
+                    loud = [f"{s.reference} ({s.state})" for s in sessions
+                            if s.session_id in busy or s.state in ("queued", "running")]
+                    if not loud:
+                        break
+                    await asyncio.sleep(0.01)
+        except TimeoutError:
+            raise TimeoutError(f"not quiet after {timeout}s: {', '.join(loud)}") from None
+        if self._follower is not None:
+            await self._follower.pump()
+
+    # -- for actors ------------------------------------------------------------------------
+
+    def agent(self, name: str) -> Agent:
         agent = self.agents.get(name)
         if agent is None:
             raise KeyError(f"no agent {name!r}; known agents: {', '.join(self.agents)}")
         return agent
 
-    def _evicted(self, actor: _Actor) -> None:
+    def evicted(self, actor: Actor) -> None:
         if self._actors.get(actor.session_id) is actor:
             del self._actors[actor.session_id]
             self.evictions += 1
 
-
-class _Actor:
-    def __init__(self, runtime: Runtime, session_id: str) -> None:
-        self.runtime = runtime
-        self.session_id = session_id
-        self.wake = asyncio.Event()
-        self.task: asyncio.Task[None] = None  # type: ignore[assignment]  # set by poke
-        self.busy = False
-        self.failures = 0
-
-    async def live(self) -> None:
-        rt = self.runtime
+    async def await_answer(self, ctx: ToolContext, call: ToolCall,
+                           waiting: ApprovalRequired) -> str:
+        """Hold the call durably and wait for the user's answer; its outcome is the result."""
+        approval_id = Approval.id_for(ctx)
+        # Registered before the hold: an answer that comes right after finds the waiter.
+        future: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
+        self._waiting[approval_id] = future
         try:
-            while True:
-                session: Session = await rt.writer(rt.engine.session, self.session_id)
-                if session.state == "queued":
-                    self.busy = True
-                    try:
-                        await self._run(session)
-                    finally:
-                        self.busy = False
-                    continue
-                self.wake.clear()
-                try:
-                    async with asyncio.timeout(rt.idle_timeout):
-                        await self.wake.wait()
-                except TimeoutError:
-                    rt._evicted(self)
-                    return
-        except asyncio.CancelledError:
-            await self._stop()
-            raise
-        except Exception as crash:
-            rt.crashes.append(crash)
-            raise
+            arguments = call.arguments if isinstance(call.arguments, dict) else {}
+            held: Approval = await self.writer(self.engine.hold_for_approval, ctx, call.name,
+                                               arguments, str(waiting.details.get("label")))
+            answered = held if held.state is not ApprovalState.PENDING else await future
+        finally:
+            self._waiting.pop(approval_id, None)
+        return answered.outcome or ""
 
-    async def _stop(self) -> None:
-        """Shutdown: abort the open request and interrupt the run, so nothing stays claimed."""
-        rt = self.runtime
-        session: Session = await rt.writer(rt.engine.session, self.session_id)
-        if session.state == "running" and session.run_id is not None:
-            await rt.writer(rt.engine.cancel_run, self.session_id, session.run_id, "shutdown")
+    async def completes_delegation(self, session: Session, run_number: int,
+                                   run_id: str) -> bool:
+        """Whether this finished run is the session's first: only that one completes its
+        delegation. Not simply run 1: a first run cut short by a model error or a crash
+        leaves the delegation to the run that finishes."""
+        if session.session_id in self._completed:
+            return False
+        self._completed.add(session.session_id)
+        if run_number == 1:
+            return True
+        events: list[Event] = await self.writer.quiet(self.engine.events, session.session_id)
+        return not any(e.kind == "RunFinished" and e.data.get("run_id") != run_id
+                       for e in events)
 
-    async def _run(self, session: Session) -> None:
-        rt = self.runtime
-        if self.failures:
-            await asyncio.sleep(min(0.05 * 2 ** self.failures, 2.0))  # back off a failing model
-        run: Run = await rt.writer(rt.engine.start_run, self.session_id)
-        agent = rt._agent(session.agent.name)
-        history = await self._history(agent)
-        while True:
-            request: Request = await rt.writer(rt.engine.begin_request, self.session_id, run.run_id)
-            inputs = [d.text for d in request.deliveries]
-            history.extend({"role": "user", "content": text} for text in inputs)
-            try:
-                reply = await agent.model.complete(
-                    history, tool_definitions(rt.tools.visible(session)))
-            except ModelError as error:
-                await self._failed(run, request, error)
-                return
-            self.failures = 0
-            await rt.writer(rt.engine.commit_request, self.session_id, run.run_id,
-                            request.request_id, _output(inputs, reply))
-            history.append(reply.as_message())
-            if not reply.tool_calls:
-                await self._finish(session, run, reply)
-                return
-            await self._tools(session, run, reply, history)
+    def _written(self) -> None:
+        if self._follower is not None:
+            self._follower.notify()
 
-    async def _tools(
-        self, session: Session, run: Run, reply: ModelReply, history: list[dict[str, Any]]
-    ) -> None:
-        rt = self.runtime
-        results = []
-        for call in reply.tool_calls:
-            outcome = await rt.tools.execute(session, run.run_id, call)
-            for target in outcome.poke:
-                rt.poke(target)
-            results.append({"tool_call_id": outcome.call_id, "content": outcome.content})
-            history.append(tool_result_message(outcome.call_id, outcome.content))
-        await rt.writer(rt.engine.record_tool_results, self.session_id, run.run_id, results)
-
-    async def _finish(self, session: Session, run: Run, reply: ModelReply) -> None:
-        rt = self.runtime
-        await rt.writer(rt.engine.finish_run, self.session_id, run.run_id)
-        # Only the delegated run completes the delegation; a woken session reports nothing
-        # unless it sends a message itself.
-        if session.parent_session_id is not None and run.number == 1:
-            notice = (f'<subagent_result from="{session.reference}">\n{reply.text or ""}\n'
-                      "</subagent_result>")
-            await rt.writer(rt.engine.produce, session.parent_session_id, notice,
-                            Owner.DELEGATION, sender=session.session_id)
-            rt.poke(session.parent_session_id)
-
-    async def _failed(self, run: Run, request: Request, error: ModelError) -> None:
-        """The request did not commit: its mail is released, and the run interrupted; the
-        session is woken again (after a back-off) while mail is pending."""
-        rt = self.runtime
-        self.failures += 1
-        await rt.writer(rt.engine.abort_request, self.session_id, run.run_id, request.request_id)
-        reason = f"model error: {error.code}"
-        if self.failures >= rt.max_model_failures:
-            reason = f"model failed {self.failures} times: {error.code}"
-        await rt.writer(rt.engine.cancel_run, self.session_id, run.run_id, reason)
-
-    async def _history(self, agent: Agent) -> list[dict[str, Any]]:
-        """The conversation so far, rebuilt from the durable log (survives eviction and restart)."""
-        rt = self.runtime
-        events: list[Event] = await rt.writer(rt.engine.events, self.session_id)
-        history: list[dict[str, Any]] = []
-        if agent.prompt:
-            history.append({"role": "system", "content": agent.prompt})
-        for event in events:
-            history.extend(_replay(event))
-        return history
+    async def _read_feed(self, after: int) -> list[tuple[int, Event]]:
+        return await self.writer.quiet(self.engine.feed, after)
 
 
-def _output(inputs: list[str], reply: ModelReply) -> dict[str, object]:
-    return {
-        "inputs": inputs,
-        "text": reply.text,
-        "tool_calls": [
-            {"id": c.id, "name": c.name,
-             "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments)}
-            for c in reply.tool_calls
-        ],
-    }
-
-
-def _replay(event: Event) -> list[dict[str, Any]]:
-    if event.kind == "ModelOutput":
-        messages: list[dict[str, Any]] = [
-            {"role": "user", "content": text} for text in _list(event.data.get("inputs"))
-        ]
-        assistant: dict[str, Any] = {"role": "assistant", "content": event.data.get("text")}
-        calls = _list(event.data.get("tool_calls"))
-        if calls:
-            assistant["tool_calls"] = [
-                {"id": c["id"], "type": "function",
-                 "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for c in calls
-            ]
-        return [*messages, assistant]
-    if event.kind == "ToolResults":
-        return [tool_result_message(r["tool_call_id"], r["content"])
-                for r in _list(event.data.get("results"))]
-    return []
-
-
-def _list(value: object) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
-
+def _feed_end(engine: Engine) -> int:
+    last = 0
+    with engine.store.read() as tx:
+        for number, _ in tx.feed(0):
+            last = number
+    return last

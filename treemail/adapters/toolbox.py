@@ -17,7 +17,7 @@ from treemail.adapters.models import ToolCall
 from treemail.core.addressing import resolve
 from treemail.core.engine import Engine
 from treemail.core.errors import ApprovalRequired, Refusal
-from treemail.core.records import AgentSpec, Session, ToolContext
+from treemail.core.records import AgentSpec, SendResult, Session, ToolContext
 from treemail.core.tools import InvalidToolArguments, lookup_tool
 
 __all__ = ["Call", "Hooks", "ToolBox", "ToolOutcome"]
@@ -31,12 +31,14 @@ class Call(Protocol):
 
 @attrs.frozen
 class ToolOutcome:
-    """A tool call's result as the model sees it, and any session the runtime must poke."""
+    """A tool call's result as the model sees it, the sessions the runtime must poke, those
+    whose run the call ended (``stop``), and the approval the call waits for, if any."""
 
     call_id: str
     content: str
     poke: tuple[str, ...] = ()
     approval: ApprovalRequired | None = None
+    stop: tuple[str, ...] = ()
 
 
 class Hooks(Protocol):
@@ -87,9 +89,8 @@ class ToolBox:
     async def _dispatch(self, session: Session, run_id: str, call: ToolCall) -> ToolOutcome:
         ctx = ToolContext(session.session_id, run_id, call.id)
         if call.name == "send_message":
-            result = await self.call(self.engine.send_message, ctx, call.arguments)
-            peer = await self.call(self._peer, session, _string(call.arguments, "to"))
-            return _ok(call, result.as_tool_result(), peer.session_id)
+            result, recipient = await self.call(self._send, ctx, call.arguments)
+            return _ok(call, result.as_tool_result(), recipient)
         arguments = _object(call)
         if call.name == "delegate_subagent":
             return await self._delegate(session, call, arguments)
@@ -114,7 +115,23 @@ class ToolBox:
             return _ok(call, {"cancelled": False, "status": child.state})
         await self.call(self.engine.cancel_run, child.session_id, child.run_id,
                         "cancelled by parent")
-        return _ok(call, {"cancelled": True}, child.session_id)
+        return attrs.evolve(_ok(call, {"cancelled": True}), stop=(child.session_id,))
+
+    def _send(self, ctx: ToolContext, arguments: object) -> tuple[SendResult, str]:
+        # One writer job, not two: the recipient to poke is read right after the send.
+        result = self.engine.send_message(ctx, arguments)
+        return result, self.engine.message(result.message_id).recipient
+
+    def recipient_of(self, outcome: str | None) -> str | None:
+        """The session a send's tool result (JSON text) delivered to; None for an error."""
+        try:
+            parsed = json.loads(outcome or "")
+        except ValueError:
+            return None
+        message_id = parsed.get("message_id") if isinstance(parsed, dict) else None
+        if not isinstance(message_id, str):
+            return None
+        return self.engine.message(message_id).recipient
 
     def _peer(self, sender: Session, reference: str) -> Session:
         with self.engine.store.read() as tx:
