@@ -22,7 +22,7 @@ from treemail.adapters.history import rebuild
 from treemail.adapters.models import ModelError, ModelReply, tool_result_message
 from treemail.core.engine import Request
 from treemail.core.errors import TreemailError
-from treemail.core.records import Owner, Run, Session, ToolContext
+from treemail.core.records import Run, Session, ToolContext
 from treemail.core.tools import tool_definitions
 
 if TYPE_CHECKING:
@@ -144,14 +144,11 @@ class Actor:
 
     async def _finish(self, session: Session, run: Run, reply: ModelReply) -> None:
         rt = self.runtime
-        await rt.writer(rt.engine.finish_run, self.session_id, run.run_id)
-        if session.parent_session_id is None:
-            return
-        if await rt.completes_delegation(session, run.number, run.run_id):
-            notice = (f'<subagent_result from="{session.reference}">\n{reply.text or ""}\n'
-                      "</subagent_result>")
-            await rt.writer(rt.engine.produce, session.parent_session_id, notice,
-                            Owner.DELEGATION, sender=session.session_id)
+        # The engine completes the delegation (first finished run only) in the same
+        # transaction as the finish, so a crash cannot lose the parent's notice.
+        reported = await rt.writer(rt.engine.finish_run, self.session_id, run.run_id,
+                                   reply.text or "")
+        if reported and session.parent_session_id is not None:
             rt.poke(session.parent_session_id)
 
     async def _failed(self, run: Run, request: Request, error: ModelError) -> None:

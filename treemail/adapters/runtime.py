@@ -115,8 +115,6 @@ class Runtime:
         self._waiting: dict[str, asyncio.Future[Approval]] = {}
         self._follower: FeedFollower | None = None
         self._follow_task: asyncio.Task[None] | None = None
-        # Sessions whose delegation already completed, so a woken run sends no second notice.
-        self._completed: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -290,20 +288,6 @@ class Runtime:
         finally:
             self._waiting.pop(approval_id, None)
         return answered.outcome or ""
-
-    async def completes_delegation(self, session: Session, run_number: int,
-                                   run_id: str) -> bool:
-        """Whether this finished run is the session's first: only that one completes its
-        delegation. Not simply run 1: a first run cut short by a model error or a crash
-        leaves the delegation to the run that finishes."""
-        if session.session_id in self._completed:
-            return False
-        self._completed.add(session.session_id)
-        if run_number == 1:
-            return True
-        events: list[Event] = await self.writer.quiet(self.engine.events, session.session_id)
-        return not any(e.kind == "RunFinished" and e.data.get("run_id") != run_id
-                       for e in events)
 
     def _written(self) -> None:
         if self._follower is not None:

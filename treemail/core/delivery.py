@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from treemail.core.guards import inbox_counter, pair_counter
+from treemail.core.ids import IdSource
 from treemail.core.lifecycle import MESSAGE, SESSION
 from treemail.core.records import Message, Mode, Owner, Run, RunStatus, Session
 from treemail.core.store import ReadTxn, WriteTxn
@@ -24,6 +25,7 @@ __all__ = [
     "admit_accepted",
     "bound_to",
     "message_event",
+    "new_mail",
     "session_event",
     "step_message",
     "step_session",
@@ -82,6 +84,23 @@ def accept(tx: WriteTxn, message: Message) -> Message:
          "body": message.body},
     )
     return message
+
+
+def new_mail(
+    tx: WriteTxn, ids: IdSource, recipient: str, body: str, owner: Owner, sender: str | None
+) -> Message:
+    """Accept non-agent mail (user, plugin, delegation, goal): no guard, no cap, no hop."""
+    message = Message(
+        message_id=ids.new_id(),
+        recipient=recipient,
+        sender=sender,
+        owner=owner,
+        body=body,
+        mode=Mode.QUEUE,
+        hop=0,
+        seq=tx.add(f"seq/{recipient}", 1),
+    )
+    return accept(tx, message)
 
 
 def step_message(tx: WriteTxn, message: Message, event: str, **changes: Any) -> Message:

@@ -22,22 +22,10 @@ from typing import TypeVar
 
 import attrs
 
-from treemail.core import approvals
+from treemail.core import approvals, runs
 from treemail.core.config import MessagingConfig
-from treemail.core.delivery import (
-    accept,
-    admit_accepted,
-    bound_to,
-    step_message,
-    step_session,
-)
-from treemail.core.envelope import render_envelope
-from treemail.core.errors import (
-    EngineShutdown,
-    IllegalTransition,
-    InvalidRequest,
-    UnknownTarget,
-)
+from treemail.core.delivery import new_mail, step_message
+from treemail.core.errors import EngineShutdown, InvalidRequest, UnknownTarget
 from treemail.core.ids import IdSource, make_handle
 from treemail.core.records import (
     AgentSpec,
@@ -45,38 +33,19 @@ from treemail.core.records import (
     ApprovalState,
     Event,
     Message,
-    Mode,
     Owner,
     Run,
-    RunStatus,
     SendResult,
     Session,
     ToolContext,
 )
+from treemail.core.runs import Delivery, Request, need_run, need_session
 from treemail.core.sending import grant_counter, send
-from treemail.core.store import ReadTxn, Store, WriteTxn
+from treemail.core.store import Store, WriteTxn
 
 __all__ = ["Delivery", "Engine", "Request"]
 
 T = TypeVar("T")
-
-
-@attrs.frozen
-class Delivery:
-    """One message as it enters a model request: ``text`` is exactly what the model sees."""
-
-    message_id: str
-    owner: Owner
-    text: str
-
-
-@attrs.frozen
-class Request:
-    """A model request opened at a safe boundary, with the mail it claimed."""
-
-    request_id: str
-    run_id: str
-    deliveries: tuple[Delivery, ...]
 
 
 class Engine:
@@ -100,9 +69,9 @@ class Engine:
         """A child of ``parent_id`` in the same tree; its task arrives as delegation mail."""
 
         def work(tx: WriteTxn) -> Session:
-            parent = _need_session(tx, parent_id)
+            parent = need_session(tx, parent_id)
             child = self._create(tx, agent, parent, legacy)
-            self._produce(tx, child, task, Owner.DELEGATION, parent.session_id)
+            new_mail(tx, self.ids, child.session_id, task, Owner.DELEGATION, parent.session_id)
             return child
 
         child = self._transact(work)
@@ -149,26 +118,12 @@ class Engine:
             raise InvalidRequest("mail body is empty; produce needs text for the recipient")
 
         def work(tx: WriteTxn) -> str:
-            return self._produce(tx, _need_session(tx, recipient), body, owner, sender)
+            recipient_id = need_session(tx, recipient).session_id
+            return new_mail(tx, self.ids, recipient_id, body, owner, sender).message_id
 
         message_id = self._transact(work)
         self.reconcile(recipient)
         return message_id
-
-    def _produce(
-        self, tx: WriteTxn, recipient: Session, body: str, owner: Owner, sender: str | None
-    ) -> str:
-        message = Message(
-            message_id=self.ids.new_id(),
-            recipient=recipient.session_id,
-            sender=sender,
-            owner=owner,
-            body=body,
-            mode=Mode.QUEUE,
-            hop=0,
-            seq=tx.add(f"seq/{recipient.session_id}", 1),
-        )
-        return accept(tx, message).message_id
 
     # -- send_message ------------------------------------------------------------------------
 
@@ -214,7 +169,7 @@ class Engine:
         reachable by UUID by whoever holds one, never again by handle."""
 
         def work(tx: WriteTxn) -> list[str]:
-            target = _need_session(tx, session_id)
+            target = need_session(tx, session_id)
             branch = {target.session_id}
             ghosts: list[str] = []
             for session in list(tx.tree(target.root_session_id)):  # parents precede children
@@ -236,70 +191,21 @@ class Engine:
     def tool_visible(self, session_id: str) -> bool:
         """Whether send_message is shown to this session's model at all."""
         with self.store.read() as tx:
-            return _need_session(tx, session_id).agent.rules.visible
+            return need_session(tx, session_id).agent.rules.visible
 
     # -- runs and requests -------------------------------------------------------------------
 
     def reconcile(self, session_id: str) -> None:
         """Admit accepted mail, and give a session with deliverable mail and no run a run."""
-        self._transact(lambda tx: self._reconcile(tx, session_id))
-
-    def _reconcile(self, tx: WriteTxn, session_id: str) -> None:
-        session = _need_session(tx, session_id)
-        current = tx.run(session.run_id) if session.run_id is not None else None
-        admit_accepted(tx, session, current)
-        if session.state in ("idle", "finished") and next(bound_to(tx, session_id, None), None):
-            number = tx.add(f"runs/{session_id}", 1)
-            run = Run(self.ids.new_id(), session_id, number)
-            tx.put_run(run)
-            step_session(tx, session, "enqueue", run, reason="wake")
+        self._transact(lambda tx: runs.reconcile(tx, self.ids, session_id))
 
     def start_run(self, session_id: str) -> Run:
         """Start the session's queued run; mail waiting for the next run is bound to it."""
-
-        def work(tx: WriteTxn) -> Run:
-            session = _need_session(tx, session_id)
-            if session.state != "queued" or session.run_id is None:
-                raise IllegalTransition(f"session {session_id}", "start", session.state, ())
-            run = attrs.evolve(_need_run(tx, session.run_id), status=RunStatus.RUNNING)
-            tx.put_run(run)
-            step_session(tx, session, "start", run)
-            for message in list(bound_to(tx, session_id, None)):
-                tx.put_message(attrs.evolve(message, run_id=run.run_id))
-            return run
-
-        return self._transact(work)
+        return self._transact(lambda tx: runs.start(tx, session_id))
 
     def begin_request(self, session_id: str, run_id: str) -> Request:
         """A safe boundary: claim the run's deliverable mail into a new model request."""
-        return self._transact(lambda tx: self._begin(tx, session_id, run_id))
-
-    def _begin(self, tx: WriteTxn, session_id: str, run_id: str) -> Request:
-        session, run = _live_run(tx, session_id, run_id)
-        if run.open_request is not None:
-            raise IllegalTransition(f"run {run_id}", "begin_request", "request open",
-                                    ("commit_request", "abort_request"))
-        admit_accepted(tx, session, run)
-        request_id = self.ids.new_id()
-        claimed = [
-            step_message(tx, m, "claim", request_id=request_id)
-            for m in list(bound_to(tx, session_id, run_id))
-        ]
-        tx.put_run(attrs.evolve(run, open_request=request_id))
-        tx.append(session_id, "RequestBegun", {
-            "run_id": run_id, "request_id": request_id,
-            "message_ids": [m.message_id for m in claimed],
-        })
-        deliveries = tuple(self._delivery(tx, session, m) for m in claimed)
-        return Request(request_id, run_id, deliveries)
-
-    def _delivery(self, tx: ReadTxn, recipient: Session, message: Message) -> Delivery:
-        text = message.body
-        if message.owner is Owner.AGENT and message.sender is not None:
-            sender = _need_session(tx, message.sender)
-            text = render_envelope(sender.reference, message.body,
-                                   reply_hint=recipient.agent.rules.visible)
-        return Delivery(message.message_id, message.owner, text)
+        return self._transact(lambda tx: runs.begin(tx, self.ids, session_id, run_id))
 
     def commit_request(
         self, session_id: str, run_id: str, request_id: str,
@@ -312,12 +218,17 @@ class Engine:
         reply exactly when it holds the mail that prompted it."""
 
         def work(tx: WriteTxn) -> None:
-            self._close_request(tx, session_id, run_id, request_id, True)
+            runs.close(tx, session_id, run_id, request_id, committed=True)
             if output is not None:
                 tx.append(session_id, "ModelOutput",
                           {"run_id": run_id, "request_id": request_id, **output})
 
         self._transact(work)
+
+    def abort_request(self, session_id: str, run_id: str, request_id: str) -> None:
+        """The request did not commit: its mail is released for the next boundary."""
+        self._transact(
+            lambda tx: runs.close(tx, session_id, run_id, request_id, committed=False))
 
     def record_tool_results(
         self, session_id: str, run_id: str, results: Sequence[Mapping[str, object]]
@@ -326,42 +237,27 @@ class Engine:
         the durable transcript can be rebuilt after eviction or restart."""
 
         def work(tx: WriteTxn) -> None:
-            _live_run(tx, session_id, run_id)
+            runs.live_run(tx, session_id, run_id)
             tx.append(session_id, "ToolResults", {"run_id": run_id, "results": list(results)})
 
         self._transact(work)
 
-    def abort_request(self, session_id: str, run_id: str, request_id: str) -> None:
-        """The request did not commit: its mail is released for the next boundary."""
-        self._transact(lambda tx: self._close_request(tx, session_id, run_id, request_id, False))
+    def finish_run(self, session_id: str, run_id: str, result: str | None = None) -> bool:
+        """The run completed; mail that missed it is bound to the next run, which is queued.
 
-    def _close_request(
-        self, tx: WriteTxn, session_id: str, run_id: str, request_id: str, committed: bool
-    ) -> None:
-        _, run = _live_run(tx, session_id, run_id)
-        if run.open_request != request_id:
-            raise UnknownTarget(f"request {request_id} is not the open request of run {run_id}")
-        _settle_request(tx, run, committed)
+        With ``result``, the first finished run of a delegated session also completes its
+        delegation: the result reaches the parent as delegation mail in the same transaction.
+        Returns whether it did (a woken session's later runs never report again)."""
 
-    def finish_run(self, session_id: str, run_id: str) -> None:
-        """The run completed. Mail that missed it is bound to the next run, which is queued."""
-        self._end_run(session_id, run_id, "finish", RunStatus.FINISHED, "completed")
+        def work(tx: WriteTxn) -> bool:
+            session = runs.end(tx, self.ids, session_id, run_id, "finish", "completed")
+            return result is not None and runs.complete_delegation(tx, self.ids, session, result)
+
+        return self._transact(work)
 
     def cancel_run(self, session_id: str, run_id: str, reason: str = "cancelled") -> None:
         """Interrupt a queued or running run; an open request is aborted first."""
-        self._end_run(session_id, run_id, "interrupt", RunStatus.INTERRUPTED, reason)
-
-    def _end_run(
-        self, session_id: str, run_id: str, event: str, status: RunStatus, reason: str
-    ) -> None:
-        def work(tx: WriteTxn) -> None:
-            session = _need_session(tx, session_id)
-            if session.run_id != run_id:
-                raise UnknownTarget(f"run {run_id} is not the current run of {session_id}")
-            _end(tx, session, _need_run(tx, run_id), event, status, reason)
-            self._reconcile(tx, session_id)
-
-        self._transact(work)
+        self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id, "interrupt", reason))
 
     def discard(self, message_id: str, reason: str) -> None:
         """Drop a pending, unclaimed message by an explicit decision, with its reason."""
@@ -380,19 +276,7 @@ class Engine:
         """At open: interrupt runs that died with the process, then make all mail deliverable.
 
         Returns how many runs were found dead."""
-
-        def work(tx: WriteTxn) -> int:
-            dead = 0
-            for session in list(tx.sessions()):
-                run = tx.run(session.run_id) if session.run_id is not None else None
-                if run is not None and run.status is RunStatus.RUNNING:
-                    _end(tx, session, run, "interrupt", RunStatus.INTERRUPTED,
-                         "crash found at restart")
-                    dead += 1
-                self._reconcile(tx, session.session_id)
-            return dead
-
-        return self._transact(work)
+        return self._transact(lambda tx: runs.recover(tx, self.ids))
 
     def shutdown(self) -> None:
         """Refuse new sends from now on; what was accepted stays durable."""
@@ -402,11 +286,11 @@ class Engine:
 
     def session(self, session_id: str) -> Session:
         with self.store.read() as tx:
-            return _need_session(tx, session_id)
+            return need_session(tx, session_id)
 
     def run(self, run_id: str) -> Run:
         with self.store.read() as tx:
-            return _need_run(tx, run_id)
+            return need_run(tx, run_id)
 
     def message(self, message_id: str) -> Message:
         with self.store.read() as tx:
@@ -429,58 +313,3 @@ class Engine:
 
     def _transact(self, work: Callable[[WriteTxn], T]) -> T:
         return self.store.transact(work)
-
-
-def _settle_request(tx: WriteTxn, run: Run, committed: bool) -> Run:
-    base_hop = run.base_hop
-    for message in list(tx.pending(run.session_id)):
-        if message.state != "claimed" or message.request_id != run.open_request:
-            continue
-        if committed:
-            step_message(tx, message, "consume")
-            if message.owner is Owner.AGENT:
-                base_hop = max(base_hop, message.hop)
-        else:
-            step_message(tx, message, "release", request_id=None)
-    settled = attrs.evolve(run, open_request=None, base_hop=base_hop)
-    tx.put_run(settled)
-    tx.append(run.session_id, "RequestCommitted" if committed else "RequestAborted",
-              {"run_id": run.run_id, "request_id": run.open_request})
-    return settled
-
-
-def _end(
-    tx: WriteTxn, session: Session, run: Run, event: str, status: RunStatus, reason: str
-) -> None:
-    if run.open_request is not None:
-        if event == "finish":
-            raise IllegalTransition(f"run {run.run_id}", "finish", "request open",
-                                    ("commit_request", "abort_request"))
-        run = _settle_request(tx, run, committed=False)
-    step_session(tx, session, event, run, reason=reason)
-    tx.put_run(attrs.evolve(run, status=status))
-    # Mail bound to this run but never claimed in it waits for the next run.
-    for message in list(bound_to(tx, session.session_id, run.run_id)):
-        tx.put_message(attrs.evolve(message, run_id=None))
-
-
-def _need_session(tx: ReadTxn, session_id: str) -> Session:
-    session = tx.session(session_id)
-    if session is None:
-        raise UnknownTarget(f"no session {session_id}")
-    return session
-
-
-def _need_run(tx: ReadTxn, run_id: str) -> Run:
-    run = tx.run(run_id)
-    if run is None:
-        raise UnknownTarget(f"no run {run_id}")
-    return run
-
-
-def _live_run(tx: ReadTxn, session_id: str, run_id: str) -> tuple[Session, Run]:
-    session = _need_session(tx, session_id)
-    run = _need_run(tx, run_id)
-    if session.run_id != run_id or run.status is not RunStatus.RUNNING:
-        raise UnknownTarget(f"run {run_id} is not the running run of session {session_id}")
-    return session, run

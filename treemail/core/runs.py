@@ -1,0 +1,203 @@
+"""Runs and model requests, as steps inside one store transaction each.
+
+A run binds the mail it will read: at start, everything waiting for "the next run"; while it
+runs, steered mail admitted into it. ``begin`` claims the bound mail at a safe boundary,
+``close`` consumes it (committed) or releases it (aborted). Ending a run hands whatever it
+never claimed to the next run, and ``reconcile`` queues that run when one is needed.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from treemail.core.delivery import admit_accepted, bound_to, new_mail, step_message, step_session
+from treemail.core.envelope import render_envelope
+from treemail.core.errors import IllegalTransition, UnknownTarget
+from treemail.core.ids import IdSource
+from treemail.core.records import Message, Owner, Run, RunStatus, Session
+from treemail.core.store import ReadTxn, WriteTxn
+
+__all__ = [
+    "Delivery",
+    "Request",
+    "begin",
+    "close",
+    "complete_delegation",
+    "end",
+    "live_run",
+    "need_run",
+    "need_session",
+    "reconcile",
+    "recover",
+    "start",
+]
+
+
+@attrs.frozen
+class Delivery:
+    """One message as it enters a model request: ``text`` is exactly what the model sees."""
+
+    message_id: str
+    owner: Owner
+    text: str
+
+
+@attrs.frozen
+class Request:
+    """A model request opened at a safe boundary, with the mail it claimed."""
+
+    request_id: str
+    run_id: str
+    deliveries: tuple[Delivery, ...]
+
+
+def need_session(tx: ReadTxn, session_id: str) -> Session:
+    session = tx.session(session_id)
+    if session is None:
+        raise UnknownTarget(f"no session {session_id}")
+    return session
+
+
+def need_run(tx: ReadTxn, run_id: str) -> Run:
+    run = tx.run(run_id)
+    if run is None:
+        raise UnknownTarget(f"no run {run_id}")
+    return run
+
+
+def live_run(tx: ReadTxn, session_id: str, run_id: str) -> tuple[Session, Run]:
+    session = need_session(tx, session_id)
+    run = need_run(tx, run_id)
+    if session.run_id != run_id or run.status is not RunStatus.RUNNING:
+        raise UnknownTarget(f"run {run_id} is not the running run of session {session_id}")
+    return session, run
+
+
+def reconcile(tx: WriteTxn, ids: IdSource, session_id: str) -> None:
+    """Admit accepted mail; a session with deliverable mail and no run gets one (the wake)."""
+    session = need_session(tx, session_id)
+    current = tx.run(session.run_id) if session.run_id is not None else None
+    admit_accepted(tx, session, current)
+    if session.state in ("idle", "finished") and next(bound_to(tx, session_id, None), None):
+        number = tx.add(f"runs/{session_id}", 1)
+        run = Run(ids.new_id(), session_id, number)
+        tx.put_run(run)
+        step_session(tx, session, "enqueue", run, reason="wake")
+
+
+def start(tx: WriteTxn, session_id: str) -> Run:
+    session = need_session(tx, session_id)
+    if session.state != "queued" or session.run_id is None:
+        raise IllegalTransition(f"session {session_id}", "start", session.state, ())
+    run = attrs.evolve(need_run(tx, session.run_id), status=RunStatus.RUNNING)
+    tx.put_run(run)
+    step_session(tx, session, "start", run)
+    for message in list(bound_to(tx, session_id, None)):
+        tx.put_message(attrs.evolve(message, run_id=run.run_id))
+    return run
+
+
+def begin(tx: WriteTxn, ids: IdSource, session_id: str, run_id: str) -> Request:
+    session, run = live_run(tx, session_id, run_id)
+    if run.open_request is not None:
+        raise IllegalTransition(f"run {run_id}", "begin_request", "request open",
+                                ("commit_request", "abort_request"))
+    admit_accepted(tx, session, run)
+    request_id = ids.new_id()
+    claimed = [
+        step_message(tx, m, "claim", request_id=request_id)
+        for m in list(bound_to(tx, session_id, run_id))
+    ]
+    tx.put_run(attrs.evolve(run, open_request=request_id))
+    tx.append(session_id, "RequestBegun", {
+        "run_id": run_id, "request_id": request_id,
+        "message_ids": [m.message_id for m in claimed],
+    })
+    return Request(request_id, run_id, tuple(_delivery(tx, session, m) for m in claimed))
+
+
+def _delivery(tx: ReadTxn, recipient: Session, message: Message) -> Delivery:
+    text = message.body
+    if message.owner is Owner.AGENT and message.sender is not None:
+        sender = need_session(tx, message.sender)
+        text = render_envelope(sender.reference, message.body,
+                               reply_hint=recipient.agent.rules.visible)
+    return Delivery(message.message_id, message.owner, text)
+
+
+def close(tx: WriteTxn, session_id: str, run_id: str, request_id: str, committed: bool) -> None:
+    _, run = live_run(tx, session_id, run_id)
+    if run.open_request != request_id:
+        raise UnknownTarget(f"request {request_id} is not the open request of run {run_id}")
+    _settle(tx, run, committed)
+
+
+def _settle(tx: WriteTxn, run: Run, committed: bool) -> Run:
+    base_hop = run.base_hop
+    for message in list(tx.pending(run.session_id)):
+        if message.state != "claimed" or message.request_id != run.open_request:
+            continue
+        if committed:
+            step_message(tx, message, "consume")
+            if message.owner is Owner.AGENT:
+                base_hop = max(base_hop, message.hop)
+        else:
+            step_message(tx, message, "release", request_id=None)
+    settled = attrs.evolve(run, open_request=None, base_hop=base_hop)
+    tx.put_run(settled)
+    tx.append(run.session_id, "RequestCommitted" if committed else "RequestAborted",
+              {"run_id": run.run_id, "request_id": run.open_request})
+    return settled
+
+
+def end(
+    tx: WriteTxn, ids: IdSource, session_id: str, run_id: str, event: str, reason: str
+) -> Session:
+    """Finish (``finish``) or interrupt (``interrupt``) the session's current run."""
+    session = need_session(tx, session_id)
+    if session.run_id != run_id:
+        raise UnknownTarget(f"run {run_id} is not the current run of {session_id}")
+    _end(tx, session, need_run(tx, run_id), event, reason)
+    reconcile(tx, ids, session_id)
+    return session
+
+
+def _end(tx: WriteTxn, session: Session, run: Run, event: str, reason: str) -> None:
+    if run.open_request is not None:
+        if event == "finish":
+            raise IllegalTransition(f"run {run.run_id}", "finish", "request open",
+                                    ("commit_request", "abort_request"))
+        run = _settle(tx, run, committed=False)
+    step_session(tx, session, event, run, reason=reason)
+    status = RunStatus.FINISHED if event == "finish" else RunStatus.INTERRUPTED
+    tx.put_run(attrs.evolve(run, status=status))
+    # Mail bound to this run but never claimed in it waits for the next run.
+    for message in list(bound_to(tx, session.session_id, run.run_id)):
+        tx.put_message(attrs.evolve(message, run_id=None))
+
+
+def complete_delegation(tx: WriteTxn, ids: IdSource, child: Session, result: str) -> bool:
+    """Report a delegated session's result to its parent, once: the first finished run
+    completes the delegation; a session woken later reports only by sending mail."""
+    if child.parent_session_id is None or tx.count(f"delegation/{child.session_id}"):
+        return False
+    tx.add(f"delegation/{child.session_id}", 1)
+    notice = f'<subagent_result from="{child.reference}">\n{result}\n</subagent_result>'
+    message = new_mail(tx, ids, child.parent_session_id, notice, Owner.DELEGATION,
+                       child.session_id)
+    tx.append(child.session_id, "DelegationCompleted", {"message_id": message.message_id})
+    reconcile(tx, ids, child.parent_session_id)
+    return True
+
+
+def recover(tx: WriteTxn, ids: IdSource) -> int:
+    """Interrupt every run still marked running (it died with the process), then reconcile
+    every session. Returns the number of dead runs."""
+    dead = 0
+    for session in list(tx.sessions()):
+        run = tx.run(session.run_id) if session.run_id is not None else None
+        if run is not None and run.status is RunStatus.RUNNING:
+            _end(tx, session, run, "interrupt", "crash found at restart")
+            dead += 1
+        reconcile(tx, ids, session.session_id)
+    return dead
