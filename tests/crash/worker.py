@@ -23,7 +23,7 @@ import random
 import sys
 from pathlib import Path
 
-from treemail.adapters.demo import SeededIds
+from treemail.adapters.ids import SeededIds
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine

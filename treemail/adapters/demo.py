@@ -8,31 +8,20 @@ accepted message is delivered exactly once, which the demo checks and prints.
 
 from __future__ import annotations
 
-import random
 import sys
 import tempfile
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import TextIO
 
+from treemail.adapters.ids import SeededIds
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.adapters.transcript import render_event
 from treemail.core.engine import Engine, Request
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Owner, Run, Session, ToolContext
 
-__all__ = ["SeededIds", "main", "run_demo"]
-
-
-class SeededIds:
-    """Random-looking v4 UUIDs from a seed, so the demo prints the same transcript each run."""
-
-    def __init__(self, seed: int) -> None:
-        self._random = random.Random(seed)
-
-    def new_id(self) -> str:
-        return str(uuid.UUID(int=self._random.getrandbits(128), version=4))
+__all__ = ["main", "run_demo"]
 
 
 LEAD = AgentSpec("lead", "plans the work and delegates", Rules.of({"child": "allow"}))
