@@ -10,7 +10,7 @@ addressable peer so the model can repair its call.
 from __future__ import annotations
 
 from treemail.core.errors import NotTreePeer, UnknownSession, UnknownSubagentReference
-from treemail.core.ids import canonical_uuid
+from treemail.core.ids import canonical_uuid, storable
 from treemail.core.records import Session
 from treemail.core.store import ReadTxn
 
@@ -22,7 +22,7 @@ def resolve(tx: ReadTxn, sender: Session, reference: str) -> Session:
     session_id = canonical_uuid(reference)
     if session_id is not None:
         return _by_uuid(tx, sender, session_id)
-    owner = tx.handle_owner(sender.root_session_id, reference)
+    owner = tx.handle_owner(sender.root_session_id, reference) if storable(reference) else None
     recipient = tx.session(owner) if owner is not None else None
     if recipient is None:
         raise _unknown_reference(tx, sender, reference)

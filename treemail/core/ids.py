@@ -14,6 +14,7 @@ __all__ = [
     "IdSource",
     "canonical_uuid",
     "make_handle",
+    "storable",
 ]
 
 # Only the canonical 8-4-4-4-12 spelling is a session reference; anything else is a handle.
@@ -40,6 +41,17 @@ class CountingIds:
         self._next += 1
         # The counter leads, so handles (the first 8 hex digits) stay distinct.
         return f"{n:08x}-0000-4000-8000-{self._namespace:012x}"
+
+
+# Longest reference worth a lookup: handles are short, UUIDs 36 characters.
+MAX_REFERENCE = 256
+
+
+def storable(reference: str) -> bool:
+    """Whether ``reference`` could name anything stored: printable (no NUL, no control
+    character, no lone surrogate) and not absurdly long. Anything else names nothing, so it is
+    answered without a store lookup, the same on every store."""
+    return 0 < len(reference) <= MAX_REFERENCE and reference.isprintable()
 
 
 def canonical_uuid(reference: str) -> str | None:

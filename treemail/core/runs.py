@@ -13,7 +13,7 @@ import attrs
 from treemail.core.delivery import admit_accepted, bound_to, new_mail, step_message, step_session
 from treemail.core.envelope import render_envelope
 from treemail.core.errors import IllegalTransition, UnknownTarget
-from treemail.core.ids import IdSource
+from treemail.core.ids import IdSource, storable
 from treemail.core.records import Message, Owner, Run, RunStatus, Session
 from treemail.core.store import ReadTxn, WriteTxn
 
@@ -52,14 +52,14 @@ class Request:
 
 
 def need_session(tx: ReadTxn, session_id: str) -> Session:
-    session = tx.session(session_id)
+    session = tx.session(session_id) if storable(session_id) else None
     if session is None:
         raise UnknownTarget(f"no session {session_id}")
     return session
 
 
 def need_run(tx: ReadTxn, run_id: str) -> Run:
-    run = tx.run(run_id)
+    run = tx.run(run_id) if storable(run_id) else None
     if run is None:
         raise UnknownTarget(f"no run {run_id}")
     return run

@@ -28,7 +28,7 @@ from treemail.core.guards import (
     pair_counter,
     parse_arguments,
 )
-from treemail.core.ids import IdSource
+from treemail.core.ids import MAX_REFERENCE, IdSource, storable
 from treemail.core.permissions import Action, relationship
 from treemail.core.records import (
     IdempotencyKey,
@@ -92,6 +92,11 @@ def send(
 
 
 def _tool_context(tx: ReadTxn, ctx: ToolContext) -> tuple[Session, Run]:
+    if not all(storable(part) for part in (ctx.session_id, ctx.run_id, ctx.tool_call_id)):
+        raise InvalidToolContext(
+            "a tool context's session, run and tool call ids must be printable and at most "
+            f"{MAX_REFERENCE} characters; got {ctx!r}"
+        )
     sender = tx.session(ctx.session_id)
     run = tx.run(ctx.run_id)
     if sender is None or run is None or run.session_id != ctx.session_id:

@@ -1,0 +1,30 @@
+"""Hypothesis profiles for the whole suite, chosen by ``HYPOTHESIS_PROFILE`` (default ``ci``).
+
+``ci`` keeps ``just test`` fast on a 2-core machine; ``deep`` is for ``just deep``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    # The explain phase re-runs a failing stateful example hundreds of times: minutes, not
+    # seconds, for a report the shrunk steps already give.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+)
+settings.register_profile(
+    "deep",
+    max_examples=2500,
+    stateful_step_count=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,0 +1,409 @@
+"""The reference model: the whole messaging contract as a small, pure, obviously correct program.
+
+It offers the engine's operations with the engine's signatures and answers each with a value or
+the error class the engine must raise, so a differential test can run both side by side. It
+shares no decision code with the engine: lifecycles, guards, addressing, permissions and
+delivery are re-stated (here and in ``world``) from the contract and design.md, and every
+limit is checked by recounting the world.
+
+Ids are minted from the model's own ``CountingIds`` in the order the engine mints them
+(session; child then delegation mail; produced mail; woken run; request; sent mail), so the
+two can be compared id for id. Every operation is all or nothing: on an error the world is put
+back as it was (ids already minted stay spent, as in the engine).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from treemail.core import errors
+from treemail.core.config import MessagingConfig
+from treemail.core.ids import CountingIds, make_handle
+from treemail.core.records import AgentSpec, Mode, Owner, RecipientState, SendResult, ToolContext
+from treemail.models.world import (
+    MESSAGE_STEPS,
+    SESSION_STEPS,
+    ApprovalRecord,
+    MessageRecord,
+    RunRecord,
+    SessionRecord,
+    World,
+    can_send,
+    judge_send,
+    recipient_state,
+    step,
+)
+
+__all__ = ["Delivered", "Reference"]
+
+T = TypeVar("T")
+
+# (request id, run id, ((message id, owner, text the model sees), ...))
+Delivered = tuple[str, str, tuple[tuple[str, Owner, str], ...]]
+
+
+class Reference:
+    def __init__(self, config: MessagingConfig, ids: CountingIds | None = None) -> None:
+        self.config = config
+        self.ids = ids if ids is not None else CountingIds()
+        self.world = World()
+        self.shut = False
+
+    def _atomic(self, work: Callable[[], T]) -> T:
+        before = copy.deepcopy(self.world)
+        try:
+            return work()
+        except errors.TreemailError:
+            self.world = before
+            raise
+
+    # -- sessions and outside mail -------------------------------------------------------------
+
+    def create_root(self, agent: AgentSpec, *, legacy: bool = False) -> str:
+        return self._atomic(lambda: self._new_session(agent, None, legacy).session_id)
+
+    def delegate(self, parent_id: str, agent: AgentSpec, task: str, *, legacy: bool = False) -> str:
+        def work() -> str:
+            parent = self._session(parent_id)
+            child = self._new_session(agent, parent, legacy)
+            self._accept(child.session_id, parent.session_id, Owner.DELEGATION, task, Mode.QUEUE, 0)
+            return child.session_id
+
+        child_id = self._atomic(work)
+        self.reconcile(child_id)
+        return child_id
+
+    def produce(self, recipient: str, body: str, owner: Owner, *, sender: str | None = None) -> str:
+        if owner is Owner.AGENT:
+            raise errors.InvalidRequest("agent mail goes through send_message")
+        if body == "" or body.isspace():
+            raise errors.InvalidRequest("empty mail")
+
+        def work() -> str:
+            self._session(recipient)
+            return self._accept(recipient, sender, owner, body, Mode.QUEUE, 0).message_id
+
+        message_id = self._atomic(work)
+        self.reconcile(recipient)
+        return message_id
+
+    def _new_session(
+        self, agent: AgentSpec, parent: SessionRecord | None, legacy: bool
+    ) -> SessionRecord:
+        session_id = self.ids.new_id()
+        handle = None if legacy else make_handle(agent.name, session_id)
+        root = session_id if parent is None else parent.root_session_id
+        if handle is not None and any(s.handle == handle and s.live
+                                      for s in self.world.tree_of(root)):
+            raise errors.InvalidRequest(f"handle {handle} taken")
+        session = SessionRecord(
+            session_id, root, None if parent is None else parent.session_id, agent, handle,
+            ordinal=len(self.world.sessions) + 1,
+        )
+        self.world.sessions[session_id] = session
+        return session
+
+    def _accept(
+        self, recipient: str, sender: str | None, owner: Owner, body: str, mode: Mode, hop: int
+    ) -> MessageRecord:
+        message = MessageRecord(
+            self.ids.new_id(), recipient, sender, owner, body, mode, hop,
+            seq=self.world.next_seq(recipient),
+        )
+        self.world.messages[message.message_id] = message
+        return message
+
+    def revert(self, session_id: str) -> list[str]:
+        """The session and all its descendants become ghosts: reachable by UUID only."""
+
+        def work() -> list[str]:
+            target = self._session(session_id)
+            branch = [target.session_id]
+            for session in self.world.tree_of(target.root_session_id):  # parents come first
+                if session.parent_session_id in branch:
+                    branch.append(session.session_id)
+            ghosts = [sid for sid in branch if self.world.sessions[sid].live]
+            for sid in ghosts:
+                self.world.sessions[sid].live = False
+            return ghosts
+
+        return self._atomic(work)
+
+    # -- send_message, grants and approvals ------------------------------------------------------
+
+    def send_message(self, ctx: ToolContext, arguments: object) -> SendResult:
+        if self.shut:
+            raise errors.EngineShutdown("shutting down")
+        result, recipient, replayed = self._atomic(lambda: self._send(ctx, arguments))
+        if not replayed:
+            self.reconcile(recipient)
+        return result
+
+    def _send(
+        self, ctx: ToolContext, arguments: object, approved: bool = False
+    ) -> tuple[SendResult, str, bool]:
+        verdict = judge_send(self.world, self.config, ctx, arguments, approved)
+        recipient = verdict.recipient
+        if verdict.replay is not None:
+            return verdict.replay, recipient.session_id, True
+        if verdict.spend is not None:
+            self.world.grants.remove(verdict.spend)  # a once-grant is spent by its send
+        state = recipient_state(recipient)
+        effective = verdict.mode if state is RecipientState.RUNNING else Mode.QUEUE
+        message = self._accept(recipient.session_id, verdict.sender.session_id, Owner.AGENT,
+                               verdict.body, verdict.mode, verdict.hop)
+        result = SendResult(message.message_id, effective, state)
+        self.world.results[(ctx.session_id, ctx.run_id, ctx.tool_call_id)] = result
+        return result, recipient.session_id, False
+
+    def grant(self, scope: str, subject: str, label: str) -> None:
+        if scope not in ("once", "session", "tree"):
+            raise errors.InvalidRequest("bad scope")
+        self.world.grants.add((scope, subject, label))
+
+    def tool_visible(self, session_id: str) -> bool:
+        return can_send(self._session(session_id).agent.rules)
+
+    def hold_for_approval(
+        self, ctx: ToolContext, tool: str, arguments: Mapping[str, object], label: str
+    ) -> ApprovalRecord:
+        """Hold a call an ask rule stopped; holding the same call again finds the same one."""
+        approval_id = f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}"
+        if approval_id in self.world.approvals:
+            return self.world.approvals[approval_id]
+        if ctx.session_id not in self.world.sessions or ctx.run_id not in self.world.runs:
+            raise errors.InvalidRequest("no such session or run")
+        held = ApprovalRecord(approval_id, ctx.session_id, ctx.run_id, ctx.tool_call_id, tool,
+                              dict(arguments), label)
+        self.world.approvals[approval_id] = held
+        return held
+
+    def answer_approval(self, approval_id: str, approve: bool, scope: str = "once"
+                        ) -> ApprovalRecord:
+        """Approving grants ``scope`` and runs the held call at once (even if its run has
+        ended); a refusal by a later guard becomes the call's outcome. Denying answers the
+        call with permission denied."""
+        answered, wake = self._atomic(lambda: self._answer(approval_id, approve, scope))
+        if wake is not None:
+            self.reconcile(wake)
+        return answered
+
+    def _answer(self, approval_id: str, approve: bool, scope: str
+                ) -> tuple[ApprovalRecord, str | None]:
+        held = self.world.approvals.get(approval_id)
+        if held is None or held.state != "pending":
+            raise errors.UnknownApproval("no pending approval")
+        if scope not in ("once", "session", "tree"):
+            raise errors.InvalidRequest("bad scope")
+        if not approve:
+            denied = errors.PermissionDenied.code
+            return self._settle_approval(held, "denied", None, denied), None
+        sender = self.world.sessions[held.session_id]
+        subject = {"once": approval_id, "session": sender.session_id,
+                   "tree": sender.root_session_id}[scope]
+        self.world.grants.add((scope, subject, held.label))
+        ctx = ToolContext(held.session_id, held.run_id, held.tool_call_id)
+        before = copy.deepcopy(self.world)
+        try:
+            result, recipient, replayed = self._send(ctx, held.arguments, approved=True)
+        except errors.Refusal as refused:
+            self.world = before  # the refused call changed nothing but the grant
+            held = self.world.approvals[approval_id]
+            return self._settle_approval(held, "approved", scope, refused.code), None
+        outcome = {"message_id": result.message_id, "mode": result.mode.value,
+                   "recipient_state": result.recipient_state.value}
+        answered = self._settle_approval(held, "approved", scope, outcome)
+        return answered, None if replayed else recipient
+
+    def _settle_approval(self, held: ApprovalRecord, state: str, scope: str | None,
+                         outcome: str | dict[str, str]) -> ApprovalRecord:
+        held.state, held.scope = state, scope
+        held.outcome = {"error": outcome} if isinstance(outcome, str) else outcome  # str: a code
+        return held
+
+    # -- runs and requests ---------------------------------------------------------------------
+
+    def reconcile(self, session_id: str) -> None:
+        self._atomic(lambda: self._reconcile(session_id))
+
+    def _reconcile(self, session_id: str) -> None:
+        """Admit accepted mail; a session with mail for its next run and no run gets one."""
+        session = self._session(session_id)
+        self._admit(session)
+        if session.state in ("idle", "finished") and self.world.waiting_for(session_id, None):
+            run = RunRecord(self.ids.new_id(), session_id, self.world.next_run_number(session_id))
+            self.world.runs[run.run_id] = run
+            self._step_session(session, "enqueue", run)
+
+    def _admit(self, session: SessionRecord) -> None:
+        """Steer mail joins a running run; everything else waits for the next run."""
+        run = self.world.runs[session.run_id] if session.run_id is not None else None
+        running = run if run is not None and run.status == "running" else None
+        for message in self.world.pending_of(session.session_id):
+            if message.state == "accepted":
+                self._step_message(message, "admit")
+                joins = running is not None and message.mode is Mode.STEER
+                message.run_id = running.run_id if running is not None and joins else None
+
+    def start_run(self, session_id: str) -> str:
+        def work() -> str:
+            session = self._session(session_id)
+            step(SESSION_STEPS, f"session {session_id}", session.state, "start")
+            assert session.run_id is not None
+            run = self.world.runs[session.run_id]
+            run.status = "running"
+            self._step_session(session, "start", run)
+            for message in self.world.waiting_for(session_id, None):
+                message.run_id = run.run_id
+            return run.run_id
+
+        return self._atomic(work)
+
+    def begin_request(self, session_id: str, run_id: str) -> Delivered:
+        return self._atomic(lambda: self._begin(session_id, run_id))
+
+    def _begin(self, session_id: str, run_id: str) -> Delivered:
+        session, run = self._live_run(session_id, run_id)
+        if run.open_request is not None:
+            raise _request_open(run_id, "begin_request")
+        self._admit(session)
+        request_id = self.ids.new_id()
+        claimed = self.world.waiting_for(session_id, run_id)
+        for message in claimed:
+            self._step_message(message, "claim")
+            message.request_id = request_id
+        run.open_request = request_id
+        texts = tuple((m.message_id, m.owner, self.world.text_for(session, m)) for m in claimed)
+        return request_id, run_id, texts
+
+    def commit_request(self, session_id: str, run_id: str, request_id: str) -> None:
+        self._atomic(lambda: self._close(session_id, run_id, request_id, True))
+
+    def abort_request(self, session_id: str, run_id: str, request_id: str) -> None:
+        self._atomic(lambda: self._close(session_id, run_id, request_id, False))
+
+    def _close(self, session_id: str, run_id: str, request_id: str, committed: bool) -> None:
+        _, run = self._live_run(session_id, run_id)
+        if run.open_request != request_id:
+            raise errors.UnknownTarget("not the open request")
+        self._settle(run, committed)
+
+    def _settle(self, run: RunRecord, committed: bool) -> None:
+        """Committed: the request's mail is consumed. Aborted: it is released, still bound to
+        the run, for the next boundary."""
+        for message in self.world.pending_of(run.session_id):
+            if message.state == "claimed" and message.request_id == run.open_request:
+                self._step_message(message, "consume" if committed else "release")
+                if not committed:
+                    message.request_id = None
+        run.open_request = None
+
+    def finish_run(self, session_id: str, run_id: str, result: str | None = None) -> bool:
+        """With a result, a delegated session's first such finish reports it to the parent as
+        delegation mail; returns whether it did."""
+
+        def work() -> bool:
+            self._end_run(session_id, run_id, "finish", "finished")
+            child = self.world.sessions[session_id]
+            parent = child.parent_session_id
+            if result is None or parent is None or session_id in self.world.reported:
+                return False
+            self.world.reported.add(session_id)
+            notice = f'<subagent_result from="{child.reference}">\n{result}\n</subagent_result>'
+            self._accept(parent, session_id, Owner.DELEGATION, notice, Mode.QUEUE, 0)
+            self._reconcile(parent)
+            return True
+
+        return self._atomic(work)
+
+    def cancel_run(self, session_id: str, run_id: str, reason: str = "cancelled") -> None:
+        self._atomic(lambda: self._end_run(session_id, run_id, "interrupt", "interrupted"))
+
+    def _end_run(self, session_id: str, run_id: str, event: str, status: str) -> None:
+        session = self._session(session_id)
+        if session.run_id != run_id:
+            raise errors.UnknownTarget("not the current run")
+        self._end(session, self.world.runs[run_id], event, status)
+        self._reconcile(session_id)
+
+    def _end(self, session: SessionRecord, run: RunRecord, event: str, status: str) -> None:
+        """A run ends: an open request is aborted first (a finish with one open is an error);
+        mail that was bound to the run but never claimed waits for the next run."""
+        if run.open_request is not None:
+            if event == "finish":
+                raise _request_open(run.run_id, "finish")
+            self._settle(run, committed=False)
+        self._step_session(session, event, run)
+        run.status = status
+        for message in self.world.waiting_for(session.session_id, run.run_id):
+            message.run_id = None
+
+    def discard(self, message_id: str, reason: str) -> None:
+        if reason == "" or reason.isspace():
+            raise errors.InvalidRequest("a discard needs a reason")
+
+        def work() -> None:
+            message = self.world.messages.get(message_id)
+            if message is None:
+                raise errors.UnknownTarget("no such message")
+            self._step_message(message, "discard")
+            message.run_id = None
+            message.reason = reason
+
+        self._atomic(work)
+
+    # -- restart -------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+    def restart(self) -> int:
+        """Everything in the world is durable; only the shutdown flag dies with the process."""
+        self.shut = False
+        return self.recover()
+
+    def recover(self) -> int:
+        """Runs still running died with the process: interrupt them (an open request is
+        aborted, so its mail is released); then reconcile every session."""
+
+        def work() -> int:
+            dead = 0
+            for session in list(self.world.sessions.values()):
+                run = self.world.runs[session.run_id] if session.run_id is not None else None
+                if run is not None and run.status == "running":
+                    self._end(session, run, "interrupt", "interrupted")
+                    dead += 1
+                self._reconcile(session.session_id)
+            return dead
+
+        return self._atomic(work)
+
+    # -- small helpers -------------------------------------------------------------------------
+
+    def _session(self, session_id: str) -> SessionRecord:
+        session = self.world.sessions.get(session_id)
+        if session is None:
+            raise errors.UnknownTarget(f"no session {session_id}")
+        return session
+
+    def _live_run(self, session_id: str, run_id: str) -> tuple[SessionRecord, RunRecord]:
+        session = self._session(session_id)
+        run = self.world.runs.get(run_id)
+        if run is None or session.run_id != run_id or run.status != "running":
+            raise errors.UnknownTarget(f"{run_id} is not the running run of {session_id}")
+        return session, run
+
+    def _step_message(self, message: MessageRecord, event: str) -> None:
+        subject = f"message {message.message_id}"
+        message.state = step(MESSAGE_STEPS, subject, message.state, event)
+
+    def _step_session(self, session: SessionRecord, event: str, run: RunRecord) -> None:
+        session.state = step(SESSION_STEPS, f"session {session.session_id}", session.state, event)
+        session.run_id = run.run_id if session.state in ("queued", "running") else None
+
+
+def _request_open(run_id: str, event: str) -> errors.IllegalTransition:
+    return errors.IllegalTransition(f"run {run_id}", event, "request open",
+                                    ("commit_request", "abort_request"))

@@ -1,0 +1,400 @@
+"""The reference model's world: plain records, the two lifecycles as literal tables, every
+question the model asks (answered by scanning the whole world each time), and the verdict of
+send_message's guards. Nothing here changes the world; ``reference`` does that.
+
+This module re-states the contract on purpose instead of importing the core's decisions: the
+differential test runs the engine and this model side by side, so any place where the two
+readings of the contract part ways shows up as a disagreement. Nothing here is fast, and
+nothing is cached: the engine keeps O(1) counters and indexes, the model recounts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from treemail.core import errors
+from treemail.core.config import MessagingConfig
+from treemail.core.permissions import Action, Rules
+from treemail.core.records import (
+    AgentSpec,
+    Mode,
+    Owner,
+    RecipientState,
+    SendResult,
+    ToolContext,
+)
+
+__all__ = [
+    "FINAL",
+    "MESSAGE_STEPS",
+    "SESSION_STEPS",
+    "ApprovalRecord",
+    "MessageRecord",
+    "RunRecord",
+    "SessionRecord",
+    "Verdict",
+    "World",
+    "can_send",
+    "decide",
+    "envelope",
+    "judge_send",
+    "label_of",
+    "looks_like_uuid",
+    "read_arguments",
+    "recipient_state",
+    "step",
+]
+
+# -- the lifecycles, written out by hand from design.md's table --------------------------------
+
+# (state, event) -> next state. A pair that is not listed is an illegal step.
+MESSAGE_STEPS: dict[tuple[str, str], str] = {
+    ("accepted", "admit"): "admitted",
+    ("admitted", "claim"): "claimed",
+    ("released", "claim"): "claimed",
+    ("claimed", "release"): "released",
+    ("claimed", "consume"): "consumed",
+    ("accepted", "discard"): "discarded",
+    ("admitted", "discard"): "discarded",
+    ("released", "discard"): "discarded",
+}
+MESSAGE_EVENTS = ("admit", "claim", "release", "consume", "discard")
+FINAL = ("consumed", "discarded")
+
+SESSION_STEPS: dict[tuple[str, str], str] = {
+    ("idle", "enqueue"): "queued",
+    ("finished", "enqueue"): "queued",
+    ("queued", "start"): "running",
+    ("running", "finish"): "finished",
+    ("running", "interrupt"): "idle",
+    ("queued", "interrupt"): "idle",
+}
+SESSION_EVENTS = ("enqueue", "start", "finish", "interrupt")
+
+
+def step(table: dict[tuple[str, str], str], subject: str, state: str, event: str) -> str:
+    """The state after ``event``, or ``IllegalTransition`` naming what is allowed instead."""
+    if (state, event) in table:
+        return table[(state, event)]
+    events = MESSAGE_EVENTS if table is MESSAGE_STEPS else SESSION_EVENTS
+    allowed = tuple(e for e in events if (state, e) in table)
+    raise errors.IllegalTransition(subject, event, state, allowed)
+
+
+# -- records -------------------------------------------------------------------------------------
+
+
+@dataclass
+class SessionRecord:
+    session_id: str
+    root_session_id: str
+    parent_session_id: str | None
+    agent: AgentSpec
+    handle: str | None
+    ordinal: int
+    state: str = "idle"
+    run_id: str | None = None  # the queued or running run; None when idle or finished
+    live: bool = True
+
+    @property
+    def reference(self) -> str:
+        return self.handle if self.handle is not None else self.session_id
+
+
+@dataclass
+class RunRecord:
+    """No base hop is stored: ``World.base_hop`` recomputes it from the consumed mail."""
+
+    run_id: str
+    session_id: str
+    number: int
+    status: str = "queued"  # queued, running, finished, interrupted
+    open_request: str | None = None
+
+
+@dataclass
+class MessageRecord:
+    message_id: str
+    recipient: str
+    sender: str | None
+    owner: Owner
+    body: str
+    mode: Mode
+    hop: int
+    seq: int
+    state: str = "accepted"
+    run_id: str | None = None  # None: destined for the recipient's next run
+    request_id: str | None = None
+    reason: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.state not in FINAL
+
+
+@dataclass
+class ApprovalRecord:
+    """A send_message call an ask rule stopped, held until the user answers. Its id is the
+    tool call itself. ``outcome``: the result's fields, or ``{"error": code}``."""
+
+    approval_id: str
+    session_id: str
+    run_id: str
+    tool_call_id: str
+    tool: str
+    arguments: dict[str, object]
+    label: str
+    state: str = "pending"  # pending, approved, denied
+    scope: str | None = None
+    outcome: dict[str, str] | None = None
+
+
+Grant = tuple[str, str, str]  # (scope, subject, label)
+
+
+@dataclass
+class World:
+    """Everything durable. Dicts keep insertion order: sessions by creation, mail by acceptance."""
+
+    sessions: dict[str, SessionRecord] = field(default_factory=dict)
+    runs: dict[str, RunRecord] = field(default_factory=dict)
+    messages: dict[str, MessageRecord] = field(default_factory=dict)
+    # (session, run, tool_call) -> the result the first call returned
+    results: dict[tuple[str, str, str], SendResult] = field(default_factory=dict)
+    grants: set[Grant] = field(default_factory=set)
+    approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
+    reported: set[str] = field(default_factory=set)  # delegated sessions whose result went up
+
+    # -- questions, each answered by a full scan ---------------------------------------------
+
+    def pending_of(self, session_id: str) -> list[MessageRecord]:
+        """The session's unacknowledged mail in acceptance order."""
+        return [m for m in self.messages.values() if m.recipient == session_id and m.pending]
+
+    def waiting_for(self, session_id: str, run_id: str | None) -> list[MessageRecord]:
+        """Mail ready to be put into a request of ``run_id`` (None: of the next run)."""
+        return [
+            m for m in self.pending_of(session_id)
+            if m.state in ("admitted", "released") and m.run_id == run_id
+        ]
+
+    def agent_mail_pending(self, recipient: str) -> int:
+        return len([m for m in self.pending_of(recipient) if m.owner is Owner.AGENT])
+
+    def pair_pending(self, sender: str, recipient: str) -> int:
+        return len([m for m in self.pending_of(recipient)
+                    if m.owner is Owner.AGENT and m.sender == sender])
+
+    def base_hop(self, run_id: str) -> int:
+        """The highest hop among the agent mail the run has consumed (0 if none)."""
+        hops = [m.hop for m in self.messages.values()
+                if m.run_id == run_id and m.state == "consumed" and m.owner is Owner.AGENT]
+        return max(hops, default=0)
+
+    def next_seq(self, recipient: str) -> int:
+        return 1 + len([m for m in self.messages.values() if m.recipient == recipient])
+
+    def next_run_number(self, session_id: str) -> int:
+        return 1 + len([r for r in self.runs.values() if r.session_id == session_id])
+
+    def tree_of(self, root_session_id: str) -> list[SessionRecord]:
+        return [s for s in self.sessions.values() if s.root_session_id == root_session_id]
+
+    def text_for(self, recipient: SessionRecord, message: MessageRecord) -> str:
+        """What the recipient's model sees: agent mail in its envelope, other mail as is."""
+        if message.owner is not Owner.AGENT or message.sender is None:
+            return message.body
+        sender = self.sessions[message.sender]
+        return envelope(sender.reference, message.body, can_send(recipient.agent.rules))
+
+    def resolve(self, sender: SessionRecord, to: str) -> SessionRecord:
+        """A session id names any session, then it must share the sender's root; anything else
+        is the handle of a live session of the sender's tree."""
+        if looks_like_uuid(to):
+            recipient = self.sessions.get(to.lower())
+            if recipient is None:
+                raise errors.UnknownSession("unknown", session_id=to.lower())
+            if recipient.root_session_id != sender.root_session_id:
+                raise errors.NotTreePeer("other tree", session_id=to.lower())
+            return recipient
+        peers = [p for p in self.tree_of(sender.root_session_id) if p.live]
+        for peer in peers:
+            if peer.handle == to:
+                return peer
+        candidates = [p.session_id for p in peers if p is not sender]
+        raise errors.UnknownSubagentReference("unknown", reference=to, candidates=candidates)
+
+    def permit(self, sender: SessionRecord, recipient: SessionRecord, ctx: ToolContext
+               ) -> Grant | None:
+        """Allowed outright or by a lasting grant: None; by a once-grant: that grant, which
+        the send spends; otherwise the permission error."""
+        label = label_of(sender, recipient)
+        action = decide(sender.agent.rules, label)
+        if action is Action.ALLOW:
+            return None
+        if action is Action.DENY:
+            raise errors.PermissionDenied("denied", label=label)
+        once = ("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", label)
+        if once in self.grants:
+            return once
+        lasting = {("session", sender.session_id, label), ("tree", sender.root_session_id, label)}
+        if lasting & self.grants:
+            return None
+        raise errors.ApprovalRequired("ask", label=label)
+
+
+# -- send_message: every guard, in design.md's order -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The guards let a call through: as a replay of ``replay``, or as a new message."""
+
+    sender: SessionRecord
+    recipient: SessionRecord
+    replay: SendResult | None = None
+    mode: Mode = Mode.STEER
+    body: str = ""
+    hop: int = 0
+    spend: Grant | None = None
+
+
+def judge_send(
+    world: World, config: MessagingConfig, ctx: ToolContext, arguments: object,
+    approved: bool = False,
+) -> Verdict:
+    """The first failing check raises. ``approved``: the user approved this held call, so its
+    run may have ended meanwhile."""
+    if not config.enabled:
+        raise errors.MessagingDisabled("disabled")
+    to, body, mode = read_arguments(arguments)
+    check_body(body, config)
+    sender, run = world.sessions.get(ctx.session_id), world.runs.get(ctx.run_id)
+    if sender is None or run is None or run.session_id != ctx.session_id:
+        raise errors.InvalidToolContext("no such run of that session")
+    recipient = world.resolve(sender, to)
+    if recipient is sender:
+        raise errors.SelfSend("self")
+    replay = world.results.get((ctx.session_id, ctx.run_id, ctx.tool_call_id))
+    if replay is not None:
+        return Verdict(sender, recipient, replay)
+    if run.status != "running" and not approved:
+        raise errors.InvalidToolContext("run not running")
+    spend = world.permit(sender, recipient, ctx)
+    hop = world.base_hop(run.run_id) + 1
+    if config.max_hops > 0 and hop > config.max_hops:
+        raise errors.MaxHopsExceeded("hops")
+    if world.agent_mail_pending(recipient.session_id) >= config.max_pending_per_session:
+        raise errors.InboxFull("inbox")
+    window = config.max_inflight_per_pair
+    if window > 0 and world.pair_pending(sender.session_id, recipient.session_id) >= window:
+        raise errors.InflightFull("pair")
+    return Verdict(sender, recipient, None, mode, body, hop, spend)
+
+
+def check_body(body: str, config: MessagingConfig) -> None:
+    if body == "" or body.isspace():
+        raise errors.InvalidBody("empty")
+    try:
+        size = len(body.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise errors.InvalidBody("not unicode") from None
+    if size > config.max_body_bytes:
+        raise errors.InvalidBody("too long")
+
+
+# -- addressing, permissions and the envelope, re-stated from the contract ---------------------
+
+_HEX = "[0-9a-fA-F]"
+_UUID = re.compile(f"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}")
+
+
+def looks_like_uuid(reference: str) -> bool:
+    """Only the whole 8-4-4-4-12 spelling is a session id; anything else is a handle."""
+    return _UUID.fullmatch(reference) is not None
+
+
+def label_of(sender: SessionRecord, recipient: SessionRecord) -> str:
+    """The recipient as the sender sees it, from the stored parent links alone."""
+    if sender.parent_session_id == recipient.session_id:
+        return "parent"
+    if recipient.parent_session_id == sender.session_id:
+        return "child"
+    same_parent = recipient.parent_session_id == sender.parent_session_id
+    if sender.parent_session_id is not None and same_parent:
+        return "sibling"
+    return "*"
+
+
+_STRICTNESS = {Action.ALLOW: 0, Action.ASK: 1, Action.DENY: 2}
+
+
+def decide(rules: Rules, label: str) -> Action:
+    """Exact label beats wildcard, longer wildcard beats shorter, a tie goes to the strictest
+    action (deny > ask > allow); no matching rule means deny."""
+    exact = [r.action for r in rules.rules if not _is_wildcard(r.pattern) and r.pattern == label]
+    if exact:
+        return _strictest(exact)
+    wild = [r for r in rules.rules
+            if _is_wildcard(r.pattern) and fnmatch.fnmatchcase(label, r.pattern)]
+    if not wild:
+        return Action.DENY
+    longest = max(len(r.pattern) for r in wild)
+    return _strictest([r.action for r in wild if len(r.pattern) == longest])
+
+
+def _is_wildcard(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def _strictest(actions: list[Action]) -> Action:
+    return max(actions, key=lambda a: _STRICTNESS[a])
+
+
+def can_send(rules: Rules) -> bool:
+    """send_message is shown only when some rule is allow or ask."""
+    return any(r.action is not Action.DENY for r in rules.rules)
+
+
+def envelope(sender_reference: str, body: str, reply_hint: bool) -> str:
+    """The contract's Message Envelope, byte for byte."""
+    lines = [f'<agent_message from="{sender_reference}">', body]
+    if reply_hint:
+        lines += ["", f'[use `send_message(to="{sender_reference}", ...)` to reply]']
+    lines.append("</agent_message>")
+    return "\n".join(lines)
+
+
+# -- send_message's argument object and result ------------------------------------------------
+
+
+def read_arguments(arguments: object) -> tuple[str, str, Mode]:
+    """Exactly ``to`` and ``body``, optionally ``mode``; the old spelling is refused by name."""
+    if not isinstance(arguments, Mapping):
+        raise errors.InvalidArguments("not an object")
+    keys = list(arguments)
+    if "recipient_session_id" in keys:
+        raise errors.InvalidArguments("renamed to `to`")
+    if any(key not in ("to", "body", "mode") for key in keys):
+        raise errors.InvalidArguments("unknown argument")
+    if "to" not in keys or "body" not in keys:
+        raise errors.InvalidArguments("missing argument")
+    to, body, mode = arguments["to"], arguments["body"], arguments.get("mode", "steer")
+    if not isinstance(to, str) or to == "" or to.isspace():
+        raise errors.InvalidArguments("bad `to`")
+    if not isinstance(body, str):
+        raise errors.InvalidArguments("bad `body`")
+    if mode not in ("steer", "queue") or not isinstance(mode, str):
+        raise errors.InvalidArguments("bad `mode`")
+    return to, body, Mode(mode)
+
+
+def recipient_state(recipient: SessionRecord) -> RecipientState:
+    if recipient.state == "running":
+        return RecipientState.RUNNING
+    if recipient.state == "finished":
+        return RecipientState.WAKING_FINISHED
+    return RecipientState.QUEUED
