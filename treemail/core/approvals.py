@@ -98,7 +98,7 @@ def _run(
             sent = send(inner, config, ids, approval.context, approval.arguments, approved=True)
     except Refusal as refused:
         return _error(refused), None
-    return json.dumps(sent.result.as_tool_result()), None if sent.replayed else sent.recipient
+    return json.dumps(sent.result.as_tool_result()), sent.recipient if sent.wake else None
 
 
 def _error(error: Refusal) -> str:

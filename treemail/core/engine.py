@@ -132,7 +132,10 @@ class Engine:
         if self._shut:
             raise EngineShutdown("the engine is shutting down; nothing was sent")
         sent = self._transact(lambda tx: send(tx, self.config, self.ids, ctx, arguments))
-        if not sent.replayed:
+        # A running or queued recipient takes its mail in itself, at its run's start or next
+        # boundary; only a session without a run needs the reconcile that wakes it. This
+        # saves a second durable commit on the common path.
+        if sent.wake:
             self.reconcile(sent.recipient)
         return sent.result
 

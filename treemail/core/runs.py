@@ -89,6 +89,7 @@ def start(tx: WriteTxn, session_id: str) -> Run:
     session = need_session(tx, session_id)
     if session.state != "queued" or session.run_id is None:
         raise IllegalTransition(f"session {session_id}", "start", session.state, ())
+    admit_accepted(tx, session, None)  # mail accepted while queued belongs to this run
     run = attrs.evolve(need_run(tx, session.run_id), status=RunStatus.RUNNING)
     tx.put_run(run)
     step_session(tx, session, "start", run)

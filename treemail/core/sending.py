@@ -56,6 +56,8 @@ class Sent:
     result: SendResult
     recipient: str
     replayed: bool
+    # The recipient had no run (idle or finished): only then must a reconcile wake it.
+    wake: bool = False
 
 
 def grant_counter(scope: str, subject: str, label: str) -> str:
@@ -88,7 +90,8 @@ def send(
     check_inflight(tx.count(pair_counter(sender.session_id, recipient.session_id)), config)
     result = _accept(tx, ids, sender, recipient, args.body, args.mode, hop)
     tx.remember(key, result)
-    return Sent(result, recipient.session_id, replayed=False)
+    wake = recipient.state in ("idle", "finished")
+    return Sent(result, recipient.session_id, replayed=False, wake=wake)
 
 
 def _tool_context(tx: ReadTxn, ctx: ToolContext) -> tuple[Session, Run]:

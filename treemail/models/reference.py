@@ -137,7 +137,9 @@ class Reference:
         if self.shut:
             raise errors.EngineShutdown("shutting down")
         result, recipient, replayed = self._atomic(lambda: self._send(ctx, arguments))
-        if not replayed:
+        # Only a recipient without a run needs waking; one with a run takes its mail in
+        # itself, when that run starts or reaches its next boundary.
+        if not replayed and self.world.sessions[recipient].state in ("idle", "finished"):
             self.reconcile(recipient)
         return result
 
@@ -215,7 +217,8 @@ class Reference:
         outcome = {"message_id": result.message_id, "mode": result.mode.value,
                    "recipient_state": result.recipient_state.value}
         answered = self._settle_approval(held, "approved", scope, outcome)
-        return answered, None if replayed else recipient
+        idle = self.world.sessions[recipient].state in ("idle", "finished")
+        return answered, recipient if idle and not replayed else None
 
     def _settle_approval(self, held: ApprovalRecord, state: str, scope: str | None,
                          outcome: str | dict[str, str]) -> ApprovalRecord:
@@ -253,6 +256,7 @@ class Reference:
             step(SESSION_STEPS, f"session {session_id}", session.state, "start")
             assert session.run_id is not None
             run = self.world.runs[session.run_id]
+            self._admit(session)  # mail accepted while queued belongs to this run
             run.status = "running"
             self._step_session(session, "start", run)
             for message in self.world.waiting_for(session_id, None):
