@@ -1,28 +1,106 @@
-"""The command line: the demo's own check, and log replay of the store it leaves behind."""
+"""The command line: the demo's own check, the scenario it plays (read back from the store it
+leaves behind), its determinism, and log replay of that store."""
 
 from __future__ import annotations
 
+import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from treemail.adapters.cli import main
+from treemail.adapters.lmdb_store import LmdbStore
+from treemail.core.engine import Engine
+from treemail.core.ids import CountingIds
+from treemail.core.records import Event
+
+ROW = re.compile(r"^  \S+\s+#\d+ ")  # a transcript row: session, its event number, the event
+
+
+def _demo(store: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["demo", "--path", str(store)]) == 0
+    return capsys.readouterr().out
+
+
+def _feed(store: Path) -> tuple[list[Event], dict[str, str | None]]:
+    """The kept store's events, and each session's parent."""
+    opened = LmdbStore.open(store)
+    try:
+        engine = Engine(opened, CountingIds())
+        parents = {s.session_id: s.parent_session_id for s in engine.sessions()}
+        return [event for _, event in engine.feed()], parents
+    finally:
+        opened.close()
+
+
+def _send_results(events: list[Event]) -> list[tuple[object, object]]:
+    """(mode, recipient_state) of every send_message result, approved sends included."""
+    listed = [e.data["results"] for e in events if e.kind == "ToolResults"]
+    contents = [str(r["content"]) for rs in listed if isinstance(rs, list | tuple) for r in rs]
+    contents += [str(e.data["outcome"]) for e in events if e.kind == "ApprovalAnswered"]
+    results = [json.loads(content) for content in contents]
+    return [(r["mode"], r["recipient_state"]) for r in results if "message_id" in r]
 
 
 def test_demo_delivers_every_message_exactly_once_and_the_log_replays_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = tmp_path / "store"
-    assert main(["demo", "--path", str(store)]) == 0
-    demo = capsys.readouterr().out
+    demo = _demo(store, capsys)
     assert "each exactly once" in demo and "MISMATCH" not in demo
-    for scene in ("steers it", "Siblings", "wakes it", "Crash", "recovery"):
-        assert scene in demo
+    headings = [line for line in demo.splitlines() if line.startswith("== ")]
+    for scene in ("steers", "Siblings", "wakes", "Crash", "recovery", "Check"):
+        assert any(scene in heading for heading in headings), scene
     assert main(["log", str(store)]) == 0
     replay = capsys.readouterr().out.splitlines()
-    # The replay holds every event the demo showed live, and the live rows are a subset.
-    live = [line for line in demo.splitlines() if line.startswith("  ") and "#" in line]
-    assert sorted(live) == sorted(replay)
+    # The live transcript showed every stored event, across the crash, in feed order.
+    live = [line for line in demo.splitlines() if ROW.match(line)]
+    assert live == replay and len(live) > 100
+
+
+def test_the_demo_plays_its_scenario_into_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "store"
+    _demo(store, capsys)
+    events, parents = _feed(store)
+    kinds = Counter(event.kind for event in events)
+    # One send went through the approval flow, answered once by "the user".
+    assert kinds["ApprovalRequested"] == kinds["ApprovalAnswered"] == 1
+    [answered] = [e for e in events if e.kind == "ApprovalAnswered"]
+    assert (answered.data["state"], answered.data["scope"]) == ("approved", "once")
+    # Steer into a running child, queue for a queued one, and a finished child woken.
+    sends = _send_results(events)
+    for expected in (("steer", "running"), ("queue", "queued"), ("queue", "waking_finished")):
+        assert expected in sends, expected
+    assert sends.count(("queue", "waking_finished")) == 1
+    # Each child's delegation completed exactly once: the woken child reported nothing more.
+    children = {sid for sid, parent in parents.items() if parent is not None}
+    completed = Counter(e.session_id for e in events if e.kind == "DelegationCompleted")
+    assert len(children) == 3 and completed == dict.fromkeys(children, 1)
+    notices = [e for e in events if e.kind == "ProducerMessageAccepted"
+               and str(e.data["body"]).startswith("<subagent_result")]
+    assert len(notices) == 3
+    woken = [sid for sid in children
+             if sum(e.kind == "RunFinished" for e in events if e.session_id == sid) == 2]
+    assert len(woken) == 1
+    # The crash: runs found dead at restart, claimed mail released, then consumed once.
+    crashed = [e for e in events
+               if e.kind == "RunInterrupted" and e.data["reason"] == "crash found at restart"]
+    assert len(crashed) == 3
+    released = {e.data["message_id"] for e in events if e.kind == "ProducerMessageReleased"}
+    consumed = Counter(e.data["message_id"] for e in events
+                       if e.kind == "ProducerMessageConsumed")
+    assert released and all(consumed[m] == 1 for m in released)
+
+
+def test_the_demo_prints_the_same_transcript_every_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _demo(tmp_path / "one", capsys)
+    assert _demo(tmp_path / "two", capsys) == first
 
 
 def test_log_of_a_missing_store_is_a_clear_error(

@@ -1,34 +1,118 @@
-"""The demo: a delegation tree exchanging mail on the embedded LMDB store.
+"""The demo: scripted agents on the asyncio ``Runtime``, over the embedded LMDB store.
 
-A lead agent delegates three children, steers a running child, queues for a queued one,
-lets two siblings talk, wakes a finished child, and then the process "crashes" with a
-request half-built and mail in flight. The store is reopened, recovery runs, and every
-accepted message is delivered exactly once, which the demo checks and prints.
+A lead delegates explore and tester; review waits queued. The lead steers running explore and
+messages review, which claims that mail when its run starts. Siblings talk, and review's send
+to its sibling waits for the user's approval. tester finishes, and the lead's mail wakes it.
+Then the process "dies" with mail claimed and pending; a new ``Runtime`` recovers the store,
+and every accepted message is delivered exactly once, which the demo checks and prints.
+
+The transcript is the durable event feed, printed live by an observer plugin (the rows
+``treemail log`` replays), with what each model read and did. Every model waits at a gate
+(``demo_agents.Stage``) until the demo releases it, and the demo releases one only once the
+others are parked or idle, so the output is the same on every run.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from treemail.adapters.demo_agents import REVIEW, Stage, demo_agents
 from treemail.adapters.ids import SeededIds
 from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.runtime import Runtime
 from treemail.adapters.transcript import render_event
-from treemail.core.engine import Engine, Request
-from treemail.core.permissions import Rules
-from treemail.core.records import AgentSpec, Owner, Run, Session, ToolContext
+from treemail.core.engine import Engine
+from treemail.core.records import Event, Owner, Session
 
-__all__ = ["main", "run_demo"]
+__all__ = ["Transcript", "main", "run_demo"]
+
+_PAD = " " * 30  # details line up under the rows' text
 
 
-LEAD = AgentSpec("lead", "plans the work and delegates", Rules.of({"child": "allow"}))
-EXPLORE = AgentSpec("explore", "maps the code base",
-                    Rules.of({"parent": "allow", "sibling": "allow"}))
-REVIEW = AgentSpec("review", "reviews the change", Rules.of({"parent": "allow", "sibling": "ask"}))
-TESTER = AgentSpec("tester", "runs the test suite", Rules.of({"parent": "allow"}))
+class Transcript:
+    """An observer plugin: every feed event as a log row, then what it means for the agents
+    (what a model read and did, tool results, approvals)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.last = 0  # the last feed number shown
+        self._names: dict[str, str] = {}
+        self._tools: dict[str, str] = {}  # tool call id -> tool name
+
+    def name(self, session_id: str | None) -> str:
+        return self._names.get(session_id or "", session_id or "?")
+
+    def on_event(self, number: int, event: Event) -> None:
+        if event.kind == "SessionCreated":
+            self._names[event.session_id] = str(event.data.get("handle") or event.session_id)
+        print(render_event(event, self.name), file=self.out)
+        for line in self._details(event):
+            print(_PAD + line, file=self.out)
+        self.last = number
+
+    def _details(self, event: Event) -> Iterator[str]:
+        data = event.data
+        if event.kind == "ModelOutput":
+            yield from self._output(data.get("inputs"), data.get("text"), data.get("tool_calls"))
+        elif event.kind == "ToolResults":
+            for result in _list(data.get("results")):
+                tool = self._tools.get(str(result.get("tool_call_id")), "?")
+                yield f"-> {tool}: {_brief(result.get('content'))}"
+        elif event.kind == "ApprovalRequested":
+            yield (f"held: {data.get('tool')} ({data.get('tool_call_id')}) to a "
+                   f"{data.get('label')} peer, under an ask rule; the run waits for the user")
+        elif event.kind == "ApprovalAnswered":
+            yield f"the user: {data.get('state')}, scope {data.get('scope')}"
+            yield f"-> send_message: {_brief(data.get('outcome'))}"
+        elif event.kind == "DelegationCompleted":
+            yield f"the delegation's result goes to the parent (message {_id(data)})"
+
+    def _output(self, inputs: object, text: object, calls: object) -> Iterator[str]:
+        for entry in inputs if isinstance(inputs, list | tuple) else ():
+            lines = str(entry).splitlines() or [""]
+            yield f"reads | {lines[0]}"
+            yield from (f"      | {line}".rstrip() for line in lines[1:])
+        if text:
+            yield f'says  "{text}"'
+        for call in _list(calls):
+            self._tools[str(call.get("id"))] = str(call.get("name"))
+            arguments = json.loads(str(call.get("arguments")))
+            body = arguments.pop("body", None) or arguments.pop("task", None)
+            shown = ", ".join(f"{key}={value}" for key, value in arguments.items())
+            yield f'calls {call.get("name")}({shown}): "{body}"'
+
+
+def _list(value: object) -> list[dict[str, object]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list | tuple) else []
+
+
+def _id(data: object) -> str:
+    return str(data.get("message_id") if isinstance(data, dict) else None)[:8]
+
+
+def _brief(content: object) -> str:
+    """A tool result in short: a send's id/mode/recipient_state, a handle, or an error."""
+    try:
+        result = json.loads(str(content))
+    except ValueError:
+        return str(content)
+    if not isinstance(result, dict):
+        return str(content)
+    if "error" in result:
+        return f"error {result['error']}"
+    if "handle" in result:
+        return f"handle={result['handle']}"
+    if "message_id" in result:
+        return (f"message_id={_id(result)} mode={result.get('mode')} "
+                f"recipient_state={result.get('recipient_state')}")
+    return ", ".join(f"{key}={value}" for key, value in result.items())
 
 
 class Demo:
@@ -36,130 +120,172 @@ class Demo:
         self.path = path
         self.out = out
         self.ids = SeededIds(7)
+        self.stage = Stage()
+        self.agents = demo_agents(self.stage)
+        self.transcript = Transcript(out)
         self.store = LmdbStore.open(path)
-        self.engine = Engine(self.store, self.ids)
-        self.seen: dict[str, int] = {}
-        self.calls = 0
+        self.rt = self._runtime()
+
+    def _runtime(self) -> Runtime:
+        return Runtime(self.store, self.ids, self.agents, plugins=[self.transcript],
+                       feed_interval=0.01)
+
+    @property
+    def engine(self) -> Engine:
+        return self.rt.engine
 
     # -- narration -----------------------------------------------------------------------
 
-    def say(self, text: str) -> None:
-        print(f"\n== {text}", file=self.out)
+    def say(self, heading: str) -> None:
+        print(f"\n== {heading}", file=self.out)
 
-    def tail(self) -> None:
-        """Print every event appended since the last tail: the live view of the log."""
-        names = {s.session_id: s.reference for s in self.engine.sessions()}
-        for session_id in names:
-            for event in self.engine.events(session_id, self.seen.get(session_id, 0)):
-                print(render_event(event, lambda sid: names.get(sid or "", "?")), file=self.out)
-                self.seen[session_id] = event.seq
+    def note(self, text: str) -> None:
+        print(f"    {text}", file=self.out)
 
-    # -- agent actions -------------------------------------------------------------------
+    # -- direction -----------------------------------------------------------------------
 
-    def start(self, session: Session) -> Run:
-        return self.engine.start_run(session.session_id)
+    async def go(self, *names: str) -> None:
+        """Let each agent's model reply in turn, waiting for the tree to settle after each."""
+        for name in names:
+            self.stage.release(name)
+            await self.settle()
 
-    def boundary(self, session: Session, run: Run) -> Request:
-        request = self.engine.begin_request(session.session_id, run.run_id)
-        for delivery in request.deliveries:
-            text = delivery.text.replace("\n", "\n      | ")
-            print(f"    {session.reference} reads:\n      | {text}", file=self.out)
-        return request
+    async def settle(self, timeout: float = 20.0) -> None:
+        """Wait until no actor can write (every model parked at its gate or waiting for an
+        approval, every other session idle, finished, or queued with no actor), then until
+        the transcript has shown the whole feed. Only then may the demo act again."""
+        rt = self.rt
+        try:
+            async with asyncio.timeout(timeout):
+                while not await self._settled():
+                    await asyncio.sleep(0.005)
+                while await rt.writer.quiet(self.engine.feed, self.transcript.last):
+                    await asyncio.sleep(0.005)
+        except TimeoutError:
+            states = [f"{s.reference} ({s.state})" for s in self.engine.sessions()]
+            raise RuntimeError(f"the demo did not settle in {timeout}s: {', '.join(states)}; "
+                               f"actor errors: {rt.crashes}") from None
 
-    def turn(self, session: Session, run: Run) -> None:
-        request = self.boundary(session, run)
-        self.engine.commit_request(session.session_id, run.run_id, request.request_id)
+    async def _settled(self) -> bool:
+        rt = self.rt
+        if rt.crashes:
+            raise rt.crashes[0]
+        sessions: list[Session] = await rt.writer.quiet(self.engine.sessions)
+        asking = {a.session_id for a in await rt.writer.quiet(self.engine.approvals)}
+        for session in sessions:
+            if session.state == "running":
+                if not (self.stage.waiting(session.agent.name) or session.session_id in asking):
+                    return False
+            elif session.state == "queued" and rt.resident(session.session_id):
+                return False
+        return True
 
-    def send(self, session: Session, run: Run, to: str, body: str, mode: str = "steer") -> None:
-        self.calls += 1
-        ctx = ToolContext(session.session_id, run.run_id, f"call_{self.calls}")
-        result = self.engine.send_message(ctx, {"to": to, "body": body, "mode": mode})
-        print(f"    {session.reference} send_message(to={to!r}, mode={mode!r}) -> "
-              f"{result.as_tool_result()}", file=self.out)
+    async def roster(self) -> None:
+        """Tell the brains every session's handle (scripts name peers by agent)."""
+        sessions: list[Session] = await self.rt.writer.quiet(self.engine.sessions)
+        self.stage.roster.update({s.agent.name: s.reference for s in sessions})
 
-    def reopen(self) -> None:
+    # -- scenes --------------------------------------------------------------------------
+
+    async def delegation(self) -> None:
+        self.say("A user asks the lead; it delegates explore and tester, review waits queued")
+        await self.rt.start()
+        lead = await self.rt.create_root("lead")
+        await self.rt.submit(lead.session_id, "Ship the parser fix, reviewed and tested.",
+                             Owner.USER)
+        await self.settle()
+        await self.go("lead")
+        self.note("the demo delegates review for the lead and holds its start, as a scheduler")
+        self.note("at capacity would: review stays queued until mail pokes it")
+        await self.rt.writer(self.engine.delegate, lead.session_id, REVIEW,
+                             "Review the parser fix.")
+        await self.roster()
+        await self.settle()
+
+    async def steering(self) -> None:
+        self.say("The lead steers explore (running) and messages review (queued)")
+        self.note("explore's model is still on its first request: the steer joins its next one;")
+        self.note("review claims the lead's mail with its task when its run starts")
+        await self.go("lead", "explore")
+
+    async def siblings(self) -> None:
+        self.say("Siblings: explore tells review; review's answer to explore asks the user")
+        await self.go("explore", "review")
+        [held] = await self.rt.pending_approvals()
+        self.note(f"the user answers review's held call {held.tool_call_id}: approve, scope once")
+        await self.rt.answer(held.approval_id, approve=True, scope="once")
+        await self.settle()
+
+    async def waking(self) -> None:
+        self.say("A finished child wakes: tester finishes, the lead's mail wakes it")
+        self.note("the lead's run ends, and mail that missed it starts its next run")
+        await self.go("tester", "lead", "lead")
+        self.note("tester reads the lead's mail as input, answers by mail, and its delegation")
+        self.note("is not reported again")
+        await self.go("tester", "tester")
+
+    async def crash(self) -> None:
+        self.say("Crash: the process dies with mail claimed and mail pending")
+        for session in self.engine.sessions():
+            for message in self.engine.pending(session.session_id):
+                where = ("claimed by an open model request" if message.state == "claimed"
+                         else f"{message.state}, not yet claimed")
+                self.note(f"{session.reference}: message {message.message_id[:8]} {where}")
+        await self.rt.abandon()
         self.store.close()
+        self.note("runtime abandoned (nothing more written), store closed")
+
+    async def recovery(self) -> None:
+        self.say("Restart: a new Runtime reopens the store; recovery delivers the mail once")
         self.store = LmdbStore.open(self.path)
-        self.engine = Engine(self.store, self.ids)
-        dead = self.engine.recover()
-        print(f"    store reopened; recovery found {dead} dead run(s)", file=self.out)
-
-    def drain(self) -> None:
-        """Run every session with a queued run until no mail is left anywhere."""
-        while queued := [s for s in self.engine.sessions() if s.state == "queued"]:
-            for session in queued:
-                run = self.start(session)
-                self.turn(session, run)
-                self.engine.finish_run(session.session_id, run.run_id)
+        self.rt = self._runtime()
+        dead = await self.rt.start()
+        await self.settle()
+        self.note(f"recovery found {dead} dead run(s); each session with mail runs again")
+        await self.go("explore", "review", "lead", "lead")
+        await self.rt.shutdown()
 
 
-def run_demo(path: Path, out: TextIO) -> bool:
-    demo = Demo(path, out)
-    engine = demo.engine
-    demo.say("A user asks the lead; the lead delegates three children")
-    lead = engine.create_root(LEAD)
-    engine.produce(lead.session_id, "Ship the parser fix with a review.", Owner.USER)
-    lead_run = demo.start(lead)
-    demo.turn(lead, lead_run)
-    explore = engine.delegate(lead.session_id, EXPLORE, "Map the parser module.")
-    review = engine.delegate(lead.session_id, REVIEW, "Review the parser fix.")
-    tester = engine.delegate(lead.session_id, TESTER, "Run the parser tests.")
-    demo.tail()
-
-    demo.say("explore is running; the lead steers it, and queues for review, still queued")
-    explore_run = demo.start(explore)
-    demo.turn(explore, explore_run)
-    demo.send(lead, lead_run, explore.reference, "Focus on tokenizer.py first.")
-    demo.send(lead, lead_run, review.reference, "Explore will send you the hot spots.")
-    demo.turn(explore, explore_run)
-    demo.tail()
-
-    demo.say("Siblings: explore tells review; review starts and claims all its mail")
-    demo.send(explore, explore_run, review.reference, "Hot spots: tokenizer.py:120-180.")
-    review_run = demo.start(review)
-    demo.turn(review, review_run)
-    demo.tail()
-
-    demo.say("tester finishes its run; a message from the lead wakes it")
-    tester_run = demo.start(tester)
-    demo.turn(tester, tester_run)
-    engine.finish_run(tester.session_id, tester_run.run_id)
-    demo.send(lead, lead_run, tester.reference, "Please also run the fuzz tests.")
-    demo.tail()
-
-    demo.say("Crash: review is mid-request with mail claimed, tester's wake run not started")
-    demo.send(explore, explore_run, review.reference, "Also check the error paths.")
-    demo.boundary(review, review_run)
-    demo.tail()
-    demo.reopen()
-    engine = demo.engine
-    demo.tail()
-
-    demo.say("After recovery (every run died with the process) each session drains its mail")
-    demo.drain()
-    demo.tail()
-    return _verify(demo)
+async def _play(demo: Demo) -> bool:
+    try:
+        await demo.delegation()
+        await demo.steering()
+        await demo.siblings()
+        await demo.waking()
+        await demo.crash()
+        await demo.recovery()
+        return _verify(demo)
+    except BaseException:
+        await demo.rt.abandon()  # a failed demo leaves no actor behind
+        raise
+    finally:
+        demo.store.close()
 
 
 def _verify(demo: Demo) -> bool:
     """Every accepted message consumed exactly once, nothing pending, nothing lost."""
     accepted: set[str] = set()
     consumed: Counter[str] = Counter()
-    for session in demo.engine.sessions():
-        for event in demo.engine.events(session.session_id):
-            message_id = str(event.data.get("message_id"))
-            if event.kind == "ProducerMessageAccepted":
-                accepted.add(message_id)
-            elif event.kind == "ProducerMessageConsumed":
-                consumed[message_id] += 1
+    for _, event in demo.engine.feed():
+        message_id = str(event.data.get("message_id"))
+        if event.kind == "ProducerMessageAccepted":
+            accepted.add(message_id)
+        elif event.kind == "ProducerMessageConsumed":
+            consumed[message_id] += 1
     pending = sum(len(demo.engine.pending(s.session_id)) for s in demo.engine.sessions())
     exact = set(consumed) == accepted and all(n == 1 for n in consumed.values())
     demo.say("Check")
     print(f"    {len(accepted)} messages accepted, {sum(consumed.values())} consumed, "
           f"{pending} pending: {'each exactly once' if exact and not pending else 'MISMATCH'}",
           file=demo.out)
-    demo.store.close()
     return exact and pending == 0
+
+
+def run_demo(path: Path, out: TextIO) -> bool:
+    async def play() -> bool:
+        return await _play(Demo(path, out))
+
+    return asyncio.run(play())
 
 
 def main(path: str | None = None) -> int:
