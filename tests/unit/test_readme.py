@@ -21,3 +21,11 @@ def test_readme_agent_doc_example_parses() -> None:
     [doc] = re.findall(r"```markdown\n(.*?)```", README.read_text(), flags=re.DOTALL)
     parsed = parse_agent_doc(doc, "README.md")
     assert parsed.spec.rules.visible and parsed.spec.name == "explore"
+
+
+def test_readme_records_the_single_messaging_tool() -> None:
+    text = README.read_text()
+    section = text.split("## Coming from a dedicated steering tool", 1)[1].split("\n## ", 1)[0]
+    for fact in ("steer_subagent", 'mode="steer"', "recipient_session_id",
+                 "send_message:invalid_arguments", "child: allow"):
+        assert fact in section, fact
