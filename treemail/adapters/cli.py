@@ -22,11 +22,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.add_argument("--session", help="only this session (UUID)")
     log.add_argument("--follow", action="store_true", help="keep printing new events")
     log.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
+    check = commands.add_parser(
+        "check", help="bounded exhaustive model check of the engine against the reference model")
+    check.add_argument("--bounds", default="",
+                       help="sessions=3,messages=3,restarts=1,approvals=0,depth=N (any subset)")
+    check.add_argument("--config", help="a TOML file whose [messaging] table sets the limits")
+    check.add_argument("--messaging", default="",
+                       help="limits inline, after --config: max_pending_per_session=2,...")
+    check.add_argument("--plant", help="plant a known bug in the engine to see it caught: "
+                       "pair-window, recover-keeps-claims, discard-claimed, no-hop-limit")
+    check.add_argument("--history", action="store_true",
+                       help="key states on their whole past too (ids renamed only)")
+    check.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     args = parser.parse_args(argv)
     if args.command == "demo":
         from treemail.adapters.demo import main as demo_main
 
         return demo_main(args.path)
+    if args.command == "check":
+        from treemail.models.checker import main as check_main
+
+        return check_main(args.bounds, args.config, args.messaging, args.plant,
+                          history=args.history, quiet=args.quiet)
     return show_log(args.path, args.session, follow=args.follow, interval=args.interval)
 
 

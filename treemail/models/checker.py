@@ -1,0 +1,434 @@
+"""``treemail check``: a bounded, exhaustive, breadth-first model checker.
+
+Every interleaving of the alphabet (``explore``) is explored from the empty world up to the
+bounds, with the engine (``MemoryStore``, ``CountingIds``) and the ``Reference`` model driven
+in lockstep. Each explored state keeps its own (model, engine store) pair: a transition
+copies both, applies the action to each, and compares the answers (value or error code), the
+whole observable state, and the invariants. Copying beats replaying the trace: a copy costs
+less than one model operation (see ``CopyableWorld`` and ``_clone``), a replay one operation
+per step of the trace, and the checker spends its time at depth 8 to 10.
+
+States are deduplicated on a canonical form (``canonical``): every id (session, run, message,
+request) is renamed by its order of first appearance in a traversal of the model's world that
+follows creation order, seq and run numbers, never id values, and the past no action reads
+again is dropped; restarts used are part of the key. Breadth-first order plus parent pointers
+make the first counterexample a shortest one.
+
+Checked after every transition (ids from spec/invariants.json; ``invariants`` says how): AGREE
+(engine/model agreement), INV1, INV2, INV3, INV11 on the events the transition appended, INV4,
+INV5, INV6, INV10, INV13, INV14 on a recount of the engine's store, INV12 after a restart; and
+from every explored state a drain of a copy of the engine (start, claim, commit, finish until
+quiet) must settle everything accepted, each message exactly once (INV7, INV1).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import sys
+import time
+from collections import Counter, deque
+from typing import Any, TextIO
+
+import attrs
+
+from treemail.core.config import MessagingConfig
+from treemail.core.engine import Engine
+from treemail.core.errors import TreemailError
+from treemail.core.ids import CountingIds
+from treemail.core.records import Owner, SendResult
+from treemail.core.store import MemoryStore
+from treemail.models.explore import Action, Bounds, alphabet, drain_step, outcome, perform
+from treemail.models.invariants import (
+    INVARIANTS,
+    Failure,
+    agreement,
+    limits,
+    log_follows,
+    mail_shape,
+    recovered,
+    settled,
+)
+from treemail.models.plants import PLANTS, planted
+from treemail.models.reference import Reference
+from treemail.models.world import World
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "INVARIANTS",
+    "Bounds",
+    "Checker",
+    "CopyableWorld",
+    "Counterexample",
+    "Result",
+    "canonical",
+    "check",
+    "load_config",
+    "main",
+    "parse_bounds",
+    "report",
+]
+
+# Limits that are reached within the default bounds: the pair window (two sends to one peer)
+# and the hop limit (a relay of relayed mail). The inbox cap of 2 would need a fourth message.
+DEFAULT_CONFIG = MessagingConfig(max_hops=1, max_pending_per_session=2, max_inflight_per_pair=1)
+DRAIN_LIMIT = 200
+
+
+@attrs.define
+class Node:
+    """A state: the model and the engine's store (with its id source) side by side."""
+
+    model: Reference
+    store: MemoryStore
+    ids: CountingIds
+    restarts: int
+    depth: int
+    feed: int  # events in the engine's global feed: a transition's own events follow it
+    key: bytes = b""
+
+
+@attrs.frozen
+class Counterexample:
+    invariant: str
+    detail: str
+    trace: tuple[str, ...]
+
+
+@attrs.frozen
+class Result:
+    states: int
+    transitions: int
+    drain_steps: int
+    pruned: int
+    depth: int
+    capped: int  # states at the depth cap, drained but not expanded; 0: the space is exhausted
+    seconds: float
+    outcomes: dict[str, int]
+    counterexample: Counterexample | None
+
+
+class CopyableWorld(World):
+    """The model's ``World`` with a deep copy that knows its shape: each record is copied
+    field by field, and the immutable values inside (strings, enums, frozen agent specs and
+    send results) are shared instead of rebuilt. The model snapshots its world on every
+    operation and the search copies it on every transition: this halves the checker's time.
+    Containers held by a record (an approval's arguments) are copied too."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CopyableWorld:
+        twin = copy.copy(self)
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, dict):
+                value = {k: _copy_record(v, memo) for k, v in value.items()}
+            elif isinstance(value, set | list):
+                value = copy.copy(value)  # of tuples and strings
+            else:
+                value = copy.deepcopy(value, memo)
+            setattr(twin, field.name, value)
+        return twin
+
+
+def _copy_record(record: Any, memo: dict[int, Any]) -> Any:
+    if isinstance(record, SendResult):  # frozen, of strings and enums
+        return record
+    if not dataclasses.is_dataclass(record) or not hasattr(record, "__dict__"):
+        return copy.deepcopy(record, memo)
+    twin = object.__new__(type(record))
+    vars(twin).update({k: copy.copy(v) if isinstance(v, dict | list | set) else v
+                       for k, v in vars(record).items()})
+    return twin
+
+
+def _clone(node: Node, with_model: bool = True
+           ) -> tuple[Reference | None, MemoryStore, CountingIds]:
+    store = MemoryStore()
+    # Table by table, not deepcopy: every stored value is a frozen record (or event data the
+    # engine never mutates after appending), so copies may share them; ~35x faster.
+    store._tables.data = {name: dict(rows) for name, rows in node.store._tables.data.items()}
+    memo: dict[int, Any] = {id(node.model.config): node.model.config}  # frozen: shared
+    model = copy.deepcopy(node.model, memo) if with_model else None
+    return model, store, copy.copy(node.ids)
+
+
+# -- canonical form -----------------------------------------------------------------------------
+
+
+def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
+    """A digest of the model's world with ids renamed by order of first appearance.
+
+    Without ``history``, the past is forgotten too: runs that ended (unless a held call names
+    one), run numbers, tool calls of ended runs, and which run and request consumed a final
+    message (kept only for agent mail consumed by a current run: its hop is that run's base
+    hop). Nothing ahead reads them, so a state reached after one more cancelled run is the
+    same state; this makes the space finite, and the search can reach the bottom of it."""
+    world = model.world
+    names: dict[str, int] = {}
+
+    def n(some_id: str | None) -> int | None:
+        return None if some_id is None else names.setdefault(some_id, len(names))
+
+    sessions = sorted(world.sessions.values(), key=lambda s: s.ordinal)
+    for session in sessions:
+        n(session.session_id)
+    handles = [(s.handle, f"<{n(s.session_id)}>") for s in sessions if s.handle is not None]
+    live = {s.run_id for s in sessions} | {a.run_id for a in world.approvals.values()
+                                           if a.state == "pending"}
+    live |= {r.open_request for r in world.runs.values() if r.run_id in live}
+    runs = sorted((r for r in world.runs.values() if history or r.run_id in live),
+                  key=lambda r: (n(r.session_id), r.number))
+    for run in runs:
+        n(run.run_id)
+
+    def past(some_id: str | None, needed: bool = True) -> int | str | None:
+        if history or some_id is None or (needed and some_id in live):
+            return n(some_id)
+        return "past"
+
+    messages = sorted(world.messages.values(), key=lambda m: (n(m.recipient), m.seq))
+    for message in messages:
+        n(message.message_id)
+
+    def body(text: str) -> str:  # a delegation result names its child by handle
+        for handle, name in handles:
+            text = text.replace(handle, name)
+        return text
+
+    def path(text: str) -> tuple[Any, ...]:  # grant subjects and approval ids: "sid/rid/call"
+        return tuple(names.get(part, part) for part in text.split("/"))
+
+    key = (
+        restarts, model.shut,
+        [(n(s.root_session_id), n(s.parent_session_id), s.agent.name, s.handle is None,
+          s.ordinal, s.state, n(s.run_id), s.live) for s in sessions],
+        [(n(r.session_id), r.number if history else 0, r.status, n(r.open_request))
+         for r in runs],
+        [(n(m.recipient), n(m.sender), m.owner.value, body(m.body), m.mode.value, m.hop, m.seq,
+          m.state, past(m.run_id, m.pending or m.owner is Owner.AGENT),
+          past(m.request_id, m.state == "claimed"), m.reason) for m in messages],
+        sorted((n(s), n(r), call, n(v.message_id), v.mode.value, v.recipient_state.value)
+               for (s, r, call), v in world.results.items() if history or r in live),
+        sorted((scope, path(subject), label) for scope, subject, label in world.grants),
+        sorted((path(a.approval_id), a.label, a.state, a.scope,
+                sorted((k, names.get(v, v)) for k, v in (a.outcome or {}).items()))
+               for a in world.approvals.values()),
+        sorted(n(sid) or 0 for sid in world.reported),
+    )
+    return hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
+
+
+# -- the search ---------------------------------------------------------------------------------
+
+
+class Checker:
+    """One search: the parent links of every state found, and the counts it reports."""
+
+    def __init__(self, config: MessagingConfig, bounds: Bounds, progress: TextIO | None = None,
+                 history: bool = False) -> None:
+        self.config, self.bounds, self.progress = config, bounds, progress
+        self.history = history
+        self.parents: dict[bytes, tuple[bytes, str] | None] = {}
+        self.outcomes: Counter[str] = Counter()
+        self.transitions = self.drain_steps = self.pruned = self.depth = self.capped = 0
+        self._shown = 0.0
+
+    def step(self, node: Node, action: Action) -> tuple[Node, Failure | None]:
+        """Apply ``action`` to copies of both sides; compare answers, states, invariants."""
+        model, store, ids = _clone(node)
+        assert model is not None
+        got = outcome(lambda: perform(action, Engine(store, ids, self.config)))
+        want = outcome(lambda: perform(action, model))
+        with store.read() as tx:
+            events = list(tx.feed(node.feed))
+            child = Node(model, store, ids, node.restarts + (action.kind == "restart"),
+                         node.depth + 1, events[-1][0] if events else node.feed)
+            if got != want:
+                return child, ("AGREE", f"{action.kind} answered differently\n"
+                                        f"    engine: {got!r}\n    model:  {want!r}")
+            self.outcomes["ok" if want[0] == "ok" else str(want[1])] += 1
+            failure = (agreement(tx, ids, model) or limits(tx, self.config)
+                       or mail_shape(tx, model.world, self.config)
+                       or log_follows(tx, node.model.world, model.world, [e for _, e in events])
+                       or (recovered(tx) if action.kind == "restart" else None))
+        return child, failure
+
+    def trace(self, key: bytes) -> tuple[str, ...]:
+        steps: list[str] = []
+        link = self.parents[key]
+        while link is not None:
+            key, label = link
+            steps.append(label)
+            link = self.parents[key]
+        return tuple(reversed(steps))
+
+    def drain(self, node: Node, prefix: tuple[str, ...]) -> Counterexample | None:
+        """INV7 and INV1 from ``node`` (reached by ``prefix``): run a copy of the engine's store
+        until quiet. The drain drives the engine alone (no model step to compare): it checks
+        a property of the engine, and it costs a hundredth of a lockstep step."""
+        _, store, ids = _clone(node, with_model=False)
+        engine, steps = Engine(store, ids, self.config), list(prefix)
+        for _ in range(DRAIN_LIMIT):
+            with store.read() as tx:
+                action = drain_step(tx)
+            if action is None:
+                with store.read() as tx:
+                    failure = settled(tx)
+                return None if failure is None else Counterexample(*failure, tuple(steps))
+            got = outcome(lambda: perform(action, engine))  # noqa: B023 - called at once
+            steps.append(f"{action.label}   [drain]")
+            self.drain_steps += 1
+            if got[0] != "ok":
+                return Counterexample("INV7", f"the drain was refused: {got!r}", tuple(steps))
+        return Counterexample("INV7", f"no quiet state after {DRAIN_LIMIT} drain steps",
+                              tuple(steps))
+
+    def expand(self, node: Node, queue: deque[Node]) -> Counterexample | None:
+        for action in alphabet(node.model, self.bounds, node.restarts):
+            child, failure = self.step(node, action)
+            self.transitions += 1
+            if failure is not None:
+                return Counterexample(*failure, (*self.trace(node.key), action.label))
+            cw = child.model.world
+            if (len(cw.sessions) > self.bounds.sessions or len(cw.messages) > self.bounds.messages
+                    or len(cw.approvals) > self.bounds.approvals):
+                self.pruned += 1  # checked above, not explored further
+                continue
+            child.key = canonical(child.model, child.restarts, self.history)
+            if child.key not in self.parents:
+                self.parents[child.key] = (node.key, action.label)
+                queue.append(child)
+        return None
+
+    def run(self) -> Result:
+        started = time.monotonic()
+        root = Node(Reference(self.config, CountingIds()), MemoryStore(), CountingIds(), 0, 0, 0)
+        root.model.world = CopyableWorld()
+        root.key = canonical(root.model, 0, self.history)
+        self.parents[root.key] = None
+        queue, best = deque([root]), None
+        while queue:
+            node = queue.popleft()
+            if best is not None and node.depth >= len(best.trace):
+                break  # nothing shorter is left to find
+            self.depth = max(self.depth, node.depth)
+            self._show(len(queue), started)
+            found = [self.drain(node, self.trace(node.key))]
+            expand = node.depth < self.bounds.depth
+            self.capped += not expand
+            if expand and (best is None or node.depth + 1 < len(best.trace)):
+                found.append(self.expand(node, queue))
+            for failure in found:
+                if failure is not None and (best is None or len(failure.trace) < len(best.trace)):
+                    best = failure
+        self._show(len(queue), started, final=True)
+        return Result(len(self.parents), self.transitions, self.drain_steps, self.pruned,
+                      self.depth, self.capped, time.monotonic() - started, dict(self.outcomes),
+                      best)
+
+    def _show(self, queued: int, started: float, final: bool = False) -> None:
+        """A single progress line on stderr, redrawn at most five times a second."""
+        now = time.monotonic()
+        if self.progress is None or (now - self._shown < 0.2 and not final):
+            return
+        self._shown = now
+        rate = self.transitions / max(now - started, 1e-9)
+        self.progress.write(f"\r  states {len(self.parents):>8}  transitions "
+                            f"{self.transitions:>9}  depth {self.depth:>2}  queue {queued:>7}  "
+                            f"{rate:,.0f}/s " + ("\n" if final else ""))
+        self.progress.flush()
+
+
+def check(config: MessagingConfig = DEFAULT_CONFIG, bounds: Bounds | None = None,
+          progress: TextIO | None = None, history: bool = False) -> Result:
+    """Explore every interleaving within ``bounds``; the first shortest counterexample, if any.
+    ``history``: key states on their whole past too (exact id renaming only; never finite)."""
+    return Checker(config, bounds if bounds is not None else Bounds(), progress, history).run()
+
+
+def report(result: Result, out: TextIO | None = None) -> None:
+    out = out if out is not None else sys.stdout  # looked up late: tests capture it
+    print(f"explored {result.states} states, {result.transitions} transitions "
+          f"(+{result.drain_steps} drain steps; {result.pruned} successors beyond the size "
+          f"bounds checked, not explored), depth {result.depth}, {result.seconds:.1f} s",
+          file=out)
+    if result.capped:
+        print(f"depth cap reached: {result.capped} states at depth {result.depth} were drained "
+              "but not expanded", file=out)
+    elif result.counterexample is None:
+        print("exhausted: every reachable state within the size bounds was expanded", file=out)
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items()))
+    print(f"outcomes: {outcomes}", file=out)
+    found = result.counterexample
+    if found is None:
+        print("no counterexample: " + ", ".join(INVARIANTS) + " hold", file=out)
+        return
+    print(f"COUNTEREXAMPLE {found.invariant} {INVARIANTS.get(found.invariant, '')}: "
+          f"{found.detail}", file=out)
+    print(f"shortest trace ({len(found.trace)} actions):", file=out)
+    for number, label in enumerate(found.trace, 1):
+        print(f"  {number:>2}. {label}", file=out)
+
+
+def _pairs(text: str, what: str) -> dict[str, str]:
+    pairs = [item.partition("=") for item in text.split(",") if item.strip()]
+    bad = [key for key, eq, value in pairs if not eq or not value.strip()]
+    if bad:
+        raise ValueError(f"{what}: expected key=value pairs separated by commas, got {text!r}")
+    return {key.strip(): value.strip() for key, _, value in pairs}
+
+
+def parse_bounds(text: str) -> Bounds:
+    """``sessions=3,messages=3,restarts=1,approvals=0,depth=N``; omitted keys keep defaults."""
+    given = _pairs(text, "--bounds")
+    known = {field.name for field in attrs.fields(Bounds)}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ValueError(f"--bounds: unknown key(s) {', '.join(unknown)}; "
+                         f"valid keys are {', '.join(sorted(known))}")
+    try:
+        return Bounds(**{key: int(value) for key, value in given.items()})
+    except ValueError as exc:
+        raise ValueError(f"--bounds: {exc}") from None
+
+
+def load_config(path: str | None, inline: str) -> MessagingConfig:
+    """The [messaging] table of a TOML file (else the checker's defaults), then ``inline``
+    ``key=value`` overrides; validated like any config."""
+    config = DEFAULT_CONFIG
+    if path is not None:
+        with open(path, encoding="utf-8") as handle:
+            config = MessagingConfig.from_toml(handle.read())
+    words = {"true": True, "false": False}
+    overrides: dict[str, Any] = {
+        key: words[value.lower()] if value.lower() in words else int(value)
+        for key, value in _pairs(inline, "--messaging").items()
+    }
+    return MessagingConfig.from_mapping({**attrs.asdict(config), **overrides})
+
+
+def main(bounds: str = "", config: str | None = None, messaging: str = "",
+         plant: str | None = None, history: bool = False, quiet: bool = False) -> int:
+    """``treemail check``: 0 when no counterexample, 1 with one, 2 on bad arguments."""
+    try:
+        limits_, settings = parse_bounds(bounds), load_config(config, messaging)
+        if plant is not None and plant not in PLANTS:
+            raise ValueError(f"--plant: no bug {plant!r}; choose from {', '.join(PLANTS)}")
+    except (ValueError, OSError, TreemailError) as exc:
+        print(f"treemail check: {exc}", file=sys.stderr)
+        return 2
+    shown = ", ".join(f"{f.name}={getattr(limits_, f.name)}" for f in attrs.fields(Bounds))
+    print(f"treemail check: bounds {shown}; [messaging] {_config_line(settings)}"
+          + (f"; planted bug: {plant}" if plant else ""))
+    with planted(plant):
+        result = check(settings, limits_, None if quiet else sys.stderr, history)
+    code = 0 if result.counterexample is None else 1
+    try:
+        report(result)
+    except BrokenPipeError:  # `treemail check | head`: the exit code still tells
+        sys.stdout = None  # nothing left to flush at exit
+    return code
+
+
+def _config_line(config: MessagingConfig) -> str:
+    return " ".join(f"{key}={value}" for key, value in attrs.asdict(config).items())

@@ -1,0 +1,273 @@
+"""The model checker's alphabet: every action enabled in a state, and how to run it.
+
+An ``Action`` is data (a kind, its arguments and a printable label). ``perform`` runs it on
+either side, an ``Engine`` or the ``Reference`` model: both offer the same operations with the
+same signatures, so one call serves both and ``outcome`` reduces the two answers to values that
+compare (the value, or the error code). ``alphabet`` reads the model's world, which is the
+oracle: the engine must agree with it on every action, enabled or refused.
+
+The alphabet is finite and deterministic for a given state: the same state (up to id
+numbering) always yields the same actions in the same order, which keeps the search and its
+shortest counterexamples reproducible.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from treemail.core.engine import Engine, Request
+from treemail.core.errors import ApprovalRequired, TreemailError
+from treemail.core.permissions import Rules
+from treemail.core.records import AgentSpec, Owner, Run, Session, ToolContext
+from treemail.core.store import ReadTxn
+from treemail.models.reference import Reference
+from treemail.models.world import FINAL, SessionRecord, World
+
+__all__ = [
+    "ASKING",
+    "TRUSTING",
+    "Action",
+    "Bounds",
+    "alphabet",
+    "drain_step",
+    "outcome",
+    "perform",
+    "short",
+]
+
+# Every agent trusts every peer, so no call is ever held for approval...
+TRUSTING = AgentSpec("worker", "does the work", Rules.of({"*": "allow"}))
+# ...unless approvals are in the bounds: then a child asks before writing to its parent, and
+# siblings are denied, so allow, ask and deny all occur.
+ASKING = AgentSpec("worker", "does the work",
+                   Rules.of({"child": "allow", "parent": "ask", "sibling": "deny"}))
+UNKNOWN_HANDLE = "nobody_00000000"
+
+
+@attrs.frozen
+class Bounds:
+    """How far the search goes. Successors beyond a size bound are checked, not explored."""
+
+    sessions: int = 3  # including the root
+    messages: int = 3  # accepted, of every owner
+    restarts: int = 1
+    approvals: int = 0  # held calls; 0: every agent allows every peer, nothing is ever held
+    # Actions from the empty world. Within the other defaults the space goes on past depth 11
+    # (over 90,000 states there, still growing about 2.5 times a level); depth 10 is about
+    # 47,000 states in 2 minutes on one core, so `treemail check` stays under 5 minutes.
+    depth: int = 10
+
+    def __attrs_post_init__(self) -> None:
+        for field in attrs.fields(Bounds):
+            if getattr(self, field.name) < 0:
+                raise ValueError(f"bound {field.name} must be >= 0")
+
+    @property
+    def agent(self) -> AgentSpec:
+        return ASKING if self.approvals else TRUSTING
+
+
+@attrs.frozen
+class Action:
+    kind: str
+    args: tuple[Any, ...]
+    label: str
+
+
+def short(some_id: str | None) -> str:
+    """``#7`` for the CountingIds id numbered 7: traces stay readable."""
+    if some_id is None:
+        return "-"
+    head = some_id.split("-", 1)[0]
+    return f"#{int(head, 16)}" if len(head) == 8 else some_id
+
+
+def _send(target: Any, ctx: ToolContext, arguments: dict[str, str], hold: bool) -> Any:
+    """send_message; a call an ask rule stops is held for the user, as the runtime does."""
+    try:
+        return target.send_message(ctx, arguments)
+    except ApprovalRequired as asked:
+        if hold:
+            label = str(asked.details.get("label", "*"))
+            target.hold_for_approval(ctx, "send_message", arguments, label)
+        raise
+
+
+def _restart(target: Any) -> Any:
+    """The process dies: a new engine opens the same store and recovers it."""
+    if isinstance(target, Reference):
+        return target.restart()
+    return Engine(target.store, target.ids, target.config).recover()
+
+
+_CALLS: dict[str, Callable[..., Any]] = {
+    "create_root": lambda t, agent: t.create_root(agent),
+    "delegate": lambda t, parent, agent: t.delegate(parent, agent, "task"),
+    "produce": lambda t, to, owner: t.produce(to, "note", owner),
+    "start_run": lambda t, sid: t.start_run(sid),
+    "begin_request": lambda t, sid, rid: t.begin_request(sid, rid),
+    "commit_request": lambda t, sid, rid, req: t.commit_request(sid, rid, req),
+    "abort_request": lambda t, sid, rid, req: t.abort_request(sid, rid, req),
+    "finish_run": lambda t, sid, rid: t.finish_run(sid, rid, "done"),
+    "cancel_run": lambda t, sid, rid: t.cancel_run(sid, rid, "user cancelled"),
+    "send_message": _send,
+    "discard": lambda t, mid: t.discard(mid, "operator decision"),
+    "restart": _restart,
+    "answer_approval": lambda t, aid, approve: t.answer_approval(aid, approve, "once"),
+}
+
+
+def perform(action: Action, target: Engine | Reference) -> Any:
+    return _CALLS[action.kind](target, *action.args)
+
+
+def _normal(value: Any) -> Any:
+    """Engine answers (records) reduced to the model's shapes (ids and tuples)."""
+    if isinstance(value, Session):
+        return value.session_id
+    if isinstance(value, Run):
+        return value.run_id
+    if isinstance(value, Request):
+        return (value.request_id, value.run_id,
+                tuple((d.message_id, d.owner, d.text) for d in value.deliveries))
+    if hasattr(value, "approval_id"):
+        outcome = value.outcome
+        if isinstance(outcome, str):  # the engine stores the tool result as JSON text
+            outcome = {k: v for k, v in json.loads(outcome).items() if k != "message"}
+        return (value.approval_id, str(value.state), value.scope, outcome)
+    return value
+
+
+def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
+    """("ok", value) or ("error", code, candidates); any other exception is a crash."""
+    try:
+        return ("ok", _normal(call()))
+    except TreemailError as exc:
+        found = exc.details.get("candidates")
+        return ("error", exc.code, tuple(found) if isinstance(found, list | tuple) else ())
+    except Exception as exc:  # a crash on either side is a disagreement, reported as such
+        return ("crash", f"{type(exc).__name__}: {exc}")
+
+
+# -- the alphabet -------------------------------------------------------------------------------
+
+
+def alphabet(model: Reference, bounds: Bounds, restarts: int) -> list[Action]:
+    world = model.world
+    if not world.sessions:
+        return [Action("create_root", (bounds.agent,), "create_root()")]
+    actions: list[Action] = []
+    for session in world.sessions.values():
+        actions += _outside(world, session, bounds)
+        actions += _run_actions(world, session)
+        actions += _sends(world, session)
+    for message in world.messages.values():
+        if message.state not in FINAL:  # claimed ones too: the refusal must agree
+            mid = message.message_id
+            actions.append(Action("discard", (mid,), f"discard({short(mid)}, {message.state})"))
+    if restarts < bounds.restarts:
+        actions.append(Action("restart", (), "restart (new engine over the store + recover)"))
+    for approval in world.approvals.values():
+        if approval.state == "pending":
+            for approve, word in ((True, "approve once"), (False, "deny")):
+                label = f"answer_approval({_approval_label(approval.approval_id)}, {word})"
+                actions.append(Action("answer_approval", (approval.approval_id, approve), label))
+    return actions
+
+
+def _outside(world: World, session: SessionRecord, bounds: Bounds) -> list[Action]:
+    """Delegation and produced mail; only within the bounds, since both always accept."""
+    if len(world.messages) >= bounds.messages:
+        return []
+    sid = session.session_id
+    actions = []
+    if len(world.sessions) < bounds.sessions:
+        actions.append(Action("delegate", (sid, bounds.agent), f"delegate(parent={short(sid)})"))
+    # The user talks to the root, plugins to the others: the engine treats both owners alike
+    # (outside mail, never capped), so one owner per session keeps the space small.
+    owner = Owner.USER if session.parent_session_id is None else Owner.PLUGIN
+    actions.append(Action("produce", (sid, owner), f"produce({owner.value} mail -> {short(sid)})"))
+    return actions
+
+
+def _approval_label(approval_id: str) -> str:
+    return "/".join(short(part) if "-" in part else part for part in approval_id.split("/"))
+
+
+def _run_actions(world: World, session: SessionRecord) -> list[Action]:
+    sid, rid = session.session_id, session.run_id
+    if rid is None:
+        return []
+    at = f"{short(sid)}, run {short(rid)}"
+    if session.state == "queued":
+        return [Action("start_run", (sid,), f"start_run({short(sid)})"),
+                Action("cancel_run", (sid, rid), f"cancel_run({at})")]
+    request = world.runs[rid].open_request
+    actions = [Action("finish_run", (sid, rid), f"finish_run({at}, result)"),
+               Action("cancel_run", (sid, rid), f"cancel_run({at})")]
+    if request is None:
+        actions.insert(0, Action("begin_request", (sid, rid), f"begin_request({at})"))
+    else:
+        req = f"{at}, request {short(request)}"
+        actions[:0] = [Action("commit_request", (sid, rid, request), f"commit_request({req})"),
+                       Action("abort_request", (sid, rid, request), f"abort_request({req})")]
+    return actions
+
+
+def _sends(world: World, sender: SessionRecord) -> list[Action]:
+    """From a running run: to every live peer in both modes; then the hostile forms: a
+    self-send, an unknown handle, and a retry of the run's last accepted call."""
+    if sender.state != "running" or sender.run_id is None:
+        return []
+    sid, rid = sender.session_id, sender.run_id
+    calls = {k[2] for k in world.results if k[:2] == (sid, rid)}
+    calls |= {a.tool_call_id for a in world.approvals.values() if a.run_id == rid}
+    fresh = ToolContext(sid, rid, f"t{len(calls) + 1}")
+    peers = [p for p in world.sessions.values()
+             if p.root_session_id == sender.root_session_id and p is not sender and p.live]
+    actions = []
+    for peer in peers:
+        for mode in ("steer", "queue"):
+            args = {"to": peer.reference, "body": "hi", "mode": mode}
+            actions.append(_send_action(fresh, args, f"-> {short(peer.session_id)} {mode}"))
+    for to, what in ((sender.reference, "self-send"), (UNKNOWN_HANDLE, "unknown handle")):
+        actions.append(_send_action(fresh, {"to": to, "body": "hi"}, what))
+    if calls:
+        last = max(calls, key=lambda call: (len(call), call))
+        recalled = world.results.get((sid, rid, last))
+        if recalled is not None:
+            to = world.sessions[world.messages[recalled.message_id].recipient].reference
+            retry = ToolContext(sid, rid, last)
+            actions.append(_send_action(retry, {"to": to, "body": "hi"}, "retry"))
+    return actions
+
+
+def _send_action(ctx: ToolContext, arguments: Mapping[str, str], what: str) -> Action:
+    label = f"send_message({short(ctx.session_id)}, run {short(ctx.run_id)}, {ctx.tool_call_id}"
+    return Action("send_message", (ctx, dict(arguments), True), f"{label} {what})")
+
+
+def drain_step(tx: ReadTxn) -> Action | None:
+    """The next step of a drain of the engine's store (no sends, no discards), or None once
+    every session is quiet: the first busy session starts, commits its open request, claims
+    its waiting mail, or finishes its run."""
+    for session in tx.sessions():
+        sid, rid = session.session_id, session.run_id
+        run = tx.run(rid) if rid is not None else None
+        if run is None or session.state not in ("queued", "running"):
+            continue
+        at = f"{short(sid)}, run {short(rid)}"
+        if session.state == "queued":
+            return Action("start_run", (sid,), f"start_run({short(sid)})")
+        if run.open_request is not None:
+            return Action("commit_request", (sid, rid, run.open_request),
+                          f"commit_request({at}, request {short(run.open_request)})")
+        if any(m.state in ("admitted", "released") and m.run_id == rid
+               for m in tx.pending(sid)):
+            return Action("begin_request", (sid, rid), f"begin_request({at})")
+        return Action("finish_run", (sid, rid), f"finish_run({at}, result)")
+    return None

@@ -1,0 +1,219 @@
+"""The invariants the model checker asserts, each a function of a read transaction.
+
+Ids and names mirror spec/invariants.json (``AGREE`` is engine/model agreement, which is not
+in the spec: it is how the model serves as the oracle). Every check returns ``None`` or a
+``Failure``: the invariant id and what went wrong, with the ids involved.
+
+- ``agreement``: every session, run, message, pending list and approval of the engine equals
+  the model's, and both will mint the same next id.
+- ``limits`` (INV4, INV5, INV10, INV14) and ``mail_shape`` (INV6, INV13) recount the store.
+- ``log_follows`` (INV1, INV2, INV3, INV11) reads the events one transition appended.
+- ``recovered`` (INV12) right after a restart; ``settled`` (INV7, INV1) at the end of a drain.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from treemail.core.config import MessagingConfig
+from treemail.core.guards import inbox_counter, pair_counter
+from treemail.core.ids import CountingIds
+from treemail.core.records import Event, Message, Owner
+from treemail.core.store import ReadTxn
+from treemail.models.reference import Reference
+from treemail.models.world import FINAL, MESSAGE_STEPS, World
+
+__all__ = [
+    "INVARIANTS",
+    "Failure",
+    "agreement",
+    "limits",
+    "log_follows",
+    "mail_shape",
+    "recovered",
+    "settled",
+]
+
+INVARIANTS = {
+    "AGREE": "engine_agrees_with_model",
+    "INV1": "consumed_at_most_once",
+    "INV2": "final_states_are_final",
+    "INV3": "only_table_transitions",
+    "INV4": "inbox_cap",
+    "INV5": "pair_window",
+    "INV6": "hop_limit",
+    "INV7": "eventual_settlement",
+    "INV10": "counters_match_recount",
+    "INV11": "log_mirrors_state",
+    "INV12": "recovery_loses_nothing",
+    "INV13": "tree_scoped_mail",
+    "INV14": "one_open_request",
+}
+Failure = tuple[str, str]  # (invariant id, what went wrong)
+
+
+SESSION = ("session_id", "root_session_id", "parent_session_id", "agent", "handle", "ordinal",
+           "state", "run_id", "live")
+RUN = ("run_id", "session_id", "number", "status", "open_request")
+MESSAGE = ("message_id", "recipient", "sender", "owner", "body", "mode", "hop", "seq", "state",
+           "run_id", "request_id", "reason")
+APPROVAL = ("approval_id", "session_id", "run_id", "tool_call_id", "tool", "label", "state",
+            "scope")
+
+
+def _row(record: Any, fields: tuple[str, ...], **more: Any) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    return {**{name: getattr(record, name) for name in fields}, **more}
+
+
+def _diff(what: str, got: Any, want: Any) -> Failure | None:
+    """Name the first row that differs, and in it only the fields that differ."""
+    if got == want:
+        return None
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        got, want = next((g, w) for g, w in zip(got, want, strict=True) if g != w)
+    if isinstance(got, dict) and isinstance(want, dict):
+        first = next(iter(want))
+        keys = [first, *(k for k in want if k != first and got.get(k) != want[k])]
+        got, want = ({k: row.get(k) for k in keys} for row in (got, want))
+    return "AGREE", f"{what} differ\n    engine: {got!r}\n    model:  {want!r}"
+
+
+def _approval(a: Any) -> dict[str, Any] | None:
+    outcome = a.outcome
+    if isinstance(outcome, str):  # the engine keeps the tool result as JSON text
+        outcome = {k: v for k, v in json.loads(outcome).items() if k != "message"}
+    return _row(a, APPROVAL, arguments=dict(a.arguments), outcome=outcome)
+
+
+def agreement(tx: ReadTxn, engine_ids: CountingIds, model: Reference) -> Failure | None:
+    """Every session, run, message, pending list and approval, and the next id, alike."""
+    world = model.world
+    checks: Iterable[tuple[str, Any, Any]] = (
+        ("sessions", [_row(s, SESSION) for s in tx.sessions()],
+         [_row(s, SESSION) for s in world.sessions.values()]),
+        ("runs", [_row(r := tx.run(rid), RUN, base_hop=r and r.base_hop) for rid in world.runs],
+         [_row(r, RUN, base_hop=world.base_hop(r.run_id)) for r in world.runs.values()]),
+        ("messages", [_row(tx.message(mid), MESSAGE) for mid in world.messages],
+         [_row(m, MESSAGE) for m in world.messages.values()]),
+        ("pending lists", [[m.message_id for m in tx.pending(sid)] for sid in world.sessions],
+         [[m.message_id for m in world.pending_of(sid)] for sid in world.sessions]),
+        ("approvals", sorted(map(_approval, tx.approvals()), key=repr),
+         sorted(map(_approval, world.approvals.values()), key=repr)),
+        ("next ids", copy.copy(engine_ids).new_id(), copy.copy(model.ids).new_id()),
+    )
+    for what, got, want in checks:
+        failure = _diff(what, got, want)
+        if failure is not None:
+            return failure
+    return None
+
+
+def limits(tx: ReadTxn, config: MessagingConfig) -> Failure | None:
+    """INV4, INV5 and INV10 on a recount of the engine's pending mail; INV14 on its claims."""
+    sessions = {s.session_id: s for s in tx.sessions()}
+    window = config.max_inflight_per_pair
+    for recipient, session in sessions.items():
+        pending = list(tx.pending(recipient))
+        agent = [m for m in pending if m.owner is Owner.AGENT]
+        if len(agent) > config.max_pending_per_session:
+            return "INV4", f"{recipient} holds {len(agent)} pending agent messages"
+        if tx.count(inbox_counter(recipient)) != len(agent):
+            return "INV10", f"inbox counter of {recipient} is not {len(agent)}"
+        for sender in sessions:
+            pair = sum(1 for m in agent if m.sender == sender)
+            if window > 0 and pair > window:
+                return "INV5", f"pair {sender} -> {recipient} holds {pair} pending messages"
+            if tx.count(pair_counter(sender, recipient)) != pair:
+                return "INV10", f"pair counter {sender} -> {recipient} is not {pair}"
+        run = tx.run(session.run_id) if session.run_id is not None else None
+        for m in pending:
+            if m.state == "claimed" and (run is None or run.status != "running" or m.run_id
+                                         != run.run_id or m.request_id != run.open_request):
+                return "INV14", f"{m.message_id} is claimed outside its run's open request"
+    return None
+
+
+def mail_shape(tx: ReadTxn, world: World, config: MessagingConfig) -> Failure | None:
+    """INV6 (hops within the limit) and INV13 (agent mail links two sessions of one tree)."""
+    for message_id in world.messages:
+        m = tx.message(message_id)
+        if m is None or m.owner is not Owner.AGENT:
+            continue
+        if config.max_hops > 0 and m.hop > config.max_hops:
+            return "INV6", f"{m.message_id} carries hop {m.hop} > max_hops {config.max_hops}"
+        sender, recipient = tx.session(m.sender or ""), tx.session(m.recipient)
+        if sender is None or recipient is None or m.sender == m.recipient or (
+                sender.root_session_id != recipient.root_session_id):
+            return "INV13", f"{m.message_id} does not link two peers of one tree"
+    return None
+
+
+def _illegal(message_id: str, before: str | None, after: str) -> Failure | None:
+    """Whether the log's step ``before`` -> ``after`` is one of the lifecycle table."""
+    if before is None:
+        ok = after == "accepted"
+    else:
+        ok = any(MESSAGE_STEPS.get((before, e)) == after for e in
+                 ("admit", "claim", "release", "consume", "discard"))
+    if ok:
+        return None
+    what = f"{message_id} logged {before} -> {after}"
+    if before in FINAL:
+        return ("INV1" if after == "consumed" else "INV2"), f"final message changed: {what}"
+    return ("INV1" if after == "consumed" else "INV3"), f"not a lifecycle step: {what}"
+
+
+def log_follows(tx: ReadTxn, parent: World, child: World, events: list[Event]) -> Failure | None:
+    """INV1, INV2, INV3 and INV11 from the events one transition appended."""
+    last = {mid: m.state for mid, m in parent.messages.items()}
+    for event in events:
+        if not event.kind.startswith("ProducerMessage"):
+            continue
+        message_id = str(event.data.get("message_id"))
+        state = event.kind.removeprefix("ProducerMessage").lower()
+        failure = _illegal(message_id, last.get(message_id), state)
+        if failure is not None:
+            return failure
+        last[message_id] = state
+    for message_id in child.messages:
+        stored: Message | None = tx.message(message_id)
+        if stored is None or stored.state != last.get(message_id):
+            return "INV11", (f"{message_id} is {stored and stored.state} but its log says "
+                             f"{last.get(message_id)}")
+    return None
+
+
+def recovered(tx: ReadTxn) -> Failure | None:
+    """INV12, right after a restart: nothing runs, nothing is claimed, all mail deliverable."""
+    for session in tx.sessions():
+        if session.state == "running":
+            return "INV12", f"{session.session_id} still running after recovery"
+        for m in tx.pending(session.session_id):
+            if m.state == "claimed" or session.state != "queued":
+                return "INV12", f"{m.message_id} ({m.state}) is not deliverable after recovery"
+    return None
+
+
+def settled(tx: ReadTxn) -> Failure | None:
+    """At a quiet state: every message ever accepted (per the feed) is consumed or discarded
+    with a reason, and its log holds exactly one consume or discard (INV7, INV1)."""
+    ends: Counter[str] = Counter()
+    for _, event in tx.feed():
+        if event.kind in ("ProducerMessageConsumed", "ProducerMessageDiscarded"):
+            ends[str(event.data.get("message_id"))] += 1
+        if event.kind != "ProducerMessageAccepted":
+            continue
+        message = tx.message(str(event.data.get("message_id")))
+        if message is None or message.state not in FINAL:
+            state = message.state if message is not None else "lost"
+            return "INV7", f"quiet, yet {event.data.get('message_id')} is {state}"
+        if message.state == "discarded" and not (message.reason or "").strip():
+            return "INV7", f"{message.message_id} was discarded without a reason"
+    twice = [mid for mid, n in ends.items() if n != 1]
+    return ("INV1", f"consumed or discarded more than once: {twice}") if twice else None
