@@ -85,6 +85,23 @@ def open_store(path: Path) -> LmdbStore:
     return LmdbStore.open(path / "store", sync=False)
 
 
+Life = Callable[[LmdbStore], Coroutine[Any, Any, None]]
+
+
+def two_lives(path: Path, first: Life, second: Life) -> None:
+    """Run ``first`` on a store, close it as a dead process leaves it, reopen, run ``second``."""
+
+    async def main() -> None:
+        for life in (first, second):
+            store = open_store(path)
+            try:
+                await life(store)
+            finally:
+                store.close()
+
+    run(main)
+
+
 def runtime(
     store: LmdbStore,
     agents: Mapping[str, Agent],

@@ -21,6 +21,7 @@ from tests.acceptance.conftest import (
     runtime,
     send,
     turns,
+    two_lives,
     until,
 )
 from treemail.adapters.lmdb_store import LmdbStore
@@ -144,12 +145,4 @@ def test_a_pending_approval_survives_a_restart_and_the_answer_sends_once(
         assert accepted_bodies(rt) == ["hello"]  # the woken model did not send it again
         await rt.shutdown()
 
-    async def main() -> None:
-        store = open_store(tmp_path)
-        await first_life(store)
-        store.close()
-        store = open_store(tmp_path)
-        await second_life(store)
-        store.close()
-
-    run(main)
+    two_lives(tmp_path, first_life, second_life)

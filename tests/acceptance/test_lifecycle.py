@@ -23,6 +23,7 @@ from tests.acceptance.conftest import (
     runtime,
     send,
     turns,
+    two_lives,
     until,
 )
 from treemail.adapters.lmdb_store import LmdbStore
@@ -72,15 +73,7 @@ def test_a_restart_before_delivery_still_delivers_exactly_once(tmp_path: Path) -
         assert feed_kinds(rt, "ProducerMessageConsumed") == {message_id: 1}
         await rt.shutdown()
 
-    async def main() -> None:
-        store = open_store(tmp_path)
-        await first_life(store)
-        store.close()
-        store = open_store(tmp_path)
-        await second_life(store)
-        store.close()
-
-    run(main)
+    two_lives(tmp_path, first_life, second_life)
 
 
 def test_a_send_racing_shutdown_is_refused_and_accepted_mail_survives(tmp_path: Path) -> None:
@@ -129,15 +122,7 @@ def test_a_send_racing_shutdown_is_refused_and_accepted_mail_survives(tmp_path: 
         assert feed_kinds(rt, "ProducerMessageConsumed") == {message_id: 1}
         await rt.shutdown()
 
-    async def main() -> None:
-        store = open_store(tmp_path)
-        await first_life(store)
-        store.close()
-        store = open_store(tmp_path)
-        await second_life(store)
-        store.close()
-
-    run(main)
+    two_lives(tmp_path, first_life, second_life)
 
 
 def test_idle_actors_are_evicted_and_mail_spawns_them_again(tmp_path: Path) -> None:
@@ -214,15 +199,7 @@ def test_a_run_killed_mid_tools_leaves_a_transcript_the_next_run_can_trust(
         assert feed_kinds(rt, "ProducerMessageConsumed") == {message_id: 1}
         await rt.shutdown()
 
-    async def main() -> None:
-        store = open_store(tmp_path)
-        await first_life(store)
-        store.close()
-        store = open_store(tmp_path)
-        await second_life(store)
-        store.close()
-
-    run(main)
+    two_lives(tmp_path, first_life, second_life)
 
 
 def test_cancelling_a_running_child_stops_its_actor_cleanly(tmp_path: Path) -> None:
