@@ -420,6 +420,20 @@ class DifferentialMachine(RuleBasedStateMachine):
                 return
             sender = self._read(self.model.world.messages[outcome[1].message_id].recipient)
 
+    @rule(data=st.data(), count=st.integers(2, 4))
+    def pester(self, data: st.DataObject, count: int) -> None:
+        """Several new calls on one directed pair while the recipient reads nothing: the pair
+        window and the inbox cap are reached and must refuse at exactly the same send."""
+        sender = data.draw(st.sampled_from(self._talkative()), label="sender")
+        peers = [p for p in self.model.world.tree_of(sender.root_session_id) if p is not sender]
+        if not peers:
+            return
+        peer = data.draw(st.sampled_from(peers), label="pestered")
+        for _ in range(count):
+            ctx = self._live_context(data, sender)
+            fresh = ToolContext(ctx.session_id, ctx.run_id, f"pester_{len(self.calls)}")
+            self._send(fresh, {"to": peer.reference, "body": "again?"})
+
     def _talkative(self) -> list[SessionRecord]:
         """Senders shown the tool (some allow/ask rule), in a tree with someone to talk to."""
         found = [s for s in self.sessions() if self.model.tool_visible(s.session_id)
