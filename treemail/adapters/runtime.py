@@ -48,6 +48,10 @@ __all__ = ["Agent", "Runtime", "Writer"]
 T = TypeVar("T")
 
 
+RESUME = ("The process restarted while you were working on your task. Your conversation so "
+          "far is above; continue the task and finish it.")
+
+
 class Writer:
     """One thread for every engine call: the store's single writer, off the event loop.
 
@@ -130,6 +134,10 @@ class Runtime:
                                           self.feed_interval)
             self._follow_task = asyncio.create_task(self._follower.follow(), name="feed")
         dead: int = await self.writer(self.engine.recover)
+        # A delegated run that died after consuming its task has no mail left to wake it:
+        # resume it with goal mail (auditable, outside the agent inbox cap).
+        for stranded in await self.writer(self.engine.stranded_delegations):
+            await self.writer(self.engine.produce, stranded.session_id, RESUME, Owner.GOAL)
         await self.plugins.attach(self.submit)
         for session in await self.writer(self.engine.sessions):
             if session.state == "queued":

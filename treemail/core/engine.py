@@ -41,7 +41,7 @@ from treemail.core.records import (
 )
 from treemail.core.runs import Delivery, Request, need_run, need_session
 from treemail.core.sending import grant_counter, send
-from treemail.core.store import Store, WriteTxn
+from treemail.core.store import ReadTxn, Store, WriteTxn
 
 __all__ = ["Delivery", "Engine", "Request"]
 
@@ -186,6 +186,14 @@ class Engine:
 
         return self._transact(work)
 
+    def stranded_delegations(self) -> list[Session]:
+        """Delegated sessions a crash left with nothing to wake them: their delegation is not
+        complete, they have no run and no pending mail, and their last run died at restart
+        (the task was already consumed, so no mail is left to start a new run). A runtime
+        resumes them; a run cancelled on purpose is not stranded."""
+        with self.store.read() as tx:
+            return [s for s in tx.sessions() if _stranded(tx, s)]
+
     def feed(self, after: int = 0) -> list[tuple[int, Event]]:
         """Every session's events in global order after ``after``: the live or replayed log."""
         with self.store.read() as tx:
@@ -316,3 +324,13 @@ class Engine:
 
     def _transact(self, work: Callable[[WriteTxn], T]) -> T:
         return self.store.transact(work)
+
+
+def _stranded(tx: ReadTxn, session: Session) -> bool:
+    if session.parent_session_id is None or session.state != "idle":
+        return False
+    if tx.count(f"delegation/{session.session_id}") or next(tx.pending(session.session_id), None):
+        return False
+    ends = [e for e in tx.events(session.session_id) if e.kind in ("RunFinished", "RunInterrupted")]
+    return bool(ends) and ends[-1].kind == "RunInterrupted" and ends[-1].data.get("reason") == (
+        runs.CRASH)

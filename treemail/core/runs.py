@@ -18,6 +18,7 @@ from treemail.core.records import Message, Owner, Run, RunStatus, Session
 from treemail.core.store import ReadTxn, WriteTxn
 
 __all__ = [
+    "CRASH",
     "Delivery",
     "Request",
     "begin",
@@ -31,6 +32,10 @@ __all__ = [
     "recover",
     "start",
 ]
+
+
+# The reason recorded on a run that recovery found dead.
+CRASH = "crash found at restart"
 
 
 @attrs.frozen
@@ -198,7 +203,7 @@ def recover(tx: WriteTxn, ids: IdSource) -> int:
     for session in list(tx.sessions()):
         run = tx.run(session.run_id) if session.run_id is not None else None
         if run is not None and run.status is RunStatus.RUNNING:
-            _end(tx, session, run, "interrupt", "crash found at restart")
+            _end(tx, session, run, "interrupt", CRASH)
             dead += 1
         reconcile(tx, ids, session.session_id)
     return dead
