@@ -43,13 +43,22 @@ _Key = tuple[str, str]  # (run_id, tool_call_id): models reuse call ids across r
 
 def rebuild(tx: ReadTxn, session_id: str, prompt: str = "") -> list[dict[str, Any]]:
     """The session's conversation so far, as chat messages, from one read transaction."""
-    events = list(tx.events(session_id))
-    recorded, answered, held = _results(events)
     history: list[dict[str, Any]] = [{"role": "system", "content": prompt}] if prompt else []
+    history.extend(_conversation(tx, session_id, None))
+    return history
+
+
+def _conversation(tx: ReadTxn, session_id: str, upto: int | None) -> list[dict[str, Any]]:
+    """The messages of one session's log (up to ``upto``); a fork starts with its source's."""
+    events = [e for e in tx.events(session_id) if upto is None or e.seq <= upto]
+    recorded, answered, held = _results(events)
+    history: list[dict[str, Any]] = []
     for event in events:
+        data = event.data
+        if event.kind == "SessionForked":
+            history.extend(_conversation(tx, str(data.get("from")), int(str(data.get("upto")))))
         if event.kind != "ModelOutput":
             continue
-        data = event.data
         history.extend({"role": "user", "content": text} for text in _list(data.get("inputs")))
         history.append(_assistant(data))
         run_id = str(data.get("run_id"))

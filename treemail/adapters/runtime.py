@@ -207,6 +207,16 @@ class Runtime:
         self.poke(session_id)
         return message_id
 
+    async def fork(self, session_id: str) -> Session:
+        """Fork a session's history into a new session beside it (see ``Engine.fork``)."""
+        forked: Session = await self.writer(self.engine.fork, session_id)
+        return forked
+
+    async def revert(self, session_id: str) -> list[str]:
+        """Revert the branch that created ``session_id``; its sessions become ghosts."""
+        ghosts: list[str] = await self.writer(self.engine.revert, session_id)
+        return ghosts
+
     async def pending_approvals(self) -> list[Approval]:
         """Tool calls held by ``ask`` rules, waiting for ``answer``; they survive restarts."""
         return await self.writer(self.engine.approvals)

@@ -186,6 +186,23 @@ class Engine:
 
         return self._transact(work)
 
+    def fork(self, session_id: str) -> Session:
+        """Fork a session's history: a new session of the same agent, beside the source (same
+        parent and tree; a forked root starts a tree of its own), whose conversation begins
+        with the source's as it is now (``SessionForked`` records where). Mail stays where it
+        was delivered: the fork inherits no pending mail and no delegation."""
+
+        def work(tx: WriteTxn) -> Session:
+            source = need_session(tx, session_id)
+            parent = (need_session(tx, source.parent_session_id)
+                      if source.parent_session_id is not None else None)
+            fork = self._create(tx, source.agent, parent, source.handle is None)
+            upto = max((e.seq for e in tx.events(session_id)), default=0)
+            tx.append(fork.session_id, "SessionForked", {"from": session_id, "upto": upto})
+            return fork
+
+        return self._transact(work)
+
     def stranded_delegations(self) -> list[Session]:
         """Delegated sessions a crash left with nothing to wake them: their delegation is not
         complete, they have no run and no pending mail, and their last run died at restart
