@@ -16,7 +16,7 @@ import attrs
 from treemail.adapters.models import ToolCall
 from treemail.core.addressing import resolve
 from treemail.core.engine import Engine
-from treemail.core.errors import ApprovalRequired, Refusal
+from treemail.core.errors import ApprovalRequired, PermissionDenied, Refusal
 from treemail.core.records import AgentSpec, SendResult, Session, ToolContext
 from treemail.core.tools import InvalidToolArguments, lookup_tool
 
@@ -69,8 +69,11 @@ class ToolBox:
         self.hooks = hooks
 
     def visible(self, session: Session) -> list[str]:
-        """The tools a session's model is offered: send_message only under an allow/ask rule."""
-        names = ["delegate_subagent", "get_subagent_result", "cancel_subagent"]
+        """The tools a session's model is offered: the delegation tools unless its delegate
+        rules deny every agent, send_message only under an allow/ask message rule."""
+        names: list[str] = []
+        if session.agent.delegates:
+            names += ["delegate_subagent", "get_subagent_result", "cancel_subagent"]
         if session.agent.rules.visible:
             names.append("send_message")
         return names
@@ -106,6 +109,9 @@ class ToolBox:
         spec = self.agents.get(name)
         if spec is None:
             raise InvalidToolArguments(f"no agent {name!r}; known agents: {', '.join(self.agents)}")
+        if not session.agent.may_delegate(name):
+            raise PermissionDenied(
+                f"permission denied: your rules do not allow delegating to agent {name!r}")
         child: Session = await self.call(self.engine.delegate, session.session_id, spec, task)
         return _ok(call, {"session_id": child.session_id, "handle": child.reference},
                    child.session_id)

@@ -25,7 +25,7 @@ import attrs
 import yaml
 
 from treemail.core.errors import AgentDocError
-from treemail.core.permissions import Rules
+from treemail.core.permissions import Action, Rules
 from treemail.core.records import AgentSpec
 
 __all__ = ["BUILTIN_AGENTS", "AgentDoc", "parse_agent_doc"]
@@ -60,10 +60,12 @@ def parse_agent_doc(text: str, source: str = "<agent doc>") -> AgentDoc:
     assert name is not None
     if not name.replace("-", "").replace("_", "").isalnum():
         raise _field_error(source, "name", "must be letters, digits, '-' or '_'")
+    permissions = _permissions(meta.get("permissions"), source)
     spec = AgentSpec(
         name=name,
         description=_text(meta, "description", source) or "",
-        rules=Rules.parse(_message_rules(meta.get("permissions"), source), source),
+        rules=Rules.parse(_action_rules(permissions, "message", source), source),
+        delegate_rules=_delegate_rules(permissions, source),
     )
     return AgentDoc(spec=spec, model=_text(meta, "model", source), prompt=prompt.strip(),
                     source=source)
@@ -89,18 +91,38 @@ def _text(meta: Mapping[object, object], field: str, source: str,
     return value.strip()
 
 
-def _message_rules(permissions: object, source: str) -> Mapping[object, object] | None:
+def _permissions(permissions: object, source: str) -> Mapping[object, object]:
     if permissions is None:
-        return None
+        return {}
     if not isinstance(permissions, Mapping):
         raise _field_error(source, "permissions", "must be a mapping of action to rules")
     unknown = sorted(str(key) for key in permissions if key not in _PERMISSION_ACTIONS)
     if unknown:
         raise _field_error(source, f"permissions.{unknown[0]}", "is not a known action")
-    rules = permissions.get("message")
+    return permissions
+
+
+def _action_rules(
+    permissions: Mapping[object, object], action: str, source: str
+) -> Mapping[object, object] | None:
+    rules = permissions.get(action)
     if rules is not None and not isinstance(rules, Mapping):
-        raise _field_error(source, "permissions.message",
-                           "must be a mapping of label to allow|ask|deny")
+        shape = "label to allow|ask|deny" if action == "message" else "agent name to allow|deny"
+        raise _field_error(source, f"permissions.{action}", f"must be a mapping of {shape}")
+    return rules
+
+
+def _delegate_rules(permissions: Mapping[object, object], source: str) -> Rules | None:
+    """``permissions.delegate``: agent-name patterns to allow or deny (no ``ask``: a
+    delegation has no approval flow). Absent means the agent may delegate to any agent."""
+    table = _action_rules(permissions, "delegate", source)
+    if table is None:
+        return None
+    rules = Rules.parse(table, source)
+    for rule in rules.rules:
+        if rule.action is Action.ASK:
+            raise _field_error(source, f"permissions.delegate.{rule.pattern}",
+                               "must be allow or deny: delegation has no approval flow")
     return rules
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import attrs
 
 from treemail.core.lifecycle import MESSAGE
-from treemail.core.permissions import Rules
+from treemail.core.permissions import Action, Rules
 
 __all__ = [
     "AgentSpec",
@@ -71,6 +71,18 @@ class AgentSpec:
     name: str
     description: str = ""
     rules: Rules = attrs.field(factory=Rules)
+    # Which agents it may delegate to, by name pattern; None (no rules) means any agent.
+    delegate_rules: Rules | None = None
+
+    def may_delegate(self, agent_name: str) -> bool:
+        if self.delegate_rules is None:
+            return True
+        return self.delegate_rules.decide(agent_name) is Action.ALLOW
+
+    @property
+    def delegates(self) -> bool:
+        """Whether the delegation tools are shown at all: some agent may be delegated to."""
+        return self.delegate_rules is None or self.delegate_rules.visible
 
 
 @attrs.frozen
