@@ -14,9 +14,11 @@ from typing import Any
 
 import attrs
 
-from treemail.core import engine, runs, sending
+from treemail.core import delivery, engine, runs, sending
 from treemail.core.config import MessagingConfig
-from treemail.core.records import Message
+from treemail.core.errors import UnknownSubagentReference
+from treemail.core.records import Message, Owner, Session
+from treemail.core.store import ReadTxn
 
 __all__ = ["PLANTS", "planted"]
 
@@ -64,12 +66,85 @@ def _no_hop_limit(original: Callable[..., Any]) -> Callable[..., Any]:
     return check_hops
 
 
+def _idempotency_ignored(original: Any) -> Any:
+    """Every retry looks new: a retried tool call delivers twice."""
+
+    class ForgetfulKey:
+        @staticmethod
+        def of(ctx: Any) -> Any:
+            return original(ctx.session_id, ctx.run_id, f"{ctx.tool_call_id}/{id(object())}")
+
+    return ForgetfulKey
+
+
+def _inbox_counts_plugin_mail(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Plugin mail is counted against the agent inbox cap."""
+
+    def _counted(message: Message) -> bool:
+        return bool(original(message)) or message.owner is Owner.PLUGIN
+
+    return _counted
+
+
+def _handle_across_trees(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A handle missing from the sender's tree is looked up in every tree."""
+
+    def resolve(tx: ReadTxn, sender: Session, reference: str) -> Session:
+        try:
+            found: Session = original(tx, sender, reference)
+            return found
+        except UnknownSubagentReference:
+            for session in tx.sessions():
+                if session.handle == reference:
+                    return session
+            raise
+
+    return resolve
+
+
+def _hop_wrong_base(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The hop guard judges the sending run's base hop, not the hop the message carries."""
+
+    def check_hops(hop: int, config: MessagingConfig) -> None:
+        original(hop - 1, config)
+
+    return check_hops
+
+
+def _reply_hint_always(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The reply hint is shown even to a recipient that cannot see send_message."""
+
+    def render_envelope(sender_reference: str, body: str, *, reply_hint: bool) -> str:
+        del reply_hint
+        rendered: str = original(sender_reference, body, reply_hint=True)
+        return rendered
+
+    return render_envelope
+
+
+def _steer_never_joins(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Steered mail never joins the running run: it always waits for the next one."""
+
+    def admit_accepted(tx: Any, session: Any, current: Any) -> int:
+        del current
+        admitted: int = original(tx, session, None)
+        return admitted
+
+    return admit_accepted
+
+
 # name -> (module, attribute, wrong version of it)
 PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = {
     "pair-window": (sending, "check_inflight", _pair_window),
     "recover-keeps-claims": (runs, "_end", _recover_keeps_claims),
     "discard-claimed": (engine, "step_message", _discard_claimed),
     "no-hop-limit": (sending, "check_hops", _no_hop_limit),
+    "idempotency-ignored": (sending, "IdempotencyKey", _idempotency_ignored),
+    "inbox-counts-plugin-mail": (delivery, "_counted", _inbox_counts_plugin_mail),
+    "handle-across-trees": (sending, "resolve", _handle_across_trees),
+    "hop-wrong-base": (sending, "check_hops", _hop_wrong_base),
+    "reply-hint-always": (runs, "render_envelope", _reply_hint_always),
+    "steer-never-joins": (runs, "admit_accepted", _steer_never_joins),
 }
 
 
