@@ -71,3 +71,20 @@ def test_toolbox_enforces_delegate_rules_and_hides_the_tools_when_all_denied() -
                                                 "x.md").spec)
     assert "delegate_subagent" not in box.visible(closed)
     assert "delegate_subagent" in box.visible(lead)
+
+
+def test_delegate_errors_name_the_file_the_field_and_the_fix() -> None:
+    bad_shape = LEAD.replace("  delegate:\n    explore: allow\n    \"*\": deny\n",
+                             "  delegate: explore\n")
+    with pytest.raises(AgentDocError) as caught:
+        parse_agent_doc(bad_shape, "lead.md")
+    assert caught.value.message == (
+        "lead.md: permissions.delegate must be a mapping of agent name to allow|deny")
+    with pytest.raises(AgentDocError) as caught:
+        parse_agent_doc(LEAD.replace("explore: allow", "explore: maybe"), "lead.md")
+    assert caught.value.details["source"] == "lead.md"
+    assert "lead.md" in caught.value.message
+    with pytest.raises(AgentDocError) as caught:
+        parse_agent_doc(LEAD.replace("explore: allow", "explore: ask"), "lead.md")
+    assert caught.value.message == ("lead.md: permissions.delegate.explore must be allow or "
+                                    "deny: delegation has no approval flow")

@@ -51,3 +51,10 @@ def test_a_fork_remembers_the_source_conversation_up_to_the_fork(world: World) -
     with world.store.read() as tx:
         said = [m["content"] for m in rebuild(tx, fork.session_id) if m["role"] == "assistant"]
     assert said == ["before", "mine"]
+
+
+def test_a_legacy_session_forks_into_a_legacy_session(world: World) -> None:
+    root = world.root("root", {"*": "allow"})
+    legacy = world.child(root, "old", legacy=True)
+    fork = world.engine.fork(legacy.session_id)
+    assert fork.handle is None and fork.reference == fork.session_id

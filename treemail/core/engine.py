@@ -197,7 +197,7 @@ class Engine:
             parent = (need_session(tx, source.parent_session_id)
                       if source.parent_session_id is not None else None)
             fork = self._create(tx, source.agent, parent, source.handle is None)
-            upto = max((e.seq for e in tx.events(session_id)), default=0)
+            upto = max(e.seq for e in tx.events(session_id))  # SessionCreated at least
             tx.append(fork.session_id, "SessionForked", {"from": session_id, "upto": upto})
             return fork
 
@@ -346,8 +346,11 @@ class Engine:
 def _stranded(tx: ReadTxn, session: Session) -> bool:
     if session.parent_session_id is None or session.state != "idle":
         return False
-    if tx.count(f"delegation/{session.session_id}") or next(tx.pending(session.session_id), None):
+    # An idle session holds no deliverable mail (reconcile would have queued a run), so the
+    # log alone tells whether the last run died at restart.
+    if tx.count(f"delegation/{session.session_id}"):
         return False
-    ends = [e for e in tx.events(session.session_id) if e.kind in ("RunFinished", "RunInterrupted")]
-    return bool(ends) and ends[-1].kind == "RunInterrupted" and ends[-1].data.get("reason") == (
-        runs.CRASH)
+    # Idle after having run means the last run was interrupted (a finish leaves it finished):
+    # stranded exactly when that interruption was recovery's.
+    interrupts = [e for e in tx.events(session.session_id) if e.kind == "RunInterrupted"]
+    return bool(interrupts) and interrupts[-1].data.get("reason") == runs.CRASH
