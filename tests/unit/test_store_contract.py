@@ -219,6 +219,8 @@ class StoreContract:
             assert list(tx.pending(NEWCOMER)) == []
             assert list(tx.events(NEWCOMER)) == []
             assert list(tx.tree(NEWCOMER)) == []
+        with MemoryStore().read() as empty:
+            assert empty.feed_end() == 0
 
     # -- pending -----------------------------------------------------------------------------
 
@@ -388,6 +390,7 @@ class StoreContract:
             assert list(tx.feed()) == [(1, first[0]), (2, first[1]), (3, later)]
             assert list(tx.feed(after=2)) == [(3, later)]
             assert list(tx.feed(after=3)) == []
+            assert tx.feed_end() == 3
 
     def test_feed_savepoint_failure_gives_its_numbers_back(self, store: Store) -> None:
         def work(tx: WriteTxn) -> Event:
@@ -399,6 +402,7 @@ class StoreContract:
         kept = store.transact(work)
         with store.read() as tx:
             assert list(tx.feed()) == [(1, kept)]
+            assert tx.feed_end() == 1
 
     def test_approvals_round_trip_and_list_in_id_order(
         self, store: Store, directory: Path

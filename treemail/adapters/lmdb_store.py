@@ -162,7 +162,7 @@ class _LmdbTxn:
             raise _failure(exc, "scan feed") from exc
         return ((number, self._follow(Event, "events", key)) for number, key in rows)
 
-    def _feed_end(self) -> int:
+    def feed_end(self) -> int:
         try:
             with self._stack[-1].cursor(db=self._dbs["feed"]) as cursor:
                 return int.from_bytes(cursor.key(), "big") if cursor.last() else 0
@@ -251,7 +251,7 @@ class _LmdbWriteTxn(_LmdbTxn):
         key = _key(session_id) + SEP + _u64(seq)
         self._put("last_seq", _part(session_id), seq)
         self._put("events", key, event)
-        self._write("feed", _u64(self._feed_end() + 1), key)
+        self._write("feed", _u64(self.feed_end() + 1), key)
         return event
 
     def put_approval(self, approval: Approval) -> None:

@@ -129,7 +129,7 @@ class Runtime:
         Returns how many runs recovery found dead."""
         if self.plugins.observers:
             # From the feed's end before recovery, so observers see what recovery records.
-            head = await self.writer.quiet(_feed_end, self.engine)
+            head = await self.writer.quiet(self.engine.feed_end)
             self._follower = FeedFollower(self._read_feed, self.plugins, head,
                                           self.feed_interval)
             self._follow_task = asyncio.create_task(self._follower.follow(), name="feed")
@@ -313,11 +313,3 @@ class Runtime:
 
     async def _read_feed(self, after: int) -> list[tuple[int, Event]]:
         return await self.writer.quiet(self.engine.feed, after)
-
-
-def _feed_end(engine: Engine) -> int:
-    last = 0
-    with engine.store.read() as tx:
-        for number, _ in tx.feed(0):
-            last = number
-    return last

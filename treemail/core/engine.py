@@ -211,6 +211,11 @@ class Engine:
         with self.store.read() as tx:
             return [s for s in tx.sessions() if _stranded(tx, s)]
 
+    def feed_end(self) -> int:
+        """The number of the feed's last event: where a live observer starts following."""
+        with self.store.read() as tx:
+            return tx.feed_end()
+
     def feed(self, after: int = 0) -> list[tuple[int, Event]]:
         """Every session's events in global order after ``after``: the live or replayed log."""
         with self.store.read() as tx:

@@ -58,6 +58,9 @@ class ReadTxn(Protocol):
         """Every session's events in the global order they were appended, numbered from 1:
         the stream observers follow live and audits replay."""
         ...
+    def feed_end(self) -> int:
+        """The number of the feed's last event (0 when empty), without reading the feed."""
+        ...
     def approval(self, approval_id: str) -> Approval | None: ...
     def approvals(self) -> Iterator[Approval]:
         """Every approval, answered or not, in id order."""
@@ -190,6 +193,9 @@ class _MemoryTxn:
         for number in range(max(after, 0) + 1, len(rows) + 1):
             yield number, self._t.get("events", rows[number])
 
+    def feed_end(self) -> int:
+        return len(self._t.data["feed"])
+
     def approval(self, approval_id: str) -> Approval | None:
         found: Approval | None = self._t.get("approvals", approval_id)
         return found
@@ -236,7 +242,7 @@ class _MemoryTxn:
         event = Event(session_id, seq, kind, dict(data))
         self._t.put("last_seq", session_id, seq)
         self._t.put("events", (session_id, seq), event)
-        self._t.put("feed", len(self._t.data["feed"]) + 1, (session_id, seq))
+        self._t.put("feed", self.feed_end() + 1, (session_id, seq))
         return event
 
     def put_approval(self, approval: Approval) -> None:
