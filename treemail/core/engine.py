@@ -353,7 +353,7 @@ def _stranded(tx: ReadTxn, session: Session) -> bool:
         return False
     # An idle session holds no deliverable mail (reconcile would have queued a run), so the
     # log alone tells whether the last run died at restart.
-    if tx.count(f"delegation/{session.session_id}"):
+    if tx.count(runs.delegation_counter(session.session_id)):
         return False
     # Idle after having run means the last run was interrupted (a finish leaves it finished):
     # stranded exactly when that interruption was recovery's.

@@ -24,6 +24,7 @@ __all__ = [
     "begin",
     "close",
     "complete_delegation",
+    "delegation_counter",
     "end",
     "live_run",
     "need_run",
@@ -182,12 +183,17 @@ def _end(tx: WriteTxn, session: Session, run: Run, event: str, reason: str) -> N
         tx.put_message(attrs.evolve(message, run_id=None))
 
 
+def delegation_counter(session_id: str) -> str:
+    """The flag set once a delegated session has reported its result to its parent."""
+    return f"delegation/{session_id}"
+
+
 def complete_delegation(tx: WriteTxn, ids: IdSource, child: Session, result: str) -> bool:
     """Report a delegated session's result to its parent, once: the first finished run
     completes the delegation; a session woken later reports only by sending mail."""
-    if child.parent_session_id is None or tx.count(f"delegation/{child.session_id}"):
+    if child.parent_session_id is None or tx.count(delegation_counter(child.session_id)):
         return False
-    tx.add(f"delegation/{child.session_id}", 1)
+    tx.add(delegation_counter(child.session_id), 1)
     notice = f'<subagent_result from="{child.reference}">\n{result}\n</subagent_result>'
     message = new_mail(tx, ids, child.parent_session_id, notice, Owner.DELEGATION,
                        child.session_id)
