@@ -174,6 +174,18 @@ def test_not_tree_peer(world: World, fam: Family) -> None:
         _refused(world, other_child, arguments(fam.a.session_id), "send_message:not_tree_peer")
 
 
+def test_same_root_is_accepted_by_uuid_at_any_distance(world: World, fam: Family) -> None:
+    """Tree peers are exactly the sessions sharing the sender's root_session_id."""
+    grandchild = world.child(fam.a, "g", {"*": "allow", **PEER_RULES})
+    for sender, recipient in ((fam.a, fam.b), (fam.b, fam.root), (grandchild, fam.root),
+                              (grandchild, fam.b), (fam.root, grandchild)):
+        assert sender.root_session_id == recipient.root_session_id
+        if sender is fam.root:
+            world.set_rules(fam.root, {"*": "allow", **PEER_RULES})
+        sent = world.send(sender, recipient.session_id)
+        assert world.engine.message(sent.message_id).recipient == recipient.session_id
+
+
 def test_uuid_is_case_insensitive(world: World, fam: Family) -> None:
     sent = world.send(fam.root, fam.a.session_id.upper())
     assert world.engine.message(sent.message_id).recipient == fam.a.session_id
