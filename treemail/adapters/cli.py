@@ -58,7 +58,13 @@ def show_log(path: str, session: str | None, *, follow: bool, interval: float) -
     if not (Path(path) / "data.mdb").exists():
         print(f"treemail log: no store at {path!r} (expected {path}/data.mdb)", file=sys.stderr)
         return 2
-    store = LmdbStore.open(path)
+    from treemail.core.errors import StorageError
+
+    try:
+        store = LmdbStore.open(path, readonly=True)  # a reader: no lock, never writes
+    except StorageError as exc:
+        print(f"treemail log: {exc}", file=sys.stderr)
+        return 2
     engine = Engine(store, CountingIds())  # read-only use: no id is ever minted
     seen = 0
     try:

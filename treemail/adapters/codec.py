@@ -44,12 +44,16 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def encode(value: object) -> bytes:
-    """A record (or a plain str / int) as compact UTF-8 JSON."""
+    """A record (or a plain str / int) as compact UTF-8 JSON; bytes (a raw key) as they are."""
+    if type(value) is bytes:
+        return value
     return _dumps(_converter.unstructure(value)).encode()
 
 
 def decode(kind: type[T], raw: bytes, *, db: str, key: bytes) -> T:
     """The ``kind`` stored as ``raw`` at ``key`` of ``db``; ``StorageError`` if it is not one."""
+    if kind is bytes:
+        return bytes(raw)  # type: ignore[return-value]  # T is bytes here
     if kind in _SHAREABLE:
         try:
             return _decode_shared(kind, bytes(raw))

@@ -1,8 +1,9 @@
 """``LmdbStore``: the Store port on one LMDB environment, durable on every commit by default.
 
-Each table of ``MemoryStore`` is a named LMDB database. Index keys put the owner first and a
-big-endian number last, so LMDB's key order is the order the port promises and every read is
-a point lookup or a prefix range over one owner's rows: nothing scans history.
+Each ``Table`` is a named LMDB database keyed by ``treemail.core.keys``; LMDB's key order is
+then the order the port promises, and every read is a point lookup or a prefix range over one
+owner's rows: nothing scans history. The port itself (reads, writes, index upkeep) is the
+shared ``Indexed``; this module supplies only its primitives, savepoints and the environment.
 
 Threads: LMDB admits one writer at a time; the runtime gives the store one writer thread, and
 ``transact`` serialises any others. Readers may run concurrently on any thread, but a thread
@@ -15,269 +16,126 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from typing import TypeAlias, TypeVar
+from pathlib import Path
+from typing import Any, TypeAlias, TypeVar
 
 import lmdb
 
 from treemail.adapters.codec import decode, encode
-from treemail.core.errors import StorageError
-from treemail.core.records import (
-    Approval,
-    Event,
-    IdempotencyKey,
-    Message,
-    Run,
-    SendResult,
-    Session,
+from treemail.adapters.lmdb_files import (
+    DATA_FILE,
+    LOCK_FILE,
+    OwnerLock,
+    check_data_file,
 )
-from treemail.core.store import ReadTxn, WriteTxn
+from treemail.core.errors import StorageError, StoreClosed, StoreDamaged
+from treemail.core.keys import VALUE_KINDS, Table
+from treemail.core.store import Indexed, ReadTxn, WriteTxn
 
 __all__ = ["LmdbStore"]
 
 T = TypeVar("T")
-R = TypeVar("R")
 _Txn: TypeAlias = "lmdb.Transaction[bytes]"
-_Dbs: TypeAlias = "Mapping[str, lmdb._Database]"
+_Dbs: TypeAlias = "Mapping[Table, lmdb._Database]"
 
 MiB = 1 << 20
-# Records, then the indexes and counters that keep every read a lookup or a short range.
-_DBS: tuple[str, ...] = ("sessions", "runs", "messages", "replay", "events")
-_DBS += ("tree", "handles", "pending", "counters", "last_seq", "feed", "approvals")
-
-# Why a NUL separator: key parts are UUIDs, handles and tool-call ids, none of which contains
-# NUL (UTF-8 never yields a 0 byte for anything but U+0000, which we refuse). So ``id + SEP``
-# is a prefix no other id's keys share, and ids of any length stay possible.
-SEP = b"\x00"
-_U64_LIMIT = 1 << 64
-
-
-def _part(text: str) -> bytes:
-    raw = text.encode()
-    if SEP in raw:
-        raise StorageError(f"a store key cannot contain NUL: {text!r}")
-    return raw
-
-
-def _u64(number: int) -> bytes:
-    # Big-endian, so byte order is numeric order within a prefix.
-    if not 0 <= number < _U64_LIMIT:
-        raise StorageError(f"a store sequence number must fit in 64 unsigned bits: {number}")
-    return number.to_bytes(8, "big")
-
-
-def _key(*parts: str) -> bytes:
-    return SEP.join(_part(p) for p in parts)
 
 
 def _failure(exc: lmdb.Error, doing: str) -> StorageError:
     return StorageError(f"lmdb failed to {doing}: {exc}")
 
 
-class _LmdbTxn:
-    """The reads, over the innermost transaction of ``stack`` (a write txn nests savepoints)."""
+class _LmdbTables:
+    """``Tables`` over the innermost transaction of ``stack`` (a write txn nests savepoints):
+    the only place lmdb is called inside a transaction. ``map_full`` records that LMDB ran out
+    of map at any depth, even if the work swallowed the error, so that ``transact`` retries
+    instead of committing half."""
+
+    map_full = False
 
     def __init__(self, stack: list[_Txn], dbs: _Dbs) -> None:
-        self._stack = stack
+        self.stack = stack
         self._dbs = dbs
 
-    # -- primitives: the only places lmdb is called ------------------------------------------
-
-    def _get(self, kind: type[R], db: str, key: bytes) -> R | None:
+    def get(self, table: Table, key: bytes) -> Any:
         try:
-            raw = self._stack[-1].get(key, db=self._dbs[db])
+            raw = self.stack[-1].get(key, db=self._dbs[table])
         except lmdb.Error as exc:
-            raise _failure(exc, f"read {db}") from exc
-        return None if raw is None else decode(kind, raw, db=db, key=key)
+            raise _failure(exc, f"read {table}") from exc
+        return None if raw is None else decode(VALUE_KINDS[table], raw, db=table, key=key)
 
-    def _range(self, kind: type[R], db: str, prefix: bytes, start: bytes = b"") -> list[R]:
-        """Values of ``db`` under ``prefix`` from ``prefix + start`` on, in key order."""
-        rows: list[R] = []
+    def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
+        rows: list[tuple[bytes, Any]] = []
+        kind = VALUE_KINDS[table]
         try:
-            with self._stack[-1].cursor(db=self._dbs[db]) as cursor:
+            with self.stack[-1].cursor(db=self._dbs[table]) as cursor:
                 if not cursor.set_range(prefix + start):
                     return rows
                 for key, raw in cursor:
                     if not key.startswith(prefix):
                         break
-                    rows.append(decode(kind, raw, db=db, key=key))
+                    rows.append((key, decode(kind, raw, db=table, key=key)))
         except lmdb.Error as exc:
-            raise _failure(exc, f"scan {db}") from exc
+            raise _failure(exc, f"scan {table}") from exc
         return rows
 
-    def _follow(self, kind: type[R], db: str, key: bytes) -> R:
-        """A record an index points at; a dangling index entry is damage, not absence."""
-        found = self._get(kind, db, key)
-        if found is None:
-            raise StorageError(f"an index points at {key!r}, missing from database {db!r}")
-        return found
-
-    # -- ReadTxn ---------------------------------------------------------------------------
-
-    def session(self, session_id: str) -> Session | None:
-        return self._get(Session, "sessions", _part(session_id))
-
-    def sessions(self) -> Iterator[Session]:
-        # Sorted rather than indexed: listing every session is not on any hot path.
-        return iter(sorted(self._range(Session, "sessions", b""), key=lambda s: s.ordinal))
-
-    def tree(self, root_session_id: str) -> Iterator[Session]:
-        ids = self._range(str, "tree", _key(root_session_id) + SEP)
-        return (self._follow(Session, "sessions", _part(sid)) for sid in ids)
-
-    def handle_owner(self, root_session_id: str, handle: str) -> str | None:
-        return self._get(str, "handles", _key(root_session_id, handle))
-
-    def run(self, run_id: str) -> Run | None:
-        return self._get(Run, "runs", _part(run_id))
-
-    def message(self, message_id: str) -> Message | None:
-        return self._get(Message, "messages", _part(message_id))
-
-    def pending(self, recipient: str) -> Iterator[Message]:
-        # The ids are read now, as MemoryStore does, so the caller may rewrite messages
-        # while iterating (consuming them drops their index entries under the cursor).
-        ids = self._range(str, "pending", _key(recipient) + SEP)
-        return (self._follow(Message, "messages", _part(mid)) for mid in ids)
-
-    def count(self, name: str) -> int:
-        return self._get(int, "counters", _part(name)) or 0
-
-    def recall(self, key: IdempotencyKey) -> SendResult | None:
-        return self._get(SendResult, "replay", _replay_key(key))
-
-    def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
-        first = max(after + 1, 1)
-        if first >= _U64_LIMIT:
-            return iter(())
-        return iter(self._range(Event, "events", _key(session_id) + SEP, _u64(first)))
-
-    def feed(self, after: int = 0) -> Iterator[tuple[int, Event]]:
-        # Feed values are raw event keys, so the global order costs one small row per event.
-        rows: list[tuple[int, bytes]] = []
+    def size(self, table: Table) -> int:
         try:
-            with self._stack[-1].cursor(db=self._dbs["feed"]) as cursor:
-                if cursor.set_range(_u64(max(after, 0) + 1)):
-                    rows = [(int.from_bytes(k, "big"), bytes(v)) for k, v in cursor]
+            entries: int = self.stack[-1].stat(self._dbs[table])["entries"]
         except lmdb.Error as exc:
-            raise _failure(exc, "scan feed") from exc
-        return ((number, self._follow(Event, "events", key)) for number, key in rows)
+            raise _failure(exc, f"count {table}") from exc
+        return entries
 
-    def feed_end(self) -> int:
-        try:
-            with self._stack[-1].cursor(db=self._dbs["feed"]) as cursor:
-                return int.from_bytes(cursor.key(), "big") if cursor.last() else 0
-        except lmdb.Error as exc:
-            raise _failure(exc, "read the feed's end") from exc
+    def put(self, table: Table, key: bytes, value: object) -> None:
+        self._write(table, key, encode(value))
 
-    def approval(self, approval_id: str) -> Approval | None:
-        return self._get(Approval, "approvals", _part(approval_id))
+    def delete(self, table: Table, key: bytes) -> None:
+        self._write(table, key, None)
 
-    def approvals(self) -> Iterator[Approval]:
-        return iter(self._range(Approval, "approvals", b""))
-
-
-def _replay_key(key: IdempotencyKey) -> bytes:
-    return _key(key.session_id, key.run_id, key.tool_call_id)
-
-
-class _LmdbWriteTxn(_LmdbTxn):
-    """The writes. ``map_full`` records that LMDB ran out of map at any depth, even if the
-    work swallowed the error, so that ``transact`` retries instead of committing half."""
-
-    map_full = False
-
-    def __init__(self, env: lmdb.Environment, txn: _Txn, dbs: _Dbs) -> None:
-        super().__init__([txn], dbs)
-        self._env = env
-
-    def _put(self, db: str, key: bytes, value: object) -> None:
-        self._write(db, key, encode(value))
-
-    def _delete(self, db: str, key: bytes) -> None:
-        self._write(db, key, None)
-
-    def _write(self, db: str, key: bytes, raw: bytes | None) -> None:
-        txn, table = self._stack[-1], self._dbs[db]
+    def _write(self, table: Table, key: bytes, raw: bytes | None) -> None:
+        txn, db = self.stack[-1], self._dbs[table]
         try:
             if raw is None:
-                txn.delete(key, db=table)
+                txn.delete(key, db=db)
             else:
-                txn.put(key, raw, db=table)
+                txn.put(key, raw, db=db)
         except lmdb.MapFullError:  # a delete can split pages too
             self.map_full = True
             raise
         except lmdb.Error as exc:
-            raise _failure(exc, f"write {db}") from exc
+            raise _failure(exc, f"write {table}") from exc
 
-    # -- WriteTxn --------------------------------------------------------------------------
 
-    def put_session(self, session: Session) -> None:
-        old = self.session(session.session_id)
-        if old is not None and old.handle is not None:
-            self._delete("handles", _key(old.root_session_id, old.handle))
-        self._put("sessions", _part(session.session_id), session)
-        tree_key = _key(session.root_session_id) + SEP + _u64(session.ordinal)
-        self._put("tree", tree_key, session.session_id)
-        if session.handle is not None and session.live:
-            handle_key = _key(session.root_session_id, session.handle)
-            self._put("handles", handle_key, session.session_id)
+class _LmdbTxn(Indexed):
+    """A transaction of the port: ``Indexed`` over ``_LmdbTables``, plus savepoints."""
 
-    def put_run(self, run: Run) -> None:
-        self._put("runs", _part(run.run_id), run)
-
-    def put_message(self, message: Message) -> None:
-        self._put("messages", _part(message.message_id), message)
-        key = _key(message.recipient) + SEP + _u64(message.seq)
-        if message.pending:
-            self._put("pending", key, message.message_id)
-        else:
-            self._delete("pending", key)
-
-    def add(self, name: str, delta: int) -> int:
-        value = self.count(name) + delta
-        if value:
-            self._put("counters", _part(name), value)
-        else:
-            self._delete("counters", _part(name))
-        return value
-
-    def remember(self, key: IdempotencyKey, result: SendResult) -> None:
-        self._put("replay", _replay_key(key), result)
-
-    def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
-        # last_seq makes the next number an O(1) lookup instead of a seek to the log's end.
-        seq = (self._get(int, "last_seq", _part(session_id)) or 0) + 1
-        event = Event(session_id, seq, kind, dict(data))
-        key = _key(session_id) + SEP + _u64(seq)
-        self._put("last_seq", _part(session_id), seq)
-        self._put("events", key, event)
-        self._write("feed", _u64(self.feed_end() + 1), key)
-        return event
-
-    def put_approval(self, approval: Approval) -> None:
-        self._put("approvals", _part(approval.approval_id), approval)
+    def __init__(self, env: lmdb.Environment, txn: _Txn, dbs: _Dbs) -> None:
+        self.tables = _LmdbTables([txn], dbs)
+        super().__init__(self.tables)
+        self._env = env
 
     @contextmanager
     def savepoint(self) -> Iterator[WriteTxn]:
         # A nested LMDB txn. While it is open its parent must not be touched (MDB_BAD_TXN),
         # so this object reads and writes through the child until the block ends: both the
         # yielded txn and the outer name keep working, exactly as with MemoryStore.
+        stack = self.tables.stack
         try:
-            child = self._env.begin(write=True, parent=self._stack[-1])
+            child = self._env.begin(write=True, parent=stack[-1])
         except lmdb.Error as exc:
             raise _failure(exc, "open a savepoint") from exc
-        self._stack.append(child)
+        stack.append(child)
         try:
             yield self
         except BaseException:
-            self._stack.pop()
+            stack.pop()
             _abort(child)
             raise
-        self._stack.pop()
-        _commit(child, self)
+        stack.pop()
+        _commit(child, self.tables)
 
 
-def _commit(txn: _Txn, owner: _LmdbWriteTxn) -> None:
+def _commit(txn: _Txn, owner: _LmdbTables) -> None:
     try:
         txn.commit()
     except lmdb.MapFullError:  # commit writes the free list and can run out of map too
@@ -291,6 +149,31 @@ def _abort(txn: _Txn) -> None:
     # Aborting a transaction LMDB already invalidated fails; that must not mask the cause.
     with suppress(lmdb.Error):
         txn.abort()
+
+
+def _lmdb_open(directory: Path, **options: object) -> lmdb.Environment:
+    try:
+        return lmdb.open(str(directory), max_dbs=len(Table), subdir=True, create=False,
+                         **options)  # type: ignore[arg-type]
+    except lmdb.Error as exc:
+        raise StorageError(f"cannot open the store at {str(directory)!r}: {exc}",
+                           path=str(directory)) from exc
+
+
+def _open_tables(env: lmdb.Environment, directory: Path, *, write: bool) -> dict[Table, Any]:
+    try:
+        if not write:  # handles opened by py-lmdb's own read txn outlive it
+            return {table: env.open_db(table.encode(), create=False) for table in Table}
+        with env.begin(write=True) as txn:
+            return {table: env.open_db(table.encode(), txn=txn) for table in Table}
+    except lmdb.NotFoundError:
+        env.close()
+        raise StoreDamaged(f"{str(directory)!r} holds an LMDB file but not a treemail store "
+                           "(a table is missing)", path=str(directory)) from None
+    except lmdb.Error as exc:
+        env.close()
+        raise StorageError(f"cannot open the store at {str(directory)!r}: {exc}",
+                           path=str(directory)) from exc
 
 
 class _MapFull(Exception):
@@ -350,8 +233,10 @@ class _ReadGate:
 class LmdbStore:
     """The Store port on LMDB. Open with ``LmdbStore.open(path)``."""
 
-    def __init__(self, env: lmdb.Environment, dbs: _Dbs, max_map_size: int) -> None:
+    def __init__(self, env: lmdb.Environment, dbs: _Dbs, max_map_size: int, *,
+                 owner: OwnerLock | None = None) -> None:
         self._env = env
+        self._owner = owner  # None: opened read-only
         self._dbs = dbs
         self._max_map_size = max_map_size
         self._path = env.path()
@@ -368,34 +253,51 @@ class LmdbStore:
         sync: bool = True,
         map_size: int = 64 * MiB,
         max_map_size: int = 64 * 1024 * MiB,
+        readonly: bool = False,
     ) -> LmdbStore:
-        """Open (creating if needed) the store in directory ``path``.
+        """Open (creating if needed) the store in directory ``path``, as its one writer.
 
         ``sync=False`` trades durability of the last commits for speed: benchmarks and tests
         only. The map starts at ``map_size`` and doubles on demand up to ``max_map_size``.
+        ``readonly=True`` opens an existing store to read only: it creates nothing, writes
+        nothing and takes no owner lock, so it works beside the writer. Either way a damaged
+        ``data.mdb`` raises ``StoreDamaged`` instead of being mapped; a second writer gets
+        ``StoreLocked`` naming the holder's pid.
         """
         if max_map_size < map_size:
             raise ValueError(f"max_map_size {max_map_size} is below map_size {map_size}")
+        directory = Path(path)
+        if readonly:
+            return cls._open_readonly(directory)
         try:
-            os.makedirs(path, exist_ok=True)
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the store at {str(directory)!r}: {exc}") from exc
+        owner = OwnerLock(directory)
+        try:
+            if (directory / DATA_FILE).exists():
+                check_data_file(directory)
             # writemap stays off: LMDB does not support nested transactions with it.
-            env = lmdb.open(
-                os.fspath(path),
-                map_size=map_size,
-                max_dbs=len(_DBS),
-                sync=sync,
-                metasync=sync,
-                writemap=False,
-                lock=True,
-            )
+            env = _lmdb_open(directory, map_size=map_size, sync=sync, metasync=sync,
+                             writemap=False, lock=True)
             # A process killed while another kept the store open leaves reader slots that
             # pin old pages; clear them so the file does not grow behind dead readers.
             env.reader_check()
-            with env.begin(write=True) as txn:
-                dbs = {name: env.open_db(name.encode(), txn=txn) for name in _DBS}
-        except (lmdb.Error, OSError) as exc:
-            raise StorageError(f"cannot open the store at {os.fspath(path)!r}: {exc}") from exc
-        return cls(env, dbs, max_map_size)
+            dbs = _open_tables(env, directory, write=True)
+        except BaseException:
+            owner.release()
+            raise
+        return cls(env, dbs, max_map_size, owner=owner)
+
+    @classmethod
+    def _open_readonly(cls, directory: Path) -> LmdbStore:
+        header = check_data_file(directory)
+        # LMDB would create a missing lock file; without one no writer has the store open, so
+        # reading lockless is safe. With one, the reader table keeps a live writer from
+        # recycling pages under our reads (that table is shared memory, not the store).
+        locked = (directory / LOCK_FILE).exists()
+        env = _lmdb_open(directory, map_size=header.map_size, readonly=True, lock=locked)
+        return cls(env, _open_tables(env, directory, write=False), header.map_size)
 
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
@@ -406,7 +308,7 @@ class LmdbStore:
             except lmdb.Error as exc:
                 raise _failure(exc, "begin a read transaction") from exc
             try:
-                yield _LmdbTxn([txn], self._dbs)
+                yield _LmdbTxn(self._env, txn, self._dbs)
             finally:
                 _abort(txn)
 
@@ -427,20 +329,23 @@ class LmdbStore:
 
     def _attempt(self, work: Callable[[WriteTxn], T]) -> T:
         self._check_open()
+        if self._owner is None:
+            raise StorageError(f"the store at {self._path!r} was opened read-only; open it "
+                               "without readonly=True to write", path=self._path)
         try:
             txn = self._env.begin(write=True)
         except lmdb.Error as exc:
             raise _failure(exc, "begin a write transaction") from exc
-        writes = _LmdbWriteTxn(self._env, txn, self._dbs)
+        writes = _LmdbTxn(self._env, txn, self._dbs)
         try:
             result = work(writes)
-            if not writes.map_full:
-                _commit(txn, writes)
+            if not writes.tables.map_full:
+                _commit(txn, writes.tables)
                 return result
         except Exception:
             _abort(txn)
             # Once the map filled up the txn is broken, so whatever error followed is moot.
-            if writes.map_full:
+            if writes.tables.map_full:
                 raise _MapFull from None
             raise
         except BaseException:
@@ -470,6 +375,8 @@ class LmdbStore:
             if not self._closed:
                 self._closed = True
                 self._env.close()
+                if self._owner is not None:
+                    self._owner.release()
 
     def _check_not_writing(self, call: str, advice: str) -> None:
         # LMDB would block this thread on its own writer lock forever.
@@ -478,4 +385,5 @@ class LmdbStore:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StorageError(f"the store at {self._path!r} is closed", path=self._path)
+            raise StoreClosed(f"the store at {self._path!r} is closed; open it again",
+                              path=self._path)

@@ -38,6 +38,10 @@ __all__ = [
     "SelfSend",
     "SendRefusal",
     "StorageError",
+    "StoreClosed",
+    "StoreDamaged",
+    "StoreLocked",
+    "StoreMissing",
     "TreemailError",
     "UnknownApproval",
     "UnknownSession",
@@ -236,3 +240,27 @@ class StorageError(TreemailError):
     """The store failed, or holds a record it cannot decode."""
 
     code = "store:failure"
+
+
+class StoreClosed(StorageError):
+    """The store was closed; open it again to use it."""
+
+    code = "store:closed"
+
+
+class StoreDamaged(StorageError):
+    """A store file or record failed validation; restore it from a copy or run verify."""
+
+    code = "store:damaged"
+
+
+class StoreLocked(StorageError):
+    """Another process holds the store open for writing; stop it, or open read-only."""
+
+    code = "store:locked"
+
+
+class StoreMissing(StorageError):
+    """There is no store at the path given; check the path."""
+
+    code = "store:missing"

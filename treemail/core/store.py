@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol, TypeVar
 
+from treemail.core import keys
+from treemail.core.errors import StoreClosed, StoreDamaged
+from treemail.core.keys import Table
 from treemail.core.records import (
     Approval,
     Event,
@@ -26,7 +29,7 @@ from treemail.core.records import (
     Session,
 )
 
-__all__ = ["MemoryStore", "ReadTxn", "Store", "WriteTxn"]
+__all__ = ["Indexed", "MemoryStore", "ReadTxn", "Store", "Tables", "WriteTxn"]
 
 T = TypeVar("T")
 
@@ -94,167 +97,222 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-_MISSING: Any = object()
+class Tables(Protocol):
+    """The primitives a backend implements; ``Indexed`` builds the whole port on them.
+
+    Keys are the bytes of ``treemail.core.keys``; values are the records (or ids, counts and
+    raw keys) that ``keys.VALUE_KINDS`` names for the table. ``scan`` returns every row whose
+    key starts with ``prefix`` and is at least ``prefix + start``, in key order, read at once
+    so that the caller may rewrite rows while walking them. ``size`` counts a table's rows.
+    """
+
+    def get(self, table: Table, key: bytes) -> Any: ...
+    def put(self, table: Table, key: bytes, value: object) -> None: ...
+    def delete(self, table: Table, key: bytes) -> None: ...
+    def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]: ...
+    def size(self, table: Table) -> int: ...
 
 
-class _Tables:
-    """Dict tables with an undo log, so a transaction rolls back by replaying it backwards."""
+class Indexed:
+    """The Store port's reads and writes, and the upkeep of every index, over ``Tables``.
 
-    def __init__(self) -> None:
-        self.data: dict[str, dict[Any, Any]] = {
-            name: {}
-            for name in ("sessions", "tree", "handles", "runs", "messages", "pending",
-                         "counters", "replay", "events", "last_seq", "feed",
-                         "approvals")
-        }
-        self.undo: list[Callable[[], None]] = []
+    Written once for every backend: a new one implements ``Tables`` (and ``savepoint``) and
+    passes ``StoreContract``. Each write keeps its indexes in the same transaction, so an
+    index never disagrees with its records after a commit.
+    """
 
-    def get(self, table: str, key: Any) -> Any:
-        return self.data[table].get(key)
-
-    def put(self, table: str, key: Any, value: Any) -> None:
-        self._record(table, key)
-        self.data[table][key] = value
-
-    def delete(self, table: str, key: Any) -> None:
-        if key in self.data[table]:
-            self._record(table, key)
-            del self.data[table][key]
-
-    def scan(self, table: str, prefix: tuple[Any, ...]) -> list[Any]:
-        rows = self.data[table]
-        return [rows[k] for k in sorted(k for k in rows if k[: len(prefix)] == prefix)]
-
-    def _record(self, table: str, key: Any) -> None:
-        rows = self.data[table]
-        old = rows.get(key, _MISSING)
-
-        def restore() -> None:
-            if old is _MISSING:
-                rows.pop(key, None)
-            else:
-                rows[key] = old
-
-        self.undo.append(restore)
-
-    def rollback_to(self, mark: int) -> None:
-        while len(self.undo) > mark:
-            self.undo.pop()()
-
-
-class _MemoryTxn:
-    def __init__(self, tables: _Tables) -> None:
+    def __init__(self, tables: Tables) -> None:
         self._t = tables
+
+    def _follow(self, table: Table, key: bytes) -> Any:
+        """A record an index points at; a dangling index entry is damage, not absence."""
+        found = self._t.get(table, key)
+        if found is None:
+            raise StoreDamaged(f"an index points at {key!r}, missing from table {table.value!r}; "
+                               "run `treemail verify` on the store", db=table.value, key=key)
+        return found
 
     # -- reads ---------------------------------------------------------------------------
 
     def session(self, session_id: str) -> Session | None:
-        found: Session | None = self._t.get("sessions", session_id)
+        found: Session | None = self._t.get(Table.SESSIONS, keys.identity(session_id))
         return found
 
     def sessions(self) -> Iterator[Session]:
-        rows = self._t.data["sessions"].values()
+        # Sorted rather than indexed: listing every session is not on any hot path.
+        rows: list[Session] = [s for _, s in self._t.scan(Table.SESSIONS, b"")]
         return iter(sorted(rows, key=lambda s: s.ordinal))
 
     def tree(self, root_session_id: str) -> Iterator[Session]:
-        ids = self._t.scan("tree", (root_session_id,))
-        return iter(self._t.get("sessions", sid) for sid in ids)
+        ids = self._t.scan(Table.TREE, keys.tree_of(root_session_id))
+        return (self._follow(Table.SESSIONS, keys.identity(sid)) for _, sid in ids)
 
     def handle_owner(self, root_session_id: str, handle: str) -> str | None:
-        found: str | None = self._t.get("handles", (root_session_id, handle))
+        found: str | None = self._t.get(Table.HANDLES, keys.handle(root_session_id, handle))
         return found
 
     def run(self, run_id: str) -> Run | None:
-        found: Run | None = self._t.get("runs", run_id)
+        found: Run | None = self._t.get(Table.RUNS, keys.identity(run_id))
         return found
 
     def message(self, message_id: str) -> Message | None:
-        found: Message | None = self._t.get("messages", message_id)
+        found: Message | None = self._t.get(Table.MESSAGES, keys.identity(message_id))
         return found
 
     def pending(self, recipient: str) -> Iterator[Message]:
-        ids = self._t.scan("pending", (recipient,))
-        return iter(self._t.get("messages", mid) for mid in ids)
+        # The ids are read now, so the caller may rewrite messages while iterating
+        # (consuming them drops their index entries under the scan).
+        ids = self._t.scan(Table.PENDING, keys.pending_of(recipient))
+        return (self._follow(Table.MESSAGES, keys.identity(mid)) for _, mid in ids)
 
     def count(self, name: str) -> int:
-        value: int = self._t.get("counters", name) or 0
+        value: int = self._t.get(Table.COUNTERS, keys.counter(name)) or 0
         return value
 
     def recall(self, key: IdempotencyKey) -> SendResult | None:
-        found: SendResult | None = self._t.get("replay", key)
+        found: SendResult | None = self._t.get(Table.REPLAY, keys.replay(key))
         return found
 
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
-        log: list[Event] = self._t.scan("events", (session_id,))
-        return iter(log[max(after, 0) :])
+        first = max(after + 1, 1)
+        if first >= keys.SEQ_LIMIT:
+            return iter(())
+        rows = self._t.scan(Table.EVENTS, keys.events_of(session_id), keys.seq_bytes(first))
+        return iter([event for _, event in rows])
 
     def feed(self, after: int = 0) -> Iterator[tuple[int, Event]]:
-        rows = self._t.data["feed"]
-        for number in range(max(after, 0) + 1, len(rows) + 1):
-            yield number, self._t.get("events", rows[number])
+        first = max(after, 0) + 1
+        if first >= keys.SEQ_LIMIT:
+            return iter(())
+        rows = self._t.scan(Table.FEED, b"", keys.feed(first))
+        return ((keys.feed_number(number), self._follow(Table.EVENTS, key)) for number, key in rows)
 
     def feed_end(self) -> int:
-        return len(self._t.data["feed"])
+        # The feed is dense from 1 (append-only; a savepoint gives its numbers back), so its
+        # size is its last number: O(1) in every backend.
+        return self._t.size(Table.FEED)
 
     def approval(self, approval_id: str) -> Approval | None:
-        found: Approval | None = self._t.get("approvals", approval_id)
+        found: Approval | None = self._t.get(Table.APPROVALS, keys.identity(approval_id))
         return found
 
     def approvals(self) -> Iterator[Approval]:
-        rows = self._t.data["approvals"]
-        return iter([rows[key] for key in sorted(rows)])
+        return iter([a for _, a in self._t.scan(Table.APPROVALS, b"")])
 
     # -- writes --------------------------------------------------------------------------
 
     def put_session(self, session: Session) -> None:
         old = self.session(session.session_id)
         if old is not None and old.handle is not None:
-            self._t.delete("handles", (old.root_session_id, old.handle))
-        self._t.put("sessions", session.session_id, session)
-        self._t.put("tree", (session.root_session_id, session.ordinal), session.session_id)
+            self._t.delete(Table.HANDLES, keys.handle(old.root_session_id, old.handle))
+        self._t.put(Table.SESSIONS, keys.identity(session.session_id), session)
+        tree_key = keys.tree(session.root_session_id, session.ordinal)
+        self._t.put(Table.TREE, tree_key, session.session_id)
         if session.handle is not None and session.live:
-            self._t.put("handles", (session.root_session_id, session.handle), session.session_id)
+            handle_key = keys.handle(session.root_session_id, session.handle)
+            self._t.put(Table.HANDLES, handle_key, session.session_id)
 
     def put_run(self, run: Run) -> None:
-        self._t.put("runs", run.run_id, run)
+        self._t.put(Table.RUNS, keys.identity(run.run_id), run)
 
     def put_message(self, message: Message) -> None:
-        self._t.put("messages", message.message_id, message)
-        key = (message.recipient, message.seq)
+        self._t.put(Table.MESSAGES, keys.identity(message.message_id), message)
+        key = keys.pending(message.recipient, message.seq)
         if message.pending:
-            self._t.put("pending", key, message.message_id)
+            self._t.put(Table.PENDING, key, message.message_id)
         else:
-            self._t.delete("pending", key)
+            self._t.delete(Table.PENDING, key)
 
     def add(self, name: str, delta: int) -> int:
         value = self.count(name) + delta
         if value:
-            self._t.put("counters", name, value)
+            self._t.put(Table.COUNTERS, keys.counter(name), value)
         else:
-            self._t.delete("counters", name)
+            self._t.delete(Table.COUNTERS, keys.counter(name))
         return value
 
     def remember(self, key: IdempotencyKey, result: SendResult) -> None:
-        self._t.put("replay", key, result)
+        self._t.put(Table.REPLAY, keys.replay(key), result)
 
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
-        seq: int = (self._t.get("last_seq", session_id) or 0) + 1
+        # last_seq makes the next number an O(1) lookup instead of a seek to the log's end.
+        seq: int = (self._t.get(Table.LAST_SEQ, keys.identity(session_id)) or 0) + 1
         event = Event(session_id, seq, kind, dict(data))
-        self._t.put("last_seq", session_id, seq)
-        self._t.put("events", (session_id, seq), event)
-        self._t.put("feed", self.feed_end() + 1, (session_id, seq))
+        key = keys.event(session_id, seq)
+        self._t.put(Table.LAST_SEQ, keys.identity(session_id), seq)
+        self._t.put(Table.EVENTS, key, event)
+        self._t.put(Table.FEED, keys.feed(self.feed_end() + 1), key)
         return event
 
     def put_approval(self, approval: Approval) -> None:
-        self._t.put("approvals", approval.approval_id, approval)
+        self._t.put(Table.APPROVALS, keys.identity(approval.approval_id), approval)
+
+
+_MISSING: Any = object()
+
+
+class _Closed(dict[Table, dict[bytes, Any]]):
+    """The tables of a closed MemoryStore: any use raises, as a closed LMDB store does, at
+    no cost to the open store's hot path."""
+
+    def __missing__(self, table: Table) -> dict[bytes, Any]:
+        raise StoreClosed("the memory store is closed; open a new one")
+
+
+class _DictTables:
+    """``Tables`` in dicts, with an undo log so a transaction rolls back by replaying it
+    backwards."""
+
+    def __init__(self, data: dict[Table, dict[bytes, Any]] | None = None) -> None:
+        self.data = data if data is not None else {table: {} for table in Table}
+        # (rows, key, old value or _MISSING), replayed backwards to roll back.
+        self.undo: list[tuple[dict[bytes, Any], bytes, Any]] = []
+
+    def get(self, table: Table, key: bytes) -> Any:
+        return self.data[table].get(key)
+
+    def put(self, table: Table, key: bytes, value: object) -> None:
+        rows = self.data[table]
+        self.undo.append((rows, key, rows.get(key, _MISSING)))
+        rows[key] = value
+
+    def delete(self, table: Table, key: bytes) -> None:
+        rows = self.data[table]
+        if key in rows:
+            self.undo.append((rows, key, rows.pop(key)))
+
+    def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
+        rows = self.data[table]
+        if not prefix and not start:
+            return sorted(rows.items())
+        low = prefix + start
+        return sorted((k, v) for k, v in rows.items() if k.startswith(prefix) and k >= low)
+
+    def size(self, table: Table) -> int:
+        return len(self.data[table])
+
+    def rollback_to(self, mark: int) -> None:
+        undo = self.undo
+        while len(undo) > mark:
+            rows, key, old = undo.pop()
+            if old is _MISSING:
+                rows.pop(key, None)
+            else:
+                rows[key] = old
+
+
+class _MemoryTxn(Indexed):
+    def __init__(self, tables: _DictTables) -> None:
+        super().__init__(tables)
+        self._dicts = tables
 
     @contextmanager
     def savepoint(self) -> Iterator[WriteTxn]:
-        mark = len(self._t.undo)
+        mark = len(self._dicts.undo)
         try:
             yield self
         except BaseException:
-            self._t.rollback_to(mark)
+            self._dicts.rollback_to(mark)
             raise
 
 
@@ -262,19 +320,41 @@ class MemoryStore:
     """A Store in plain dicts: the reference for the store contract tests, and fast for models."""
 
     def __init__(self) -> None:
-        self._tables = _Tables()
-        self._closed = False
+        self._tables = _DictTables()
 
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
+        self._check_open()
         yield _MemoryTxn(self._tables)
 
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
+        self._check_open()
         txn = _MemoryTxn(self._tables)
         with txn.savepoint():
             result = work(txn)
         self._tables.undo.clear()
         return result
 
+    def fork(self) -> MemoryStore:
+        """An independent copy of this store, cheap enough to take per explored state.
+
+        Table by table, not a deep copy: every stored value is a frozen record, an id, a count
+        or event data the engine never mutates after appending, so the copies may share them.
+        """
+        self._check_open()
+        twin = MemoryStore()
+        twin._tables = _DictTables({table: dict(rows) for table, rows in self._tables.data.items()})
+        return twin
+
+    def rows(self, table: Table) -> dict[bytes, Any]:
+        """A copy of one table's rows by key: for tests and audits that look under the port."""
+        self._check_open()
+        return dict(self._tables.data[table])
+
     def close(self) -> None:
-        self._closed = True
+        """Close the store; later use of it, or of a transaction it gave, raises."""
+        self._tables.data = _Closed()
+
+    def _check_open(self) -> None:
+        if isinstance(self._tables.data, _Closed):
+            raise StoreClosed("the memory store is closed; open a new one")

@@ -1,0 +1,158 @@
+"""The store's key layout: every table, the type of its values, and the bytes of its keys.
+
+Pure: no I/O. Every store backend keys its tables with exactly these bytes, so ``MemoryStore``
+and ``LmdbStore`` agree on order and on what a key may hold, and ``treemail verify`` can
+rebuild every index from the records with the same functions that wrote it.
+
+Index keys put the owner first and a big-endian number last, so byte order is the order the
+Store port promises and every read is a point lookup or a prefix range over one owner's rows.
+
+Why a NUL separator: key parts are UUIDs, handles and tool-call ids, none of which contains
+NUL (UTF-8 never yields a 0 byte for anything but U+0000, which is refused). So ``id + SEP``
+is a prefix no other id's keys share, and ids of any length stay possible up to ``MAX_KEY``.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Mapping
+
+from treemail.core.errors import StorageError
+from treemail.core.records import Approval, Event, IdempotencyKey, Message, Run, SendResult, Session
+
+__all__ = [
+    "MAX_KEY",
+    "SEP",
+    "SEQ_LIMIT",
+    "VALUE_KINDS",
+    "Table",
+    "counter",
+    "event",
+    "event_seq",
+    "events_of",
+    "feed",
+    "feed_number",
+    "handle",
+    "identity",
+    "pending",
+    "pending_of",
+    "replay",
+    "seq_bytes",
+    "tree",
+    "tree_of",
+]
+
+
+class Table(enum.StrEnum):
+    """The store's tables: records first, then the indexes and counters derived from them."""
+
+    SESSIONS = "sessions"
+    RUNS = "runs"
+    MESSAGES = "messages"
+    REPLAY = "replay"
+    EVENTS = "events"
+    APPROVALS = "approvals"
+    TREE = "tree"  # root + SEP + ordinal -> session id
+    HANDLES = "handles"  # root + SEP + handle -> live session id
+    PENDING = "pending"  # recipient + SEP + seq -> message id, while the message is pending
+    COUNTERS = "counters"  # name -> int, never 0
+    LAST_SEQ = "last_seq"  # session id -> the seq of its last event
+    FEED = "feed"  # number (from 1, dense) -> the event's key
+
+
+# What each table's values are; ``bytes`` is a raw key of another table.
+VALUE_KINDS: Mapping[Table, type[object]] = {
+    Table.SESSIONS: Session,
+    Table.RUNS: Run,
+    Table.MESSAGES: Message,
+    Table.REPLAY: SendResult,
+    Table.EVENTS: Event,
+    Table.APPROVALS: Approval,
+    Table.TREE: str,
+    Table.HANDLES: str,
+    Table.PENDING: str,
+    Table.COUNTERS: int,
+    Table.LAST_SEQ: int,
+    Table.FEED: bytes,
+}
+
+SEP = b"\x00"
+# LMDB's default limit; enforced for every backend so that a key one store takes is never
+# refused by another.
+MAX_KEY = 511
+SEQ_LIMIT = 1 << 64
+
+
+# Cached: the same few ids are keyed over and over within a send (and across a model
+# check's states), and encoding plus checking them was the store's largest cost.
+@functools.lru_cache(maxsize=1 << 14)
+def identity(text: str) -> bytes:
+    """One key part: a record's id, a counter's name."""
+    raw = text.encode()
+    if SEP in raw:
+        raise StorageError(f"a store key cannot contain NUL: {text!r}")
+    if len(raw) > MAX_KEY:
+        raise StorageError(f"a store key must be at most {MAX_KEY} bytes, not {len(raw)}: "
+                           f"{text[:40]!r}...")
+    return raw
+
+
+def seq_bytes(number: int) -> bytes:
+    # Big-endian, so byte order is numeric order within a prefix.
+    if not 0 <= number < SEQ_LIMIT:
+        raise StorageError(f"a store sequence number must fit in 64 unsigned bits: {number}")
+    return number.to_bytes(8, "big")
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _owned(owner: str) -> bytes:
+    return identity(owner) + SEP
+
+
+counter = identity
+
+
+def tree_of(root: str) -> bytes:
+    return _owned(root)
+
+
+def tree(root: str, ordinal: int) -> bytes:
+    return _owned(root) + seq_bytes(ordinal)
+
+
+def handle(root: str, name: str) -> bytes:
+    return _owned(root) + identity(name)
+
+
+def pending_of(recipient: str) -> bytes:
+    return _owned(recipient)
+
+
+def pending(recipient: str, seq: int) -> bytes:
+    return _owned(recipient) + seq_bytes(seq)
+
+
+def replay(key: IdempotencyKey) -> bytes:
+    return _owned(key.session_id) + _owned(key.run_id) + identity(key.tool_call_id)
+
+
+def events_of(session_id: str) -> bytes:
+    return _owned(session_id)
+
+
+def event(session_id: str, seq: int) -> bytes:
+    return _owned(session_id) + seq_bytes(seq)
+
+
+def event_seq(key: bytes) -> int:
+    """The seq at the end of an ``event`` (or ``pending`` or ``tree``) key."""
+    return int.from_bytes(key[-8:], "big")
+
+
+def feed(number: int) -> bytes:
+    return seq_bytes(number)
+
+
+def feed_number(key: bytes) -> int:
+    return int.from_bytes(key, "big")
