@@ -1,172 +1,106 @@
-"""treemail benchmarks, each a ratio against a baseline measured in the same run.
+"""treemail benchmarks: one table, every line a ratio against a baseline measured in the
+same run (or, for memory, in sibling subprocesses of the same run).
 
-* send vs raw LMDB: a full send_message (guards, idempotency index, message, counters and
-  event-log append, one durable commit) against one bare LMDB write transaction of the same
-  payload size and the same sync setting. The ratio is treemail's overhead over the storage
-  floor on this machine.
-* history: the cost of a send after a long history against the cost on an empty store.
-  The indexes are keyed so that this stays near 1.0.
-* memory: the Python heap after many sends against after a few; the engine keeps nothing in
-  memory per message, so this stays near 1.0 (no growth).
+Lines (issue 11): (a) sequential durable send p50/p99 against a raw single-put LMDB sync
+txn; (b) 32 concurrent senders through the runtime against the raw sequential ceiling and
+against persist-queue put from 32 threads; (c) the full lifecycle against persist-queue
+put+get+ack; (d) a send's cost with long histories; (e) open and recover with a long history;
+(f) peak RSS with much pending mail and after a long history; (g) CPU per send, sync off.
 
-Usage: python -m bench [--quick]
+persist-queue comes from the ``bench`` extra: ``pip install -e '.[bench]'``.
+Results also go to ``bench/results.json``.
+
+Usage: python -m bench [--quick] [--only a,b,...]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
-import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 
-import lmdb
+import attrs
 
-from treemail.adapters import codec
-from treemail.adapters.lmdb_store import LmdbStore
-from treemail.core.config import MessagingConfig
-from treemail.core.engine import Engine
-from treemail.core.ids import CountingIds
-from treemail.core.permissions import Rules
-from treemail.core.records import AgentSpec, Run, Session, ToolContext
+from bench import lines
+from bench.lines import Line, Scale
+from bench.rigs import env_note
 
-BODY = "x" * 200
-UNLIMITED = MessagingConfig(max_pending_per_session=10**9, max_inflight_per_pair=0)
+RESULTS = Path(__file__).with_name("results.json")
 
 
-class Bench:
-    def __init__(self, path: Path, sync: bool) -> None:
-        self.store = LmdbStore.open(path, sync=sync, map_size=256 << 20)
-        self.engine = Engine(self.store, CountingIds(), UNLIMITED)
-        spec = AgentSpec("bench", rules=Rules.of({"*": "allow"}))
-        self.sender = self.engine.create_root(spec)
-        self.engine.produce(self.sender.session_id, "go", _user())
-        self.run = self.engine.start_run(self.sender.session_id)
-        self.recipient = self.engine.delegate(self.sender.session_id, spec, "listen")
-        self.recipient_run = self.engine.start_run(self.recipient.session_id)
-        self.calls = 0
-
-    def send(self) -> None:
-        self.calls += 1
-        ctx = ToolContext(self.sender.session_id, self.run.run_id, f"c{self.calls}")
-        self.engine.send_message(ctx, {"to": self.recipient.session_id, "body": BODY})
-
-    def deliver(self) -> None:
-        """The recipient reads everything pending: keeps the inbox small, history growing."""
-        session: Session = self.recipient
-        run: Run = self.recipient_run
-        request = self.engine.begin_request(session.session_id, run.run_id)
-        self.engine.commit_request(session.session_id, run.run_id, request.request_id)
+def _fmt(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.2f}"
 
 
-def _user() -> object:
-    from treemail.core.records import Owner
-
-    return Owner.USER
-
-
-def per_op(action: Callable[[], None], count: int, repeats: int = 5) -> float:
-    """Seconds per call: the best of ``repeats`` timed batches, after one warm-up batch,
-    so that a stray scheduler hiccup on a shared machine does not become a ratio."""
-    best = float("inf")
-    for attempt in range(repeats + 1):
-        start = time.perf_counter()
-        for _ in range(count):
-            action()
-        if attempt:
-            best = min(best, (time.perf_counter() - start) / count)
-    return best
+def table(rows: list[Line]) -> str:
+    head = f"{'line':<50} {'treemail':>12} {'baseline':>12} {'ratio':>8}  target   met  baseline is"
+    out = [head, "-" * len(head)]
+    for row in rows:
+        met = "-" if row.met is None else ("yes" if row.met else "NO")
+        out.append(f"{row.what:<50} {_fmt(row.value):>9} {row.unit:<2} {_fmt(row.baseline):>9} "
+                   f"{row.unit:<2} {row.ratio:7.2f}x  {row.target:<8} {met:<4} {row.base_label}")
+    return "\n".join(out)
 
 
-def raw_lmdb(path: Path, sync: bool, count: int) -> float:
-    """The floor: one bare write transaction per op, payload the size of a send's writes."""
-    env = lmdb.open(str(path), map_size=256 << 20, sync=sync, metasync=sync, max_dbs=4)
-    db = env.open_db(b"raw")
-    payload = b"y" * 700
+def run(quick: bool, only: set[str], verbose: bool = False) -> list[Line]:
+    scale = Scale.of(quick)
+    rows: list[Line] = []
+    clock = time.perf_counter()
 
-    def op(counter: list[int] = [0]) -> None:  # noqa: B006 - a cheap mutable counter
-        counter[0] += 1
-        with env.begin(write=True, db=db) as txn:
-            txn.put(counter[0].to_bytes(8, "big"), payload)
+    def took(name: str) -> None:
+        nonlocal clock
+        if verbose:
+            print(f"  {name}: {time.perf_counter() - clock:.1f} s", flush=True)
+        clock = time.perf_counter()
 
-    cost = per_op(op, count)
-    env.close()
-    return cost
-
-
-def send_vs_raw(root: Path, sync: bool, count: int) -> None:
-    bench = Bench(root / f"send-{sync}", sync)
-
-    def send() -> None:
-        # The recipient reads its mail now and then, as a live agent would, so the inbox
-        # stays at a realistic size instead of growing without bound.
-        bench.send()
-        if bench.calls % 16 == 0:
-            bench.deliver()
-
-    cost = per_op(send, count)
-    base = raw_lmdb(root / f"raw-{sync}", sync, count)
-    label = "durable (sync)" if sync else "no sync"
-    print(f"send_message, {label:<14} {cost * 1e6:9.1f} µs/op   raw LMDB txn "
-          f"{base * 1e6:9.1f} µs/op   ratio {cost / base:5.2f}x")
-    bench.store.close()
-
-
-def history(root: Path, count: int, past: int) -> None:
-    bench = Bench(root / "history", sync=False)
-
-    def cycle() -> None:
-        bench.send()
-        bench.deliver()
-
-    early = per_op(cycle, count)
-    for _ in range(past):
-        cycle()
-    late = per_op(cycle, count)
-    print(f"send+deliver after {past + count:>6} messages of history vs on a fresh store: "
-          f"{late * 1e6:7.1f} vs {early * 1e6:7.1f} µs   ratio {late / early:5.2f}x")
-    bench.store.close()
-
-
-def memory(root: Path, count: int) -> None:
-    """Heap in use after ``count`` sends against after ``4 * count``: the engine and the
-    store's bounded decode cache hold nothing per message, so the ratio stays near 1.0."""
-    bench = Bench(root / "memory", sync=False)
-
-    def cycles(n: int) -> None:
-        for _ in range(n):
-            bench.send()
-            bench.deliver()
-
-    def heap() -> int:
-        # The decode cache is bounded (codec._SHARED_LIMIT entries) and refills within a few
-        # sends; emptying it before each reading keeps its sawtooth out of the ratio.
-        codec._shared.clear()
-        return tracemalloc.get_traced_memory()[0]
-
-    tracemalloc.start()
-    cycles(count)
-    early = heap()
-    cycles(3 * count)
-    late = heap()
-    tracemalloc.stop()
-    print(f"Python heap after {4 * count} vs {count} sends: {late / 1024:8.1f} vs "
-          f"{early / 1024:8.1f} KiB   ratio {late / early:5.2f}x")
-    bench.store.close()
+    with tempfile.TemporaryDirectory(prefix="treemail-bench-") as tmp:
+        root = Path(tmp)
+        raw_p50 = None
+        if only & {"a", "b"}:
+            got, raw_p50 = lines.sequential(root, scale)
+            rows += got if "a" in only else []
+            took("a")
+        if "b" in only and raw_p50 is not None:
+            rows += lines.concurrent(root, scale, raw_p50)
+            took("b")
+        if "c" in only:
+            rows += lines.lifecycle(root, scale)
+            took("c")
+        big = None
+        if only & {"d", "f"}:
+            got, big = lines.history(root, scale)
+            rows += got if "d" in only else []
+            took("d")
+        if "e" in only:
+            rows += lines.reconcile(root, scale)
+            took("e")
+        if "f" in only and big is not None:
+            rows += lines.memory(root, scale, big)
+            took("f")
+        if "g" in only:
+            rows += lines.cpu(root, scale)
+            took("g")
+    return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
+    parser.add_argument("--only", default="abcdefg", help="which lines, e.g. --only a,b")
+    parser.add_argument("--verbose", action="store_true", help="time each line")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args()
-    scale = 1 if args.quick else 10
-    with tempfile.TemporaryDirectory(prefix="treemail-bench-") as tmp:
-        root = Path(tmp)
-        send_vs_raw(root, sync=True, count=10 * scale)
-        send_vs_raw(root, sync=False, count=100 * scale)
-        history(root, count=50 * scale, past=2000 * scale)
-        memory(root, count=1500 * scale)
+    start = time.perf_counter()
+    rows = run(args.quick, set(args.only.replace(",", "")), args.verbose)
+    elapsed = time.perf_counter() - start
+    print(table(rows))
+    print(f"\n{'quick' if args.quick else 'full'} run in {elapsed:.0f} s")
+    report = {"quick": args.quick, "seconds": round(elapsed, 1), **env_note(),
+              "lines": [{**attrs.asdict(r), "ratio": r.ratio} for r in rows]}
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,234 @@
+"""The bench lines (a) to (g) of the performance issue, each a ratio against a baseline run
+beside it in the same process (or, for memory, in sibling subprocesses)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from bench.rigs import (
+    UNLIMITED,
+    Crowd,
+    Pair,
+    RawLmdb,
+    cpu_per_op,
+    grow_history,
+    latencies,
+    median,
+    open_store,
+    pq_lifecycle,
+    pq_threads,
+    quantile,
+    run_async,
+)
+from treemail.core.engine import Engine
+from treemail.core.ids import CountingIds
+
+
+@attrs.frozen
+class Line:
+    """One row: ``value`` against ``baseline`` (same unit), their ratio, and the target."""
+
+    key: str
+    what: str
+    value: float
+    baseline: float
+    unit: str
+    base_label: str
+    target: str
+    met: bool | None
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.baseline if self.baseline else float("inf")
+
+
+@attrs.frozen
+class Scale:
+    """How much each line does; ``quick`` for a smoke run under a minute."""
+
+    sequential: int
+    per_sender: int
+    histories: tuple[int, ...]
+    probe: int
+    pending: int
+    cpu: int
+
+    @classmethod
+    def of(cls, quick: bool) -> Scale:
+        if quick:
+            return cls(150, 4, (1_000, 10_000, 50_000), 200, 5_000, 500)
+        return cls(600, 20, (1_000, 100_000, 1_000_000), 500, 100_000, 3000)
+
+
+SENDERS = 32
+
+
+def sequential(root: Path, scale: Scale) -> tuple[list[Line], float]:
+    """(a): durable send latency against the raw single-put LMDB sync txn, interleaved in
+    rounds so a noisy neighbour hits both alike. Returns the raw p50 for (b)."""
+    pair = Pair(open_store(root / "a-send", sync=True))
+    raw = RawLmdb(root / "a-raw", sync=True)
+    sends: list[float] = []
+    puts: list[float] = []
+
+    def send() -> None:
+        pair.send()
+
+    for _ in range(scale.sequential // 50):
+        sends += latencies(send, 50)
+        pair.deliver()  # the recipient reads now and then, so its inbox stays realistic
+        puts += latencies(raw.put, 50)
+    pair.store.close()
+    raw.close()
+    lines = []
+    for q, name, goal in ((0.5, "p50", 1.5), (0.99, "p99", None)):
+        ours, floor = quantile(sends, q), quantile(puts, q)
+        target = f"<= {goal}x (stretch 1.3x)" if goal else "-"
+        lines.append(Line(f"a_{name}", f"(a) sequential durable send, {name}", ours * 1e6,
+                          floor * 1e6, "µs", "raw LMDB 1-put sync txn", target,
+                          ours / floor <= goal if goal else None))
+    return lines, quantile(puts, 0.5)
+
+
+def concurrent(root: Path, scale: Scale, raw_p50: float) -> list[Line]:
+    """(b): 32 senders through the runtime's writer, durable sends per second."""
+    crowd = Crowd(open_store(root / "b-send", sync=True), SENDERS)
+    rate = run_async(_setup_and_run(crowd, scale.per_sender, consume=False))
+    crowd.close()
+    pq = pq_threads(root / "b-pq", SENDERS, scale.per_sender)
+    ceiling = 1 / raw_p50
+    return [
+        Line("b_vs_raw", "(b) 32 concurrent senders, sends/s", rate, ceiling, "/s",
+             "sequential raw txn ceiling (1/a p50)", ">= 10x", rate / ceiling >= 10),
+        Line("b_vs_pq", "(b) 32 concurrent senders, sends/s", rate, pq, "/s",
+             "persist-queue put, 32 threads", ">= 8x", rate / pq >= 8),
+    ]
+
+
+async def _setup_and_run(crowd: Crowd, per_sender: int, consume: bool) -> float:
+    await crowd.setup()
+    return await crowd.sends_per_second(per_sender, consume=consume)
+
+
+def lifecycle(root: Path, scale: Scale) -> list[Line]:
+    """(c): send, admit, claim at a boundary, consume at commit, with 32 senders and the
+    recipient consuming beside them; persist-queue the same with put, get and ack."""
+    crowd = Crowd(open_store(root / "c-send", sync=True), SENDERS)
+    rate = run_async(_setup_and_run(crowd, scale.per_sender, consume=True))
+    crowd.close()
+    pq = pq_lifecycle(root / "c-pq", SENDERS, scale.per_sender)
+    return [Line("c", "(c) full lifecycle, 32 senders + consumer, msgs/s", rate, pq, "/s",
+                 "persist-queue put+get+ack, same threads", ">= 5x", rate / pq >= 5)]
+
+
+def _send_cost(pair: Pair, count: int) -> float:
+    """Per-send time, the best of rounds of 50 (sync off), the recipient reading between:
+    the best, so that a busy neighbour on a shared machine does not become a ratio."""
+    rounds = []
+    for _ in range(max(count // 50, 1)):
+        start = time.perf_counter()
+        for _ in range(50):
+            pair.send()
+        rounds.append((time.perf_counter() - start) / 50)
+        pair.deliver()
+    return min(rounds)
+
+
+def history(root: Path, scale: Scale) -> tuple[list[Line], Path]:
+    """(d): the cost of a send with growing history. Sync is off so the store's own growth
+    shows instead of drowning in fsync time; the history is written in large transactions
+    (``grow_history``). Returns the big store's path for (f)."""
+    path = root / "d-history"
+    pair = Pair(open_store(path, sync=False))
+    costs: dict[int, float] = {}
+    grown = 0
+    for size in scale.histories:
+        grow_history(pair.store, pair, size - grown)
+        grown = size
+        costs[size] = _send_cost(pair, scale.probe)
+    pair.store.close()
+    small, *_, big = scale.histories
+    lines = [Line(f"d_{size}", f"(d) send with {size:,} in history", cost * 1e6,
+                  costs[small] * 1e6, "µs", f"send with {small:,} in history",
+                  "<= 1.2x" if size == big else "-",
+                  cost / costs[small] <= 1.2 if size == big else None)
+             for size, cost in costs.items() if size != small]
+    return lines, path
+
+
+def _pending_store(path: Path, history_size: int, pending: int) -> None:
+    """A store as a crash leaves it: runs running, ``pending`` accepted mail, and history."""
+    pair = Pair(open_store(path, sync=False))
+    grow_history(pair.store, pair, history_size)
+    for _ in range(pending):
+        pair.send()
+    pair.store.close()
+
+
+def _recover_time(path: Path) -> float:
+    start = time.perf_counter()
+    store = open_store(path, sync=True)
+    Engine(store, CountingIds(start=10**9), UNLIMITED).recover()
+    elapsed = time.perf_counter() - start
+    store.close()
+    return elapsed
+
+
+def reconcile(root: Path, scale: Scale) -> list[Line]:
+    """(e): open and recover with 100k history and 1k pending, against 1k history."""
+    big, small = scale.histories[1], scale.histories[0]
+    _pending_store(root / "e-big", big, 1000)
+    _pending_store(root / "e-small", small, 1000)
+    slow, fast = _recover_time(root / "e-big"), _recover_time(root / "e-small")
+    return [Line("e", f"(e) open + recover, {big:,} history, 1k pending", slow, fast, "s",
+                 f"same with {small:,} history", "< 0.5 s, ~1.0x", slow < 0.5)]
+
+
+def _rss(*args: str) -> float:
+    out = subprocess.run([sys.executable, "-m", "bench.rss", *args], check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.split()[-1])
+
+
+def memory(root: Path, scale: Scale, big_history: Path) -> list[Line]:
+    """(f): peak RSS of a subprocess, against the same work with little in the store."""
+    pending = _rss("pending", str(root / "f-pending"), str(scale.pending))
+    few = _rss("pending", str(root / "f-few"), "1000")
+    small = root / "f-small"
+    _pending_store(small, scale.histories[0], 0)
+    after_big = _rss("after", str(big_history), str(scale.probe))
+    after_small = _rss("after", str(small), str(scale.probe))
+    big = scale.histories[-1]
+    return [
+        Line("f_pending", f"(f) peak RSS, {scale.pending:,} pending", pending / 1024,
+             few / 1024, "MiB", "1,000 pending", "~1.0x", None),
+        Line("f_history", f"(f) peak RSS, sends after {big:,} sent", after_big / 1024,
+             after_small / 1024, "MiB", f"after {scale.histories[0]:,} sent",
+             "~1.0x (independent of history)", after_big / after_small <= 1.2),
+    ]
+
+
+def cpu(root: Path, scale: Scale) -> list[Line]:
+    """(g): process CPU per send with sync off, against a raw put txn without sync."""
+    pair = Pair(open_store(root / "g-send", sync=False))
+    raw = RawLmdb(root / "g-raw", sync=False)
+    spent = []
+    for _ in range(scale.cpu // 50):
+        spent.append(cpu_per_op(pair.send, 50))
+        pair.deliver()
+    ours = median(spent)
+    floor = cpu_per_op(raw.put, scale.cpu)
+    pair.store.close()
+    raw.close()
+    return [Line("g", "(g) CPU per send, sync off", ours * 1e6, floor * 1e6, "µs",
+                 "raw LMDB put txn, no sync", "<= 80 µs", ours * 1e6 <= 80)]
+
+
+LINES: tuple[Callable[..., object], ...] = (sequential, concurrent, lifecycle, history,
+                                             reconcile, memory, cpu)

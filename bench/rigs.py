@@ -1,0 +1,268 @@
+"""What the bench lines measure with: a sender/recipient pair on the engine, the runtime's
+writer with many senders, the raw LMDB floor, persist-queue beside us, and fast histories."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.runtime import Runtime
+from treemail.core.config import MessagingConfig
+from treemail.core.engine import Engine
+from treemail.core.ids import CountingIds
+from treemail.core.permissions import Rules
+from treemail.core.records import (
+    AgentSpec,
+    IdempotencyKey,
+    Message,
+    Mode,
+    Owner,
+    RecipientState,
+    SendResult,
+    Session,
+    ToolContext,
+)
+from treemail.core.store import Store, WriteTxn
+
+BODY = "x" * 200
+# No cap gets in the way of a throughput run; the caps' own cost (a counter read) remains.
+UNLIMITED = MessagingConfig(max_pending_per_session=10**9, max_inflight_per_pair=0)
+SPEC = AgentSpec("bench", rules=Rules.of({"*": "allow"}))
+MAP = 1 << 30
+
+
+def open_store(path: Path, sync: bool) -> LmdbStore:
+    return LmdbStore.open(path, sync=sync, map_size=MAP, max_map_size=64 * MAP)
+
+
+class Pair:
+    """A running sender and a running recipient (its child) on one engine."""
+
+    def __init__(self, store: Store, first_id: int = 1) -> None:
+        self.store = store
+        self.engine = Engine(store, CountingIds(start=first_id), UNLIMITED)
+        self.sender = self.engine.create_root(SPEC)
+        self.engine.produce(self.sender.session_id, "go", Owner.USER)
+        self.run = self.engine.start_run(self.sender.session_id)
+        self.recipient: Session = self.engine.delegate(self.sender.session_id, SPEC, "listen")
+        self.recipient_run = self.engine.start_run(self.recipient.session_id)
+        self.calls = 0
+
+    def arguments(self) -> dict[str, str]:
+        return {"to": self.recipient.session_id, "body": BODY}
+
+    def context(self) -> ToolContext:
+        self.calls += 1
+        return ToolContext(self.sender.session_id, self.run.run_id, f"c{self.calls}")
+
+    def send(self) -> None:
+        self.engine.send_message(self.context(), self.arguments())
+
+    def deliver(self) -> None:
+        """The recipient takes everything pending at a boundary and commits the request:
+        claimed at the boundary, consumed at the commit."""
+        sid, rid = self.recipient.session_id, self.recipient_run.run_id
+        request = self.engine.begin_request(sid, rid)
+        self.engine.commit_request(sid, rid, request.request_id)
+
+
+def latencies(action: Callable[[], None], count: int) -> list[float]:
+    samples = []
+    for _ in range(count):
+        start = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def quantile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+class RawLmdb:
+    """The floor: one bare write transaction per op, one put of a send's payload size."""
+
+    def __init__(self, path: Path, sync: bool) -> None:
+        self.env = lmdb.open(str(path), map_size=MAP, sync=sync, metasync=sync, max_dbs=2)
+        self.db = self.env.open_db(b"raw")
+        self.payload = b"y" * 700
+        self.counter = 0
+
+    def put(self) -> None:
+        self.counter += 1
+        with self.env.begin(write=True, db=self.db) as txn:
+            txn.put(self.counter.to_bytes(8, "big"), self.payload)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _ack_queue(path: Path) -> Any:
+    import persistqueue  # the bench extra: pip install -e '.[bench]'
+
+    return persistqueue.SQLiteAckQueue(str(path), multithreading=True, auto_commit=True)
+
+
+def pq_threads(path: Path, threads: int, per_thread: int) -> float:
+    """persist-queue puts per second from ``threads`` threads at once (its defaults: WAL,
+    synchronous FULL, one commit per put)."""
+    queue = _ack_queue(path)
+    item = {"body": BODY}
+    barrier = threading.Barrier(threads + 1)
+
+    def producer() -> None:
+        barrier.wait()
+        for _ in range(per_thread):
+            queue.put(item)
+
+    workers = [threading.Thread(target=producer) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    return threads * per_thread / (time.perf_counter() - start)
+
+
+def pq_lifecycle(path: Path, threads: int, per_thread: int) -> float:
+    """persist-queue's full cycle in messages per second: ``threads`` producers putting while
+    one consumer gets and acks every item (each a committed transaction)."""
+    queue = _ack_queue(path)
+    item = {"body": BODY}
+    total = threads * per_thread
+
+    def producer() -> None:
+        for _ in range(per_thread):
+            queue.put(item)
+
+    workers = [threading.Thread(target=producer) for _ in range(threads)]
+    start = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for _ in range(total):
+        got = queue.get(block=True, timeout=30)
+        queue.ack(got)
+    elapsed = time.perf_counter() - start
+    for worker in workers:
+        worker.join()
+    return total / elapsed
+
+
+class Crowd:
+    """``senders`` running sessions sending to one running recipient through the runtime's
+    single writer, as their tool calls do."""
+
+    def __init__(self, store: Store, senders: int) -> None:
+        self.runtime = Runtime(store, CountingIds(), {}, UNLIMITED)
+        self.senders = senders
+
+    async def setup(self) -> None:
+        rt, engine = self.runtime, self.runtime.engine
+        self.root: Session = await rt.writer(engine.create_root, SPEC)
+        await rt.writer(engine.produce, self.root.session_id, "go", Owner.USER)
+        self.root_run = await rt.writer(engine.start_run, self.root.session_id)
+        self.contexts = []
+        for n in range(self.senders):
+            child = await rt.writer(engine.delegate, self.root.session_id, SPEC, f"t{n}")
+            run = await rt.writer(engine.start_run, child.session_id)
+            self.contexts.append((child.session_id, run.run_id))
+
+    async def _sender(self, index: int, count: int) -> None:
+        rt = self.runtime
+        session_id, run_id = self.contexts[index]
+        arguments = {"to": self.root.session_id, "body": BODY}
+        for n in range(count):
+            ctx = ToolContext(session_id, run_id, f"s{index}-{n}")
+            await rt.writer(rt.engine.send_message, ctx, arguments)
+
+    async def _consumer(self, total: int) -> None:
+        """The recipient at its boundaries: claims whatever is pending, consumes it."""
+        rt, sid, rid = self.runtime, self.root.session_id, self.root_run.run_id
+        done = 0
+        while done < total:
+            request = await rt.writer(rt.engine.begin_request, sid, rid)
+            await rt.writer(rt.engine.commit_request, sid, rid, request.request_id)
+            done += len(request.deliveries)
+            if not request.deliveries:
+                await asyncio.sleep(0)
+
+    async def sends_per_second(self, per_sender: int, consume: bool = False) -> float:
+        jobs = [self._sender(i, per_sender) for i in range(self.senders)]
+        if consume:
+            jobs.append(self._consumer(self.senders * per_sender))
+        start = time.perf_counter()
+        await asyncio.gather(*jobs)
+        return self.senders * per_sender / (time.perf_counter() - start)
+
+    def close(self) -> None:
+        self.runtime.writer.close()
+
+
+def grow_history(store: Store, pair: Pair, count: int, chunk: int = 5000) -> None:
+    """Write ``count`` delivered sends' worth of history from ``pair.sender`` to its recipient:
+    each a consumed message, its idempotency entry, and its accepted and consumed events on
+    the recipient's log and the global feed; ``chunk`` per transaction.
+
+    These are written through the store port, not decided by the engine (a real send, claim
+    and consume costs far more CPU, and a million of them would take most of the bench's
+    time budget); they fill the same tables with the same key shapes as real traffic."""
+    sender, recipient = pair.sender.session_id, pair.recipient.session_id
+    run_id = pair.run.run_id
+
+    def batch(start: int, stop: int) -> Callable[[WriteTxn], None]:
+        def work(tx: WriteTxn) -> None:
+            # Sequence numbers are taken in one step per chunk; a live send takes the next.
+            first = tx.add(f"seq/{recipient}", stop - start) - (stop - start) + 1
+            for n in range(start, stop):
+                message_id = f"00000000-0000-4000-8000-{n:012d}"
+                tx.put_message(Message(message_id, recipient, sender, Owner.AGENT, BODY,
+                                       Mode.QUEUE, 1, first + n - start, state="consumed"))
+                tx.remember(IdempotencyKey(sender, run_id, f"h{n}"),
+                            SendResult(message_id, Mode.QUEUE, RecipientState.RUNNING))
+                tx.append(recipient, "ProducerMessageAccepted",
+                          {"message_id": message_id, "owner": "agent", "sender": sender,
+                           "body": BODY})
+                tx.append(recipient, "ProducerMessageConsumed", {"message_id": message_id})
+        return work
+
+    for start in range(0, count, chunk):
+        store.transact(batch(start, min(count, start + chunk)))
+
+
+def peak_rss_kib() -> int:
+    """This process's peak resident set (VmHWM). Not ``ru_maxrss``: Linux carries that over
+    from the parent across fork and exec, so a child would report its parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status: peak RSS needs Linux")
+
+
+def cpu_per_op(action: Callable[[], None], count: int) -> float:
+    start = time.process_time()
+    for _ in range(count):
+        action()
+    return (time.process_time() - start) / count
+
+
+def run_async(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def env_note() -> dict[str, object]:
+    return {"cpus": os.cpu_count(), "lmdb": lmdb.version()}
