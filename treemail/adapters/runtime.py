@@ -17,14 +17,18 @@ Plugins observe the durable feed live (``FeedFollower``), gate tool calls, and i
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
+import queue
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import attrs
 
 from treemail.adapters.actor import Actor
+from treemail.adapters.group_commit import GroupStore
 from treemail.adapters.models import Model, ToolCall
 from treemail.adapters.plugins import FeedFollower, Plugin, PluginHost
 from treemail.adapters.toolbox import ToolBox
@@ -55,12 +59,34 @@ RESUME = ("The process restarted while you were working on your task. Your conve
 class Writer:
     """One thread for every engine call: the store's single writer, off the event loop.
 
+    With ``group`` (the ``GroupStore`` the engine writes through), the writer commits in
+    groups: it takes the calls queued behind it, up to ``max_batch`` of them or for up to
+    ``max_wait`` seconds, runs them in one write transaction (each ``transact`` of each call
+    a savepoint of it, so a failing call is undone alone) and commits once. Each caller is
+    answered only after that commit, so an answer means durable; if the commit fails, every
+    call of the batch fails with its error. Under load, one fsync serves many calls. A call
+    queued while a batch commits waits for the next batch; no call is delayed on purpose.
+    Without ``group``, each call runs alone.
+
     ``on_call`` runs after each call (the feed follower's cue); ``quiet`` skips it, so the
     follower's own reads do not wake it again."""
 
-    def __init__(self, on_call: Callable[[], None] | None = None) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="treemail-writer")
+    def __init__(self, on_call: Callable[[], None] | None = None, *,
+                 group: GroupStore | None = None, max_batch: int = 256,
+                 max_wait: float = 0.005) -> None:
+        if max_batch < 1 or max_wait < 0:
+            raise ValueError(f"max_batch must be >= 1 and max_wait >= 0, not {max_batch}, "
+                             f"{max_wait}")
         self._on_call = on_call
+        self._group = group
+        self._max_batch = max_batch
+        self._max_wait = max_wait
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._closed = False
+        self.batches = 0  # commits made, for tests and the bench: calls / batches = group size
+        self._thread = threading.Thread(target=self._serve, name="treemail-writer",
+                                        daemon=True)
+        self._thread.start()
 
     async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         result = await self.quiet(fn, *args, **kwargs)
@@ -69,11 +95,104 @@ class Writer:
         return result
 
     async def quiet(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        if self._closed:
+            raise RuntimeError("the writer is closed; no engine call can be scheduled")
+        job = _Job(functools.partial(fn, *args, **kwargs))
+        self._jobs.put(job)
+        result: T = await asyncio.wrap_future(job.future)
+        return result
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        """Finish the calls already queued, then stop the thread."""
+        if not self._closed:
+            self._closed = True
+            self._jobs.put(None)
+        self._thread.join()
+
+    def _serve(self) -> None:
+        running = True
+        while running:
+            job = self._jobs.get()
+            if job is None:
+                break
+            if job.start():
+                running = self._run(job)
+        # A call that slipped in beside the close is run rather than left unanswered.
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None and job.start():
+                self._run(job)
+
+    def _run(self, job: _Job) -> bool:
+        """Run ``job`` (alone, or with those queued behind it in one batch) and answer.
+        Returns False when the batch took the close sentinel."""
+        if self._group is None:
+            job.settle(job.run())
+            return True
+        jobs, more = [job], [True]
+
+        def work() -> list[_Outcome]:
+            # The store may run this again from scratch (a full map): fresh outcomes each time.
+            outcomes: list[_Outcome] = []
+            deadline = time.monotonic() + self._max_wait
+            while len(outcomes) < len(jobs):
+                outcomes.append(jobs[len(outcomes)].run())
+                if (len(outcomes) == len(jobs) < self._max_batch and more[0]
+                        and time.monotonic() <= deadline):
+                    more[0] = self._take(jobs)
+            return outcomes
+
+        try:
+            outcomes = self._group.batch(work)
+        except BaseException as exc:  # nothing of the batch was kept: every call fails alike
+            outcomes = [_Outcome(error=exc)] * len(jobs)
+        self.batches += 1
+        for each, outcome in zip(jobs, outcomes, strict=True):
+            each.settle(outcome)
+        return more[0]
+
+    def _take(self, jobs: list[_Job]) -> bool:
+        """Add the next queued call to ``jobs``, if one waits; False at the close sentinel."""
+        try:
+            job = self._jobs.get_nowait()
+        except queue.Empty:
+            return True
+        if job is None:
+            return False
+        if job.start():
+            jobs.append(job)
+        return True
+
+
+@attrs.frozen
+class _Outcome:
+    value: Any = None
+    error: BaseException | None = None
+
+
+@attrs.define
+class _Job:
+    call: Callable[[], Any]
+    future: concurrent.futures.Future[Any] = attrs.field(factory=concurrent.futures.Future)
+
+    def start(self) -> bool:
+        """Claim the call for running; False if its caller cancelled it while it waited."""
+        return self.future.set_running_or_notify_cancel()
+
+    def run(self) -> _Outcome:
+        try:
+            return _Outcome(value=self.call())
+        except Exception as exc:  # the caller's error: its savepoints are already undone
+            return _Outcome(error=exc)
+
+    def settle(self, outcome: _Outcome) -> None:
+        if outcome.error is not None:
+            self.future.set_exception(outcome.error)
+        else:
+            self.future.set_result(outcome.value)
 
 
 @attrs.frozen
@@ -99,10 +218,12 @@ class Runtime:
         shutdown_grace: float = 5.0,
         feed_interval: float = 0.05,
     ) -> None:
-        self.engine = Engine(store, ids, config)
+        # Group commit: the engine writes through the writer's batches (see ``Writer``).
+        group = GroupStore(store)
+        self.engine = Engine(group, ids, config)
         self.agents = dict(agents)
         self.plugins = PluginHost(plugins)
-        self.writer = Writer(self._written)
+        self.writer = Writer(self._written, group=group)
         self.tools = ToolBox(self.engine, self.writer,
                              {name: a.spec for name, a in agents.items()},
                              self.plugins if self.plugins.gates else None)
