@@ -23,6 +23,7 @@ import random
 import sys
 from pathlib import Path
 
+from treemail.adapters.group_commit import GroupStore
 from treemail.adapters.ids import SeededIds
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
@@ -43,6 +44,7 @@ CHILDREN = (
     AgentSpec("delta", "reports", Rules.of({"parent": "allow"})),
 )
 REPLAY_MISMATCH = 3
+GROUP = os.environ.get("TREEMAIL_CRASH_GROUP") == "1"
 
 
 def context_text(ctx: ToolContext) -> str:
@@ -85,7 +87,10 @@ class Worker:
         self.seed = seed
         self.rng = random.Random(seed)
         store = LmdbStore.open(store_dir, sync=True)
-        self.engine = Engine(store, SeededIds(seed + (1 << 64)), CONFIG)
+        self.group = GroupStore(store) if GROUP else None
+        self.engine = Engine(self.group or store, SeededIds(seed + (1 << 64)), CONFIG)
+        # Acks of the open batch: written once it commits (never, if the kill comes first).
+        self.unacked: list[tuple[str, bool]] | None = None
         self.calls = 0
         # Earlier tool calls to retry: (context, arguments, message_id the first call got).
         self.history: list[tuple[ToolContext, dict[str, str], str]] = []
@@ -106,7 +111,28 @@ class Worker:
             if spec.name not in have:
                 self.engine.delegate(root.session_id, spec, f"Work as {spec.name}.")
 
+    def batch(self) -> None:
+        """Steps in one group commit; their acks go out after it."""
+        assert self.group is not None
+        steps = self.rng.randint(1, 16)
+        known = len(self.history)
+
+        def work() -> None:
+            # The store may run this again (a full map): forget the undone attempt's sends.
+            del self.history[known:]
+            self.unacked = []
+            for _ in range(steps):
+                self.step()
+
+        self.group.batch(work)
+        pending, self.unacked = self.unacked or [], None
+        for line, durable in pending:
+            self.ack(line, durable)
+
     def ack(self, line: str, durable: bool) -> None:
+        if self.unacked is not None:
+            self.unacked.append((line, durable))
+            return
         os.write(self.ack_fd, line.encode())
         if durable:
             os.fsync(self.ack_fd)
@@ -176,7 +202,10 @@ def main(argv: list[str]) -> int:
     worker.setup()
     ready.write_text(f"{os.getpid()}\n")
     while True:
-        worker.step()
+        if GROUP:
+            worker.batch()
+        else:
+            worker.step()
 
 
 if __name__ == "__main__":
