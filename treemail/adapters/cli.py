@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from treemail.adapters.daemon import commands as daemon_commands
 from treemail.adapters.transcript import render_event
 
 __all__ = ["main"]
@@ -34,7 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("--history", action="store_true",
                        help="key states on their whole past too (ids renamed only)")
     check.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    daemon_commands.register(commands)
     args = parser.parse_args(argv)
+    if hasattr(args, "run"):  # a subcommand registered from its own module
+        return int(args.run(args))
     if args.command == "demo":
         from treemail.adapters.demo import main as demo_main
 

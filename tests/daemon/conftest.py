@@ -1,0 +1,74 @@
+"""A real daemon in a subprocess, reached by the real client over its Unix socket.
+
+Most tests share one daemon (``daemon``, module scope); a test that stops, kills or
+restarts one starts its own with ``DaemonProcess``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from treemail.adapters.daemon.client import DaemonClient
+
+T = TypeVar("T")
+
+
+class DaemonProcess:
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        self.data_dir = data_dir
+        self.socket = data_dir / "daemon.sock"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "treemail", "daemon", "--data-dir", str(data_dir), *extra],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"daemon exited {self.proc.returncode}: {err}")
+            if self.socket.exists():
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"daemon not ready after {timeout}s")
+
+    async def client(self, **capabilities: bool) -> DaemonClient:
+        return await DaemonClient.connect(self.socket, name="tests", **capabilities)
+
+    def terminate(self, timeout: float = 20.0) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, err.decode()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.communicate(timeout=20)
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+    async def bounded() -> T:
+        async with asyncio.timeout(timeout):
+            return await coro
+
+    return asyncio.run(bounded())
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    process = DaemonProcess(tmp_path_factory.mktemp("daemon"))
+    yield process
+    code, err = process.terminate()
+    assert code == 0, err

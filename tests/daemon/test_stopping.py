@@ -1,0 +1,108 @@
+"""Stopping in order: SIGTERM or ``shutdown`` refuse what races them with
+``send_message:engine_shutdown``, keep what was acknowledged, and free the data directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.daemon.conftest import DaemonProcess, run
+from treemail.adapters.daemon.client import RpcFailure
+from treemail.adapters.lmdb_store import LmdbStore
+from treemail.core.engine import Engine
+from treemail.core.ids import CountingIds
+
+
+def _accepted(data_dir: Path) -> set[str]:
+    store = LmdbStore.open(str(data_dir / "store"))
+    try:
+        engine = Engine(store, CountingIds())
+        return {str(e.data["message_id"]) for _, e in engine.feed()
+                if e.kind == "ProducerMessageAccepted"}
+    finally:
+        store.close()
+
+
+def test_a_send_racing_shutdown_is_refused_and_nothing_acknowledged_is_lost(
+    tmp_path: Path,
+) -> None:
+    daemon = DaemonProcess(tmp_path / "data")
+
+    async def go() -> tuple[list[Any], str]:
+        client = await daemon.client()
+        root = await client.call("session.create", {"agent": "default"})
+        sid = root["session_id"]
+        first = await client.call("run.submit", {"session_id": sid, "text": "before"})
+        # Pipelined in one write: the shutdown is read first, so the sends after it race it.
+        answers = await client.call_many(
+            [("shutdown", {})] + [("run.submit", {"session_id": sid, "text": f"after {i}"})
+                                  for i in range(5)])
+        await client.close()
+        return answers, first["message_id"]
+
+    answers, first = run(go())
+    code, err = daemon.terminate()
+    assert code == 0, err
+    assert answers[0] == {"shutting_down": True}
+    raced = answers[1:]
+    assert raced and all(isinstance(a, RpcFailure) and a.code == -32010
+                         and a.data_code == "send_message:engine_shutdown" for a in raced)
+    assert _accepted(tmp_path / "data") == {first}
+    assert not (tmp_path / "data" / "daemon.sock").exists()
+
+
+def test_sigterm_stops_in_order_and_frees_the_data_dir(tmp_path: Path) -> None:
+    daemon = DaemonProcess(tmp_path / "data")
+
+    async def traffic() -> list[str]:
+        client = await daemon.client()
+        root = await client.call("session.create", {"agent": "default"})
+        acked = []
+        for i in range(5):
+            accepted = await client.call("run.submit",
+                                         {"session_id": root["session_id"], "text": f"m{i}"})
+            acked.append(accepted["message_id"])
+        daemon.proc.send_signal(15)
+        # Whatever still reaches it is either accepted or refused with engine_shutdown.
+        try:
+            while True:
+                accepted = await client.call("run.submit",
+                                             {"session_id": root["session_id"], "text": "x"})
+                acked.append(accepted["message_id"])
+        except RpcFailure as refused:
+            assert refused.data_code == "send_message:engine_shutdown", refused
+        except ConnectionError:
+            pass
+        await client.close()
+        return acked
+
+    acked = run(traffic())
+    code, err = daemon.terminate()
+    assert code == 0, err
+    assert "stopped" in err
+    assert set(acked) <= _accepted(tmp_path / "data")
+    again = DaemonProcess(tmp_path / "data")  # the lock was released: a new daemon starts
+    code, err = again.terminate()
+    assert code == 0, err
+
+
+def test_stdio_serves_one_client_and_stops_when_stdin_closes(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    frames = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocol_version": 19, "client_info": {"name": "pipe"}}},
+        {"jsonrpc": "2.0", "id": 2, "method": "session.list"},
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "treemail", "daemon", "--stdio",
+         "--data-dir", str(tmp_path / "data")],
+        input="".join(json.dumps(f) + "\n" for f in frames), capture_output=True, text=True,
+        timeout=60)
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [1, 2]
+    assert answers[0]["result"]["protocol_version"] == 19
+    assert answers[1]["result"] == {"sessions": []}

@@ -1,0 +1,254 @@
+"""Protocol 19 on the wire: the handshake, and every kind of bad request answered with a
+JSON-RPC error while the daemon keeps serving this client and the others."""
+
+from __future__ import annotations
+
+import json
+import stat
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import DaemonProcess, run
+from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.protocol.methods import PROTOCOL_VERSION
+
+
+async def _failure(client: DaemonClient, method: str, params: dict[str, Any]) -> RpcFailure:
+    with pytest.raises(RpcFailure) as caught:
+        await client.call(method, params)
+    return caught.value
+
+
+async def _still_serving(*clients: DaemonClient) -> None:
+    for client in clients:
+        listed = await client.call("session.list")
+        assert isinstance(listed["sessions"], list)
+
+
+def test_handshake(daemon: DaemonProcess) -> None:
+    async def go() -> dict[str, Any]:
+        client = await daemon.client()
+        await client.close()
+        return client.server
+
+    server = run(go())
+    assert PROTOCOL_VERSION == 19
+    assert server["protocol_version"] == 19
+    assert server["server_info"]["name"] == "treemail-daemon"
+    capabilities = server["capabilities"]
+    assert {"initialize", "session.create", "run.submit", "shutdown"} <= set(
+        capabilities["methods"])
+    assert capabilities["max_frame_bytes"] > 0 and capabilities["max_in_flight"] > 0
+    assert capabilities["plugin_body_max_bytes"] == 256 * 1024
+
+
+def test_socket_only_for_its_user(daemon: DaemonProcess) -> None:
+    mode = daemon.socket.stat().st_mode
+    assert stat.S_ISSOCK(mode)
+    assert stat.S_IMODE(mode) == 0o600
+
+
+def test_other_version_is_refused_clearly(daemon: DaemonProcess) -> None:
+    async def go() -> tuple[RpcFailure, dict[str, Any]]:
+        client = await DaemonClient.connect(daemon.socket, initialize=False)
+        try:
+            with pytest.raises(RpcFailure) as caught:
+                await client.initialize("old", version=18)
+            # The connection stays usable: the right version is accepted next.
+            return caught.value, await client.initialize("new")
+        finally:
+            await client.close()
+
+    refused, accepted = run(go())
+    assert refused.code == -32003 and refused.data_code == "rpc:unsupported_version"
+    assert "18" in refused.error.message and "19" in refused.error.message
+    assert accepted["protocol_version"] == 19
+
+
+def test_request_before_initialize_is_refused(daemon: DaemonProcess) -> None:
+    async def go() -> tuple[RpcFailure, RpcFailure]:
+        client = await DaemonClient.connect(daemon.socket, initialize=False)
+        try:
+            early = await _failure(client, "session.list", {})
+            unknown = await _failure(client, "no.such", {})
+            await client.initialize("late")
+            await _still_serving(client)
+            return early, unknown
+        finally:
+            await client.close()
+
+    early, unknown = run(go())
+    assert early.code == -32002 and early.data_code == "rpc:not_initialized"
+    assert unknown.code == -32601  # an unknown method is unknown whatever the state
+
+
+def test_second_initialize_is_refused(daemon: DaemonProcess) -> None:
+    async def go() -> RpcFailure:
+        client = await daemon.client()
+        try:
+            with pytest.raises(RpcFailure) as caught:
+                await client.initialize("again")
+            return caught.value
+        finally:
+            await client.close()
+
+    again = run(go())
+    assert again.data_code == "engine:invalid_request"
+
+
+BAD_FRAMES: list[tuple[str, bytes, int, str]] = [
+    ("malformed JSON", b'{"jsonrpc": "2.0", "id": 1, "method": \n', -32700, "rpc:parse_error"),
+    ("invalid UTF-8", b'{"jsonrpc": "2.0", "id": 1, "method": "\xff\xfe"}\n', -32700,
+     "rpc:invalid_utf8"),
+    ("not an object", b"[1, 2, 3]\n", -32600, "rpc:invalid_request"),
+    ("no jsonrpc field", b'{"id": 1, "method": "session.list"}\n', -32600,
+     "rpc:invalid_request"),
+    ("params not an object", b'{"jsonrpc": "2.0", "id": 1, "method": "x", "params": [1]}\n',
+     -32600, "rpc:invalid_request"),
+]
+
+
+@pytest.mark.parametrize(("case", "frame", "code", "data_code"), BAD_FRAMES,
+                         ids=[case for case, *_ in BAD_FRAMES])
+def test_bad_frame_gets_an_error_and_serving_goes_on(
+    daemon: DaemonProcess, case: str, frame: bytes, code: int, data_code: str
+) -> None:
+    async def go() -> Any:
+        bad, other = await daemon.client(), await daemon.client()
+        try:
+            await bad.send_raw(frame)
+            error = await bad.stray_errors.get()
+            await _still_serving(bad, other)
+            return error
+        finally:
+            await bad.close()
+            await other.close()
+
+    error = run(go())
+    assert error.code == code and error.data is not None and error.data.code == data_code
+
+
+def test_error_answer_carries_the_request_id(daemon: DaemonProcess) -> None:
+    async def go() -> list[Any]:
+        client = await daemon.client()
+        try:
+            return await client.call_many([("no.such", {}), ("session.list", {})])
+        finally:
+            await client.close()
+
+    unknown, listed = run(go())
+    assert isinstance(unknown, RpcFailure) and unknown.code == -32601
+    assert "sessions" in listed
+
+
+def test_oversized_frame_is_dropped_with_an_error(daemon: DaemonProcess) -> None:
+    async def go() -> Any:
+        client, other = await daemon.client(), await daemon.client()
+        try:
+            limit = client.server["capabilities"]["max_frame_bytes"]
+            body = "x" * (limit + 10)
+            frame = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "run.submit",
+                                "params": {"session_id": "s", "text": body}}).encode()
+            # Written in pieces, as a slow client would: the daemon never holds it whole.
+            for start in range(0, len(frame), 50_000):
+                await client.send_raw(frame[start:start + 50_000])
+            await client.send_raw(b"\n")
+            error = await client.stray_errors.get()
+            await _still_serving(client, other)
+            return error, len(frame)
+        finally:
+            await client.close()
+            await other.close()
+
+    error, size = run(go())
+    assert error.code == -32600 and error.data.code == "rpc:frame_too_large"
+    assert str(size) in error.message
+
+
+def test_unknown_method(daemon: DaemonProcess) -> None:
+    async def go() -> RpcFailure:
+        client = await daemon.client()
+        try:
+            failure = await _failure(client, "session.explode", {})
+            await _still_serving(client)
+            return failure
+        finally:
+            await client.close()
+
+    failure = run(go())
+    assert failure.code == -32601 and failure.data_code == "rpc:method_not_found"
+    assert "session.explode" in failure.error.message
+
+
+@pytest.mark.parametrize(("params", "path"), [
+    ({"session_id": 42}, "$.session_id"),
+    ({"session_id": "a", "text": ["not", "text"]}, "$.text"),
+    ({"session_id": "a", "text": "hi", "mode": "steer"}, "mode"),
+    ({}, "session_id"),
+])
+def test_wrong_params_are_invalid_params(daemon: DaemonProcess, params: dict[str, Any],
+                                         path: str) -> None:
+    async def go() -> RpcFailure:
+        client = await daemon.client()
+        try:
+            failure = await _failure(client, "run.submit", params)
+            await _still_serving(client)
+            return failure
+        finally:
+            await client.close()
+
+    failure = run(go())
+    assert failure.code == -32602 and failure.data_code == "rpc:invalid_params"
+    assert path in failure.error.message and "run.submit" in failure.error.message
+
+
+def test_treemail_errors_keep_their_stable_code(daemon: DaemonProcess) -> None:
+    async def go() -> tuple[RpcFailure, RpcFailure]:
+        client = await daemon.client()
+        try:
+            unknown = await _failure(client, "session.get", {"session_id": "nope"})
+            no_agent = await _failure(client, "session.create", {"agent": "nobody"})
+            return unknown, no_agent
+        finally:
+            await client.close()
+
+    unknown, no_agent = run(go())
+    assert unknown.code == -32011 and unknown.data_code == "engine:unknown_target"
+    assert no_agent.data_code == "engine:invalid_request" and "nobody" in no_agent.error.message
+
+
+def test_too_many_requests_in_flight_are_answered_overloaded(daemon: DaemonProcess) -> None:
+    async def go() -> tuple[list[Any], int]:
+        client = await daemon.client()
+        try:
+            limit = client.server["capabilities"]["max_in_flight"]
+            # One write: the daemon reads them all before any has been answered.
+            outcomes = await client.call_many([("session.list", {})] * (limit * 4))
+            await _still_serving(client)
+            return outcomes, limit
+        finally:
+            await client.close()
+
+    outcomes, limit = run(go())
+    overloaded = [o for o in outcomes if isinstance(o, RpcFailure)]
+    served = [o for o in outcomes if isinstance(o, dict)]
+    assert len(served) + len(overloaded) == len(outcomes)  # each answered exactly once
+    assert overloaded and all(o.code == -32001 and o.data_code == "rpc:overloaded"
+                              for o in overloaded)
+    assert len(served) >= limit
+
+
+def test_second_daemon_on_the_data_dir_is_refused(daemon: DaemonProcess) -> None:
+    import subprocess
+    import sys
+
+    second = subprocess.run(
+        [sys.executable, "-m", "treemail", "daemon", "--data-dir", str(daemon.data_dir),
+         "--socket", str(daemon.data_dir / "other.sock")],
+        capture_output=True, text=True, timeout=30)
+    assert second.returncode == 2
+    assert "daemon:data_dir_locked" in second.stderr
+    assert f"pid {daemon.proc.pid}" in second.stderr and str(daemon.socket) in second.stderr
+    assert "Traceback" not in second.stderr
+    assert daemon.socket.exists()  # the first daemon's socket is untouched

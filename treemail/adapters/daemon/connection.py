@@ -1,0 +1,125 @@
+"""One client connection: its frames in, a bounded queue of frames out, its requests in
+flight, and the requests the server made of it (a plugin's gate answers).
+
+Nothing grows without bound. Outgoing frames wait in a queue of ``out_frames``; a full queue
+makes the producer wait (a request's answer, a subscription's next event), and so stops the
+reading of more frames, which pushes back on the client through the socket. Requests in
+flight are capped at ``max_in_flight``; one more is answered at once with an overload error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from typing import Any
+
+import attrs
+
+from treemail.protocol.jsonrpc import RpcError, encode_request
+from treemail.protocol.types import ClientCapabilities
+
+__all__ = ["Connection", "Limits", "PeerGone"]
+
+
+@attrs.frozen
+class Limits:
+    max_frame_bytes: int = 1 << 20
+    max_in_flight: int = 64
+    out_frames: int = 256
+    read_chunk: int = 1 << 16
+    peer_timeout: float = 30.0  # how long a server->client request waits for its answer
+
+
+class PeerGone(Exception):
+    """The connection closed, or did not answer a server request in time."""
+
+
+class Connection:
+    def __init__(self, writer: asyncio.StreamWriter, limits: Limits, name: str) -> None:
+        self.writer = writer
+        self.limits = limits
+        self.name = name
+        self.initialized = False
+        self.capabilities = ClientCapabilities()
+        self.in_flight = 0
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.requests: set[asyncio.Task[Any]] = set()
+        self.closed = False
+        self._out: asyncio.Queue[bytes] = asyncio.Queue(maxsize=limits.out_frames)
+        self._ids = itertools.count(1)
+        self._asked: dict[int | str, asyncio.Future[Any]] = {}
+        self._pump = asyncio.create_task(self._write_out(), name=f"out {name}")
+
+    async def send(self, frame: bytes) -> None:
+        """Queue a frame; waits while the queue is full (the client is not reading)."""
+        if self.closed:
+            raise PeerGone(f"connection {self.name} is closed")
+        await self._out.put(frame)
+
+    async def ask(self, method: str, params: object) -> Any:
+        """A server -> client request; its result, or ``PeerGone``/``RpcError`` raised."""
+        id = f"s{next(self._ids)}"
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._asked[id] = answer
+        try:
+            await self.send(encode_request(id, method, params))
+            async with asyncio.timeout(self.limits.peer_timeout):
+                return await answer
+        except TimeoutError:
+            raise PeerGone(f"{self.name} did not answer {method} within "
+                           f"{self.limits.peer_timeout}s") from None
+        finally:
+            self._asked.pop(id, None)
+
+    def answered(self, id: int | str, result: Any, error: RpcError | None) -> None:
+        answer = self._asked.get(id)
+        if answer is None or answer.done():
+            return  # late or unknown: the asker gave up, nothing waits for it
+        if error is not None:
+            answer.set_exception(PeerGone(f"{self.name} answered with error {error.code}: "
+                                          f"{error.message}"))
+        else:
+            answer.set_result(result)
+
+    def spawn(self, coroutine: Any, name: str, *, request: bool = False) -> asyncio.Task[Any]:
+        """Run a task of this connection; ``request`` marks an answer still owed."""
+        task = asyncio.create_task(coroutine, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        if request:
+            self.requests.add(task)
+            task.add_done_callback(self.requests.discard)
+        return task
+
+    async def settle(self, timeout: float) -> None:
+        """The client stopped sending: let the answers it is owed go out first."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*self.requests, return_exceptions=True)
+
+    async def _write_out(self) -> None:
+        while True:
+            frame = await self._out.get()
+            self.writer.write(frame)
+            await self.writer.drain()
+
+    async def close(self, flush: float = 1.0) -> None:
+        """Stop its tasks, send what is queued (for at most ``flush`` seconds), close."""
+        if self.closed:
+            return
+        self.closed = True
+        for answer in self._asked.values():
+            if not answer.done():
+                answer.set_exception(PeerGone(f"connection {self.name} closed"))
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(flush):
+                while not self._out.empty() and not self._pump.done():
+                    await asyncio.sleep(0.005)
+        self._pump.cancel()
+        await asyncio.gather(self._pump, return_exceptions=True)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            self.writer.close()

@@ -1,0 +1,125 @@
+"""Hosting the runtime in a data directory: what ``treemail daemon`` runs.
+
+The data directory holds ``store/`` (the LMDB store), ``daemon.sock``, ``daemon.lock``,
+an optional ``config.toml`` and an optional ``agents/`` directory of agent docs. The config's
+``[messaging]`` table sets the limits; ``[daemon] model`` names the model adapter:
+
+* ``scripted`` (the default): a deterministic model that answers each turn with one line
+  naming what it read, so a daemon works with no network and no key;
+* ``openai``: an OpenAI-compatible endpoint, from ``[daemon.openai]`` ``base_url``, ``model``
+  and ``api_key_env`` (the name of the variable holding the key, never the key itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from treemail.adapters.agent_docs import build_agents, load_agent_docs
+from treemail.adapters.daemon.connection import Limits
+from treemail.adapters.daemon.handlers import install
+from treemail.adapters.daemon.lock import DataDirLock
+from treemail.adapters.daemon.server import Daemon
+from treemail.adapters.ids import UuidIds
+from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.models import ChatMessage, Model, ModelReply, OpenAICompatibleModel
+from treemail.adapters.runtime import Runtime
+from treemail.core.config import MessagingConfig
+from treemail.core.errors import ConfigError
+
+__all__ = ["DEFAULT_DATA_DIR", "ScriptedEcho", "Settings", "open_daemon", "run_daemon"]
+
+DEFAULT_DATA_DIR = "./.treemail"
+
+
+class ScriptedEcho:
+    """The scripted model: it reads its last input and says so, then ends the run."""
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> ModelReply:
+        last = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"),
+                    None)
+        first = str(last or "").strip().splitlines()
+        return ModelReply(text=f"noted: {first[0] if first else '(nothing)'}")
+
+
+@attrs.frozen
+class Settings:
+    messaging: MessagingConfig = attrs.field(factory=MessagingConfig)
+    model: str = "scripted"
+    openai: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def load(cls, data_dir: Path) -> Settings:
+        path = data_dir / "config.toml"
+        if not path.exists():
+            return cls()
+        try:
+            document = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+        daemon = document.get("daemon", {})
+        model = daemon.get("model", "scripted")
+        if model not in ("scripted", "openai"):
+            raise ConfigError(f"{path}: [daemon] model = {model!r}; use scripted or openai")
+        return cls(MessagingConfig.from_mapping(document.get("messaging", {})), model,
+                   dict(daemon.get("openai", {})))
+
+    def model_for(self, agent: str, doc_model: str | None) -> Model:
+        if self.model == "scripted":
+            return ScriptedEcho()
+        key_env = str(self.openai.get("api_key_env", "OPENAI_API_KEY"))
+        base_url = self.openai.get("base_url")
+        if not base_url:
+            raise ConfigError("[daemon.openai] base_url is required with model = openai")
+        return OpenAICompatibleModel(str(base_url), os.environ.get(key_env),
+                                     doc_model or str(self.openai.get("model", "")))
+
+
+async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None) -> Daemon:
+    """Take the data directory's lock, open the store, start the runtime (recovering what a
+    crash left), and bind the socket. Raises ``DataDirLocked`` if another daemon holds it."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = DataDirLock(data_dir)
+    lock.acquire(str(socket))
+    try:
+        settings = Settings.load(data_dir)
+        agents_dir = data_dir / "agents"
+        docs = load_agent_docs(agents_dir) if agents_dir.is_dir() else {}
+        store = LmdbStore.open(str(data_dir / "store"))
+    except BaseException:
+        lock.release()
+        raise
+    runtime = Runtime(store, UuidIds(), build_agents(docs, settings.model_for),
+                      settings.messaging)
+    daemon = Daemon(runtime, store, lock, settings.model_for, limits)
+    install(daemon)
+    await runtime.start()
+    await daemon.listen_unix(socket)
+    return daemon
+
+
+async def run_daemon(data_dir: Path, socket: Path | None, stdio: bool) -> int:
+    socket = socket or data_dir / "daemon.sock"
+    daemon = await open_daemon(data_dir, socket)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, daemon.request_stop)
+    print(f"treemail daemon: serving {data_dir} on {socket} (pid {os.getpid()})",
+          file=sys.stderr, flush=True)
+    if stdio:
+        stdio_task = asyncio.create_task(daemon.serve_stdio(), name="stdio")
+    await daemon.stopped.wait()
+    if stdio:
+        await asyncio.gather(stdio_task, return_exceptions=True)
+    print("treemail daemon: stopped", file=sys.stderr, flush=True)
+    return 0

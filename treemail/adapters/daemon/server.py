@@ -1,0 +1,220 @@
+"""The daemon: one process owns every session of a data directory, served as JSON-RPC 2.0.
+
+Frames come in through ``FrameSplitter`` (a size limit), are decoded by the pure protocol
+layer, and each request runs as its own task, capped per connection. The order of shutdown
+(SIGTERM or the ``shutdown`` method): stop accepting connections, refuse new requests with
+``send_message:engine_shutdown``, let the requests in flight finish, shut the runtime down
+(runs stop at a boundary; claimed mail released), close the connections, close the store,
+drop the data-directory lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from treemail.adapters.agent_docs import ModelFor
+from treemail.adapters.daemon.connection import Connection, Limits, PeerGone
+from treemail.adapters.daemon.lock import DataDirLock
+from treemail.adapters.runtime import Runtime
+from treemail.core.errors import EngineShutdown, TreemailError
+from treemail.core.store import Store
+from treemail.protocol import errors
+from treemail.protocol.framing import FrameSplitter, Oversized
+from treemail.protocol.jsonrpc import (
+    Failure,
+    Reply,
+    Request,
+    RpcError,
+    decode_frame,
+    encode_error,
+    encode_result,
+)
+from treemail.protocol.methods import METHODS, Method, ParamsError, decode_params
+
+__all__ = ["Daemon", "Handler", "WireError"]
+
+Handler = Callable[[Connection, Any], Awaitable[msgspec.Struct]]
+
+# Methods that still answer while the daemon stops; every other one is refused.
+_WHILE_STOPPING = frozenset({"initialize", "shutdown"})
+
+
+class WireError(Exception):
+    """A handler's refusal that is a protocol matter, not a treemail error."""
+
+    def __init__(self, error: RpcError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class Daemon:
+    def __init__(self, runtime: Runtime, store: Store, lock: DataDirLock,
+                 model_for: ModelFor, limits: Limits | None = None) -> None:
+        self.runtime = runtime
+        self.model_for = model_for
+        self.store = store
+        self.lock = lock
+        self.limits = limits or Limits()
+        self.handlers: dict[str, Handler] = {}
+        self.connections: set[Connection] = set()
+        self.stopping = False
+        self.stopped = asyncio.Event()
+        self._servers: list[asyncio.Server] = []
+        self._names = iter(range(1, 1 << 62))
+        self._stop_task: asyncio.Task[None] | None = None
+        self._socket: Path | None = None
+
+    # -- listening -----------------------------------------------------------------------
+
+    async def listen_unix(self, path: Path) -> None:
+        """A Unix socket only its user can open: created under umask 0177, then chmod 0600,
+        so there is no moment at which another user could connect."""
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # stale: the data-dir lock proves no live daemon serves it
+        old = os.umask(0o177)
+        try:
+            server = await asyncio.start_unix_server(self.serve, path=str(path))
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        self._servers.append(server)
+        self._socket = path
+
+    async def serve_stdio(self) -> None:
+        """One connection over stdin/stdout; the daemon stops when stdin closes."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, sys.stdout)
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self.serve(reader, writer)
+        self.request_stop()
+
+    # -- one connection --------------------------------------------------------------------
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(writer, self.limits, f"c{next(self._names)}")
+        self.connections.add(conn)
+        splitter = FrameSplitter(self.limits.max_frame_bytes)
+        try:
+            while not conn.closed:
+                chunk = await reader.read(self.limits.read_chunk)
+                frames = splitter.feed(chunk) if chunk else splitter.end()
+                for frame in frames:
+                    await self._frame(conn, frame)
+                if not chunk:
+                    await conn.settle(self.limits.peer_timeout)
+                    break
+        except (ConnectionError, PeerGone):
+            pass
+        finally:
+            self.connections.discard(conn)
+            await conn.close()
+
+    async def _frame(self, conn: Connection, frame: bytes | Oversized) -> None:
+        if isinstance(frame, Oversized):
+            await conn.send(encode_error(None, errors.invalid_request(
+                "rpc:frame_too_large",
+                f"frame of {frame.size} bytes is over the limit of "
+                f"{self.limits.max_frame_bytes} bytes; it was dropped")))
+            return
+        message = decode_frame(frame)
+        if isinstance(message, Failure):
+            await conn.send(encode_error(message.id, message.error))
+        elif isinstance(message, Reply):
+            conn.answered(message.id, message.result, message.error)
+        elif isinstance(message, Request):
+            await self._request(conn, message)
+        # A notification from a client asks for nothing and gets no answer.
+
+    async def _request(self, conn: Connection, request: Request) -> None:
+        if conn.in_flight >= self.limits.max_in_flight:
+            await conn.send(encode_error(request.id,
+                                         errors.overloaded(self.limits.max_in_flight)))
+            return
+        conn.in_flight += 1
+        conn.spawn(self._answer(conn, request), f"{conn.name} {request.method}", request=True)
+
+    async def _answer(self, conn: Connection, request: Request) -> None:
+        try:
+            frame = await self._outcome(conn, request)
+        finally:
+            conn.in_flight -= 1
+        await conn.send(frame)
+
+    async def _outcome(self, conn: Connection, request: Request) -> bytes:
+        try:
+            result = await self._dispatch(conn, request)
+        except WireError as refused:
+            return encode_error(request.id, refused.error)
+        except TreemailError as error:
+            return encode_error(request.id, errors.rpc_error(error))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            print(f"treemail daemon: {request.method} failed: {exc!r}", file=sys.stderr)
+            return encode_error(request.id, errors.unexpected(request.method, exc))
+        return encode_result(request.id, result)
+
+    async def _dispatch(self, conn: Connection, request: Request) -> msgspec.Struct:
+        method = METHODS.get(request.method)
+        handler = self.handlers.get(request.method)
+        if method is None or handler is None:
+            raise WireError(errors.method_not_found(request.method))
+        if not conn.initialized and method.name != "initialize":
+            raise WireError(errors.not_initialized(method.name))
+        params = _params(method, request.params)
+        if self.stopping and method.name not in _WHILE_STOPPING:
+            raise EngineShutdown("the daemon is shutting down; nothing was accepted; "
+                                 "retry after it restarts")
+        return await handler(conn, params)
+
+    # -- stopping --------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Begin the ordered shutdown (idempotent); ``stopped`` is set when it is done."""
+        if self._stop_task is None:
+            print("treemail daemon: stopping", file=sys.stderr, flush=True)
+            self.stopping = True
+            self._stop_task = asyncio.get_running_loop().create_task(self._stop())
+
+    async def _stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        await self._drain_requests(timeout=self.runtime.shutdown_grace)
+        await self.runtime.shutdown()
+        await asyncio.gather(*(c.close() for c in list(self.connections)),
+                             return_exceptions=True)
+        self.store.close()
+        if self._socket is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._socket.unlink()
+        self.lock.release()
+        self.stopped.set()
+
+    async def _drain_requests(self, timeout: float) -> None:
+        # The shutdown request itself is in flight: it answers right after asking to stop.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while any(c.in_flight > _asking_stop(c) for c in self.connections):
+                    await asyncio.sleep(0.01)
+
+
+def _asking_stop(conn: Connection) -> int:
+    return sum(1 for task in conn.tasks if task.get_name().endswith(" shutdown"))
+
+
+def _params(method: Method, raw: Any) -> msgspec.Struct:
+    try:
+        return decode_params(method, raw)
+    except ParamsError as exc:
+        raise WireError(errors.invalid_params(method.name, str(exc))) from None

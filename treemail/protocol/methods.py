@@ -1,0 +1,68 @@
+"""Protocol 19's method table: each method's name, params type, result type and summary.
+
+The server dispatches through this table, the client encodes through it, and the bindings
+are generated from it, so a method exists on the wire exactly when it is listed here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, NamedTuple
+
+import msgspec
+
+from treemail.protocol import types as t
+
+__all__ = [
+    "METHODS",
+    "NOTIFICATIONS",
+    "PROTOCOL_VERSION",
+    "SERVER_REQUESTS",
+    "Method",
+    "ParamsError",
+    "decode_params",
+]
+
+PROTOCOL_VERSION: Final = 19
+
+
+class Method(NamedTuple):
+    name: str
+    params: type[msgspec.Struct]
+    result: type[msgspec.Struct]
+    summary: str
+
+
+def _table(*methods: Method) -> dict[str, Method]:
+    return {m.name: m for m in methods}
+
+
+METHODS: Final[dict[str, Method]] = _table(
+    Method("initialize", t.InitializeParams, t.InitializeResult,
+           "The handshake; every other request before it is refused."),
+    Method("shutdown", t.Empty, t.ShutdownResult,
+           "Stop the daemon in order: new sends are refused, runs stop at a boundary."),
+    Method("session.create", t.SessionCreateParams, t.SessionView,
+           "A new tree whose root runs an agent, known by name or given as an agent doc."),
+    Method("session.get", t.SessionGetParams, t.SessionView, "One session."),
+    Method("session.list", t.SessionListParams, t.SessionListResult,
+           "Every session, or every session of one tree, in creation order."),
+    Method("run.submit", t.RunSubmitParams, t.ProducerAccepted,
+           "User input for the session's next run (queue mode); it wakes the session."),
+)
+
+# Server -> client notifications, by method name: their params types.
+NOTIFICATIONS: Final[dict[str, Method]] = _table()
+
+# Server -> client requests (a plugin connection answers them).
+SERVER_REQUESTS: Final[dict[str, Method]] = _table()
+
+
+class ParamsError(Exception):
+    """The params do not match the method's params type; the message names the path."""
+
+
+def decode_params(method: Method, raw: dict[str, Any]) -> msgspec.Struct:
+    try:
+        return msgspec.convert(raw, method.params)
+    except msgspec.ValidationError as exc:
+        raise ParamsError(str(exc)) from None

@@ -1,0 +1,343 @@
+"""Protocol 19's wire types: every method's params and result, as msgspec Structs.
+
+msgspec, not attrs: one declaration gives fast strict decoding (a wrong type or an unknown
+field is a ``ValidationError`` naming the path, which the server answers as invalid params)
+and its JSON Schema (``msgspec.json.schema_components``), from which the TypeScript bindings
+are generated too. Params forbid unknown fields; results are read leniently by clients, so
+an added result field is not a breaking change for them (it still changes the fingerprint).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "ApprovalAnswerParams",
+    "ApprovalListParams",
+    "ApprovalListResult",
+    "ApprovalView",
+    "ClientCapabilities",
+    "ClientInfo",
+    "Empty",
+    "EventView",
+    "EventsSubscribeParams",
+    "EventsSubscribeResult",
+    "EventsUnsubscribeParams",
+    "EventsUnsubscribeResult",
+    "InitializeParams",
+    "InitializeResult",
+    "MessageGetParams",
+    "MessageHistoryEntry",
+    "MessageListParams",
+    "MessageListResult",
+    "MessageReceipt",
+    "MessageView",
+    "ProducerAccepted",
+    "ProducerSendParams",
+    "RunGetParams",
+    "RunListParams",
+    "RunListResult",
+    "RunSteerParams",
+    "RunSubmitParams",
+    "RunView",
+    "ServerCapabilities",
+    "ServerInfo",
+    "SessionCreateParams",
+    "SessionDelegateParams",
+    "SessionGetParams",
+    "SessionListParams",
+    "SessionListResult",
+    "SessionView",
+    "ShutdownResult",
+    "ToolCallParams",
+    "ToolCallResult",
+]
+
+Scope = Literal["once", "session", "tree"]
+
+
+class Params(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base of every params object: strict, so a misspelt field is an error, not a no-op."""
+
+
+class Result(msgspec.Struct, kw_only=True):
+    """Base of every result object."""
+
+
+class Empty(Params):
+    """No params."""
+
+
+# -- initialize --------------------------------------------------------------------------
+
+
+class ClientInfo(Params):
+    name: str
+    version: str = ""
+
+
+class ClientCapabilities(Params):
+    """What the client takes part in. A plugin connection asks for ``plugin/event``
+    notifications (every durable event) and/or to gate tool calls (``plugin/tool_before_call``
+    requests from the server, answered before the call runs)."""
+
+    plugin_events: bool = False
+    tool_gate: bool = False
+
+
+class InitializeParams(Params):
+    protocol_version: int
+    client_info: ClientInfo
+    capabilities: ClientCapabilities = msgspec.field(default_factory=ClientCapabilities)
+
+
+class ServerInfo(Result):
+    name: str
+    version: str
+
+
+class ServerCapabilities(Result):
+    methods: list[str]
+    notifications: list[str]
+    max_frame_bytes: int
+    max_in_flight: int
+    plugin_body_max_bytes: int
+
+
+class InitializeResult(Result):
+    protocol_version: int
+    server_info: ServerInfo
+    capabilities: ServerCapabilities
+
+
+class ShutdownResult(Result):
+    shutting_down: bool
+
+
+# -- sessions ----------------------------------------------------------------------------
+
+
+class SessionView(Result):
+    session_id: str
+    root_session_id: str
+    parent_session_id: str | None
+    handle: str | None
+    agent: str
+    state: str
+    run_id: str | None
+    live: bool
+
+
+class SessionCreateParams(Params):
+    """A new tree whose root runs ``agent`` (a known agent's name), or the agent that
+    ``agent_doc`` (an agent doc's full text: YAML frontmatter and prompt) defines."""
+
+    agent: str | None = None
+    agent_doc: str | None = None
+
+
+class SessionDelegateParams(Params):
+    parent_session_id: str
+    agent: str
+    task: str
+
+
+class SessionGetParams(Params):
+    session_id: str
+
+
+class SessionListParams(Params):
+    root_session_id: str | None = None
+
+
+class SessionListResult(Result):
+    sessions: list[SessionView]
+
+
+# -- runs --------------------------------------------------------------------------------
+
+
+class RunView(Result):
+    run_id: str
+    session_id: str
+    number: int
+    status: str
+    base_hop: int
+
+
+class RunGetParams(Params):
+    run_id: str
+
+
+class RunListParams(Params):
+    session_id: str
+
+
+class RunListResult(Result):
+    runs: list[RunView]
+
+
+class RunSubmitParams(Params):
+    """User input: mail for the session's next run (queue mode), which wakes it."""
+
+    session_id: str
+    text: str
+
+
+class RunSteerParams(Params):
+    """User steering: joins the session's in-flight run at its next safe boundary; with no
+    run in flight it waits for the next run, like ``run.submit``."""
+
+    session_id: str
+    text: str
+
+
+class ProducerAccepted(Result):
+    """Mail durably accepted (``ProducerMessageAccepted``). ``agent_hop`` is set for agent
+    mail only: internal routing data, never shown in the envelope a model reads."""
+
+    message_id: str
+    session_id: str
+    owner: str
+    mode: str
+    recipient_state: str
+    agent_hop: int | None = None
+
+
+# -- messages ----------------------------------------------------------------------------
+
+
+class MessageView(Result):
+    message_id: str
+    recipient: str
+    sender: str | None
+    owner: str
+    mode: str
+    state: str
+    body: str
+    run_id: str | None
+    reason: str | None
+
+
+class MessageListParams(Params):
+    session_id: str
+    pending_only: bool = False
+
+
+class MessageListResult(Result):
+    messages: list[MessageView]
+
+
+class MessageGetParams(Params):
+    message_id: str
+
+
+class MessageHistoryEntry(Result):
+    """One lifecycle step of a message, as its recipient's log recorded it."""
+
+    seq: int
+    kind: str
+    run_id: str | None = None
+    request_id: str | None = None
+    reason: str | None = None
+
+
+class MessageReceipt(Result):
+    message: MessageView
+    history: list[MessageHistoryEntry]
+
+
+# -- tools and approvals ---------------------------------------------------------------
+
+
+class ToolCallParams(Params):
+    """Run a tool as the session's in-flight run: the daemon executes, the caller's own model
+    asked. ``tool_call_id`` is the caller's id of the call (a retry with the same id and
+    arguments is answered with the first result)."""
+
+    session_id: str
+    tool_call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class ToolCallResult(Result):
+    """The tool result the model should see (JSON text); ``approval_id`` when an ``ask`` rule
+    holds the call until ``approval.answer``."""
+
+    content: str
+    approval_id: str | None = None
+
+
+class ApprovalView(Result):
+    approval_id: str
+    session_id: str
+    run_id: str
+    tool_call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    label: str
+    state: str
+    scope: str | None
+    outcome: str | None
+
+
+class ApprovalListParams(Params):
+    pending_only: bool = True
+
+
+class ApprovalListResult(Result):
+    approvals: list[ApprovalView]
+
+
+class ApprovalAnswerParams(Params):
+    approval_id: str
+    approve: bool
+    scope: Scope = "once"
+
+
+# -- events ------------------------------------------------------------------------------
+
+
+class EventView(Result):
+    """One durable event: ``number`` is its place in the global feed, ``seq`` in its
+    session's log."""
+
+    number: int
+    session_id: str
+    seq: int
+    kind: str
+    data: dict[str, Any]
+
+
+class EventsSubscribeParams(Params):
+    """Every event after feed number ``after`` (0: from the start), replayed and then live,
+    in order, each once; only ``session_id``'s when given."""
+
+    after: int = 0
+    session_id: str | None = None
+
+
+class EventsSubscribeResult(Result):
+    subscription_id: str
+    head: int
+
+
+class EventsUnsubscribeParams(Params):
+    subscription_id: str
+
+
+class EventsUnsubscribeResult(Result):
+    unsubscribed: bool
+
+
+# -- plugins -----------------------------------------------------------------------------
+
+
+class ProducerSendParams(Params):
+    """Plugin-owned mail into any session; the body is capped at 256 KiB of UTF-8."""
+
+    session_id: str
+    body: str
