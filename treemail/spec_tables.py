@@ -1,7 +1,8 @@
 """The generated half of ``spec/``: tables and diagrams derived from the code they describe.
 
 Every table here is a pure function of ``treemail.core``: the lifecycles come from the
-flattened machine classes, the errors from walking ``TreemailError``, the settings from
+flattened machine classes, the errors from walking ``TreemailError``, the event payloads from
+``treemail.core.events``, the settings from
 ``MessagingConfig``, ``DEFAULTS`` and ``RANGES``, the guard order from ``GUARD_ORDER``.
 The tool schemas of ``spec/schemas`` are written here too, from ``treemail.core.tools``.
 Only meanings that the code states in comments (not in anything importable) live in the
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from treemail.core import errors
+from treemail.core import errors, events
 from treemail.core.config import DEFAULTS, RANGES
 from treemail.core.delivery import DELIVERABLE, message_event, session_event
 from treemail.core.guards import GUARD_ORDER
@@ -33,6 +34,7 @@ __all__ = [
     "SPEC_DIR",
     "config_table",
     "errors_table",
+    "events_table",
     "generated_files",
     "guards_table",
     "lifecycle_markdown",
@@ -218,6 +220,17 @@ def errors_table() -> Table:
     return {"root": errors.TreemailError.__name__, "errors": sorted(rows, key=lambda r: r["code"])}
 
 
+def events_table() -> Table:
+    """Every event kind with its payload class and the JSON Schema of its stored data."""
+    return {
+        "tolerance": " ".join((events.UnknownEvent.__doc__ or "").split()),
+        "kinds": [
+            {"kind": cls.KIND.value, "class": cls.__name__, "schema": events.schema(cls)}
+            for cls in events.PAYLOADS
+        ],
+    }
+
+
 def config_table() -> Table:
     meanings = _meanings("config", list(DEFAULTS))
     return {
@@ -290,6 +303,7 @@ def generated_files() -> dict[str, str]:
         "message_lifecycle.json": message_table(),
         "session_lifecycle.json": session_table(),
         "errors.json": errors_table(),
+        "events.json": events_table(),
         "config.json": config_table(),
         "guards.json": guards_table(),
     }

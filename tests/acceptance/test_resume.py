@@ -6,6 +6,7 @@ from pathlib import Path
 
 from tests.acceptance.conftest import Brain, agent, open_store, reply, run, runtime
 from treemail.core.engine import Engine
+from treemail.core.events import Reply
 from treemail.core.ids import CountingIds
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Owner
@@ -19,8 +20,8 @@ def _crash_mid_delegation(path: Path) -> tuple[str, str]:
     child = engine.delegate(lead.session_id, AgentSpec("worker"), "count the files")
     child_run = engine.start_run(child.session_id)
     request = engine.begin_request(child.session_id, child_run.run_id)
-    output = {"inputs": [d.text for d in request.deliveries], "text": "Counting...",
-              "tool_calls": []}  # as the runtime records a reply with its inputs
+    # as the runtime records a reply with its inputs
+    output = Reply(tuple(d.text for d in request.deliveries), "Counting...")
     engine.commit_request(child.session_id, child_run.run_id, request.request_id, output)
     store.close()  # no finish: the run dies with the process
     return lead.session_id, child.session_id

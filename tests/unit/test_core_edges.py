@@ -29,6 +29,7 @@ from treemail.core.errors import (
     UnknownTarget,
     UnknownTool,
 )
+from treemail.core.events import RecordedResult, Reply
 from treemail.core.lifecycle import Lifecycle, MessageLifecycle, SessionLifecycle
 from treemail.core.permissions import Action, Rules
 from treemail.core.records import Owner, RunStatus, Session, ToolContext
@@ -294,8 +295,8 @@ def test_a_run_writes_its_transcript_events(world: World) -> None:
     engine = world.engine
     request = engine.begin_request(kid.session_id, run.run_id)
     [task] = request.deliveries
-    engine.commit_request(kid.session_id, run.run_id, request.request_id, {"text": "done"})
-    engine.record_tool_results(kid.session_id, run.run_id, [{"id": "c1", "ok": True}])
+    engine.commit_request(kid.session_id, run.run_id, request.request_id, Reply(text="done"))
+    engine.record_tool_results(kid.session_id, run.run_id, [RecordedResult("c1", "ok")])
     engine.finish_run(kid.session_id, run.run_id)
     ids = {"run_id": run.run_id, "request_id": request.request_id}
     tail = [(e.kind, dict(e.data)) for e in engine.events(kid.session_id)][-6:]
@@ -306,8 +307,9 @@ def test_a_run_writes_its_transcript_events(world: World) -> None:
             **ids,
         }),
         ("RequestCommitted", ids),
-        ("ModelOutput", {**ids, "text": "done"}),
-        ("ToolResults", {"run_id": run.run_id, "results": [{"id": "c1", "ok": True}]}),
+        ("ModelOutput", {**ids, "inputs": [], "text": "done", "tool_calls": []}),
+        ("ToolResults", {"run_id": run.run_id,
+                         "results": [{"tool_call_id": "c1", "content": "ok"}]}),
         ("RunFinished", {"run_id": run.run_id, "run_number": 1, "reason": "completed"}),
     ]
     assert engine.run(run.run_id).status is RunStatus.FINISHED

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.unit.conftest import World
 from treemail.adapters.history import rebuild
+from treemail.core.events import Reply
 from treemail.core.records import Owner
 
 
@@ -36,18 +37,17 @@ def test_a_fork_remembers_the_source_conversation_up_to_the_fork(world: World) -
     root = world.root("root", {"*": "allow"})
     run = world.activate(root)
     request = world.engine.begin_request(root.session_id, run.run_id)
-    output = {"inputs": [d.text for d in request.deliveries], "text": "before", "tool_calls": []}
+    output = Reply(tuple(d.text for d in request.deliveries), "before")
     world.engine.commit_request(root.session_id, run.run_id, request.request_id, output)
     fork = world.engine.fork(root.session_id)
     later = world.engine.begin_request(root.session_id, run.run_id)
     world.engine.commit_request(root.session_id, run.run_id, later.request_id,
-                                {"inputs": [], "text": "after the fork", "tool_calls": []})
+                                Reply(text="after the fork"))
     world.engine.produce(fork.session_id, "a question for the fork", Owner.USER)
     fork_run = world.engine.start_run(fork.session_id)
     asked = world.engine.begin_request(fork.session_id, fork_run.run_id)
     world.engine.commit_request(fork.session_id, fork_run.run_id, asked.request_id,
-                                {"inputs": [d.text for d in asked.deliveries], "text": "mine",
-                                 "tool_calls": []})
+                                Reply(tuple(d.text for d in asked.deliveries), "mine"))
     with world.store.read() as tx:
         said = [m["content"] for m in rebuild(tx, fork.session_id) if m["role"] == "assistant"]
     assert said == ["before", "mine"]

@@ -24,6 +24,7 @@ JSON_TABLES = {
     "message_lifecycle.json": spec_tables.message_table,
     "session_lifecycle.json": spec_tables.session_table,
     "errors.json": spec_tables.errors_table,
+    "events.json": spec_tables.events_table,
     "config.json": spec_tables.config_table,
     "guards.json": spec_tables.guards_table,
 }

@@ -22,6 +22,7 @@ from treemail.adapters.history import rebuild
 from treemail.adapters.models import ModelError, ModelReply, tool_result_message
 from treemail.core.engine import Request
 from treemail.core.errors import TreemailError
+from treemail.core.events import RecordedCall, RecordedResult, Reply
 from treemail.core.records import Run, Session, ToolContext
 from treemail.core.tools import tool_definitions
 
@@ -120,7 +121,7 @@ class Actor:
         self, session: Session, run: Run, reply: ModelReply, history: list[dict[str, Any]]
     ) -> None:
         rt = self.runtime
-        results: list[dict[str, object]] = []
+        results: list[RecordedResult] = []
         for call in reply.tool_calls:
             outcome = await rt.tools.execute(session, run.run_id, call)
             content = outcome.content
@@ -133,11 +134,11 @@ class Actor:
                 await rt.interrupted(target)
             for target in outcome.poke:
                 rt.poke(target)
-            results.append({"tool_call_id": call.id, "content": content})
+            results.append(RecordedResult(call.id, content))
             history.append(tool_result_message(call.id, content))
         await self._record(run, results)
 
-    async def _record(self, run: Run, results: list[dict[str, object]]) -> None:
+    async def _record(self, run: Run, results: list[RecordedResult]) -> None:
         if results:
             rt = self.runtime
             await rt.writer(rt.engine.record_tool_results, self.session_id, run.run_id, results)
@@ -173,13 +174,8 @@ class Actor:
         return await rt.writer.quiet(read)
 
 
-def _output(inputs: list[str], reply: ModelReply) -> dict[str, object]:
-    return {
-        "inputs": inputs,
-        "text": reply.text,
-        "tool_calls": [
-            {"id": c.id, "name": c.name,
-             "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments)}
-            for c in reply.tool_calls
-        ],
-    }
+def _output(inputs: list[str], reply: ModelReply) -> Reply:
+    return Reply(tuple(inputs), reply.text, tuple(
+        RecordedCall(c.id, c.name,
+                     c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments))
+        for c in reply.tool_calls))

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from treemail.core import events
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import InvalidRequest, PermissionDenied, Refusal, UnknownApproval
 from treemail.core.ids import IdSource
@@ -40,10 +41,8 @@ def hold(
     approval = Approval(approval_id, ctx.session_id, ctx.run_id, ctx.tool_call_id, tool,
                         dict(arguments), label)
     tx.put_approval(approval)
-    tx.append(ctx.session_id, "ApprovalRequested", {
-        "approval_id": approval_id, "tool": tool, "label": label,
-        "tool_call_id": ctx.tool_call_id, "run_id": ctx.run_id,
-    })
+    events.record(tx, ctx.session_id, events.ApprovalRequested(
+        approval_id, tool, label, ctx.tool_call_id, ctx.run_id))
     return approval
 
 
@@ -69,10 +68,8 @@ def answer(
     answered = attrs.evolve(approval, state=state, scope=scope if approve else None,
                             outcome=outcome)
     tx.put_approval(answered)
-    tx.append(approval.session_id, "ApprovalAnswered", {
-        "approval_id": approval_id, "state": state.value, "scope": answered.scope,
-        "outcome": outcome,
-    })
+    events.record(tx, approval.session_id, events.ApprovalAnswered(
+        approval_id, state, answered.scope, outcome))
     return answered, wake
 
 

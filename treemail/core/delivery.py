@@ -13,6 +13,8 @@ from typing import Any
 
 import attrs
 
+from treemail.core import events
+from treemail.core.events import EventKind
 from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import IdSource
 from treemail.core.lifecycle import MESSAGE, SESSION
@@ -34,21 +36,13 @@ __all__ = [
 # States in which a message waits to be put into a model request.
 DELIVERABLE = frozenset({"admitted", "released"})
 
-_SESSION_EVENTS = {
-    "enqueue": "RunQueued",
-    "start": "RunStarted",
-    "finish": "RunFinished",
-    "interrupt": "RunInterrupted",
-}
-
-
-def message_event(state: str) -> str:
+def message_event(state: str) -> EventKind:
     """The event-log kind recording entry into ``state``: ProducerMessageAccepted, ..."""
-    return f"ProducerMessage{state.capitalize()}"
+    return events.message_kind(state)
 
 
-def session_event(event: str) -> str:
-    return _SESSION_EVENTS[event]
+def session_event(event: str) -> EventKind:
+    return events.run_kind(event)
 
 
 def _counted(message: Message) -> bool:
@@ -63,26 +57,11 @@ def _track(tx: WriteTxn, message: Message, delta: int) -> None:
         tx.add(pair_counter(message.sender, message.recipient), delta)
 
 
-def _describe(message: Message) -> dict[str, object]:
-    return {
-        "message_id": message.message_id,
-        "owner": message.owner.value,
-        "sender": message.sender,
-        "run_id": message.run_id,
-        "request_id": message.request_id,
-    }
-
-
 def accept(tx: WriteTxn, message: Message) -> Message:
     """Persist a new message in its initial state and log ProducerMessageAccepted."""
     tx.put_message(message)
     _track(tx, message, +1)
-    tx.append(
-        message.recipient,
-        message_event(message.state),
-        {**_describe(message), "mode": message.mode.value, "agent_hop": message.hop,
-         "body": message.body},
-    )
+    events.record(tx, message.recipient, events.message_payload(message))
     return message
 
 
@@ -109,22 +88,18 @@ def step_message(tx: WriteTxn, message: Message, event: str, **changes: Any) -> 
     tx.put_message(updated)
     if not updated.pending:
         _track(tx, updated, -1)
-    data = _describe(updated)
-    if updated.reason is not None:
-        data["reason"] = updated.reason
-    tx.append(updated.recipient, message_event(state), data)
+    events.record(tx, updated.recipient, events.message_payload(updated))
     return updated
 
 
 def step_session(
-    tx: WriteTxn, session: Session, event: str, run: Run, **data: object
+    tx: WriteTxn, session: Session, event: str, run: Run, reason: str | None = None
 ) -> Session:
     state = SESSION.step(f"session {session.session_id}", session.state, event)
     run_id = run.run_id if state in ("queued", "running") else None
     updated = attrs.evolve(session, state=state, run_id=run_id)
     tx.put_session(updated)
-    tx.append(session.session_id, session_event(event),
-              {"run_id": run.run_id, "run_number": run.number, **data})
+    events.record(tx, session.session_id, events.run_payload(event, run, reason))
     return updated
 
 

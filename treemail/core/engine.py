@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import attrs
 
-from treemail.core import approvals, runs
+from treemail.core import approvals, events, runs
 from treemail.core.config import MessagingConfig
 from treemail.core.delivery import new_mail, step_message
 from treemail.core.errors import EngineShutdown, InvalidRequest, UnknownTarget
@@ -96,12 +96,8 @@ class Engine:
             ordinal=tx.add("sessions", 1),
         )
         tx.put_session(session)
-        tx.append(session_id, "SessionCreated", {
-            "root_session_id": root,
-            "parent_session_id": session.parent_session_id,
-            "handle": handle,
-            "agent": agent.name,
-        })
+        events.record(tx, session_id, events.SessionCreated(
+            root, session.parent_session_id, handle, agent.name))
         return session
 
     # -- mail from outside the agents ------------------------------------------------------
@@ -180,7 +176,7 @@ class Engine:
                     branch.add(session.session_id)
                     if session.live:
                         tx.put_session(attrs.evolve(session, live=False))
-                        tx.append(session.session_id, "SessionReverted", {"branch": session_id})
+                        events.record(tx, session.session_id, events.SessionReverted(session_id))
                         ghosts.append(session.session_id)
             return ghosts
 
@@ -198,7 +194,7 @@ class Engine:
                       if source.parent_session_id is not None else None)
             fork = self._create(tx, source.agent, parent, source.handle is None)
             upto = max(e.seq for e in tx.events(session_id))  # SessionCreated at least
-            tx.append(fork.session_id, "SessionForked", {"from": session_id, "upto": upto})
+            events.record(tx, fork.session_id, events.SessionForked(session_id, upto))
             return fork
 
         return self._transact(work)
@@ -242,19 +238,19 @@ class Engine:
 
     def commit_request(
         self, session_id: str, run_id: str, request_id: str,
-        output: Mapping[str, object] | None = None,
+        output: events.Reply | None = None,
     ) -> None:
         """The request committed: its mail is consumed, exactly once.
 
-        ``output`` (the model's reply, as JSON-compatible data) is appended to the session's
+        ``output`` (the model's reply and the mail texts it read) is appended to the session's
         log as ``ModelOutput`` in the same transaction, so the durable transcript holds the
         reply exactly when it holds the mail that prompted it."""
 
         def work(tx: WriteTxn) -> None:
             runs.close(tx, session_id, run_id, request_id, committed=True)
             if output is not None:
-                tx.append(session_id, "ModelOutput",
-                          {"run_id": run_id, "request_id": request_id, **output})
+                events.record(tx, session_id, events.ModelOutput(
+                    run_id, request_id, output.inputs, output.text, output.tool_calls))
 
         self._transact(work)
 
@@ -264,14 +260,14 @@ class Engine:
             lambda tx: runs.close(tx, session_id, run_id, request_id, committed=False))
 
     def record_tool_results(
-        self, session_id: str, run_id: str, results: Sequence[Mapping[str, object]]
+        self, session_id: str, run_id: str, results: Sequence[events.RecordedResult]
     ) -> None:
         """Append the results of the tool calls of the run's last reply (``ToolResults``), so
         the durable transcript can be rebuilt after eviction or restart."""
 
         def work(tx: WriteTxn) -> None:
             runs.live_run(tx, session_id, run_id)
-            tx.append(session_id, "ToolResults", {"run_id": run_id, "results": list(results)})
+            events.record(tx, session_id, events.ToolResults(run_id, tuple(results)))
 
         self._transact(work)
 
@@ -357,5 +353,6 @@ def _stranded(tx: ReadTxn, session: Session) -> bool:
         return False
     # Idle after having run means the last run was interrupted (a finish leaves it finished):
     # stranded exactly when that interruption was recovery's.
-    interrupts = [e for e in tx.events(session.session_id) if e.kind == "RunInterrupted"]
-    return bool(interrupts) and interrupts[-1].data.get("reason") == runs.CRASH
+    interrupts = [p for _, p in events.typed(tx.events(session.session_id))
+                  if isinstance(p, events.RunInterrupted)]
+    return bool(interrupts) and interrupts[-1].reason == runs.CRASH

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import attrs
 
+from treemail.core import events
 from treemail.core.delivery import admit_accepted, bound_to, new_mail, step_message, step_session
 from treemail.core.envelope import render_envelope
 from treemail.core.errors import IllegalTransition, UnknownTarget
@@ -116,10 +117,8 @@ def begin(tx: WriteTxn, ids: IdSource, session_id: str, run_id: str) -> Request:
         for m in list(bound_to(tx, session_id, run_id))
     ]
     tx.put_run(attrs.evolve(run, open_request=request_id))
-    tx.append(session_id, "RequestBegun", {
-        "run_id": run_id, "request_id": request_id,
-        "message_ids": [m.message_id for m in claimed],
-    })
+    events.record(tx, session_id, events.RequestBegun(
+        run_id, request_id, tuple(m.message_id for m in claimed)))
     return Request(request_id, run_id, tuple(_delivery(tx, session, m) for m in claimed))
 
 
@@ -152,8 +151,9 @@ def _settle(tx: WriteTxn, run: Run, committed: bool) -> Run:
             step_message(tx, message, "release", request_id=None)
     settled = attrs.evolve(run, open_request=None, base_hop=base_hop)
     tx.put_run(settled)
-    tx.append(run.session_id, "RequestCommitted" if committed else "RequestAborted",
-              {"run_id": run.run_id, "request_id": run.open_request})
+    assert run.open_request is not None  # _settle is only called on an open request
+    closed = events.RequestCommitted if committed else events.RequestAborted
+    events.record(tx, run.session_id, closed(run.run_id, run.open_request))
     return settled
 
 
@@ -197,7 +197,7 @@ def complete_delegation(tx: WriteTxn, ids: IdSource, child: Session, result: str
     notice = f'<subagent_result from="{child.reference}">\n{result}\n</subagent_result>'
     message = new_mail(tx, ids, child.parent_session_id, notice, Owner.DELEGATION,
                        child.session_id)
-    tx.append(child.session_id, "DelegationCompleted", {"message_id": message.message_id})
+    events.record(tx, child.session_id, events.DelegationCompleted(message.message_id))
     reconcile(tx, ids, child.parent_session_id)
     return True
 

@@ -1,0 +1,118 @@
+"""The typed event log: every writer's entry reads back as its payload and fits its published
+schema, and entries this version cannot read become ``UnknownEvent``s, never exceptions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jsonschema
+import pytest
+
+from treemail.core import events
+from treemail.core.events import EventKind, Reply, UnknownEvent
+from treemail.core.records import Event, Owner
+from treemail.core.store import Store
+
+from .conftest import World
+
+
+def _busy_log(world: World) -> list[Event]:
+    """A log with every kind a run, a delegation, a fork, a revert and an approval write."""
+    root = world.root("root", {"*": "allow", "sibling": "ask"})
+    kid = world.child(root, "kid", {"*": "allow"})
+    world.send(root, kid, "steer this", "steer")
+    world.drain(kid)
+    run = world.activate(kid)
+    request = world.engine.begin_request(kid.session_id, run.run_id)
+    world.engine.commit_request(kid.session_id, run.run_id, request.request_id, Reply(
+        ("read",), None, (events.RecordedCall("c1", "send_message", "{}"),)))
+    world.engine.record_tool_results(kid.session_id, run.run_id,
+                                     [events.RecordedResult("c1", "sent")])
+    world.engine.finish_run(kid.session_id, run.run_id, "the result")
+    ctx = world.ctx(root)
+    held = world.engine.hold_for_approval(ctx, "send_message", {"to": kid.reference}, "child")
+    world.engine.answer_approval(held.approval_id, approve=False)
+    message = world.engine.produce(kid.session_id, "to drop", Owner.PLUGIN)
+    world.engine.discard(message, "operator")
+    world.engine.cancel_run(root.session_id, ctx.run_id, "stop")
+    world.engine.fork(kid.session_id)
+    world.engine.revert(kid.session_id)
+    return [event for _, event in world.engine.feed()]
+
+
+def test_every_written_entry_reads_back_and_fits_its_schema(world: World) -> None:
+    log = _busy_log(world)
+    schemas = events.schemas()
+    seen = set()
+    for event in log:
+        payload = events.read(event)
+        assert not isinstance(payload, UnknownEvent), payload
+        assert event.kind == payload.KIND
+        assert events.encode(payload) == dict(event.data)  # nothing lost or added
+        jsonschema.validate(dict(event.data), schemas[event.kind])
+        seen.add(event.kind)
+    assert seen == set(EventKind) - {EventKind.REQUEST_ABORTED, EventKind.PRODUCER_MESSAGE_RELEASED}
+
+
+def test_message_events_carry_the_owner_variant(world: World) -> None:
+    root = world.root("root", {"*": "allow"})
+    kid = world.child(root, "kid", {"*": "allow"})
+    sent = world.send(root, kid, "hi")
+    accepted = [p for p in map(events.read, world.engine.events(kid.session_id))
+                if isinstance(p, events.ProducerMessageAccepted)]
+    task, mail = accepted
+    assert task.owner == events.DelegationOwner() and task.agent_hop is None
+    assert mail.message_id == sent.message_id
+    assert mail.owner == events.AgentOwner(root.session_id) and mail.agent_hop == 1
+
+
+def _hand_written(store: Store, kind: str, data: Mapping[str, object]) -> Event:
+    """An entry as an older or newer treemail could have stored it."""
+    store.transact(lambda tx: tx.append("s-1", kind, data))
+    with store.read() as tx:
+        [event] = tx.events("s-1")
+    return event
+
+
+GOOD_RUN = {"run_id": "r1", "run_number": 1, "reason": "wake"}
+
+
+@pytest.mark.parametrize(("kind", "data", "why"), [
+    ("SessionArchived", {"archived": True}, "unknown event kind"),
+    ("RunQueued", {**GOOD_RUN, "priority": 3}, "unknown field(s) ['priority']"),
+    ("RunQueued", {"run_id": "r1", "run_number": 1}, "missing field 'reason'"),
+    ("RunQueued", {**GOOD_RUN, "run_number": True}, "expected integer, got bool"),
+    ("RunQueued", {**GOOD_RUN, "run_number": "1"}, "expected integer, got str"),
+    ("ProducerMessageClaimed", {"message_id": "m", "owner": "agent", "sender": None,
+                                "run_id": "r", "request_id": "q"}, "agent mail without a sender"),
+    ("ProducerMessageClaimed", {"message_id": "m", "owner": "robot", "sender": None,
+                                "run_id": "r", "request_id": "q"}, "expected one of"),
+    ("ToolResults", {"run_id": "r1", "results": [{"tool_call_id": "c"}]}, "missing field"),
+    ("ToolResults", {"run_id": "r1", "results": "c"}, "expected array"),
+])
+def test_an_unreadable_entry_is_an_unknown_event_not_an_error(
+    store: Store, kind: str, data: Mapping[str, object], why: str
+) -> None:
+    event = _hand_written(store, kind, data)
+    found = events.read(event)
+    assert isinstance(found, UnknownEvent)
+    assert (found.kind, dict(found.data)) == (kind, data)
+    assert why in found.reason
+
+
+def test_a_field_with_a_default_may_be_missing(store: Store) -> None:
+    # An older writer that never recorded tool_calls: the default stands in.
+    event = _hand_written(store, "ModelOutput", {"run_id": "r", "request_id": "q", "text": "hi"})
+    assert events.read(event) == events.ModelOutput("r", "q", (), "hi", ())
+
+
+def test_data_that_is_no_object_is_unknown() -> None:
+    found = events.read(Event("s", 1, "RunStarted", ["r", 1]))  # type: ignore[arg-type]
+    assert isinstance(found, UnknownEvent) and "expected an object" in found.reason
+
+
+def test_every_kind_has_one_class_and_a_closed_schema() -> None:
+    assert [cls.KIND for cls in events.PAYLOADS] == list(EventKind)
+    for kind, schema in events.schemas().items():
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["title"] == kind and schema["additionalProperties"] is False
