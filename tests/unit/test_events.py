@@ -116,3 +116,22 @@ def test_every_kind_has_one_class_and_a_closed_schema() -> None:
     for kind, schema in events.schemas().items():
         jsonschema.Draft202012Validator.check_schema(schema)
         assert schema["title"] == kind and schema["additionalProperties"] is False
+
+
+def test_readers_show_and_skip_what_they_cannot_read(store: Store) -> None:
+    from treemail.adapters.history import rebuild
+    from treemail.adapters.transcript import render_event
+
+    store.transact(lambda tx: tx.append("s-1", "SessionArchived", {"archived": True}))
+    store.transact(lambda tx: tx.append(
+        "s-1", "ModelOutput", {"run_id": "r", "request_id": "q", "text": "hi", "mood": "odd"}))
+    store.transact(lambda tx: tx.append(
+        "s-1", "ModelOutput", {"run_id": "r", "request_id": "q2", "text": "kept"}))
+    with store.read() as tx:
+        log = list(tx.events("s-1"))
+        history = rebuild(tx, "s-1")
+    rows = [render_event(event, lambda sid: sid or "?") for event in log]
+    assert "unreadable SessionArchived entry, skipped (unknown event kind" in rows[0]
+    assert "unreadable ModelOutput entry, skipped (unknown field(s) ['mood'])" in rows[1]
+    assert rows[2].endswith("ModelOutput")
+    assert history == [{"role": "assistant", "content": "kept"}]

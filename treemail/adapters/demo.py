@@ -28,6 +28,7 @@ from treemail.adapters.ids import SeededIds
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.adapters.runtime import Runtime
 from treemail.adapters.transcript import render_event
+from treemail.core import events
 from treemail.core.engine import Engine
 from treemail.core.records import Event, Owner, Session
 
@@ -50,47 +51,43 @@ class Transcript:
         return self._names.get(session_id or "", session_id or "?")
 
     def on_event(self, number: int, event: Event) -> None:
-        if event.kind == "SessionCreated":
-            self._names[event.session_id] = str(event.data.get("handle") or event.session_id)
+        payload = events.read(event)
+        if isinstance(payload, events.SessionCreated):
+            self._names[event.session_id] = payload.handle or event.session_id
         print(render_event(event, self.name), file=self.out)
-        for line in self._details(event):
+        for line in self._details(payload):
             print(_PAD + line, file=self.out)
         self.last = number
 
-    def _details(self, event: Event) -> Iterator[str]:
-        data = event.data
-        if event.kind == "ModelOutput":
-            yield from self._output(data.get("inputs"), data.get("text"), data.get("tool_calls"))
-        elif event.kind == "ToolResults":
-            for result in _list(data.get("results")):
-                tool = self._tools.get(str(result.get("tool_call_id")), "?")
-                yield f"-> {tool}: {_brief(result.get('content'))}"
-        elif event.kind == "ApprovalRequested":
-            yield (f"held: {data.get('tool')} ({data.get('tool_call_id')}) to a "
-                   f"{data.get('label')} peer, under an ask rule; the run waits for the user")
-        elif event.kind == "ApprovalAnswered":
-            yield f"the user: {data.get('state')}, scope {data.get('scope')}"
-            yield f"-> send_message: {_brief(data.get('outcome'))}"
-        elif event.kind == "DelegationCompleted":
-            yield f"the delegation's result goes to the parent (message {_id(data)})"
+    def _details(self, payload: events.Payload | events.UnknownEvent) -> Iterator[str]:
+        if isinstance(payload, events.ModelOutput):
+            yield from self._output(payload)
+        elif isinstance(payload, events.ToolResults):
+            for result in payload.results:
+                tool = self._tools.get(result.tool_call_id, "?")
+                yield f"-> {tool}: {_brief(result.content)}"
+        elif isinstance(payload, events.ApprovalRequested):
+            yield (f"held: {payload.tool} ({payload.tool_call_id}) to a "
+                   f"{payload.label} peer, under an ask rule; the run waits for the user")
+        elif isinstance(payload, events.ApprovalAnswered):
+            yield f"the user: {payload.state.value}, scope {payload.scope}"
+            yield f"-> send_message: {_brief(payload.outcome)}"
+        elif isinstance(payload, events.DelegationCompleted):
+            yield f"the delegation's result goes to the parent (message {payload.message_id[:8]})"
 
-    def _output(self, inputs: object, text: object, calls: object) -> Iterator[str]:
-        for entry in inputs if isinstance(inputs, list | tuple) else ():
-            lines = str(entry).splitlines() or [""]
+    def _output(self, output: events.ModelOutput) -> Iterator[str]:
+        for entry in output.inputs:
+            lines = entry.splitlines() or [""]
             yield f"reads | {lines[0]}"
             yield from (f"      | {line}".rstrip() for line in lines[1:])
-        if text:
-            yield f'says  "{text}"'
-        for call in _list(calls):
-            self._tools[str(call.get("id"))] = str(call.get("name"))
-            arguments = json.loads(str(call.get("arguments")))
+        if output.text:
+            yield f'says  "{output.text}"'
+        for call in output.tool_calls:
+            self._tools[call.id] = call.name
+            arguments = json.loads(call.arguments)
             body = arguments.pop("body", None) or arguments.pop("task", None)
             shown = ", ".join(f"{key}={value}" for key, value in arguments.items())
-            yield f'calls {call.get("name")}({shown}): "{body}"'
-
-
-def _list(value: object) -> list[dict[str, object]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list | tuple) else []
+            yield f'calls {call.name}({shown}): "{body}"'
 
 
 def _id(data: object) -> str:
@@ -267,11 +264,11 @@ def _verify(demo: Demo) -> bool:
     accepted: set[str] = set()
     consumed: Counter[str] = Counter()
     for _, event in demo.engine.feed():
-        message_id = str(event.data.get("message_id"))
-        if event.kind == "ProducerMessageAccepted":
-            accepted.add(message_id)
-        elif event.kind == "ProducerMessageConsumed":
-            consumed[message_id] += 1
+        payload = events.read(event)
+        if isinstance(payload, events.ProducerMessageAccepted):
+            accepted.add(payload.message_id)
+        elif isinstance(payload, events.ProducerMessageConsumed):
+            consumed[payload.message_id] += 1
     pending = sum(len(demo.engine.pending(s.session_id)) for s in demo.engine.sessions())
     exact = set(consumed) == accepted and all(n == 1 for n in consumed.values())
     demo.say("Check")

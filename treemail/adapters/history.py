@@ -18,11 +18,12 @@ waiting on the user), the best durable knowledge stands in, in this order:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from treemail.adapters.models import tool_result_message
-from treemail.core.records import Event, IdempotencyKey
+from treemail.core import events
+from treemail.core.records import IdempotencyKey
 from treemail.core.store import ReadTxn
 
 __all__ = ["AWAITING_APPROVAL", "INTERRUPTED", "rebuild"]
@@ -49,66 +50,60 @@ def rebuild(tx: ReadTxn, session_id: str, prompt: str = "") -> list[dict[str, An
 
 
 def _conversation(tx: ReadTxn, session_id: str, upto: int | None) -> list[dict[str, Any]]:
-    """The messages of one session's log (up to ``upto``); a fork starts with its source's."""
-    events = [e for e in tx.events(session_id) if upto is None or e.seq <= upto]
-    recorded, answered, held = _results(events)
+    """The messages of one session's log (up to ``upto``); a fork starts with its source's.
+    An entry this version cannot read (``UnknownEvent``) is skipped."""
+    log = [p for e, p in events.typed(tx.events(session_id)) if upto is None or e.seq <= upto]
+    recorded, answered, held = _results(log)
     history: list[dict[str, Any]] = []
-    for event in events:
-        data = event.data
-        if event.kind == "SessionForked":
-            history.extend(_conversation(tx, str(data.get("from")), int(str(data.get("upto")))))
-        if event.kind != "ModelOutput":
+    for payload in log:
+        if isinstance(payload, events.SessionForked):
+            history.extend(_conversation(tx, payload.source, payload.upto))
+        if not isinstance(payload, events.ModelOutput):
             continue
-        history.extend({"role": "user", "content": text} for text in _list(data.get("inputs")))
-        history.append(_assistant(data))
-        run_id = str(data.get("run_id"))
-        for call in _list(data.get("tool_calls")):
-            key = (run_id, str(call["id"]))
+        history.extend({"role": "user", "content": text} for text in payload.inputs)
+        history.append(_assistant(payload))
+        for call in payload.tool_calls:
+            key = (payload.run_id, call.id)
             content = recorded.get(key, answered.get(key))
             if content is None:
                 content = AWAITING_APPROVAL if key in held else _recalled(tx, session_id, key, call)
-            history.append(tool_result_message(key[1], content))
+            history.append(tool_result_message(call.id, content))
     return history
 
 
-def _results(events: Iterable[Event]) -> tuple[dict[_Key, str], dict[_Key, str], set[_Key]]:
+def _results(
+    log: Iterable[events.Payload | events.UnknownEvent],
+) -> tuple[dict[_Key, str], dict[_Key, str], set[_Key]]:
     recorded: dict[_Key, str] = {}
     requested: dict[str, _Key] = {}
     answered: dict[_Key, str] = {}
-    for event in events:
-        data = event.data
-        if event.kind == "ToolResults":
-            for result in _list(data.get("results")):
-                recorded[(str(data.get("run_id")), result["tool_call_id"])] = result["content"]
-        elif event.kind == "ApprovalRequested":
-            key = (str(data.get("run_id")), str(data.get("tool_call_id")))
-            requested[str(data.get("approval_id"))] = key
-        elif event.kind == "ApprovalAnswered":
-            found = requested.pop(str(data.get("approval_id")), None)
+    for payload in log:
+        if isinstance(payload, events.ToolResults):
+            for result in payload.results:
+                recorded[(payload.run_id, result.tool_call_id)] = result.content
+        elif isinstance(payload, events.ApprovalRequested):
+            requested[payload.approval_id] = (payload.run_id, payload.tool_call_id)
+        elif isinstance(payload, events.ApprovalAnswered):
+            found = requested.pop(payload.approval_id, None)
             if found is not None:
-                answered[found] = str(data.get("outcome"))
+                answered[found] = payload.outcome
     return recorded, answered, set(requested.values())
 
 
-def _recalled(tx: ReadTxn, session_id: str, key: _Key, call: Mapping[str, Any]) -> str:
-    if call.get("name") == "send_message":
+def _recalled(tx: ReadTxn, session_id: str, key: _Key, call: events.RecordedCall) -> str:
+    if call.name == "send_message":
         sent = tx.recall(IdempotencyKey(session_id, key[0], key[1]))
         if sent is not None:
             return json.dumps(sent.as_tool_result())
     return INTERRUPTED
 
 
-def _assistant(data: Mapping[str, object]) -> dict[str, Any]:
-    assistant: dict[str, Any] = {"role": "assistant", "content": data.get("text")}
-    calls = _list(data.get("tool_calls"))
-    if calls:
+def _assistant(output: events.ModelOutput) -> dict[str, Any]:
+    assistant: dict[str, Any] = {"role": "assistant", "content": output.text}
+    if output.tool_calls:
         assistant["tool_calls"] = [
-            {"id": c["id"], "type": "function",
-             "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for c in calls
+            {"id": c.id, "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}}
+            for c in output.tool_calls
         ]
     return assistant
-
-
-def _list(value: object) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []

@@ -5,6 +5,8 @@ object with at least one of these hooks (plain or ``async`` functions):
 
 * ``on_event(number, event)``: every durable event, in feed order, exactly once, live while
   the runtime runs. ``replay`` feeds a stored feed to the same hook, for audits.
+  ``treemail.core.events.read(event)`` gives its typed payload (an ``UnknownEvent`` for an
+  entry this version cannot read, which an observer should show or skip, never fail on).
 * ``tool_before_call(session, call)``: before every tool call a model makes, send_message
   included. Raising a ``Refusal`` (``PluginRefusal`` is there for that) refuses the call; its
   code is the tool result the model sees. Any other exception refuses it too, as

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import attrs
 
 from treemail.adapters.models import ToolCall
+from treemail.core import events
 from treemail.core.addressing import resolve
 from treemail.core.engine import Engine
 from treemail.core.errors import ApprovalRequired, PermissionDenied, Refusal
@@ -152,9 +153,9 @@ class ToolBox:
     def _result(self, child: Session) -> dict[str, object]:
         """The child's status, and the final reply of its delegated (first) run if it ended."""
         answer: dict[str, object] = {"status": child.state, "result": None}
-        for event in self.engine.events(child.session_id):
-            if event.kind == "ModelOutput" and not event.data.get("tool_calls"):
-                answer["result"] = event.data.get("text")
+        for _, payload in events.typed(self.engine.events(child.session_id)):
+            if isinstance(payload, events.ModelOutput) and not payload.tool_calls:
+                answer["result"] = payload.text
                 break
         return answer
 

@@ -28,6 +28,7 @@ from treemail.core.shapes import CODEC, KEY, Codec, Unfit, enum_codec, shape
 from treemail.core.store import WriteTxn
 
 __all__ = [
+    "MESSAGE_PAYLOADS",
     "PAYLOADS",
     "AgentOwner",
     "ApprovalAnswered",
@@ -67,6 +68,7 @@ __all__ = [
     "encode",
     "message_kind",
     "message_payload",
+    "message_state",
     "owner_of",
     "read",
     "record",
@@ -417,6 +419,10 @@ class ProducerMessageDiscarded(_Mail):
 MessagePayload: TypeAlias = (
     ProducerMessageAccepted | ProducerMessageAdmitted | ProducerMessageClaimed
     | ProducerMessageReleased | ProducerMessageConsumed | ProducerMessageDiscarded
+)
+MESSAGE_PAYLOADS = (
+    ProducerMessageAccepted, ProducerMessageAdmitted, ProducerMessageClaimed,
+    ProducerMessageReleased, ProducerMessageConsumed, ProducerMessageDiscarded,
 )
 RunPayload: TypeAlias = RunQueued | RunStarted | RunFinished | RunInterrupted
 Payload: TypeAlias = (

@@ -20,6 +20,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from treemail.core.config import MessagingConfig
+from treemail.core.events import (
+    MESSAGE_PAYLOADS,
+    ProducerMessageAccepted,
+    ProducerMessageConsumed,
+    ProducerMessageDiscarded,
+    message_state,
+    read,
+)
 from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import CountingIds
 from treemail.core.records import Event, Message, Owner
@@ -173,10 +181,10 @@ def log_follows(tx: ReadTxn, parent: World, child: World, events: list[Event]) -
     """INV1, INV2, INV3 and INV11 from the events one transition appended."""
     last = {mid: m.state for mid, m in parent.messages.items()}
     for event in events:
-        if not event.kind.startswith("ProducerMessage"):
+        mail = read(event)
+        if not isinstance(mail, MESSAGE_PAYLOADS):
             continue
-        message_id = str(event.data.get("message_id"))
-        state = event.kind.removeprefix("ProducerMessage").lower()
+        message_id, state = mail.message_id, message_state(mail)
         failure = _illegal(message_id, last.get(message_id), state)
         if failure is not None:
             return failure
@@ -205,14 +213,15 @@ def settled(tx: ReadTxn) -> Failure | None:
     with a reason, and its log holds exactly one consume or discard (INV7, INV1)."""
     ends: Counter[str] = Counter()
     for _, event in tx.feed():
-        if event.kind in ("ProducerMessageConsumed", "ProducerMessageDiscarded"):
-            ends[str(event.data.get("message_id"))] += 1
-        if event.kind != "ProducerMessageAccepted":
+        mail = read(event)
+        if isinstance(mail, ProducerMessageConsumed | ProducerMessageDiscarded):
+            ends[mail.message_id] += 1
+        if not isinstance(mail, ProducerMessageAccepted):
             continue
-        message = tx.message(str(event.data.get("message_id")))
+        message = tx.message(mail.message_id)
         if message is None or message.state not in FINAL:
             state = message.state if message is not None else "lost"
-            return "INV7", f"quiet, yet {event.data.get('message_id')} is {state}"
+            return "INV7", f"quiet, yet {mail.message_id} is {state}"
         if message.state == "discarded" and not (message.reason or "").strip():
             return "INV7", f"{message.message_id} was discarded without a reason"
     twice = [mid for mid, n in ends.items() if n != 1]
