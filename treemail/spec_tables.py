@@ -14,18 +14,34 @@ cannot drift either. ``python -m treemail.spec_tables`` rewrites the generated f
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from treemail.core import errors, events
 from treemail.core.config import DEFAULTS, RANGES
-from treemail.core.delivery import DELIVERABLE, message_event, session_event
+from treemail.core.delivery import message_event, session_event
 from treemail.core.guards import GUARD_ORDER
-from treemail.core.lifecycle import MESSAGE, SESSION, Lifecycle, MessageLifecycle, SessionLifecycle
+from treemail.core.lifecycle import (
+    MESSAGE,
+    REQUEST,
+    RUN,
+    SESSION,
+    Lifecycle,
+    MessageLifecycle,
+    MessageState,
+    RequestLifecycle,
+    RequestState,
+    RunLifecycle,
+    RunState,
+    SessionLifecycle,
+    SessionState,
+)
 from treemail.core.records import AgentSpec, Session
+from treemail.core.runs import REQUEST_LOG
 from treemail.core.sending import _recipient_state
 from treemail.core.tools import schema_files
 
@@ -42,22 +58,25 @@ __all__ = [
     "mermaid",
     "message_table",
     "render_json",
+    "run_table",
     "session_table",
 ]
 
 Table = dict[str, Any]
+S = TypeVar("S", bound=enum.StrEnum)
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "spec"
 REGENERATE = ".venv/bin/python -m treemail.spec_tables"
 
 _MEANINGS: Mapping[str, Mapping[str, str]] = {
     "message states": {
-        "accepted": "persisted in the recipient's log; the send has succeeded",
-        "admitted": "taken into pending input, bound to the running run (steer) or the next run",
-        "claimed": "inside a model request being built at a safe boundary",
-        "released": "its request did not commit; waits for the next boundary",
-        "consumed": "its request committed: it is in the transcript, exactly once",
-        "discarded": "dropped by an explicit decision, with a reason",
+        MessageState.ACCEPTED: "persisted in the recipient's log; the send has succeeded",
+        MessageState.ADMITTED: "taken into pending input, bound to the running run (steer) or "
+        "the next run",
+        MessageState.CLAIMED: "inside a model request being built at a safe boundary",
+        MessageState.RELEASED: "its request did not commit; waits for the next boundary",
+        MessageState.CONSUMED: "its request committed: it is in the transcript, exactly once",
+        MessageState.DISCARDED: "dropped by an explicit decision, with a reason",
     },
     "message events": {
         "admit": "the recipient's actor takes the mail into pending input",
@@ -67,16 +86,38 @@ _MEANINGS: Mapping[str, Mapping[str, str]] = {
         "discard": "an explicit decision drops unclaimed mail (session deleted, operator)",
     },
     "session states": {
-        "idle": "no run; created, or its last run was interrupted",
-        "queued": "a run is wanted and waits to start",
-        "running": "a run is executing; steer mail joins it at the next safe boundary",
-        "finished": "its last run completed its task; new mail wakes it",
+        SessionState.IDLE: "no run; created, or its last run was interrupted",
+        SessionState.QUEUED: "a run is wanted and waits to start",
+        SessionState.RUNNING: "a run is executing; steer mail joins it at the next safe boundary",
+        SessionState.FINISHED: "its last run completed its task; new mail wakes it",
     },
     "session events": {
         "enqueue": "a run is wanted: a first task, a user turn, or mail waking the session",
         "start": "the queued run starts; mail waiting for the next run is bound to it",
         "finish": "the run completed its task",
         "interrupt": "the run (running or queued) was cancelled or found dead at restart",
+    },
+    "run states": {
+        RunState.QUEUED: "wanted; the session is queued and the run waits to start",
+        RunState.RUNNING: "executing: the model is called request by request",
+        RunState.FINISHED: "completed its task",
+        RunState.INTERRUPTED: "cancelled, or found dead at restart",
+    },
+    "run events": {
+        "start": "the queued run starts",
+        "finish": "the run completed its task, between model requests",
+        "interrupt": "cancelled before or while running, or found dead at restart; an open "
+        "request is aborted first",
+    },
+    "request states": {
+        RequestState.NO_REQUEST: "between model requests: a safe boundary",
+        RequestState.REQUEST_OPEN: "a model request is open and holds the mail it claimed",
+    },
+    "request events": {
+        "begin_request": "a request opens at a safe boundary and claims the run's mail",
+        "commit_request": "the request committed: its mail is consumed",
+        "abort_request": "the request did not commit: its mail is released",
+        "end": "the run finishes or is interrupted; only between requests",
     },
     "config": {
         "enabled": "master switch; false refuses every send with send_message:disabled",
@@ -137,7 +178,7 @@ def _meanings(group: str, names: Sequence[str]) -> Mapping[str, str]:
     return table
 
 
-def _transitions(lifecycle: Lifecycle) -> list[tuple[str, str, str]]:
+def _transitions(lifecycle: Lifecycle[S]) -> list[tuple[str, S, S]]:
     """(event, from, to), in declaration order of events, then of states."""
     return [
         (event, state, lifecycle.transitions[(state, event)])
@@ -148,8 +189,8 @@ def _transitions(lifecycle: Lifecycle) -> list[tuple[str, str, str]]:
 
 
 def _lifecycle_table(
-    lc: Lifecycle, machine: type[Any], group: str,
-    state_facts: Callable[[str], Table], log_kind: Callable[[str, str], str],
+    lc: Lifecycle[S], machine: type[Any], group: str,
+    state_facts: Callable[[S], Table], log_kind: Callable[[str, S], str],
 ) -> Table:
     states = _meanings(f"{group} states", lc.states)
     events = _meanings(f"{group} events", lc.events)
@@ -176,13 +217,13 @@ def message_table() -> Table:
     deliverable flags the guards and delivery read."""
     return _lifecycle_table(
         MESSAGE, MessageLifecycle, "message",
-        lambda s: {"pending": not MESSAGE.is_final(s), "deliverable": s in DELIVERABLE,
+        lambda s: {"pending": s.pending, "deliverable": s.deliverable,
                    "log_kind": message_event(s)},
         lambda _event, target: message_event(target),
     )
 
 
-def _reported(state: str) -> str:
+def _reported(state: SessionState) -> str:
     """What send_message reports as recipient_state for a recipient in ``state``."""
     probe = Session("-", "-", None, AgentSpec("probe"), None, 0, state=state)
     return _recipient_state(probe).value
@@ -192,9 +233,23 @@ def session_table() -> Table:
     """Session log kinds belong to events, not states; states carry the recipient_state."""
     return _lifecycle_table(
         SESSION, SessionLifecycle, "session",
-        lambda s: {"recipient_state": _reported(s)},
+        lambda s: {"recipient_state": _reported(s), "has_run": s.has_run},
         lambda event, _target: session_event(event),
     )
+
+
+def run_table() -> Table:
+    """A run's own machine, and the machine of its model request nested under ``request``.
+    A run's changes are logged as the session's ``Run*`` events; requests as ``Request*``."""
+    table = _lifecycle_table(
+        RUN, RunLifecycle, "run", lambda _s: {},
+        lambda event, _target: session_event(event),
+    )
+    table["request"] = _lifecycle_table(
+        REQUEST, RequestLifecycle, "request", lambda _s: {},
+        lambda event, _target: REQUEST_LOG.get(event, ""),
+    )
+    return table
 
 
 def _error_classes() -> list[type[errors.TreemailError]]:
@@ -258,7 +313,7 @@ def guards_table() -> Table:
     return {"order": _guard_rows(GUARD_ORDER), "anytime": _guard_rows(_ANYTIME)}
 
 
-def mermaid(lifecycle: Lifecycle) -> str:
+def mermaid(lifecycle: Lifecycle[Any]) -> str:
     """A ``stateDiagram-v2`` of ``lifecycle``: its initial state, transitions and final states."""
     lines = ["stateDiagram-v2", f"    [*] --> {lifecycle.initial}"]
     lines += [f"    {a} --> {b} : {e}" for e, a, b in _transitions(lifecycle)]
@@ -266,7 +321,7 @@ def mermaid(lifecycle: Lifecycle) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _diagram(title: str, lifecycle: Lifecycle, summary: str, notes: str) -> str:
+def _diagram(title: str, lifecycle: Lifecycle[Any], summary: str, notes: str) -> str:
     return f"## {title} (`{lifecycle.name}`)\n\n{summary}\n\n```mermaid\n" \
         f"{mermaid(lifecycle)}```\n\n{notes}\n"
 
@@ -280,8 +335,8 @@ def lifecycle_markdown() -> str:
     header = (
         f"<!-- GENERATED by treemail/spec_tables.py from treemail/core; do not edit.\n"
         f"     Regenerate with: {REGENERATE} -->\n\n# Lifecycles\n\n"
-        "The transition tables behind these diagrams are in `message_lifecycle.json` and\n"
-        "`session_lifecycle.json`; `README.md` explains them.\n\n"
+        "The transition tables behind these diagrams are in `message_lifecycle.json`,\n"
+        "`session_lifecycle.json` and `run_lifecycle.json`; `README.md` explains them.\n\n"
     )
     return header + _diagram(
         "Message", MESSAGE, message["summary"],
@@ -289,6 +344,13 @@ def lifecycle_markdown() -> str:
     ) + "\n" + _diagram(
         "Session", SESSION, session["summary"],
         f"No final state: mail wakes a finished session. Event-log kind per event: {runs}.",
+    ) + "\n" + _diagram(
+        "Run", RUN, " ".join((RunLifecycle.__doc__ or "").split()),
+        "A run's changes are logged by its session's events (above).",
+    ) + "\n" + _diagram(
+        "Model request", REQUEST, " ".join((RequestLifecycle.__doc__ or "").split()),
+        "Derived from the run's `open_request` (none: `no_request`). `end` is the check "
+        "a finish or interrupt passes.",
     )
 
 
@@ -302,6 +364,7 @@ def generated_files() -> dict[str, str]:
     tables = {
         "message_lifecycle.json": message_table(),
         "session_lifecycle.json": session_table(),
+        "run_lifecycle.json": run_table(),
         "errors.json": errors_table(),
         "events.json": events_table(),
         "config.json": config_table(),

@@ -30,9 +30,16 @@ from treemail.core.errors import (
     UnknownTool,
 )
 from treemail.core.events import RecordedResult, Reply
-from treemail.core.lifecycle import Lifecycle, MessageLifecycle, SessionLifecycle
+from treemail.core.lifecycle import (
+    Lifecycle,
+    MessageLifecycle,
+    MessageState,
+    RunState,
+    SessionLifecycle,
+    SessionState,
+)
 from treemail.core.permissions import Action, Rules
-from treemail.core.records import Owner, RunStatus, Session, ToolContext
+from treemail.core.records import Owner, Session, ToolContext
 from treemail.core.sending import grant_counter, send
 from treemail.core.tools import (
     TOOL_NAMES,
@@ -199,7 +206,7 @@ def test_rules_parse_names_its_default_source() -> None:
 
 def test_lifecycle_tables_derived_at_call_time() -> None:
     # MESSAGE and SESSION are derived at import; deriving again must give exactly these tables.
-    assert Lifecycle.derive(MessageLifecycle) == Lifecycle(
+    assert Lifecycle.derive(MessageLifecycle, MessageState) == Lifecycle(
         name="MessageLifecycle",
         initial="accepted",
         states=("accepted", "admitted", "claimed", "released", "consumed", "discarded"),
@@ -216,7 +223,7 @@ def test_lifecycle_tables_derived_at_call_time() -> None:
             ("released", "discard"): "discarded",
         },
     )
-    assert Lifecycle.derive(SessionLifecycle) == Lifecycle(
+    assert Lifecycle.derive(SessionLifecycle, SessionState) == Lifecycle(
         name="SessionLifecycle",
         initial="idle",
         states=("idle", "queued", "running", "finished"),
@@ -312,7 +319,7 @@ def test_a_run_writes_its_transcript_events(world: World) -> None:
                          "results": [{"tool_call_id": "c1", "content": "ok"}]}),
         ("RunFinished", {"run_id": run.run_id, "run_number": 1, "reason": "completed"}),
     ]
-    assert engine.run(run.run_id).status is RunStatus.FINISHED
+    assert engine.run(run.run_id).status is RunState.FINISHED
     # ``after`` skips what the caller has already read.
     assert engine.events(kid.session_id, after=10) == engine.events(kid.session_id)[10:]
     assert [s.session_id for s in engine.sessions()] == [root.session_id, kid.session_id]
@@ -335,7 +342,7 @@ def test_abort_and_cancel_write_their_reasons(world: World) -> None:
     engine.cancel_run(kid.session_id, again.run_id, reason="user pressed stop")
     assert _last(world, kid, "RunInterrupted") == {
         "run_id": again.run_id, "run_number": 2, "reason": "user pressed stop"}
-    assert engine.run(again.run_id).status is RunStatus.INTERRUPTED
+    assert engine.run(again.run_id).status is RunState.INTERRUPTED
 
 
 def test_recover_names_the_crash_as_the_reason(world: World) -> None:
@@ -376,18 +383,19 @@ def test_double_begin_and_finish_with_an_open_request_are_illegal(world: World) 
     engine = world.engine
     request = engine.begin_request(kid.session_id, run.run_id)
     before = world.snapshot()
+    # Both refusals come from RequestLifecycle's table, which lists what is allowed instead.
     for attempt, event in (
         (lambda: engine.begin_request(kid.session_id, run.run_id), "begin_request"),
-        (lambda: engine.finish_run(kid.session_id, run.run_id), "finish"),
+        (lambda: engine.finish_run(kid.session_id, run.run_id), "end"),
     ):
         with pytest.raises(IllegalTransition) as caught:
             attempt()
         assert caught.value.message == (
-            f"cannot {event} run {run.run_id} in state 'request open'; "
-            "from 'request open' only commit_request, abort_request is allowed"
+            f"cannot {event} run {run.run_id} in state 'request_open'; "
+            "from 'request_open' only commit_request, abort_request is allowed"
         )
         assert (caught.value.subject, caught.value.event, caught.value.state) == (
-            f"run {run.run_id}", event, "request open")
+            f"run {run.run_id}", event, "request_open")
     assert world.snapshot() == before
     assert engine.run(run.run_id).open_request == request.request_id
 
@@ -398,7 +406,7 @@ def test_start_run_outside_queued_is_illegal(world: World) -> None:
         world.engine.start_run(root.session_id)
     assert caught.value.message == (
         f"cannot start session {root.session_id} in state 'idle'; "
-        "from 'idle' only no event is allowed"
+        "from 'idle' only enqueue is allowed"
     )
 
 

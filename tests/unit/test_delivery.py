@@ -17,7 +17,8 @@ from treemail.core.errors import (
     TreemailError,
     UnknownTarget,
 )
-from treemail.core.records import Mode, Owner, RecipientState, RunStatus, Session, ToolContext
+from treemail.core.lifecycle import RunState
+from treemail.core.records import Mode, Owner, RecipientState, Session, ToolContext
 from treemail.core.sending import send
 
 PEER_RULES = {"parent": "allow", "child": "allow", "sibling": "allow"}
@@ -203,7 +204,7 @@ def test_cancel_with_an_open_request_releases_to_the_next_run(
     sent = world.send(pair.root, pair.child)
     _begin(world, pair.child)
     world.engine.cancel_run(pair.child.session_id, run.run_id)
-    assert world.engine.run(run.run_id).status is RunStatus.INTERRUPTED
+    assert world.engine.run(run.run_id).status is RunState.INTERRUPTED
     message = world.engine.message(sent.message_id)
     assert (message.state, message.run_id, message.request_id) == ("released", None, None)
     assert world.fresh(pair.child).state == "queued"
@@ -220,7 +221,7 @@ def test_recover_releases_interrupts_and_wakes(world: World, pair: Pair) -> None
     _begin(world, pair.child)  # ... and the process dies with the request open
     engine = world.restart()
     assert engine.recover() == 2  # the child's run and the root's (woken by user mail)
-    assert engine.run(run.run_id).status is RunStatus.INTERRUPTED
+    assert engine.run(run.run_id).status is RunState.INTERRUPTED
     assert _state(world, sent.message_id) == "released"
     kinds = [e.kind for e in engine.events(pair.child.session_id)]
     assert kinds[-4:] == [
@@ -362,7 +363,7 @@ def test_a_retry_after_recover_returns_the_original(world: World, pair: Pair) ->
     first = world.engine.send_message(ctx, arguments(pair.child, "hi"))
     engine = world.restart()
     engine.recover()
-    assert world.engine.run(ctx.run_id).status is RunStatus.INTERRUPTED
+    assert world.engine.run(ctx.run_id).status is RunState.INTERRUPTED
     assert engine.send_message(ctx, arguments(pair.child, "hi")) == first
     assert _agent_ids_of(world.consume_all(pair.child)) == [first.message_id]
     assert _times_delivered(world, pair.child, first.message_id) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 from statemachine import StateMachine
@@ -11,13 +12,21 @@ from statemachine.exceptions import TransitionNotAllowed
 from treemail.core.errors import IllegalTransition
 from treemail.core.lifecycle import (
     MESSAGE,
+    REQUEST,
+    RUN,
     SESSION,
     Lifecycle,
     MessageLifecycle,
+    MessageState,
+    RequestLifecycle,
+    RunLifecycle,
+    RunState,
     SessionLifecycle,
+    SessionState,
 )
 
-CASES = [(MESSAGE, MessageLifecycle), (SESSION, SessionLifecycle)]
+CASES = [(MESSAGE, MessageLifecycle), (SESSION, SessionLifecycle), (RUN, RunLifecycle),
+         (REQUEST, RequestLifecycle)]
 
 
 def _fire(machine_class: type[StateMachine], state: str, event: str) -> str | None:
@@ -32,7 +41,7 @@ def _fire(machine_class: type[StateMachine], state: str, event: str) -> str | No
 
 @pytest.mark.parametrize(("table", "machine_class"), CASES)
 def test_table_agrees_with_machine_for_every_state_and_event(
-    table: Lifecycle, machine_class: type[StateMachine]
+    table: Lifecycle[Any], machine_class: type[StateMachine]
 ) -> None:
     for state, event in itertools.product(table.states, table.events):
         if table.is_final(state):
@@ -77,3 +86,32 @@ def test_illegal_transition_names_subject_event_and_state(state: str, event: str
     assert (error.subject, error.event, error.state) == ("message m1", event, state)
     assert error.code == "lifecycle:illegal_transition"
     assert "message m1" in str(error) and event in str(error) and state in str(error)
+
+
+def test_run_lifecycle_states_and_steps() -> None:
+    assert RUN.states == ("queued", "running", "finished", "interrupted")
+    assert RUN.initial is RunState.QUEUED
+    assert RUN.final == {RunState.FINISHED, RunState.INTERRUPTED}
+    assert RUN.allowed(RunState.QUEUED) == ("start", "interrupt")
+    assert RUN.allowed(RunState.RUNNING) == ("finish", "interrupt")
+
+
+def test_request_lifecycle_allows_one_open_request_and_ends_only_between_requests() -> None:
+    assert REQUEST.allowed(REQUEST.initial) == ("begin_request", "end")
+    opened = REQUEST.step("run r", REQUEST.initial, "begin_request")
+    assert REQUEST.allowed(opened) == ("commit_request", "abort_request")
+    with pytest.raises(IllegalTransition, match="only commit_request, abort_request"):
+        REQUEST.step("run r", opened, "end")
+
+
+def test_tables_are_keyed_by_the_state_enums_and_plain_values_find_them() -> None:
+    assert all(isinstance(s, MessageState) for s in MESSAGE.states)
+    assert all(isinstance(s, SessionState) for s in SESSION.states)
+    assert MESSAGE.step("m", "accepted", "admit") is MessageState.ADMITTED  # decoded text
+
+
+def test_named_predicates() -> None:
+    assert {s for s in MessageState if s.pending} == {"accepted", "admitted", "claimed",
+                                                      "released"}
+    assert {s for s in MessageState if s.deliverable} == {"admitted", "released"}
+    assert {s for s in SessionState if s.has_run} == {"queued", "running"}

@@ -23,6 +23,7 @@ SPEC = ROOT / "spec"
 JSON_TABLES = {
     "message_lifecycle.json": spec_tables.message_table,
     "session_lifecycle.json": spec_tables.session_table,
+    "run_lifecycle.json": spec_tables.run_table,
     "errors.json": spec_tables.errors_table,
     "events.json": spec_tables.events_table,
     "config.json": spec_tables.config_table,
@@ -63,10 +64,10 @@ def test_every_generated_file_is_checked() -> None:
     assert set(spec_tables.generated_files()) == {*JSON_TABLES, "lifecycle.md", *schema_files()}
 
 
-def test_lifecycle_md_is_marked_generated_and_holds_both_diagrams() -> None:
+def test_lifecycle_md_is_marked_generated_and_holds_every_diagram() -> None:
     text = (SPEC / "lifecycle.md").read_text(encoding="utf-8")
     assert text.startswith("<!-- GENERATED") and spec_tables.REGENERATE in text
-    assert text.count("```mermaid\nstateDiagram-v2\n") == 2
+    assert text.count("```mermaid\nstateDiagram-v2\n") == 4
 
 
 def test_check_mode_reports_nothing_stale(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,6 +23,7 @@ from treemail.adapters.lmdb_store import LmdbStore
 from treemail.core.errors import StorageError, StoreClosed
 from treemail.core.ids import CountingIds
 from treemail.core.keys import MAX_KEY, Table
+from treemail.core.lifecycle import RunState
 from treemail.core.permissions import Action, Rules
 from treemail.core.records import (
     AgentSpec,
@@ -35,7 +36,6 @@ from treemail.core.records import (
     Owner,
     RecipientState,
     Run,
-    RunStatus,
     SendResult,
     Session,
 )
@@ -83,7 +83,7 @@ def populate(tx: WriteTxn) -> None:
     tx.put_session(session(CHILD, ROOT, "worker_1", 2))
     tx.put_session(session(GHOST, ROOT, "scout_1", 3))
     tx.put_session(session(OTHER_ROOT, OTHER_ROOT, "main", 4))
-    tx.put_run(Run(RUN_IDS[0], ROOT, 1, RunStatus.RUNNING, base_hop=2))
+    tx.put_run(Run(RUN_IDS[0], ROOT, 1, RunState.RUNNING, base_hop=2))
     tx.put_message(message(MESSAGE_IDS[0], CHILD, 1))
     tx.put_message(message(MESSAGE_IDS[1], CHILD, 2, state="admitted"))
     tx.put_message(message(MESSAGE_IDS[2], ROOT, 3, state="consumed"))
@@ -100,7 +100,7 @@ def mutate_everything(tx: WriteTxn) -> None:
     tx.put_session(session(CHILD, ROOT, "worker_2", 2))
     tx.put_session(session(GHOST, ROOT, "scout_1", 3, live=False))
     tx.put_session(session(NEWCOMER, OTHER_ROOT, "scout_2", 5))
-    tx.put_run(Run(RUN_IDS[0], ROOT, 1, RunStatus.FINISHED, base_hop=2))
+    tx.put_run(Run(RUN_IDS[0], ROOT, 1, RunState.FINISHED, base_hop=2))
     tx.put_run(Run(RUN_IDS[1], CHILD, 1))
     tx.put_message(message(MESSAGE_IDS[0], CHILD, 1, state="discarded"))
     tx.put_message(message(MESSAGE_IDS[3], CHILD, 4))
@@ -172,7 +172,7 @@ class StoreContract:
 
     def test_records_round_trip_exactly(self, store: Store, directory: Path) -> None:
         root = session(ROOT, ROOT, "main", 1)
-        run = Run(RUN_IDS[0], ROOT, 3, RunStatus.INTERRUPTED, base_hop=4, open_request="req")
+        run = Run(RUN_IDS[0], ROOT, 3, RunState.INTERRUPTED, base_hop=4, open_request="req")
         mail = Message(
             MESSAGE_IDS[0], ROOT, CHILD, Owner.PLUGIN, "body ✓\nline", Mode.STEER, 5, 9,
             state="claimed", run_id=RUN_IDS[0], request_id="req", reason=None,
@@ -204,7 +204,7 @@ class StoreContract:
         assert got_mail is not None and got_result is not None
         assert got_session.agent.rules.decide("child") is Action.ALLOW
         assert got_session.agent.rules.decide("sibling") is Action.DENY
-        assert got_run.status is RunStatus.INTERRUPTED
+        assert got_run.status is RunState.INTERRUPTED
         assert got_mail.owner is Owner.PLUGIN and got_mail.mode is Mode.STEER
         assert got_result.recipient_state is RecipientState.WAKING_FINISHED
 

@@ -23,6 +23,7 @@ from treemail.adapters.models import ModelError, ModelReply, tool_result_message
 from treemail.core.engine import Request
 from treemail.core.errors import TreemailError
 from treemail.core.events import RecordedCall, RecordedResult, Reply
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import Run, Session, ToolContext
 from treemail.core.tools import tool_definitions
 
@@ -48,7 +49,7 @@ class Actor:
                 # Cleared before the state is read: a poke during the read is not lost.
                 self.wake.clear()
                 session: Session = await rt.writer(rt.engine.session, self.session_id)
-                if session.state == "queued":
+                if session.state is SessionState.QUEUED:
                     self.busy = True
                     try:
                         await self._run(session)
@@ -81,7 +82,7 @@ class Actor:
         """Cancelled: interrupt the run (aborting its open request), so nothing stays claimed."""
         rt = self.runtime
         session: Session = await rt.writer(rt.engine.session, self.session_id)
-        if session.state == "running" and session.run_id is not None:
+        if session.state is SessionState.RUNNING and session.run_id is not None:
             # The run may have ended meanwhile; then there is nothing left to undo.
             with contextlib.suppress(TreemailError):
                 await rt.writer(rt.engine.cancel_run, self.session_id, session.run_id,

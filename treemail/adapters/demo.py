@@ -30,6 +30,7 @@ from treemail.adapters.runtime import Runtime
 from treemail.adapters.transcript import render_event
 from treemail.core import events
 from treemail.core.engine import Engine
+from treemail.core.lifecycle import MessageState, SessionState
 from treemail.core.records import Event, Owner, Session
 
 __all__ = ["Transcript", "main", "run_demo"]
@@ -170,10 +171,10 @@ class Demo:
         sessions: list[Session] = await rt.writer.quiet(self.engine.sessions)
         asking = {a.session_id for a in await rt.writer.quiet(self.engine.approvals)}
         for session in sessions:
-            if session.state == "running":
+            if session.state is SessionState.RUNNING:
                 if not (self.stage.waiting(session.agent.name) or session.session_id in asking):
                     return False
-            elif session.state == "queued" and rt.resident(session.session_id):
+            elif session.state is SessionState.QUEUED and rt.resident(session.session_id):
                 return False
         return True
 
@@ -225,7 +226,7 @@ class Demo:
         self.say("Crash: the process dies with mail claimed and mail pending")
         for session in self.engine.sessions():
             for message in self.engine.pending(session.session_id):
-                where = ("claimed by an open model request" if message.state == "claimed"
+                where = ("claimed by an open model request" if message.state is MessageState.CLAIMED
                          else f"{message.state}, not yet claimed")
                 self.note(f"{session.reference}: message {message.message_id[:8]} {where}")
         await self.rt.abandon()

@@ -36,6 +36,7 @@ from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import ApprovalRequired, EngineShutdown
 from treemail.core.ids import IdSource
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import (
     AgentSpec,
     Approval,
@@ -261,7 +262,7 @@ class Runtime:
             await self.writer(self.engine.produce, stranded.session_id, RESUME, Owner.GOAL)
         await self.plugins.attach(self.submit)
         for session in await self.writer(self.engine.sessions):
-            if session.state == "queued":
+            if session.state is SessionState.QUEUED:
                 self.poke(session.session_id)
         return dead
 
@@ -390,7 +391,7 @@ class Runtime:
                     sessions: list[Session] = await self.writer.quiet(self.engine.sessions)
                     busy = {sid for sid, actor in self._actors.items() if actor.busy}
                     loud = [f"{s.reference} ({s.state})" for s in sessions
-                            if s.session_id in busy or s.state in ("queued", "running")]
+                            if s.session_id in busy or s.state.has_run]
                     if not loud:
                         break
                     await asyncio.sleep(0.01)

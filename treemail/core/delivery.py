@@ -1,9 +1,10 @@
 """Stepping messages and sessions through their lifecycles inside a store transaction.
 
-Every stored state change passes through ``step_message`` or ``step_session``: the lifecycle
-table decides the target state, the record is rewritten, the guard counters follow, and the
-matching event is appended to the session's log in the same transaction. There is no other
-path that writes a ``state`` field.
+Every stored state change passes through ``step_message``, ``step_session`` or ``step_run``:
+the lifecycle table decides the target state, the record is rewritten, the guard counters
+follow, and the matching event is appended to the session's log in the same transaction.
+There is no other path that writes a ``state`` or ``status`` field. (A run's request state is
+``open_request``, stepped by ``runs`` through ``REQUEST``.)
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ from treemail.core import events
 from treemail.core.events import EventKind
 from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import IdSource
-from treemail.core.lifecycle import MESSAGE, SESSION
-from treemail.core.records import Message, Mode, Owner, Run, RunStatus, Session
+from treemail.core.lifecycle import MESSAGE, RUN, SESSION, MessageState, RunState
+from treemail.core.records import Message, Mode, Owner, Run, Session
 from treemail.core.store import ReadTxn, WriteTxn
 
 __all__ = [
-    "DELIVERABLE",
     "accept",
     "admit_accepted",
     "bound_to",
@@ -30,13 +30,11 @@ __all__ = [
     "new_mail",
     "session_event",
     "step_message",
+    "step_run",
     "step_session",
 ]
 
-# States in which a message waits to be put into a model request.
-DELIVERABLE = frozenset({"admitted", "released"})
-
-def message_event(state: str) -> EventKind:
+def message_event(state: MessageState) -> EventKind:
     """The event-log kind recording entry into ``state``: ProducerMessageAccepted, ..."""
     return events.message_kind(state)
 
@@ -96,25 +94,33 @@ def step_session(
     tx: WriteTxn, session: Session, event: str, run: Run, reason: str | None = None
 ) -> Session:
     state = SESSION.step(f"session {session.session_id}", session.state, event)
-    run_id = run.run_id if state in ("queued", "running") else None
+    run_id = run.run_id if state.has_run else None
     updated = attrs.evolve(session, state=state, run_id=run_id)
     tx.put_session(updated)
     events.record(tx, session.session_id, events.run_payload(event, run, reason))
     return updated
 
 
+def step_run(tx: WriteTxn, run: Run, event: str, **changes: Any) -> Run:
+    """Step the run through ``RUN`` and store it; the session's event records the change."""
+    status = RUN.step(f"run {run.run_id}", run.status, event)
+    updated = attrs.evolve(run, status=status, **changes)
+    tx.put_run(updated)
+    return updated
+
+
 def bound_to(tx: ReadTxn, recipient: str, run_id: str | None) -> Iterator[Message]:
     """Deliverable mail of ``recipient`` bound to ``run_id`` (None: the next run), in order."""
-    return (m for m in tx.pending(recipient) if m.state in DELIVERABLE and m.run_id == run_id)
+    return (m for m in tx.pending(recipient) if m.state.deliverable and m.run_id == run_id)
 
 
 def admit_accepted(tx: WriteTxn, session: Session, current: Run | None) -> int:
     """Take accepted mail into pending input: steer joins the running run, the rest waits for
     the next one. A steer that lost the race with the end of its run lands in the next run."""
-    running = current if current is not None and current.status is RunStatus.RUNNING else None
+    running = current if current is not None and current.status is RunState.RUNNING else None
     admitted = 0
     for message in list(tx.pending(session.session_id)):
-        if message.state != "accepted":
+        if message.state is not MessageState.ACCEPTED:
             continue
         joins = running is not None and message.mode is Mode.STEER
         step_message(tx, message, "admit", run_id=running.run_id if joins and running else None)

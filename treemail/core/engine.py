@@ -27,6 +27,7 @@ from treemail.core.config import MessagingConfig
 from treemail.core.delivery import new_mail, step_message
 from treemail.core.errors import EngineShutdown, InvalidRequest, UnknownTarget
 from treemail.core.ids import IdSource, make_handle
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import (
     AgentSpec,
     Approval,
@@ -345,7 +346,7 @@ class Engine:
 
 
 def _stranded(tx: ReadTxn, session: Session) -> bool:
-    if session.parent_session_id is None or session.state != "idle":
+    if session.parent_session_id is None or session.state is not SessionState.IDLE:
         return False
     # An idle session holds no deliverable mail (reconcile would have queued a run), so the
     # log alone tells whether the last run died at restart.

@@ -1,7 +1,8 @@
 """The stored records: sessions, runs, messages, events, send results.
 
 Records are frozen attrs classes; a change is a new record written in a store transaction.
-Their ``state`` fields hold lifecycle state names, stepped only through ``lifecycle``.
+Their ``state`` (and a run's ``status``) fields hold the lifecycle state enums of
+``lifecycle``, stepped only through its tables.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from treemail.core.lifecycle import MESSAGE
+from treemail.core.lifecycle import MESSAGE, MessageState, RequestState, RunState, SessionState
 from treemail.core.permissions import Action, Rules
 
 __all__ = [
@@ -25,7 +26,6 @@ __all__ = [
     "Owner",
     "RecipientState",
     "Run",
-    "RunStatus",
     "SendResult",
     "Session",
     "ToolContext",
@@ -50,18 +50,14 @@ class Mode(enum.StrEnum):
 
 
 class RecipientState(enum.StrEnum):
-    """The recipient as the sender found it: running, waiting for a run, or finished."""
+    """The recipient as the sender found it: running, waiting for a run, or finished.
+
+    These are wire values of the send result, fixed by the contract, not session states:
+    two of them happen to share a session state's spelling."""
 
     RUNNING = "running"
     QUEUED = "queued"
     WAKING_FINISHED = "waking_finished"
-
-
-class RunStatus(enum.StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    FINISHED = "finished"
-    INTERRUPTED = "interrupted"
 
 
 @attrs.frozen
@@ -95,7 +91,8 @@ class Session:
     agent: AgentSpec
     handle: str | None
     ordinal: int
-    state: str = "idle"
+    # Converted, so that a record built from a plain state name still has the enum type.
+    state: SessionState = attrs.field(default=SessionState.IDLE, converter=SessionState)
     run_id: str | None = None
     # False once the branch that created it was reverted: reachable by UUID, not by handle.
     live: bool = True
@@ -113,9 +110,17 @@ class Run:
     run_id: str
     session_id: str
     number: int
-    status: RunStatus = RunStatus.QUEUED
+    # Stored as ``status`` (not ``state``) so that runs written before RunLifecycle still read.
+    status: RunState = attrs.field(default=RunState.QUEUED, converter=RunState)
     base_hop: int = 0
     open_request: str | None = None
+
+    @property
+    def request_state(self) -> RequestState:
+        """Where the run's model request is in ``RequestLifecycle``: derived, not stored."""
+        if self.open_request is None:
+            return RequestState.NO_REQUEST
+        return RequestState.REQUEST_OPEN
 
 
 @attrs.frozen
@@ -134,7 +139,7 @@ class Message:
     mode: Mode
     hop: int
     seq: int
-    state: str = MESSAGE.initial
+    state: MessageState = attrs.field(default=MESSAGE.initial, converter=MessageState)
     run_id: str | None = None
     request_id: str | None = None
     reason: str | None = None
@@ -142,7 +147,7 @@ class Message:
     @property
     def pending(self) -> bool:
         """Unacknowledged: in every state but consumed and discarded."""
-        return not MESSAGE.is_final(self.state)
+        return self.state.pending
 
 
 @attrs.frozen

@@ -4,22 +4,37 @@ A run binds the mail it will read: at start, everything waiting for "the next ru
 runs, steered mail admitted into it. ``begin`` claims the bound mail at a safe boundary,
 ``close`` consumes it (committed) or releases it (aborted). Ending a run hands whatever it
 never claimed to the next run, and ``reconcile`` queues that run when one is needed.
+
+A run's status steps through ``RUN`` (``delivery.step_run``) and its model request through
+``REQUEST`` (``_step_request``); an illegal step is refused by the table, naming the events it
+allows, before anything is written.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from treemail.core import events
-from treemail.core.delivery import admit_accepted, bound_to, new_mail, step_message, step_session
+from treemail.core.delivery import (
+    admit_accepted,
+    bound_to,
+    new_mail,
+    step_message,
+    step_run,
+    step_session,
+)
 from treemail.core.envelope import render_envelope
-from treemail.core.errors import IllegalTransition, UnknownTarget
+from treemail.core.errors import UnknownTarget
 from treemail.core.ids import IdSource, storable
-from treemail.core.records import Message, Owner, Run, RunStatus, Session
+from treemail.core.lifecycle import REQUEST, SESSION, MessageState, RequestState, RunState
+from treemail.core.records import Message, Owner, Run, Session
 from treemail.core.store import ReadTxn, WriteTxn
 
 __all__ = [
     "CRASH",
+    "REQUEST_LOG",
     "Delivery",
     "Request",
     "begin",
@@ -38,6 +53,13 @@ __all__ = [
 
 # The reason recorded on a run that recovery found dead.
 CRASH = "crash found at restart"
+
+# The event-log kind recording each request step (``end`` changes nothing, logs nothing).
+REQUEST_LOG = {
+    "begin_request": events.RequestBegun.KIND,
+    "commit_request": events.RequestCommitted.KIND,
+    "abort_request": events.RequestAborted.KIND,
+}
 
 
 @attrs.frozen
@@ -75,7 +97,7 @@ def need_run(tx: ReadTxn, run_id: str) -> Run:
 def live_run(tx: ReadTxn, session_id: str, run_id: str) -> tuple[Session, Run]:
     session = need_session(tx, session_id)
     run = need_run(tx, run_id)
-    if session.run_id != run_id or run.status is not RunStatus.RUNNING:
+    if session.run_id != run_id or run.status is not RunState.RUNNING:
         raise UnknownTarget(f"run {run_id} is not the running run of session {session_id}")
     return session, run
 
@@ -85,7 +107,7 @@ def reconcile(tx: WriteTxn, ids: IdSource, session_id: str) -> None:
     session = need_session(tx, session_id)
     current = tx.run(session.run_id) if session.run_id is not None else None
     admit_accepted(tx, session, current)
-    if session.state in ("idle", "finished") and next(bound_to(tx, session_id, None), None):
+    if not session.state.has_run and next(bound_to(tx, session_id, None), None):
         number = tx.add(f"runs/{session_id}", 1)
         run = Run(ids.new_id(), session_id, number)
         tx.put_run(run)
@@ -94,11 +116,12 @@ def reconcile(tx: WriteTxn, ids: IdSource, session_id: str) -> None:
 
 def start(tx: WriteTxn, session_id: str) -> Run:
     session = need_session(tx, session_id)
-    if session.state != "queued" or session.run_id is None:
-        raise IllegalTransition(f"session {session_id}", "start", session.state, ())
+    # Refused before anything is written; the error lists what the session allows instead.
+    SESSION.step(f"session {session_id}", session.state, "start")
+    if session.run_id is None:
+        raise UnknownTarget(f"session {session_id} is queued without a run")
     admit_accepted(tx, session, None)  # mail accepted while queued belongs to this run
-    run = attrs.evolve(need_run(tx, session.run_id), status=RunStatus.RUNNING)
-    tx.put_run(run)
+    run = step_run(tx, need_run(tx, session.run_id), "start")
     step_session(tx, session, "start", run)
     for message in list(bound_to(tx, session_id, None)):
         tx.put_message(attrs.evolve(message, run_id=run.run_id))
@@ -107,16 +130,14 @@ def start(tx: WriteTxn, session_id: str) -> Run:
 
 def begin(tx: WriteTxn, ids: IdSource, session_id: str, run_id: str) -> Request:
     session, run = live_run(tx, session_id, run_id)
-    if run.open_request is not None:
-        raise IllegalTransition(f"run {run_id}", "begin_request", "request open",
-                                ("commit_request", "abort_request"))
+    REQUEST.step(f"run {run_id}", run.request_state, "begin_request")  # before the id is minted
     admit_accepted(tx, session, run)
     request_id = ids.new_id()
     claimed = [
         step_message(tx, m, "claim", request_id=request_id)
         for m in list(bound_to(tx, session_id, run_id))
     ]
-    tx.put_run(attrs.evolve(run, open_request=request_id))
+    _step_request(tx, run, "begin_request", request_id)
     events.record(tx, session_id, events.RequestBegun(
         run_id, request_id, tuple(m.message_id for m in claimed)))
     return Request(request_id, run_id, tuple(_delivery(tx, session, m) for m in claimed))
@@ -138,10 +159,21 @@ def close(tx: WriteTxn, session_id: str, run_id: str, request_id: str, committed
     _settle(tx, run, committed)
 
 
+def _step_request(
+    tx: WriteTxn, run: Run, event: str, request_id: str | None = None, **changes: Any
+) -> Run:
+    """Step the run's request through ``REQUEST``; ``request_id`` names a request it opens."""
+    target = REQUEST.step(f"run {run.run_id}", run.request_state, event)
+    opened = request_id if target is RequestState.REQUEST_OPEN else None
+    updated = attrs.evolve(run, open_request=opened, **changes)
+    tx.put_run(updated)
+    return updated
+
+
 def _settle(tx: WriteTxn, run: Run, committed: bool) -> Run:
     base_hop = run.base_hop
     for message in list(tx.pending(run.session_id)):
-        if message.state != "claimed" or message.request_id != run.open_request:
+        if message.state is not MessageState.CLAIMED or message.request_id != run.open_request:
             continue
         if committed:
             step_message(tx, message, "consume")
@@ -149,8 +181,8 @@ def _settle(tx: WriteTxn, run: Run, committed: bool) -> Run:
                 base_hop = max(base_hop, message.hop)
         else:
             step_message(tx, message, "release", request_id=None)
-    settled = attrs.evolve(run, open_request=None, base_hop=base_hop)
-    tx.put_run(settled)
+    event = "commit_request" if committed else "abort_request"
+    settled = _step_request(tx, run, event, base_hop=base_hop)
     assert run.open_request is not None  # _settle is only called on an open request
     closed = events.RequestCommitted if committed else events.RequestAborted
     events.record(tx, run.session_id, closed(run.run_id, run.open_request))
@@ -170,14 +202,13 @@ def end(
 
 
 def _end(tx: WriteTxn, session: Session, run: Run, event: str, reason: str) -> None:
-    if run.open_request is not None:
-        if event == "finish":
-            raise IllegalTransition(f"run {run.run_id}", "finish", "request open",
-                                    ("commit_request", "abort_request"))
+    # An interrupt aborts an open request first; a finish with one open is refused by the
+    # table (a run ends only between requests), naming commit_request and abort_request.
+    if run.request_state is RequestState.REQUEST_OPEN and event == "interrupt":
         run = _settle(tx, run, committed=False)
+    REQUEST.step(f"run {run.run_id}", run.request_state, "end")
     step_session(tx, session, event, run, reason=reason)
-    status = RunStatus.FINISHED if event == "finish" else RunStatus.INTERRUPTED
-    tx.put_run(attrs.evolve(run, status=status))
+    step_run(tx, run, event)
     # Mail bound to this run but never claimed in it waits for the next run.
     for message in list(bound_to(tx, session.session_id, run.run_id)):
         tx.put_message(attrs.evolve(message, run_id=None))
@@ -208,7 +239,7 @@ def recover(tx: WriteTxn, ids: IdSource) -> int:
     dead = 0
     for session in list(tx.sessions()):
         run = tx.run(session.run_id) if session.run_id is not None else None
-        if run is not None and run.status is RunStatus.RUNNING:
+        if run is not None and run.status is RunState.RUNNING:
             _end(tx, session, run, "interrupt", CRASH)
             dead += 1
         reconcile(tx, ids, session.session_id)

@@ -7,6 +7,8 @@ the transaction is aborted anyway, so a failed send leaves the store exactly as 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from treemail.core.addressing import resolve
@@ -29,6 +31,7 @@ from treemail.core.guards import (
     parse_arguments,
 )
 from treemail.core.ids import MAX_REFERENCE, IdSource, storable
+from treemail.core.lifecycle import RunState, SessionState
 from treemail.core.permissions import Action, relationship
 from treemail.core.records import (
     IdempotencyKey,
@@ -37,7 +40,6 @@ from treemail.core.records import (
     Owner,
     RecipientState,
     Run,
-    RunStatus,
     SendResult,
     Session,
     ToolContext,
@@ -81,7 +83,7 @@ def send(
     original = tx.recall(key)
     if original is not None:
         return Sent(original, recipient.session_id, replayed=True)
-    if run.status is not RunStatus.RUNNING and not approved:
+    if run.status is not RunState.RUNNING and not approved:
         raise InvalidToolContext(f"run {run.run_id} is not running; only a live run can send")
     _check_permission(tx, sender, recipient, ctx)
     hop = run.base_hop + 1
@@ -90,7 +92,7 @@ def send(
     check_inflight(tx.count(pair_counter(sender.session_id, recipient.session_id)), config)
     result = _accept(tx, ids, sender, recipient, args.body, args.mode, hop)
     tx.remember(key, result)
-    wake = recipient.state in ("idle", "finished")
+    wake = not recipient.state.has_run
     return Sent(result, recipient.session_id, replayed=False, wake=wake)
 
 
@@ -143,12 +145,17 @@ def _check_permission(
     )
 
 
+# What a send reports as recipient_state for a recipient in each session state.
+REPORTED: Mapping[SessionState, RecipientState] = {
+    SessionState.IDLE: RecipientState.QUEUED,
+    SessionState.QUEUED: RecipientState.QUEUED,
+    SessionState.RUNNING: RecipientState.RUNNING,
+    SessionState.FINISHED: RecipientState.WAKING_FINISHED,
+}
+
+
 def _recipient_state(recipient: Session) -> RecipientState:
-    if recipient.state == "running":
-        return RecipientState.RUNNING
-    if recipient.state == "finished":
-        return RecipientState.WAKING_FINISHED
-    return RecipientState.QUEUED
+    return REPORTED[recipient.state]
 
 
 def _accept(

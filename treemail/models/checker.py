@@ -37,6 +37,7 @@ from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import TreemailError
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import MessageState
 from treemail.core.records import Owner, SendResult
 from treemail.core.store import MemoryStore
 from treemail.models.explore import Action, Bounds, alphabet, drain_step, outcome, perform
@@ -203,7 +204,7 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
          for r in runs],
         [(n(m.recipient), n(m.sender), m.owner.value, body(m.body), m.mode.value, m.hop, m.seq,
           m.state, past(m.run_id, m.pending or m.owner is Owner.AGENT),
-          past(m.request_id, m.state == "claimed"), m.reason) for m in messages],
+          past(m.request_id, m.state == MessageState.CLAIMED), m.reason) for m in messages],
         sorted((n(s), n(r), call, n(v.message_id), v.mode.value, v.recipient_state.value)
                for (s, r, call), v in world.results.items() if history or r in live),
         sorted((scope, path(subject), label) for scope, subject, label in world.grants),

@@ -21,6 +21,7 @@ import attrs
 
 from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError
+from treemail.core.lifecycle import MessageState, SessionState
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Owner, Run, Session, ToolContext
 from treemail.core.store import ReadTxn
@@ -203,7 +204,7 @@ def _run_actions(world: World, session: SessionRecord) -> list[Action]:
     if rid is None:
         return []
     at = f"{short(sid)}, run {short(rid)}"
-    if session.state == "queued":
+    if session.state == SessionState.QUEUED:
         return [Action("start_run", (sid,), f"start_run({short(sid)})"),
                 Action("cancel_run", (sid, rid), f"cancel_run({at})")]
     request = world.runs[rid].open_request
@@ -221,7 +222,7 @@ def _run_actions(world: World, session: SessionRecord) -> list[Action]:
 def _sends(world: World, sender: SessionRecord) -> list[Action]:
     """From a running run: to every live peer in both modes; then the hostile forms: a
     self-send, an unknown handle, and a retry of the run's last accepted call."""
-    if sender.state != "running" or sender.run_id is None:
+    if sender.state != SessionState.RUNNING or sender.run_id is None:
         return []
     sid, rid = sender.session_id, sender.run_id
     calls = {k[2] for k in world.results if k[:2] == (sid, rid)}
@@ -258,15 +259,15 @@ def drain_step(tx: ReadTxn) -> Action | None:
     for session in tx.sessions():
         sid, rid = session.session_id, session.run_id
         run = tx.run(rid) if rid is not None else None
-        if run is None or session.state not in ("queued", "running"):
+        if run is None or session.state not in (SessionState.QUEUED, SessionState.RUNNING):
             continue
         at = f"{short(sid)}, run {short(rid)}"
-        if session.state == "queued":
+        if session.state == SessionState.QUEUED:
             return Action("start_run", (sid,), f"start_run({short(sid)})")
         if run.open_request is not None:
             return Action("commit_request", (sid, rid, run.open_request),
                           f"commit_request({at}, request {short(run.open_request)})")
-        if any(m.state in ("admitted", "released") and m.run_id == rid
+        if any(m.state in (MessageState.ADMITTED, MessageState.RELEASED) and m.run_id == rid
                for m in tx.pending(sid)):
             return Action("begin_request", (sid, rid), f"begin_request({at})")
         return Action("finish_run", (sid, rid), f"finish_run({at}, result)")

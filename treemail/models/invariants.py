@@ -30,6 +30,7 @@ from treemail.core.events import (
 )
 from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.records import Event, Message, Owner
 from treemail.core.store import ReadTxn
 from treemail.models.reference import Reference
@@ -141,8 +142,9 @@ def limits(tx: ReadTxn, config: MessagingConfig) -> Failure | None:
                 return "INV10", f"pair counter {sender} -> {recipient} is not {pair}"
         run = tx.run(session.run_id) if session.run_id is not None else None
         for m in pending:
-            if m.state == "claimed" and (run is None or run.status != "running" or m.run_id
-                                         != run.run_id or m.request_id != run.open_request):
+            if m.state == MessageState.CLAIMED and (
+                    run is None or run.status != RunState.RUNNING or m.run_id != run.run_id
+                    or m.request_id != run.open_request):
                 return "INV14", f"{m.message_id} is claimed outside its run's open request"
     return None
 
@@ -165,7 +167,7 @@ def mail_shape(tx: ReadTxn, world: World, config: MessagingConfig) -> Failure | 
 def _illegal(message_id: str, before: str | None, after: str) -> Failure | None:
     """Whether the log's step ``before`` -> ``after`` is one of the lifecycle table."""
     if before is None:
-        ok = after == "accepted"
+        ok = after == MessageState.ACCEPTED
     else:
         ok = any(MESSAGE_STEPS.get((before, e)) == after for e in
                  ("admit", "claim", "release", "consume", "discard"))
@@ -173,8 +175,9 @@ def _illegal(message_id: str, before: str | None, after: str) -> Failure | None:
         return None
     what = f"{message_id} logged {before} -> {after}"
     if before in FINAL:
-        return ("INV1" if after == "consumed" else "INV2"), f"final message changed: {what}"
-    return ("INV1" if after == "consumed" else "INV3"), f"not a lifecycle step: {what}"
+        code = "INV1" if after == MessageState.CONSUMED else "INV2"
+        return code, f"final message changed: {what}"
+    return ("INV1" if after == MessageState.CONSUMED else "INV3"), f"not a lifecycle step: {what}"
 
 
 def log_follows(tx: ReadTxn, parent: World, child: World, events: list[Event]) -> Failure | None:
@@ -200,10 +203,10 @@ def log_follows(tx: ReadTxn, parent: World, child: World, events: list[Event]) -
 def recovered(tx: ReadTxn) -> Failure | None:
     """INV12, right after a restart: nothing runs, nothing is claimed, all mail deliverable."""
     for session in tx.sessions():
-        if session.state == "running":
+        if session.state == SessionState.RUNNING:
             return "INV12", f"{session.session_id} still running after recovery"
         for m in tx.pending(session.session_id):
-            if m.state == "claimed" or session.state != "queued":
+            if m.state == MessageState.CLAIMED or session.state != SessionState.QUEUED:
                 return "INV12", f"{m.message_id} ({m.state}) is not deliverable after recovery"
     return None
 
@@ -222,7 +225,7 @@ def settled(tx: ReadTxn) -> Failure | None:
         if message is None or message.state not in FINAL:
             state = message.state if message is not None else "lost"
             return "INV7", f"quiet, yet {mail.message_id} is {state}"
-        if message.state == "discarded" and not (message.reason or "").strip():
+        if message.state == MessageState.DISCARDED and not (message.reason or "").strip():
             return "INV7", f"{message.message_id} was discarded without a reason"
     twice = [mid for mid, n in ends.items() if n != 1]
     return ("INV1", f"consumed or discarded more than once: {twice}") if twice else None

@@ -17,6 +17,7 @@ import attrs
 from treemail.core import delivery, engine, runs, sending
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import UnknownSubagentReference
+from treemail.core.lifecycle import MessageState
 from treemail.core.records import Message, Owner, Session
 from treemail.core.store import ReadTxn
 
@@ -49,8 +50,8 @@ def _discard_claimed(original: Callable[..., Any]) -> Callable[..., Any]:
     dropped (the lifecycle forbids discard from claimed)."""
 
     def step_message(tx: Any, message: Message, event: str, **changes: Any) -> Message:
-        if event == "discard" and message.state == "claimed":
-            message = attrs.evolve(message, state="released")
+        if event == "discard" and message.state == MessageState.CLAIMED:
+            message = attrs.evolve(message, state=MessageState.RELEASED)
         result: Message = original(tx, message, event, **changes)
         return result
 

@@ -21,9 +21,12 @@ from typing import TypeVar
 from treemail.core import errors
 from treemail.core.config import MessagingConfig
 from treemail.core.ids import CountingIds, make_handle
+from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.records import AgentSpec, Mode, Owner, RecipientState, SendResult, ToolContext
 from treemail.models.world import (
     MESSAGE_STEPS,
+    REQUEST_STEPS,
+    RUN_STEPS,
     SESSION_STEPS,
     ApprovalRecord,
     MessageRecord,
@@ -139,7 +142,7 @@ class Reference:
         result, recipient, replayed = self._atomic(lambda: self._send(ctx, arguments))
         # Only a recipient without a run needs waking; one with a run takes its mail in
         # itself, when that run starts or reaches its next boundary.
-        if not replayed and self.world.sessions[recipient].state in ("idle", "finished"):
+        if not replayed and self.world.sessions[recipient].state in _NO_RUN:
             self.reconcile(recipient)
         return result
 
@@ -217,7 +220,7 @@ class Reference:
         outcome = {"message_id": result.message_id, "mode": result.mode.value,
                    "recipient_state": result.recipient_state.value}
         answered = self._settle_approval(held, "approved", scope, outcome)
-        idle = self.world.sessions[recipient].state in ("idle", "finished")
+        idle = self.world.sessions[recipient].state in _NO_RUN
         return answered, recipient if idle and not replayed else None
 
     def _settle_approval(self, held: ApprovalRecord, state: str, scope: str | None,
@@ -235,7 +238,7 @@ class Reference:
         """Admit accepted mail; a session with mail for its next run and no run gets one."""
         session = self._session(session_id)
         self._admit(session)
-        if session.state in ("idle", "finished") and self.world.waiting_for(session_id, None):
+        if session.state in _NO_RUN and self.world.waiting_for(session_id, None):
             run = RunRecord(self.ids.new_id(), session_id, self.world.next_run_number(session_id))
             self.world.runs[run.run_id] = run
             self._step_session(session, "enqueue", run)
@@ -243,9 +246,9 @@ class Reference:
     def _admit(self, session: SessionRecord) -> None:
         """Steer mail joins a running run; everything else waits for the next run."""
         run = self.world.runs[session.run_id] if session.run_id is not None else None
-        running = run if run is not None and run.status == "running" else None
+        running = run if run is not None and run.status == RunState.RUNNING else None
         for message in self.world.pending_of(session.session_id):
-            if message.state == "accepted":
+            if message.state == MessageState.ACCEPTED:
                 self._step_message(message, "admit")
                 joins = running is not None and message.mode is Mode.STEER
                 message.run_id = running.run_id if running is not None and joins else None
@@ -257,7 +260,7 @@ class Reference:
             assert session.run_id is not None
             run = self.world.runs[session.run_id]
             self._admit(session)  # mail accepted while queued belongs to this run
-            run.status = "running"
+            run.status = step(RUN_STEPS, f"run {run.run_id}", run.status, "start")
             self._step_session(session, "start", run)
             for message in self.world.waiting_for(session_id, None):
                 message.run_id = run.run_id
@@ -270,8 +273,7 @@ class Reference:
 
     def _begin(self, session_id: str, run_id: str) -> Delivered:
         session, run = self._live_run(session_id, run_id)
-        if run.open_request is not None:
-            raise _request_open(run_id, "begin_request")
+        step(REQUEST_STEPS, f"run {run_id}", run.request, "begin_request")
         self._admit(session)
         request_id = self.ids.new_id()
         claimed = self.world.waiting_for(session_id, run_id)
@@ -298,10 +300,12 @@ class Reference:
         """Committed: the request's mail is consumed. Aborted: it is released, still bound to
         the run, for the next boundary."""
         for message in self.world.pending_of(run.session_id):
-            if message.state == "claimed" and message.request_id == run.open_request:
+            if message.state == MessageState.CLAIMED and message.request_id == run.open_request:
                 self._step_message(message, "consume" if committed else "release")
                 if not committed:
                     message.request_id = None
+        step(REQUEST_STEPS, f"run {run.run_id}", run.request,
+             "commit_request" if committed else "abort_request")
         run.open_request = None
 
     def finish_run(self, session_id: str, run_id: str, result: str | None = None) -> bool:
@@ -309,7 +313,7 @@ class Reference:
         delegation mail; returns whether it did."""
 
         def work() -> bool:
-            self._end_run(session_id, run_id, "finish", "finished")
+            self._end_run(session_id, run_id, "finish")
             child = self.world.sessions[session_id]
             parent = child.parent_session_id
             if result is None or parent is None or session_id in self.world.reported:
@@ -323,24 +327,23 @@ class Reference:
         return self._atomic(work)
 
     def cancel_run(self, session_id: str, run_id: str, reason: str = "cancelled") -> None:
-        self._atomic(lambda: self._end_run(session_id, run_id, "interrupt", "interrupted"))
+        self._atomic(lambda: self._end_run(session_id, run_id, "interrupt"))
 
-    def _end_run(self, session_id: str, run_id: str, event: str, status: str) -> None:
+    def _end_run(self, session_id: str, run_id: str, event: str) -> None:
         session = self._session(session_id)
         if session.run_id != run_id:
             raise errors.UnknownTarget("not the current run")
-        self._end(session, self.world.runs[run_id], event, status)
+        self._end(session, self.world.runs[run_id], event)
         self._reconcile(session_id)
 
-    def _end(self, session: SessionRecord, run: RunRecord, event: str, status: str) -> None:
+    def _end(self, session: SessionRecord, run: RunRecord, event: str) -> None:
         """A run ends: an open request is aborted first (a finish with one open is an error);
         mail that was bound to the run but never claimed waits for the next run."""
-        if run.open_request is not None:
-            if event == "finish":
-                raise _request_open(run.run_id, "finish")
+        if run.open_request is not None and event == "interrupt":
             self._settle(run, committed=False)
+        step(REQUEST_STEPS, f"run {run.run_id}", run.request, "end")
         self._step_session(session, event, run)
-        run.status = status
+        run.status = step(RUN_STEPS, f"run {run.run_id}", run.status, event)
         for message in self.world.waiting_for(session.session_id, run.run_id):
             message.run_id = None
 
@@ -376,8 +379,8 @@ class Reference:
             dead = 0
             for session in list(self.world.sessions.values()):
                 run = self.world.runs[session.run_id] if session.run_id is not None else None
-                if run is not None and run.status == "running":
-                    self._end(session, run, "interrupt", "interrupted")
+                if run is not None and run.status == RunState.RUNNING:
+                    self._end(session, run, "interrupt")
                     dead += 1
                 self._reconcile(session.session_id)
             return dead
@@ -395,7 +398,7 @@ class Reference:
     def _live_run(self, session_id: str, run_id: str) -> tuple[SessionRecord, RunRecord]:
         session = self._session(session_id)
         run = self.world.runs.get(run_id)
-        if run is None or session.run_id != run_id or run.status != "running":
+        if run is None or session.run_id != run_id or run.status != RunState.RUNNING:
             raise errors.UnknownTarget(f"{run_id} is not the running run of {session_id}")
         return session, run
 
@@ -405,9 +408,9 @@ class Reference:
 
     def _step_session(self, session: SessionRecord, event: str, run: RunRecord) -> None:
         session.state = step(SESSION_STEPS, f"session {session.session_id}", session.state, event)
-        session.run_id = run.run_id if session.state in ("queued", "running") else None
+        with_run = (SessionState.QUEUED, SessionState.RUNNING)
+        session.run_id = run.run_id if session.state in with_run else None
 
 
-def _request_open(run_id: str, event: str) -> errors.IllegalTransition:
-    return errors.IllegalTransition(f"run {run_id}", event, "request open",
-                                    ("commit_request", "abort_request"))
+# The session states in which a session has no run: mail must wake it.
+_NO_RUN = (SessionState.IDLE, SessionState.FINISHED)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from treemail.core import errors
 from treemail.core.config import MessagingConfig
+from treemail.core.lifecycle import MessageState, RequestState, RunState, SessionState
 from treemail.core.permissions import Action, Rules
 from treemail.core.records import (
     AgentSpec,
@@ -30,6 +31,8 @@ from treemail.core.records import (
 __all__ = [
     "FINAL",
     "MESSAGE_STEPS",
+    "REQUEST_STEPS",
+    "RUN_STEPS",
     "SESSION_STEPS",
     "ApprovalRecord",
     "MessageRecord",
@@ -52,35 +55,54 @@ __all__ = [
 
 # (state, event) -> next state. A pair that is not listed is an illegal step.
 MESSAGE_STEPS: dict[tuple[str, str], str] = {
-    ("accepted", "admit"): "admitted",
-    ("admitted", "claim"): "claimed",
-    ("released", "claim"): "claimed",
-    ("claimed", "release"): "released",
-    ("claimed", "consume"): "consumed",
-    ("accepted", "discard"): "discarded",
-    ("admitted", "discard"): "discarded",
-    ("released", "discard"): "discarded",
+    (MessageState.ACCEPTED, "admit"): MessageState.ADMITTED,
+    (MessageState.ADMITTED, "claim"): MessageState.CLAIMED,
+    (MessageState.RELEASED, "claim"): MessageState.CLAIMED,
+    (MessageState.CLAIMED, "release"): MessageState.RELEASED,
+    (MessageState.CLAIMED, "consume"): MessageState.CONSUMED,
+    (MessageState.ACCEPTED, "discard"): MessageState.DISCARDED,
+    (MessageState.ADMITTED, "discard"): MessageState.DISCARDED,
+    (MessageState.RELEASED, "discard"): MessageState.DISCARDED,
 }
 MESSAGE_EVENTS = ("admit", "claim", "release", "consume", "discard")
-FINAL = ("consumed", "discarded")
+FINAL = (MessageState.CONSUMED, MessageState.DISCARDED)
 
 SESSION_STEPS: dict[tuple[str, str], str] = {
-    ("idle", "enqueue"): "queued",
-    ("finished", "enqueue"): "queued",
-    ("queued", "start"): "running",
-    ("running", "finish"): "finished",
-    ("running", "interrupt"): "idle",
-    ("queued", "interrupt"): "idle",
+    (SessionState.IDLE, "enqueue"): SessionState.QUEUED,
+    (SessionState.FINISHED, "enqueue"): SessionState.QUEUED,
+    (SessionState.QUEUED, "start"): SessionState.RUNNING,
+    (SessionState.RUNNING, "finish"): SessionState.FINISHED,
+    (SessionState.RUNNING, "interrupt"): SessionState.IDLE,
+    (SessionState.QUEUED, "interrupt"): SessionState.IDLE,
 }
 SESSION_EVENTS = ("enqueue", "start", "finish", "interrupt")
+
+RUN_STEPS: dict[tuple[str, str], str] = {
+    (RunState.QUEUED, "start"): RunState.RUNNING,
+    (RunState.RUNNING, "finish"): RunState.FINISHED,
+    (RunState.QUEUED, "interrupt"): RunState.INTERRUPTED,
+    (RunState.RUNNING, "interrupt"): RunState.INTERRUPTED,
+}
+RUN_EVENTS = ("start", "finish", "interrupt")
+
+# A run's model request: open or not (the model reads it off ``RunRecord.open_request``).
+REQUEST_STEPS: dict[tuple[str, str], str] = {
+    (RequestState.NO_REQUEST, "begin_request"): RequestState.REQUEST_OPEN,
+    (RequestState.REQUEST_OPEN, "commit_request"): RequestState.NO_REQUEST,
+    (RequestState.REQUEST_OPEN, "abort_request"): RequestState.NO_REQUEST,
+    (RequestState.NO_REQUEST, "end"): RequestState.NO_REQUEST,  # a run ends between requests
+}
+REQUEST_EVENTS = ("begin_request", "commit_request", "abort_request", "end")
+
+_EVENTS = {id(MESSAGE_STEPS): MESSAGE_EVENTS, id(SESSION_STEPS): SESSION_EVENTS,
+           id(RUN_STEPS): RUN_EVENTS, id(REQUEST_STEPS): REQUEST_EVENTS}
 
 
 def step(table: dict[tuple[str, str], str], subject: str, state: str, event: str) -> str:
     """The state after ``event``, or ``IllegalTransition`` naming what is allowed instead."""
     if (state, event) in table:
         return table[(state, event)]
-    events = MESSAGE_EVENTS if table is MESSAGE_STEPS else SESSION_EVENTS
-    allowed = tuple(e for e in events if (state, e) in table)
+    allowed = tuple(e for e in _EVENTS[id(table)] if (state, e) in table)
     raise errors.IllegalTransition(subject, event, state, allowed)
 
 
@@ -95,7 +117,7 @@ class SessionRecord:
     agent: AgentSpec
     handle: str | None
     ordinal: int
-    state: str = "idle"
+    state: str = SessionState.IDLE
     run_id: str | None = None  # the queued or running run; None when idle or finished
     live: bool = True
 
@@ -111,8 +133,12 @@ class RunRecord:
     run_id: str
     session_id: str
     number: int
-    status: str = "queued"  # queued, running, finished, interrupted
+    status: str = RunState.QUEUED  # queued, running, finished, interrupted
     open_request: str | None = None
+
+    @property
+    def request(self) -> str:
+        return RequestState.NO_REQUEST if self.open_request is None else RequestState.REQUEST_OPEN
 
 
 @dataclass
@@ -125,7 +151,7 @@ class MessageRecord:
     mode: Mode
     hop: int
     seq: int
-    state: str = "accepted"
+    state: str = MessageState.ACCEPTED
     run_id: str | None = None  # None: destined for the recipient's next run
     request_id: str | None = None
     reason: str | None = None
@@ -178,7 +204,7 @@ class World:
         """Mail ready to be put into a request of ``run_id`` (None: of the next run)."""
         return [
             m for m in self.pending_of(session_id)
-            if m.state in ("admitted", "released") and m.run_id == run_id
+            if m.state in (MessageState.ADMITTED, MessageState.RELEASED) and m.run_id == run_id
         ]
 
     def agent_mail_pending(self, recipient: str) -> int:
@@ -190,8 +216,8 @@ class World:
 
     def base_hop(self, run_id: str) -> int:
         """The highest hop among the agent mail the run has consumed (0 if none)."""
-        hops = [m.hop for m in self.messages.values()
-                if m.run_id == run_id and m.state == "consumed" and m.owner is Owner.AGENT]
+        hops = [m.hop for m in self.messages.values() if m.run_id == run_id
+                and m.state == MessageState.CONSUMED and m.owner is Owner.AGENT]
         return max(hops, default=0)
 
     def next_seq(self, recipient: str) -> int:
@@ -281,7 +307,7 @@ def judge_send(
     replay = world.results.get((ctx.session_id, ctx.run_id, ctx.tool_call_id))
     if replay is not None:
         return Verdict(sender, recipient, replay)
-    if run.status != "running" and not approved:
+    if run.status != RunState.RUNNING and not approved:
         raise errors.InvalidToolContext("run not running")
     spend = world.permit(sender, recipient, ctx)
     hop = world.base_hop(run.run_id) + 1
@@ -393,8 +419,8 @@ def read_arguments(arguments: object) -> tuple[str, str, Mode]:
 
 
 def recipient_state(recipient: SessionRecord) -> RecipientState:
-    if recipient.state == "running":
+    if recipient.state == SessionState.RUNNING:
         return RecipientState.RUNNING
-    if recipient.state == "finished":
+    if recipient.state == SessionState.FINISHED:
         return RecipientState.WAKING_FINISHED
     return RecipientState.QUEUED

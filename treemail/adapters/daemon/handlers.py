@@ -14,6 +14,7 @@ from treemail.adapters.daemon.connection import Connection
 from treemail.core.agents import parse_agent_doc
 from treemail.core.errors import InvalidRequest
 from treemail.core.records import Message, Owner, Session
+from treemail.core.sending import REPORTED
 from treemail.protocol import errors
 from treemail.protocol import types as t
 from treemail.protocol.methods import METHODS, NOTIFICATIONS, PROTOCOL_VERSION
@@ -42,8 +43,6 @@ def message_view(message: Message) -> t.MessageView:
         body=message.body, run_id=message.run_id, reason=message.reason)
 
 
-_RECIPIENT_STATE = {"running": "running", "idle": "queued", "queued": "queued",
-                    "finished": "waking_finished"}
 
 
 class Methods:
@@ -117,7 +116,7 @@ class Methods:
         session: Session = await self.read(self.engine.session, message.recipient)
         return t.ProducerAccepted(
             message_id=message_id, session_id=message.recipient, owner=message.owner.value,
-            mode=message.mode.value, recipient_state=_RECIPIENT_STATE[session.state],
+            mode=message.mode.value, recipient_state=REPORTED[session.state].value,
             agent_hop=message.hop if message.owner is Owner.AGENT else None)
 
 
