@@ -19,8 +19,9 @@ import attrs
 import lmdb
 import pytest
 
+from treemail.adapters.codec import CHECKSUM_BYTES, encode
 from treemail.adapters.lmdb_store import LmdbStore
-from treemail.core.errors import StorageError, StoreClosed
+from treemail.core.errors import StorageError, StoreClosed, StoreDamaged, StoreFormatUnknown
 from treemail.core.ids import CountingIds
 from treemail.core.keys import MAX_KEY, Table
 from treemail.core.lifecycle import RunState
@@ -603,6 +604,59 @@ class TestLmdbStore(StoreContract):
         store.close()
         return self.make_store(directory)
 
+    def overwrite(self, directory: Path, db: bytes, key: bytes, raw: bytes) -> None:
+        """Put ``raw`` under ``key`` behind the store's back."""
+        env = lmdb.open(str(directory), max_dbs=16)
+        with env.begin(write=True) as tx:
+            tx.put(key, raw, db=env.open_db(db, txn=tx))
+        env.close()
+
+    @pytest.mark.parametrize("position", [0, 20, -1])
+    def test_flipped_byte_in_a_record_is_a_checksum_error_naming_it(
+        self, directory: Path, position: int
+    ) -> None:
+        store = self.make_store(directory)
+        store.transact(populate)
+        with store._env.begin(db=store._dbs[Table.MESSAGES]) as tx:
+            raw = bytearray(tx.get(MESSAGE_IDS[0].encode()))
+        store.close()
+        raw[position] ^= 0x01
+        self.overwrite(directory, b"messages", MESSAGE_IDS[0].encode(), bytes(raw))
+        store = self.make_store(directory)
+        with store.read() as tx, pytest.raises(StoreDamaged, match="checksum") as caught:
+            tx.message(MESSAGE_IDS[0])
+        assert "'messages'" in str(caught.value) and MESSAGE_IDS[0] in str(caught.value)
+        with store.read() as tx, pytest.raises(StoreDamaged, match="checksum"):
+            list(tx.pending(CHILD))
+
+    def test_a_store_from_before_checksums_is_upgraded_by_a_writer(self, directory: Path) -> None:
+        store = self.make_store(directory)
+        store.transact(populate)
+        before = self.read(store)
+        store.close()
+        env = lmdb.open(str(directory), max_dbs=16)  # strip checksums and the format marker
+        with env.begin(write=True) as tx:
+            tx.drop(env.open_db(b"meta", txn=tx))
+            for table in Table:
+                db = env.open_db(table.encode(), txn=tx)
+                for key, raw in list(tx.cursor(db=db)):
+                    tx.put(key, raw[:-CHECKSUM_BYTES], db=db)
+        env.close()
+        with pytest.raises(StoreFormatUnknown, match="predates record checksums"):
+            LmdbStore.open(directory, readonly=True)
+        assert self.read(self.make_store(directory)) == before
+        self.opened[-1].close()
+        reader = LmdbStore.open(directory, readonly=True)
+        assert self.read(reader) == before
+        reader.close()
+
+    def test_a_store_of_an_unknown_format_is_refused(self, directory: Path) -> None:
+        self.make_store(directory).close()
+        self.overwrite(directory, b"meta", b"format", b"treemail-store 99")
+        for readonly in (False, True):
+            with pytest.raises(StoreFormatUnknown, match="treemail-store 99"):
+                LmdbStore.open(directory, readonly=readonly)
+
     def counter_names(self, store: Store) -> set[str]:
         assert isinstance(store, LmdbStore)
         with store._env.begin(db=store._dbs["counters"]) as tx:
@@ -744,12 +798,10 @@ class TestLmdbStore(StoreContract):
         store = self.make_store(directory)
         store.transact(populate)
         store.close()
-        env = lmdb.open(str(directory), max_dbs=16)
-        with env.begin(write=True) as tx:
-            tx.put(CHILD.encode(), raw, db=env.open_db(b"sessions", txn=tx))
-        env.close()
+        # The checksum is right: the payload itself is what cannot be decoded.
+        self.overwrite(directory, b"sessions", CHILD.encode(), encode(raw, CHILD.encode()))
         store = self.make_store(directory)
-        with store.read() as tx, pytest.raises(StorageError, match=reason) as caught:
+        with store.read() as tx, pytest.raises(StoreDamaged, match=reason) as caught:
             tx.session(CHILD)
         assert "'sessions'" in str(caught.value) and CHILD in str(caught.value)
         with store.read() as tx, pytest.raises(StorageError):

@@ -35,10 +35,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("--history", action="store_true",
                        help="key states on their whole past too (ids renamed only)")
     check.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    verify = commands.add_parser(
+        "verify", help="check every record's checksum and every index of a store")
+    verify.add_argument("path", help="the store directory")
     daemon_commands.register(commands)
     args = parser.parse_args(argv)
     if hasattr(args, "run"):  # a subcommand registered from its own module
         return int(args.run(args))
+    if args.command == "verify":
+        from treemail.adapters.verify import main as verify_main
+
+        return verify_main(args.path, sys.stdout, sys.stderr)
     if args.command == "demo":
         from treemail.adapters.demo import main as demo_main
 

@@ -1,22 +1,32 @@
-"""Records to bytes and back: attrs records through one cattrs converter, then compact JSON.
+"""Records to bytes and back: attrs records through one cattrs converter, then compact JSON,
+then a 4-byte checksum.
 
 JSON keeps stored records readable with ``mdb_dump`` and free of pickle's code execution.
 Enums are stored by value. Decoding is strict (a string field holding ``5`` is an error, not
 ``"5"``), so a damaged record is reported instead of being quietly coerced; every decoding
 failure is a ``StorageError`` naming the database and key.
+
+The checksum: LMDB keeps none, so a flipped byte in a value would be read back as a different
+body. Every stored value ends in the big-endian CRC-32 of its key and payload (``zlib.crc32``:
+in the standard library, in C, and it detects every burst of up to 32 flipped bits, which is
+what a damaged sector or a stray write looks like; no attacker is in the threat model, so a
+cryptographic hash would buy nothing). The key is covered too, so a record whose key bytes
+were damaged fails where it is read instead of answering under another key. A mismatch is a
+``StoreDamaged`` naming the database and key.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any, TypeVar
 
 import cattrs
 
-from treemail.core.errors import StorageError
+from treemail.core.errors import StorageError, StoreDamaged
 from treemail.core.records import Message, Run, SendResult, Session
 
-__all__ = ["decode", "encode"]
+__all__ = ["CHECKSUM_BYTES", "decode", "encode", "payload"]
 
 T = TypeVar("T")
 
@@ -43,26 +53,42 @@ for _kind in (str, int, bool):
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
-def encode(value: object) -> bytes:
-    """A record (or a plain str / int) as compact UTF-8 JSON; bytes (a raw key) as they are."""
-    if type(value) is bytes:
-        return value
-    return _dumps(_converter.unstructure(value)).encode()
+CHECKSUM_BYTES = 4
+
+
+def encode(value: object, key: bytes) -> bytes:
+    """A record (or a plain str / int) as compact UTF-8 JSON, or bytes (a raw key) as they
+    are, followed by the checksum of ``key`` and that payload."""
+    body = value if type(value) is bytes else _dumps(_converter.unstructure(value)).encode()
+    return body + zlib.crc32(body, zlib.crc32(key)).to_bytes(CHECKSUM_BYTES, "big")
+
+
+def payload(raw: bytes, *, db: str, key: bytes) -> bytes:
+    """The payload of a stored value once its checksum holds; ``StoreDamaged`` if not."""
+    body, stored = raw[:-CHECKSUM_BYTES], raw[-CHECKSUM_BYTES:]
+    expected = zlib.crc32(body, zlib.crc32(key)).to_bytes(CHECKSUM_BYTES, "big")
+    if len(raw) < CHECKSUM_BYTES or stored != expected:
+        raise StoreDamaged(
+            f"checksum mismatch in database {str(db)!r} at key {bytes(key)!r}: the record is "
+            "damaged; restore the store from a copy (treemail verify lists every damaged record)",
+            db=db, key=bytes(key))
+    return bytes(body)
 
 
 def decode(kind: type[T], raw: bytes, *, db: str, key: bytes) -> T:
     """The ``kind`` stored as ``raw`` at ``key`` of ``db``; ``StorageError`` if it is not one."""
+    body = payload(raw, db=db, key=key)
     if kind is bytes:
-        return bytes(raw)  # type: ignore[return-value]  # T is bytes here
+        return body  # type: ignore[return-value]  # T is bytes here
     if kind in _SHAREABLE:
         try:
-            return _decode_shared(kind, bytes(raw))
+            return _decode_shared(kind, body)
         except cattrs.BaseValidationError as exc:
             raise _undecodable(kind, db, key, "; ".join(cattrs.transform_error(exc))) from exc
         except (ValueError, TypeError) as exc:
             raise _undecodable(kind, db, key, str(exc)) from exc
     try:
-        return _converter.structure(json.loads(raw), kind)
+        return _converter.structure(json.loads(body), kind)
     except cattrs.BaseValidationError as exc:
         reason = "; ".join(cattrs.transform_error(exc))
         raise _undecodable(kind, db, key, reason) from exc
@@ -91,8 +117,8 @@ def _decode_shared(kind: type[T], raw: bytes) -> T:
 
 
 def _undecodable(kind: type[Any], db: str, key: bytes, reason: str) -> StorageError:
-    return StorageError(
-        f"cannot decode a {kind.__name__} in database {db!r} at key {key!r}: {reason}",
+    return StoreDamaged(
+        f"cannot decode a {kind.__name__} in database {str(db)!r} at key {key!r}: {reason}",
         db=db,
         key=key,
     )

@@ -28,6 +28,7 @@ from treemail.adapters.lmdb_files import (
     OwnerLock,
     check_data_file,
 )
+from treemail.adapters.lmdb_format import META_DB, settle_format
 from treemail.core.errors import StorageError, StoreClosed, StoreDamaged
 from treemail.core.keys import VALUE_KINDS, Table
 from treemail.core.store import Indexed, ReadTxn, WriteTxn
@@ -87,7 +88,7 @@ class _LmdbTables:
         return entries
 
     def put(self, table: Table, key: bytes, value: object) -> None:
-        self._write(table, key, encode(value))
+        self._write(table, key, encode(value, key))
 
     def delete(self, table: Table, key: bytes) -> None:
         self._write(table, key, None)
@@ -153,7 +154,7 @@ def _abort(txn: _Txn) -> None:
 
 def _lmdb_open(directory: Path, **options: object) -> lmdb.Environment:
     try:
-        return lmdb.open(str(directory), max_dbs=len(Table), subdir=True, create=False,
+        return lmdb.open(str(directory), max_dbs=len(Table) + 1, subdir=True, create=False,
                          **options)  # type: ignore[arg-type]
     except lmdb.Error as exc:
         raise StorageError(f"cannot open the store at {str(directory)!r}: {exc}",
@@ -284,6 +285,8 @@ class LmdbStore:
             # pin old pages; clear them so the file does not grow behind dead readers.
             env.reader_check()
             dbs = _open_tables(env, directory, write=True)
+            settle_format(env, dbs, env.open_db(META_DB), directory, write=True,
+                          max_map_size=max_map_size)
         except BaseException:
             owner.release()
             raise
@@ -297,7 +300,17 @@ class LmdbStore:
         # recycling pages under our reads (that table is shared memory, not the store).
         locked = (directory / LOCK_FILE).exists()
         env = _lmdb_open(directory, map_size=header.map_size, readonly=True, lock=locked)
-        return cls(env, _open_tables(env, directory, write=False), header.map_size)
+        dbs = _open_tables(env, directory, write=False)
+        try:
+            meta = env.open_db(META_DB, create=False)
+        except lmdb.NotFoundError:
+            meta = None  # a store from before format markers
+        try:
+            settle_format(env, dbs, meta, directory, write=False, max_map_size=header.map_size)
+        except BaseException:
+            env.close()
+            raise
+        return cls(env, dbs, header.map_size)
 
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
@@ -309,6 +322,28 @@ class LmdbStore:
                 raise _failure(exc, "begin a read transaction") from exc
             try:
                 yield _LmdbTxn(self._env, txn, self._dbs)
+            finally:
+                _abort(txn)
+
+    @contextmanager
+    def raw_rows(self) -> Iterator[Callable[[Table], Iterator[tuple[bytes, bytes]]]]:
+        """Each table's stored (key, value) bytes, undecoded, from one consistent snapshot:
+        for ``treemail verify``, which must see a damaged record without stopping at it."""
+        self._check_open()
+        with self._gate.reading():
+            try:
+                txn = self._env.begin(write=False, buffers=False)
+            except lmdb.Error as exc:
+                raise _failure(exc, "begin a read transaction") from exc
+
+            def rows(table: Table) -> Iterator[tuple[bytes, bytes]]:
+                try:
+                    yield from txn.cursor(db=self._dbs[table])
+                except lmdb.Error as exc:
+                    raise _failure(exc, f"scan {table}") from exc
+
+            try:
+                yield rows
             finally:
                 _abort(txn)
 

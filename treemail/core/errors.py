@@ -40,6 +40,7 @@ __all__ = [
     "StorageError",
     "StoreClosed",
     "StoreDamaged",
+    "StoreFormatUnknown",
     "StoreLocked",
     "StoreMissing",
     "TreemailError",
@@ -264,3 +265,9 @@ class StoreMissing(StorageError):
     """There is no store at the path given; check the path."""
 
     code = "store:missing"
+
+
+class StoreFormatUnknown(StorageError):
+    """The store was written in a format this treemail does not read; the message says how."""
+
+    code = "store:unknown_format"
