@@ -29,7 +29,13 @@ from treemail.adapters.lmdb_files import (
     check_data_file,
 )
 from treemail.adapters.lmdb_format import META_DB, settle_format
-from treemail.core.errors import StorageError, StoreClosed, StoreDamaged
+from treemail.core.errors import (
+    OutcomeUnknown,
+    StorageError,
+    StoreClosed,
+    StoreDamaged,
+    StoreFull,
+)
 from treemail.core.keys import VALUE_KINDS, Table
 from treemail.core.store import Indexed, ReadTxn, WriteTxn
 
@@ -103,6 +109,8 @@ class _LmdbTables:
         except lmdb.MapFullError:  # a delete can split pages too
             self.map_full = True
             raise
+        except lmdb.DiskError as exc:  # spilling dirty pages to a full disk
+            raise _disk_full(exc) from exc
         except lmdb.Error as exc:
             raise _failure(exc, f"write {table}") from exc
 
@@ -175,6 +183,15 @@ def _open_tables(env: lmdb.Environment, directory: Path, *, write: bool) -> dict
         env.close()
         raise StorageError(f"cannot open the store at {str(directory)!r}: {exc}",
                            path=str(directory)) from exc
+
+
+def _commit_durably(txn: _Txn) -> None:
+    txn.commit()  # one seam, so that tests can fail it after the commit point
+
+
+def _disk_full(exc: lmdb.Error) -> StoreFull:
+    return StoreFull(f"the disk holding the store is full ({exc}): nothing of this operation "
+                     "was stored; free space, then retry")
 
 
 class _MapFull(Exception):
@@ -375,7 +392,7 @@ class LmdbStore:
         try:
             result = work(writes)
             if not writes.tables.map_full:
-                _commit(txn, writes.tables)
+                self._commit_outer(txn, writes.tables)
                 return result
         except Exception:
             _abort(txn)
@@ -389,12 +406,41 @@ class LmdbStore:
         _abort(txn)  # work swallowed a MapFullError: what it did is incomplete
         raise _MapFull
 
+    def _commit_outer(self, txn: _Txn, tables: _LmdbTables) -> None:
+        """Commit the transaction, and say precisely how a failure left the store.
+
+        LMDB writes the data pages, syncs them, and only then writes the meta page that makes
+        the transaction visible: the commit point. Whether it was passed is read back from
+        the environment's last transaction id. A full disk fails before it (nothing stored);
+        any other error is reported as an unknown outcome, since a torn meta write cannot be
+        told from a good one until the next open.
+        """
+        number = txn.id()
+        try:
+            _commit_durably(txn)
+        except lmdb.MapFullError:  # commit writes the free list and can run out of map too
+            tables.map_full = True
+            raise
+        except lmdb.Error as exc:
+            try:
+                committed: bool | None = self._env.info()["last_txnid"] >= number
+            except lmdb.Error:
+                committed = None
+            if isinstance(exc, lmdb.DiskError) and committed is False:
+                raise _disk_full(exc) from exc
+            raise OutcomeUnknown(
+                f"the store at {self._path!r} failed after the commit point ({exc}): the "
+                "operation may or may not be stored. Retry the same tool call with the same "
+                "tool-call id: a stored send is answered with its original result.",
+                path=self._path) from exc
+
     def _grow(self) -> None:
         size = self._env.info()["map_size"]
         if size >= self._max_map_size:
-            raise StorageError(
+            raise StoreFull(
                 f"the store at {self._path!r} is full: its map reached max_map_size "
-                f"({self._max_map_size} bytes); open it with a larger max_map_size",
+                f"({self._max_map_size} bytes), and nothing of this operation was stored; "
+                "open it with a larger max_map_size",
                 path=self._path,
             )
         with self._gate.exclusive():

@@ -33,6 +33,7 @@ __all__ = [
     "MaxHopsExceeded",
     "MessagingDisabled",
     "NotTreePeer",
+    "OutcomeUnknown",
     "PermissionDenied",
     "Refusal",
     "SelfSend",
@@ -41,6 +42,7 @@ __all__ = [
     "StoreClosed",
     "StoreDamaged",
     "StoreFormatUnknown",
+    "StoreFull",
     "StoreLocked",
     "StoreMissing",
     "TreemailError",
@@ -271,3 +273,15 @@ class StoreFormatUnknown(StorageError):
     """The store was written in a format this treemail does not read; the message says how."""
 
     code = "store:unknown_format"
+
+
+class StoreFull(StorageError):
+    """The disk or the store's map is full; nothing of the operation was stored."""
+
+    code = "store:full"
+
+
+class OutcomeUnknown(StorageError):
+    """An I/O error came after the commit point: retry with the same tool-call id."""
+
+    code = "store:outcome_unknown"
