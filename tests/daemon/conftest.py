@@ -38,7 +38,7 @@ class DaemonProcess:
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode() if self.proc.stderr else ""
                 raise RuntimeError(f"daemon exited {self.proc.returncode}: {err}")
-            if self.socket.exists():
+            if self.socket.exists() and _accepts(self.socket):  # not a stale file
                 return
             time.sleep(0.02)
         raise TimeoutError(f"daemon not ready after {timeout}s")
@@ -56,6 +56,17 @@ class DaemonProcess:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.communicate(timeout=20)
+
+
+def _accepts(path: Path) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:

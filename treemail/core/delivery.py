@@ -64,7 +64,8 @@ def accept(tx: WriteTxn, message: Message) -> Message:
 
 
 def new_mail(
-    tx: WriteTxn, ids: IdSource, recipient: str, body: str, owner: Owner, sender: str | None
+    tx: WriteTxn, ids: IdSource, recipient: str, body: str, owner: Owner, sender: str | None,
+    mode: Mode = Mode.QUEUE,
 ) -> Message:
     """Accept non-agent mail (user, plugin, delegation, goal): no guard, no cap, no hop."""
     message = Message(
@@ -73,7 +74,7 @@ def new_mail(
         sender=sender,
         owner=owner,
         body=body,
-        mode=Mode.QUEUE,
+        mode=mode,
         hop=0,
         seq=tx.add(f"seq/{recipient}", 1),
     )

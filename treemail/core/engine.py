@@ -34,6 +34,7 @@ from treemail.core.records import (
     ApprovalState,
     Event,
     Message,
+    Mode,
     Owner,
     Run,
     SendResult,
@@ -104,11 +105,14 @@ class Engine:
     # -- mail from outside the agents ------------------------------------------------------
 
     def produce(
-        self, recipient: str, body: str, owner: Owner, *, sender: str | None = None
+        self, recipient: str, body: str, owner: Owner, *, sender: str | None = None,
+        mode: Mode = Mode.QUEUE,
     ) -> str:
         """Inject non-agent mail (user, plugin, delegation, goal); it wakes the recipient.
 
-        Such mail never counts against the agent inbox cap."""
+        Such mail never counts against the agent inbox cap. ``mode`` steer is the user's
+        steering: it joins the recipient's in-flight run at its next safe boundary (no message
+        permission applies: the user is not an agent of the tree), else the next run."""
         if owner is Owner.AGENT:
             raise InvalidRequest("agent mail is sent with send_message, not produce")
         if not body.strip():
@@ -116,7 +120,7 @@ class Engine:
 
         def work(tx: WriteTxn) -> str:
             recipient_id = need_session(tx, recipient).session_id
-            return new_mail(tx, self.ids, recipient_id, body, owner, sender).message_id
+            return new_mail(tx, self.ids, recipient_id, body, owner, sender, mode).message_id
 
         message_id = self._transact(work)
         self.reconcile(recipient)

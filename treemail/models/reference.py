@@ -78,7 +78,8 @@ class Reference:
         self.reconcile(child_id)
         return child_id
 
-    def produce(self, recipient: str, body: str, owner: Owner, *, sender: str | None = None) -> str:
+    def produce(self, recipient: str, body: str, owner: Owner, *, sender: str | None = None,
+                mode: Mode = Mode.QUEUE) -> str:
         if owner is Owner.AGENT:
             raise errors.InvalidRequest("agent mail goes through send_message")
         if body == "" or body.isspace():
@@ -86,7 +87,7 @@ class Reference:
 
         def work() -> str:
             self._session(recipient)
-            return self._accept(recipient, sender, owner, body, Mode.QUEUE, 0).message_id
+            return self._accept(recipient, sender, owner, body, mode, 0).message_id
 
         message_id = self._atomic(work)
         self.reconcile(recipient)

@@ -46,15 +46,44 @@ METHODS: Final[dict[str, Method]] = _table(
     Method("session.get", t.SessionGetParams, t.SessionView, "One session."),
     Method("session.list", t.SessionListParams, t.SessionListResult,
            "Every session, or every session of one tree, in creation order."),
+    Method("session.delegate", t.SessionDelegateParams, t.SessionView,
+           "A child of a session in its tree; the task arrives as delegation mail."),
     Method("run.submit", t.RunSubmitParams, t.ProducerAccepted,
            "User input for the session's next run (queue mode); it wakes the session."),
+    Method("run.steer", t.RunSteerParams, t.ProducerAccepted,
+           "User steering: joins the in-flight run at its next safe boundary."),
+    Method("run.get", t.RunGetParams, t.RunView, "One run."),
+    Method("run.list", t.RunListParams, t.RunListResult, "A session's runs, in order."),
+    Method("message.get", t.MessageGetParams, t.MessageReceipt,
+           "A receipt: the message's lifecycle state and its history."),
+    Method("message.list", t.MessageListParams, t.MessageListResult,
+           "The mail a session received, or only its pending mail."),
+    Method("tool.call", t.ToolCallParams, t.ToolCallResult,
+           "Run a tool as the session's in-flight run (the daemon as tool executor)."),
+    Method("approval.list", t.ApprovalListParams, t.ApprovalListResult,
+           "Tool calls held by ask rules."),
+    Method("approval.answer", t.ApprovalAnswerParams, t.ApprovalView,
+           "Approve (scope once, session or tree) or deny a held call."),
+    Method("events.subscribe", t.EventsSubscribeParams, t.EventsSubscribeResult,
+           "Replay the feed after a number, then stream it live: no gap, no duplicate."),
+    Method("events.unsubscribe", t.EventsUnsubscribeParams, t.EventsUnsubscribeResult,
+           "End a subscription."),
+    Method("plugin/producer/send", t.ProducerSendParams, t.ProducerAccepted,
+           "Plugin-owned mail into any session, at most 256 KiB of UTF-8."),
 )
 
 # Server -> client notifications, by method name: their params types.
-NOTIFICATIONS: Final[dict[str, Method]] = _table()
+NOTIFICATIONS: Final[dict[str, Method]] = _table(
+    Method("events/event", t.EventNotification, t.Empty, "The next event of a subscription."),
+    Method("plugin/event", t.PluginEventNotification, t.Empty,
+           "Every durable event, to plugin connections that asked for them."),
+)
 
 # Server -> client requests (a plugin connection answers them).
-SERVER_REQUESTS: Final[dict[str, Method]] = _table()
+SERVER_REQUESTS: Final[dict[str, Method]] = _table(
+    Method("plugin/tool_before_call", t.ToolGateParams, t.ToolGateResult,
+           "Asked of gating plugins before every tool call; false refuses it."),
+)
 
 
 class ParamsError(Exception):

@@ -21,6 +21,7 @@ __all__ = [
     "ClientCapabilities",
     "ClientInfo",
     "Empty",
+    "EventNotification",
     "EventView",
     "EventsSubscribeParams",
     "EventsSubscribeResult",
@@ -34,6 +35,7 @@ __all__ = [
     "MessageListResult",
     "MessageReceipt",
     "MessageView",
+    "PluginEventNotification",
     "ProducerAccepted",
     "ProducerSendParams",
     "RunGetParams",
@@ -53,6 +55,8 @@ __all__ = [
     "ShutdownResult",
     "ToolCallParams",
     "ToolCallResult",
+    "ToolGateParams",
+    "ToolGateResult",
 ]
 
 Scope = Literal["once", "session", "tree"]
@@ -341,3 +345,36 @@ class ProducerSendParams(Params):
 
     session_id: str
     body: str
+
+
+# -- notifications and server requests ----------------------------------------------------
+
+
+class EventNotification(Result):
+    """``events/event``: the next event of a subscription."""
+
+    subscription_id: str
+    event: EventView
+
+
+class PluginEventNotification(Result):
+    """``plugin/event``: every durable event, to connections that asked for plugin events."""
+
+    event: EventView
+
+
+class ToolGateParams(Result):
+    """``plugin/tool_before_call``: the server asks a gating plugin before a tool call runs."""
+
+    session_id: str
+    agent: str
+    tool_call_id: str
+    name: str
+    arguments: Any
+
+
+class ToolGateResult(Params):
+    """The plugin's verdict: ``allow`` false refuses the call with ``reason``."""
+
+    allow: bool
+    reason: str = ""

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 from treemail import __name__ as _package
 from treemail.adapters.agent_docs import build_agents
 from treemail.adapters.daemon.connection import Connection
+from treemail.adapters.models import ToolCall
 from treemail.core.agents import parse_agent_doc
-from treemail.core.errors import InvalidRequest
-from treemail.core.records import Message, Owner, Session
+from treemail.core.errors import InvalidRequest, InvalidToolContext, Refusal
+from treemail.core.lifecycle import SessionState
+from treemail.core.records import Approval, Event, Message, Mode, Owner, Run, Session, ToolContext
 from treemail.core.sending import REPORTED
 from treemail.protocol import errors
 from treemail.protocol import types as t
@@ -43,6 +45,23 @@ def message_view(message: Message) -> t.MessageView:
         body=message.body, run_id=message.run_id, reason=message.reason)
 
 
+def run_view(run: Run) -> t.RunView:
+    return t.RunView(run_id=run.run_id, session_id=run.session_id, number=run.number,
+                     status=run.status.value, base_hop=run.base_hop)
+
+
+def approval_view(a: Approval) -> t.ApprovalView:
+    return t.ApprovalView(
+        approval_id=a.approval_id, session_id=a.session_id, run_id=a.run_id,
+        tool_call_id=a.tool_call_id, tool=a.tool, arguments=dict(a.arguments), label=a.label,
+        state=a.state.value, scope=a.scope, outcome=a.outcome)
+
+
+class PluginBodyTooLarge(Refusal):
+    """Plugin mail over the contract's 256 KiB cap; split it or send a reference instead."""
+
+    code = "plugin:body_too_large"
+
 
 
 class Methods:
@@ -63,6 +82,8 @@ class Methods:
             raise InvalidRequest("this connection is already initialized; initialize once")
         conn.initialized = True
         conn.capabilities = p.capabilities
+        if p.capabilities.plugin_events:  # live from now on
+            self.daemon.subscriptions.plugin_events(conn, await self.daemon.subscriptions.head())
         limits = self.daemon.limits
         return t.InitializeResult(
             protocol_version=PROTOCOL_VERSION,
@@ -108,16 +129,132 @@ class Methods:
             if p.root_session_id is None or s.root_session_id == p.root_session_id])
 
     async def run_submit(self, conn: Connection, p: t.RunSubmitParams) -> t.ProducerAccepted:
-        message_id = await self.rt.submit(p.session_id, p.text, Owner.USER)
-        return await self.accepted(message_id)
+        return await self.produce(p.session_id, p.text, Owner.USER, Mode.QUEUE)
 
-    async def accepted(self, message_id: str) -> t.ProducerAccepted:
+    async def produce(self, sid: str, text: str, owner: Owner,
+                      mode: Mode) -> t.ProducerAccepted:
+        """Accept mail and wake the session. The recipient's state is read in the same
+        writer job as the accept, so it is the state the mail found, not a later one."""
+        def work() -> tuple[str, SessionState]:
+            state = self.engine.session(sid).state
+            return self.engine.produce(sid, text, owner, mode=mode), state
+
+        message_id, state = await self.rt.writer(work)
+        self.rt.poke(sid)
+        return await self.accepted(message_id, state)
+
+    async def run_steer(self, conn: Connection, p: t.RunSteerParams) -> t.ProducerAccepted:
+        return await self.produce(p.session_id, p.text, Owner.USER, Mode.STEER)
+
+    async def accepted(self, message_id: str, state: SessionState) -> t.ProducerAccepted:
+        """The accept as the sender sees it; ``mode`` is the effective one: steer only when
+        the mail joined a run in flight."""
         message: Message = await self.read(self.engine.message, message_id)
-        session: Session = await self.read(self.engine.session, message.recipient)
+        joined = message.mode is Mode.STEER and message.run_id is not None
         return t.ProducerAccepted(
             message_id=message_id, session_id=message.recipient, owner=message.owner.value,
-            mode=message.mode.value, recipient_state=REPORTED[session.state].value,
+            mode="steer" if joined else "queue",
+            recipient_state=REPORTED[state].value,
             agent_hop=message.hop if message.owner is Owner.AGENT else None)
+
+    async def session_delegate(self, conn: Connection,
+                               p: t.SessionDelegateParams) -> t.SessionView:
+        spec = self.rt.agent(p.agent).spec if p.agent in self.rt.agents else None
+        if spec is None:
+            raise InvalidRequest(f"no agent {p.agent!r}; known agents: "
+                                 f"{', '.join(sorted(self.rt.agents))}", agent=p.agent)
+        child: Session = await self.rt.writer(self.engine.delegate, p.parent_session_id,
+                                              spec, p.task)
+        self.rt.poke(child.session_id)
+        return session_view(child)
+
+    async def run_get(self, conn: Connection, p: t.RunGetParams) -> t.RunView:
+        return run_view(await self.read(self.engine.run, p.run_id))
+
+    async def run_list(self, conn: Connection, p: t.RunListParams) -> t.RunListResult:
+        events: list[Event] = await self.read(self.engine.events, p.session_id)
+        await self.read(self.engine.session, p.session_id)  # an unknown session is an error
+        ids = [str(e.data["run_id"]) for e in events if e.kind == "RunQueued"]
+        return t.RunListResult(runs=[run_view(await self.read(self.engine.run, i)) for i in ids])
+
+    async def message_list(self, conn: Connection,
+                           p: t.MessageListParams) -> t.MessageListResult:
+        await self.read(self.engine.session, p.session_id)
+        events: list[Event] = await self.read(self.engine.events, p.session_id)
+        ids = [str(e.data["message_id"]) for e in events
+               if e.kind == "ProducerMessageAccepted"]
+        messages = [await self.read(self.engine.message, i) for i in ids]
+        return t.MessageListResult(messages=[
+            message_view(m) for m in messages if m.pending or not p.pending_only])
+
+    async def message_get(self, conn: Connection, p: t.MessageGetParams) -> t.MessageReceipt:
+        message: Message = await self.read(self.engine.message, p.message_id)
+        events: list[Event] = await self.read(self.engine.events, message.recipient)
+        history = [
+            t.MessageHistoryEntry(seq=e.seq, kind=e.kind, run_id=_text(e.data, "run_id"),
+                                  request_id=_text(e.data, "request_id"),
+                                  reason=_text(e.data, "reason"))
+            for e in events if e.data.get("message_id") == p.message_id
+            and e.kind.startswith("ProducerMessage")]
+        return t.MessageReceipt(message=message_view(message), history=history)
+
+    async def tool_call(self, conn: Connection, p: t.ToolCallParams) -> t.ToolCallResult:
+        session: Session = await self.read(self.engine.session, p.session_id)
+        if session.state is not SessionState.RUNNING or session.run_id is None:
+            raise InvalidToolContext(
+                f"session {session.reference} has no run in flight ({session.state}); "
+                "tool.call runs a tool as the session's running run", state=session.state)
+        call = ToolCall(p.tool_call_id, p.name, p.arguments)
+        outcome = await self.rt.tools.execute(session, session.run_id, call)
+        for target in outcome.stop:
+            await self.rt.interrupted(target)
+        for target in outcome.poke:
+            self.rt.poke(target)
+        if outcome.approval is None:
+            return t.ToolCallResult(content=outcome.content)
+        ctx = ToolContext(session.session_id, session.run_id, p.tool_call_id)
+        held: Approval = await self.rt.writer(
+            self.engine.hold_for_approval, ctx, p.name, p.arguments,
+            str(outcome.approval.details.get("label")))
+        return t.ToolCallResult(content=outcome.content, approval_id=held.approval_id)
+
+    async def approval_list(self, conn: Connection,
+                            p: t.ApprovalListParams) -> t.ApprovalListResult:
+        approvals: list[Approval] = await self.rt.writer.quiet(
+            lambda: self.engine.approvals(pending=p.pending_only))
+        return t.ApprovalListResult(approvals=[approval_view(a) for a in approvals])
+
+    async def approval_answer(self, conn: Connection,
+                              p: t.ApprovalAnswerParams) -> t.ApprovalView:
+        return approval_view(await self.rt.answer(p.approval_id, p.approve, p.scope))
+
+    async def events_subscribe(self, conn: Connection,
+                               p: t.EventsSubscribeParams) -> t.EventsSubscribeResult:
+        if p.after < 0:
+            raise InvalidRequest("after is a feed number: 0 (the start) or more")
+        head = await self.daemon.subscriptions.head()
+        sub_id = await self.daemon.subscriptions.subscribe(conn, p.after, p.session_id)
+        return t.EventsSubscribeResult(subscription_id=sub_id, head=head)
+
+    async def events_unsubscribe(self, conn: Connection,
+                                 p: t.EventsUnsubscribeParams) -> t.EventsUnsubscribeResult:
+        await self.daemon.subscriptions.unsubscribe(conn, p.subscription_id)
+        return t.EventsUnsubscribeResult(unsubscribed=True)
+
+    async def plugin_producer_send(self, conn: Connection,
+                                   p: t.ProducerSendParams) -> t.ProducerAccepted:
+        size = len(p.body.encode("utf-8", "surrogatepass"))
+        if size > PLUGIN_BODY_MAX_BYTES:
+            raise PluginBodyTooLarge(
+                f"plugin mail of {size} bytes is over the cap of {PLUGIN_BODY_MAX_BYTES} "
+                "bytes (256 KiB); nothing was accepted", size=size,
+                limit=PLUGIN_BODY_MAX_BYTES)
+        return await self.produce(p.session_id, p.body, Owner.PLUGIN, Mode.QUEUE)
+
+
+def _text(data: object, key: str) -> str | None:
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _version() -> str:

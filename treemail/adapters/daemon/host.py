@@ -25,6 +25,7 @@ import attrs
 
 from treemail.adapters.agent_docs import build_agents, load_agent_docs
 from treemail.adapters.daemon.connection import Limits
+from treemail.adapters.daemon.feeds import FeedSignal, Subscriptions, WireGate
 from treemail.adapters.daemon.handlers import install
 from treemail.adapters.daemon.lock import DataDirLock
 from treemail.adapters.daemon.server import Daemon
@@ -41,11 +42,18 @@ DEFAULT_DATA_DIR = "./.treemail"
 
 
 class ScriptedEcho:
-    """The scripted model: it reads its last input and says so, then ends the run."""
+    """The scripted model: it reads its last input and says so, then ends the run.
+    ``delay`` (``[daemon.scripted] delay``, seconds) keeps each run in flight that long, so a
+    client can steer it or call tools as it (``tool.call``)."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
 
     async def complete(
         self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] = ()
     ) -> ModelReply:
+        if self.delay:
+            await asyncio.sleep(self.delay)
         last = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"),
                     None)
         first = str(last or "").strip().splitlines()
@@ -57,6 +65,7 @@ class Settings:
     messaging: MessagingConfig = attrs.field(factory=MessagingConfig)
     model: str = "scripted"
     openai: Mapping[str, Any] = attrs.field(factory=dict)
+    delay: float = 0.0
 
     @classmethod
     def load(cls, data_dir: Path) -> Settings:
@@ -71,12 +80,15 @@ class Settings:
         model = daemon.get("model", "scripted")
         if model not in ("scripted", "openai"):
             raise ConfigError(f"{path}: [daemon] model = {model!r}; use scripted or openai")
+        delay = daemon.get("scripted", {}).get("delay", 0.0)
+        if not isinstance(delay, int | float) or delay < 0:
+            raise ConfigError(f"{path}: [daemon.scripted] delay must be seconds >= 0")
         return cls(MessagingConfig.from_mapping(document.get("messaging", {})), model,
-                   dict(daemon.get("openai", {})))
+                   dict(daemon.get("openai", {})), float(delay))
 
     def model_for(self, agent: str, doc_model: str | None) -> Model:
         if self.model == "scripted":
-            return ScriptedEcho()
+            return ScriptedEcho(self.delay)
         key_env = str(self.openai.get("api_key_env", "OPENAI_API_KEY"))
         base_url = self.openai.get("base_url")
         if not base_url:
@@ -99,9 +111,12 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
     except BaseException:
         lock.release()
         raise
+    signal, gate = FeedSignal(), WireGate()
     runtime = Runtime(store, UuidIds(), build_agents(docs, settings.model_for),
-                      settings.messaging)
-    daemon = Daemon(runtime, store, lock, settings.model_for, limits)
+                      settings.messaging, plugins=[signal, gate], feed_interval=0.02)
+    daemon = Daemon(runtime, store, lock, settings.model_for, Subscriptions(runtime, signal),
+                    limits)
+    gate.connections = lambda: daemon.connections
     install(daemon)
     await runtime.start()
     await daemon.listen_unix(socket)

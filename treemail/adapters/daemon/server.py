@@ -22,6 +22,7 @@ import msgspec
 
 from treemail.adapters.agent_docs import ModelFor
 from treemail.adapters.daemon.connection import Connection, Limits, PeerGone
+from treemail.adapters.daemon.feeds import Subscriptions
 from treemail.adapters.daemon.lock import DataDirLock
 from treemail.adapters.runtime import Runtime
 from treemail.core.errors import EngineShutdown, TreemailError
@@ -57,8 +58,10 @@ class WireError(Exception):
 
 class Daemon:
     def __init__(self, runtime: Runtime, store: Store, lock: DataDirLock,
-                 model_for: ModelFor, limits: Limits | None = None) -> None:
+                 model_for: ModelFor, subscriptions: Subscriptions,
+                 limits: Limits | None = None) -> None:
         self.runtime = runtime
+        self.subscriptions = subscriptions
         self.model_for = model_for
         self.store = store
         self.lock = lock

@@ -1,0 +1,306 @@
+"""Protocol 19 end to end, on a daemon whose scripted model holds each run in flight for a
+moment (``[daemon.scripted] delay``): a tree of 4 sessions, both modes, a wake, an approval
+answered over the wire, a user steer, receipts, plugins, and subscriptions replayed and then
+followed live with the seam checked."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import DaemonProcess, run
+from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+
+WORKER = """---
+name: worker
+description: Does a part of the task
+permissions:
+  message:
+    parent: allow
+    sibling: ask
+---
+You work.
+"""
+
+LEAD = """---
+name: lead
+description: Plans and delegates
+permissions:
+  message:
+    child: allow
+---
+You lead.
+"""
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    data = tmp_path_factory.mktemp("slow")
+    (data / "agents").mkdir()
+    (data / "agents" / "worker.md").write_text(WORKER)
+    (data / "config.toml").write_text("[daemon.scripted]\ndelay = 0.6\n")
+    process = DaemonProcess(data)
+    yield process
+    code, err = process.terminate()
+    assert code == 0, err
+
+
+async def _until(client: DaemonClient, sid: str, *states: str, timeout: float = 20) -> Any:
+    async with asyncio.timeout(timeout):
+        while True:
+            session = await client.call("session.get", {"session_id": sid})
+            if session["state"] in states:
+                return session
+            await asyncio.sleep(0.02)
+
+
+async def _quiet(client: DaemonClient, timeout: float = 30) -> None:
+    async with asyncio.timeout(timeout):
+        while True:
+            listed = await client.call("session.list")
+            if all(s["state"] in ("idle", "finished") for s in listed["sessions"]):
+                return
+            await asyncio.sleep(0.05)
+
+
+def test_a_tree_of_four_with_both_modes_a_wake_an_approval_and_a_steer(
+    slow: DaemonProcess,
+) -> None:
+    async def go() -> dict[str, Any]:
+        client = await slow.client()
+        try:
+            lead = await client.call("session.create", {"agent_doc": LEAD})
+            lid = lead["session_id"]
+            kids = [await client.call("session.delegate", {
+                "parent_session_id": lid, "agent": "worker", "task": f"part {i}"})
+                for i in range(2)]
+            grandchild = await client.call("session.delegate", {
+                "parent_session_id": kids[0]["session_id"], "agent": "worker",
+                "task": "a detail"})
+            tree = await client.call("session.list", {"root_session_id": lid})
+            a, b = (k["session_id"] for k in kids)
+            # User steer into a run in flight: a is running its delegated task.
+            await _until(client, a, "running")
+            steer = await client.call("run.steer", {"session_id": a, "text": "also check X"})
+            # As a's run: a message to its sibling waits for the user (ask rule).
+            call = await client.call("tool.call", {
+                "session_id": a, "tool_call_id": "t1", "name": "send_message",
+                "arguments": {"to": b, "body": "hello sibling"}})
+            held = await client.call("approval.list")
+            answered = await client.call("approval.answer", {
+                "approval_id": call["approval_id"], "approve": True, "scope": "once"})
+            await _quiet(client)
+            # Wake: b finished; user input wakes it.
+            finished = await client.call("session.get", {"session_id": b})
+            woken = await client.call("run.submit", {"session_id": b, "text": "one more"})
+            queued = await client.call("run.steer", {"session_id": lid, "text": "idle steer"})
+            await _quiet(client)
+            receipt = await client.call("message.get", {"message_id": steer["message_id"]})
+            b_mail = await client.call("message.list", {"session_id": b})
+            b_runs = await client.call("run.list", {"session_id": b})
+            return dict(tree=tree, steer=steer, call=call, held=held, answered=answered,
+                        finished=finished, woken=woken, queued=queued, receipt=receipt,
+                        b_mail=b_mail, b_runs=b_runs, grandchild=grandchild)
+        finally:
+            await client.close()
+
+    r = run(go(), timeout=90)
+    assert len(r["tree"]["sessions"]) == 4
+    assert r["grandchild"]["parent_session_id"] == r["tree"]["sessions"][1]["session_id"]
+    assert r["steer"]["mode"] == "steer" and r["steer"]["recipient_state"] == "running"
+    assert r["steer"]["owner"] == "user" and r["steer"]["agent_hop"] is None
+    assert r["call"]["approval_id"] and "permission:approval_required" in r["call"]["content"]
+    assert [h["approval_id"] for h in r["held"]["approvals"]] == [r["call"]["approval_id"]]
+    assert r["answered"]["state"] == "approved" and r["answered"]["scope"] == "once"
+    assert '"message_id"' in (r["answered"]["outcome"] or "")
+    assert r["finished"]["state"] == "finished"
+    assert r["woken"]["recipient_state"] == "waking_finished" and r["woken"]["mode"] == "queue"
+    assert r["queued"]["mode"] == "queue"  # a steer to a session with no run waits for one
+    kinds = [h["kind"] for h in r["receipt"]["history"]]
+    assert r["receipt"]["message"]["state"] == "consumed"
+    assert kinds[0] == "ProducerMessageAccepted" and kinds[-1] == "ProducerMessageConsumed"
+    owners = sorted(m["owner"] for m in r["b_mail"]["messages"])
+    assert owners == ["agent", "delegation", "user"]  # the approved sibling mail arrived
+    assert all(m["state"] == "consumed" for m in r["b_mail"]["messages"])
+    assert len(r["b_runs"]["runs"]) >= 2  # its task, then the wake
+
+
+def test_tool_call_needs_a_run_in_flight(slow: DaemonProcess) -> None:
+    async def go() -> RpcFailure:
+        client = await slow.client()
+        try:
+            root = await client.call("session.create", {"agent": "worker"})
+            with pytest.raises(RpcFailure) as caught:
+                await client.call("tool.call", {
+                    "session_id": root["session_id"], "tool_call_id": "x",
+                    "name": "send_message", "arguments": {"to": "a", "body": "b"}})
+            return caught.value
+        finally:
+            await client.close()
+
+    failure = run(go())
+    assert failure.data_code == "engine:invalid_tool_context"
+
+
+def test_plugin_mail_is_capped_and_the_gate_decides_over_the_wire(slow: DaemonProcess) -> None:
+    async def go() -> tuple[Any, RpcFailure, Any, list[Any], list[str]]:
+        plugin = await slow.client(tool_gate=True, plugin_events=True)
+        asked: list[Any] = []
+
+        async def gate(method: str, params: Any) -> Any:
+            asked.append((method, params))
+            return {"allow": False, "reason": "audit says no"}
+
+        plugin.on_request = gate
+        user = await slow.client()
+        try:
+            root = await user.call("session.create", {"agent": "worker"})
+            sid = root["session_id"]
+            accepted = await plugin.call("plugin/producer/send",
+                                         {"session_id": sid, "body": "from a plugin"})
+            with pytest.raises(RpcFailure) as too_big:
+                await plugin.call("plugin/producer/send",
+                                  {"session_id": sid, "body": "x" * (256 * 1024 + 1)})
+            await _until(user, sid, "running")
+            refused = await user.call("tool.call", {
+                "session_id": sid, "tool_call_id": "g1", "name": "send_message",
+                "arguments": {"to": "nobody", "body": "hi"}})
+            seen: list[str] = []
+            while "ProducerMessageAccepted" not in seen:
+                note = await plugin.next_notification("plugin/event")
+                seen.append(note.params["event"]["kind"])
+            return accepted, too_big.value, refused, asked, seen
+        finally:
+            await plugin.close()
+            await user.close()
+
+    accepted, too_big, refused, asked, seen = run(go())
+    assert accepted["owner"] == "plugin"
+    assert too_big.code == -32010 and too_big.data_code == "plugin:body_too_large"
+    assert "plugin:refused" in refused["content"] and "audit says no" in refused["content"]
+    assert [m for m, _ in asked] == ["plugin/tool_before_call"]
+    assert asked[0][1]["name"] == "send_message" and asked[0][1]["tool_call_id"] == "g1"
+    assert "SessionCreated" in seen
+
+
+def test_subscribe_replays_then_follows_live_with_no_gap_and_no_duplicate(
+    slow: DaemonProcess,
+) -> None:
+    async def traffic(client: DaemonClient, sid: str, n: int) -> None:
+        for i in range(n):
+            await client.call("run.submit", {"session_id": sid, "text": f"t{i}"})
+
+    async def go() -> tuple[list[int], list[int], int]:
+        writer, reader = await slow.client(), await slow.client()
+        try:
+            root = await writer.call("session.create", {"agent": "worker"})
+            sid = root["session_id"]
+            await traffic(writer, sid, 5)
+            busy = asyncio.create_task(traffic(writer, sid, 40))  # during the subscribe
+            await asyncio.sleep(0.05)
+            sub = await reader.call("events.subscribe", {"after": 0})
+            await busy
+            await _quiet(writer)
+            head = (await writer.call("events.subscribe", {"after": 0}))["head"]
+            numbers: list[int] = []
+            while not numbers or numbers[-1] < head:
+                note = await reader.next_notification("events/event")
+                assert note.params["subscription_id"] == sub["subscription_id"]
+                numbers.append(note.params["event"]["number"])
+            await reader.call("events.unsubscribe",
+                              {"subscription_id": sub["subscription_id"]})
+            one = await reader.call("events.subscribe", {"after": 0, "session_id": sid})
+            mine: list[int] = []
+            while not mine or mine[-1] < head:
+                note = await reader.next_notification("events/event")
+                if note.params["subscription_id"] == one["subscription_id"]:
+                    assert note.params["event"]["session_id"] == sid
+                    mine.append(note.params["event"]["number"])
+            return numbers, mine, sub["head"]
+        finally:
+            await writer.close()
+            await reader.close()
+
+    numbers, mine, head_at_subscribe = run(go(), timeout=120)
+    # The feed is numbered 1, 2, ...: every number once, in order, across the seam.
+    assert numbers == list(range(1, numbers[-1] + 1))
+    assert 0 < head_at_subscribe < numbers[-1]  # part replayed, part live
+    assert mine == sorted(set(mine)) and set(mine) <= set(numbers)
+
+
+def test_unsubscribe_of_an_unknown_subscription_is_an_error(slow: DaemonProcess) -> None:
+    async def go() -> RpcFailure:
+        client = await slow.client()
+        try:
+            with pytest.raises(RpcFailure) as caught:
+                await client.call("events.unsubscribe", {"subscription_id": "sub-999"})
+            return caught.value
+        finally:
+            await client.close()
+
+    assert run(go()).data_code == "engine:unknown_target"
+
+
+def test_kill_9_mid_traffic_then_restart_delivers_every_acked_send_once(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    daemon = DaemonProcess(data)
+    acked: list[str] = []
+
+    async def traffic() -> None:
+        client = await daemon.client()
+        root = await client.call("session.create", {"agent": "default"})
+        try:
+            for i in range(400):
+                accepted = await client.call("run.submit",
+                                             {"session_id": root["session_id"], "text": f"{i}"})
+                acked.append(accepted["message_id"])
+                if i == 30:
+                    daemon.kill()  # SIGKILL while sends are flowing
+        except (ConnectionError, RpcFailure):
+            pass
+
+    run(traffic())
+    assert len(acked) >= 30
+    again = DaemonProcess(data)
+
+    async def settle() -> list[Any]:
+        client = await again.client()
+        try:
+            await _quiet(client)
+            sessions = (await client.call("session.list"))["sessions"]
+            return [m for s in sessions for m in
+                    (await client.call("message.list", {"session_id": s["session_id"]}))
+                    ["messages"]]
+        finally:
+            await client.close()
+
+    messages = run(settle())
+    code, err = again.terminate()
+    assert code == 0, err
+    by_id = {m["message_id"]: m for m in messages}
+    assert set(acked) <= set(by_id)
+    assert all(by_id[i]["state"] == "consumed" for i in acked)
+    _consumed_once(data, acked)
+
+
+def _consumed_once(data: Path, acked: list[str]) -> None:
+    from collections import Counter
+
+    from treemail.adapters.lmdb_store import LmdbStore
+    from treemail.core.engine import Engine
+    from treemail.core.ids import CountingIds
+
+    store = LmdbStore.open(str(data / "store"))
+    try:
+        consumed = Counter(str(e.data["message_id"]) for _, e in
+                           Engine(store, CountingIds()).feed()
+                           if e.kind == "ProducerMessageConsumed")
+    finally:
+        store.close()
+    assert all(consumed[i] == 1 for i in acked)
