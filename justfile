@@ -9,14 +9,26 @@ default:
 demo *ARGS:
     {{python}} -m treemail demo {{ARGS}}
 
-# Everything CI runs: lint, strict types, and the fast test suite (ci Hypothesis profile).
-test: lint
+# Everything CI runs: lint, strict types, the bindings check, and the fast test suite.
+test: lint check-bindings
     {{python}} -m pytest tests --ignore=tests/deep
 
 # ruff and mypy --strict.
 lint:
     {{python}} -m ruff check treemail tests bench
     {{python}} -m mypy --strict treemail
+
+# spec/bindings against the wire types: regenerated and diffed, the fingerprint pinned per
+# PROTOCOL_VERSION, and the TypeScript type-checked (typescript installed from the npm registry
+# into tools/bindings/node_modules on first use, pinned by its package-lock.json).
+check-bindings:
+    {{python}} -m treemail.adapters.daemon.bindings check
+    cd tools/bindings && { [ -x node_modules/.bin/tsc ] || npm ci --silent --no-audit --no-fund; }
+    tools/bindings/node_modules/.bin/tsc --noEmit --strict spec/bindings/protocol.d.ts
+
+# Rewrite spec/bindings from the wire types (after bumping PROTOCOL_VERSION; --amend re-pins).
+write-bindings *ARGS:
+    {{python}} -m treemail.adapters.daemon.bindings write {{ARGS}}
 
 # The bounded exhaustive model checker at its default bounds.
 check *ARGS:
