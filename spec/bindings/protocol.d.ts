@@ -59,6 +59,19 @@ export interface EventView {
   data: Record<string, unknown>;
 }
 
+/** A page of the feed after ``after`` (at most ``limit`` events, at most 256), only ``session_id``'s when given; ``next`` is where the next page starts. */
+export interface EventsReadParams {
+  after?: number;
+  session_id?: string | null;
+  limit?: number;
+}
+
+export interface EventsReadResult {
+  events: Array<EventView>;
+  next: number;
+  head: number;
+}
+
 /** Every event after feed number ``after`` (0: from the start), replayed and then live, in order, each once; only ``session_id``'s when given. */
 export interface EventsSubscribeParams {
   after?: number;
@@ -280,6 +293,7 @@ export interface Methods {
   "approval.list": { params: ApprovalListParams; result: ApprovalListResult };
   "approval.answer": { params: ApprovalAnswerParams; result: ApprovalView };
   "events.subscribe": { params: EventsSubscribeParams; result: EventsSubscribeResult };
+  "events.read": { params: EventsReadParams; result: EventsReadResult };
   "events.unsubscribe": { params: EventsUnsubscribeParams; result: EventsUnsubscribeResult };
   "plugin/producer/send": { params: ProducerSendParams; result: ProducerAccepted };
 }

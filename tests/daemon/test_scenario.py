@@ -280,8 +280,10 @@ def test_kill_9_mid_traffic_then_restart_delivers_every_acked_send_once(
         finally:
             await client.close()
 
-    messages = run(settle())
-    code, err = again.terminate()
+    try:
+        messages = run(settle())
+    finally:
+        code, err = again.terminate()
     assert code == 0, err
     by_id = {m["message_id"]: m for m in messages}
     assert set(acked) <= set(by_id)

@@ -66,6 +66,8 @@ METHODS: Final[dict[str, Method]] = _table(
            "Approve (scope once, session or tree) or deny a held call."),
     Method("events.subscribe", t.EventsSubscribeParams, t.EventsSubscribeResult,
            "Replay the feed after a number, then stream it live: no gap, no duplicate."),
+    Method("events.read", t.EventsReadParams, t.EventsReadResult,
+           "One page of the feed after a number, optionally for one session."),
     Method("events.unsubscribe", t.EventsUnsubscribeParams, t.EventsUnsubscribeResult,
            "End a subscription."),
     Method("plugin/producer/send", t.ProducerSendParams, t.ProducerAccepted,

@@ -23,6 +23,8 @@ __all__ = [
     "Empty",
     "EventNotification",
     "EventView",
+    "EventsReadParams",
+    "EventsReadResult",
     "EventsSubscribeParams",
     "EventsSubscribeResult",
     "EventsUnsubscribeParams",
@@ -326,6 +328,21 @@ class EventsSubscribeParams(Params):
 
 class EventsSubscribeResult(Result):
     subscription_id: str
+    head: int
+
+
+class EventsReadParams(Params):
+    """A page of the feed after ``after`` (at most ``limit`` events, at most 256), only
+    ``session_id``'s when given; ``next`` is where the next page starts."""
+
+    after: int = 0
+    session_id: str | None = None
+    limit: int = 256
+
+
+class EventsReadResult(Result):
+    events: list[EventView]
+    next: int
     head: int
 
 

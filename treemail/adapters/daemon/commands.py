@@ -1,31 +1,73 @@
-"""The daemon's subcommands of the ``treemail`` command line, registered from ``cli.py``."""
+"""The daemon's subcommands of the ``treemail`` command line, registered from ``cli.py``.
+
+``daemon`` serves a data directory; the others are clients of a running daemon, found by
+``--data-dir`` (its ``daemon.sock``) or ``--socket``. A daemon that is not there, or an
+error answer, is one line on stderr and exit status 1; a bad command line is argparse's
+usage error (status 2); never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, TypeAlias
 
+from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.transcript import render_event
 from treemail.core.errors import TreemailError
+from treemail.core.records import Event
 
 __all__ = ["register"]
 
+Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
+Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+
+def register(commands: Sub) -> None:
     daemon = commands.add_parser(
         "daemon", help="serve a data directory over JSON-RPC (protocol 19)")
-    _data_dir(daemon)
-    daemon.add_argument("--socket", type=Path,
-                        help="the Unix socket (default: DATA_DIR/daemon.sock)")
+    _where(daemon)
     daemon.add_argument("--stdio", action="store_true",
                         help="also serve one client over stdin/stdout")
     daemon.set_defaults(run=_daemon)
+    _client(commands, "sessions", "list the daemon's sessions as a table", _sessions)
+    send = _client(commands, "send", "send agent mail as a session's running run (operators)",
+                   _send)
+    send.add_argument("--as", dest="sender", required=True, help="the sending session (UUID)")
+    send.add_argument("to", help="the recipient: a handle or a session UUID")
+    send.add_argument("body", help="the message")
+    send.add_argument("--mode", choices=("steer", "queue"), default="queue")
+    steer = _client(commands, "steer", "steer a session's run in flight as the user", _steer)
+    steer.add_argument("session", help="the session (UUID)")
+    steer.add_argument("text", help="what to tell it")
+    status = _client(commands, "status", "a message's receipt: state and history", _status)
+    status.add_argument("message_id")
+    tail = _client(commands, "tail", "follow the event feed live (all sessions or one)", _tail)
+    tail.add_argument("session", nargs="?", help="only this session (UUID)")
+    replay = _client(commands, "replay", "print a session's whole event log", _replay)
+    replay.add_argument("session", help="the session (UUID)")
+    approve = _client(commands, "approve",
+                      "list held tool calls, or answer one by its approval id", _approve)
+    approve.add_argument("approval_id", nargs="?")
+    approve.add_argument("--deny", action="store_true", help="deny instead of approving")
+    approve.add_argument("--scope", choices=("once", "session", "tree"), default="once")
 
 
-def _data_dir(parser: argparse.ArgumentParser) -> None:
+def _where(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("./.treemail"),
                         help="the data directory (default: ./.treemail)")
+    parser.add_argument("--socket", type=Path,
+                        help="the Unix socket (default: DATA_DIR/daemon.sock)")
+
+
+def _client(commands: Sub, name: str, help: str, command: Command) -> argparse.ArgumentParser:
+    parser = commands.add_parser(name, help=help)
+    _where(parser)
+    parser.set_defaults(run=lambda args: _connect_and(command, args))
+    return parser
 
 
 def _daemon(args: argparse.Namespace) -> int:
@@ -36,3 +78,129 @@ def _daemon(args: argparse.Namespace) -> int:
     except TreemailError as error:
         print(f"treemail daemon: {error}", file=sys.stderr)
         return 2
+
+
+def _connect_and(command: Command, args: argparse.Namespace) -> int:
+    socket = args.socket or args.data_dir / "daemon.sock"
+
+    async def go() -> int:
+        try:
+            client = await DaemonClient.connect(socket, name=f"treemail {args.command}")
+        except OSError as exc:
+            print(f"treemail {args.command}: no daemon at {socket} ({exc.strerror}); start "
+                  "one with `treemail daemon`", file=sys.stderr)
+            return 1
+        try:
+            return await command(client, args)
+        except RpcFailure as failure:
+            print(f"treemail {args.command}: {failure.data_code}: {failure.error.message}",
+                  file=sys.stderr)
+            return 1
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _sessions(client: DaemonClient, args: argparse.Namespace) -> int:
+    sessions = (await client.call("session.list"))["sessions"]
+    rows = [("SESSION", "HANDLE", "AGENT", "STATE", "PARENT")]
+    rows += [(s["session_id"], s["handle"] or "-", s["agent"], s["state"],
+              s["parent_session_id"] or "-") for s in sessions]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+async def _send(client: DaemonClient, args: argparse.Namespace) -> int:
+    import uuid
+
+    result = await client.call("tool.call", {
+        "session_id": args.sender, "tool_call_id": f"operator-{uuid.uuid4()}",
+        "name": "send_message",
+        "arguments": {"to": args.to, "body": args.body, "mode": args.mode}})
+    print(result["content"])
+    if result.get("approval_id"):
+        print(f"held for approval: treemail approve {result['approval_id']}")
+    return 0
+
+
+async def _steer(client: DaemonClient, args: argparse.Namespace) -> int:
+    accepted = await client.call("run.steer", {"session_id": args.session, "text": args.text})
+    print(f"message {accepted['message_id']}: mode {accepted['mode']}, "
+          f"recipient {accepted['recipient_state']}")
+    return 0
+
+
+async def _status(client: DaemonClient, args: argparse.Namespace) -> int:
+    receipt = await client.call("message.get", {"message_id": args.message_id})
+    message = receipt["message"]
+    print(f"message {message['message_id']} to {message['recipient']}: {message['state']} "
+          f"({message['owner']}, {message['mode']})")
+    for step in receipt["history"]:
+        extra = "  ".join(f"{k}={step[k]}" for k in ("run_id", "request_id", "reason")
+                          if step.get(k))
+        print(f"  #{step['seq']:<4} {step['kind']}  {extra}".rstrip())
+    return 0
+
+
+async def _names(client: DaemonClient) -> dict[str, str]:
+    sessions = (await client.call("session.list"))["sessions"]
+    return {s["session_id"]: s["handle"] or s["session_id"] for s in sessions}
+
+
+def _row(view: dict[str, Any], names: dict[str, str]) -> str:
+    event = Event(view["session_id"], view["seq"], view["kind"], view["data"])
+    return render_event(event, lambda sid: names.get(sid or "", sid or "?"))
+
+
+async def _print_events(client: DaemonClient, sub: dict[str, Any], until: int | None) -> None:
+    names = await _names(client)
+    while True:
+        note = await client.next_notification("events/event", timeout=3600)
+        view = note.params["event"]
+        if view["kind"] == "SessionCreated" or view["session_id"] not in names:
+            names = await _names(client)
+        print(_row(view, names), flush=True)
+        if until is not None and view["number"] >= until:
+            return
+
+
+async def _tail(client: DaemonClient, args: argparse.Namespace) -> int:
+    head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
+    sub = await client.call("events.subscribe", {"after": head, "session_id": args.session})
+    try:
+        await _print_events(client, sub, None)
+    except (ConnectionError, TimeoutError):
+        return 0
+    return 0
+
+
+async def _replay(client: DaemonClient, args: argparse.Namespace) -> int:
+    names = await _names(client)
+    after = 0
+    while True:
+        page = await client.call("events.read", {"after": after, "session_id": args.session})
+        for view in page["events"]:
+            print(_row(view, names))
+        after = page["next"]
+        if after >= page["head"]:
+            return 0
+
+
+async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:
+    if args.approval_id is None:
+        held = (await client.call("approval.list"))["approvals"]
+        for a in held:
+            print(f"{a['approval_id']}  {a['tool']} {a['arguments']} ({a['label']} peer)")
+        if not held:
+            print("no tool call waits for approval")
+        return 0
+    answered = await client.call("approval.answer", {
+        "approval_id": args.approval_id, "approve": not args.deny, "scope": args.scope})
+    print(f"{answered['state']} (scope {answered['scope']}): {answered['outcome']}")
+    return 0

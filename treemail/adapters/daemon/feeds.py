@@ -87,6 +87,16 @@ class Subscriptions:
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
+    async def page(self, after: int, session_id: str | None,
+                   limit: int) -> tuple[list[t.EventView], int, int]:
+        """Up to ``limit`` events after ``after``: (the wanted ones, where the next page
+        starts, the feed's end). Reads one bounded batch, filtered afterwards."""
+        head = await self.head()
+        batch = await self.rt.writer.quiet(_read, self.rt, after, min(max(limit, 1), BATCH))
+        views = [event_view(n, e) for n, e in batch
+                 if session_id is None or e.session_id == session_id]
+        return views, batch[-1][0] if batch else max(after, head), head
+
     def plugin_events(self, conn: Connection, after: int) -> None:
         def send(view: t.EventView) -> bytes:
             return encode_notification("plugin/event", t.PluginEventNotification(event=view))
@@ -110,9 +120,9 @@ class Subscriptions:
                             await grew.wait()
 
 
-def _read(rt: Runtime, after: int) -> list[tuple[int, Event]]:
+def _read(rt: Runtime, after: int, limit: int = BATCH) -> list[tuple[int, Event]]:
     with rt.engine.store.read() as tx:
-        return list(itertools.islice(tx.feed(after), BATCH))
+        return list(itertools.islice(tx.feed(after), limit))
 
 
 class WireGate:

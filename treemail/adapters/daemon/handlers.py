@@ -236,6 +236,14 @@ class Methods:
         sub_id = await self.daemon.subscriptions.subscribe(conn, p.after, p.session_id)
         return t.EventsSubscribeResult(subscription_id=sub_id, head=head)
 
+    async def events_read(self, conn: Connection,
+                          p: t.EventsReadParams) -> t.EventsReadResult:
+        if p.after < 0:
+            raise InvalidRequest("after is a feed number: 0 (the start) or more")
+        views, next, head = await self.daemon.subscriptions.page(p.after, p.session_id,
+                                                                 p.limit)
+        return t.EventsReadResult(events=views, next=next, head=head)
+
     async def events_unsubscribe(self, conn: Connection,
                                  p: t.EventsUnsubscribeParams) -> t.EventsUnsubscribeResult:
         await self.daemon.subscriptions.unsubscribe(conn, p.subscription_id)

@@ -1,0 +1,75 @@
+"""The daemon's subcommands, run in-process against a real daemon subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import DaemonProcess, run
+from treemail.adapters.cli import main
+
+
+def _cli(capsys: pytest.CaptureFixture[str], daemon: DaemonProcess, *args: str) -> tuple[
+        int, str, str]:
+    code = main([*args, "--socket", str(daemon.socket)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _seed(daemon: DaemonProcess) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        client = await daemon.client()
+        try:
+            root = await client.call("session.create", {"agent": "default"})
+            sent = await client.call("run.submit",
+                                     {"session_id": root["session_id"], "text": "hello cli"})
+            async with asyncio.timeout(20):
+                while (await client.call("message.get", {"message_id": sent["message_id"]}))[
+                        "message"]["state"] != "consumed":
+                    await asyncio.sleep(0.02)
+            return {"session": root, "message_id": sent["message_id"]}
+        finally:
+            await client.close()
+
+    return run(go())
+
+
+def test_sessions_status_replay_steer_and_approve(
+    daemon: DaemonProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seeded = _seed(daemon)
+    sid = seeded["session"]["session_id"]
+    code, out, _ = _cli(capsys, daemon, "sessions")
+    assert code == 0 and out.splitlines()[0].split() == [
+        "SESSION", "HANDLE", "AGENT", "STATE", "PARENT"]
+    assert any(line.startswith(sid) and seeded["session"]["handle"] in line
+               for line in out.splitlines())
+    code, out, _ = _cli(capsys, daemon, "status", seeded["message_id"])
+    assert code == 0 and "consumed" in out.splitlines()[0]
+    assert [line.split()[1] for line in out.splitlines()[1:]] == [
+        "ProducerMessageAccepted", "ProducerMessageAdmitted", "ProducerMessageClaimed",
+        "ProducerMessageConsumed"]
+    code, out, _ = _cli(capsys, daemon, "replay", sid)
+    assert code == 0 and "session created" in out and '"hello cli"' in out
+    code, out, _ = _cli(capsys, daemon, "steer", sid, "turn left")
+    assert code == 0 and "mode queue" in out and "waking_finished" in out
+    code, out, _ = _cli(capsys, daemon, "approve")
+    assert code == 0 and "no tool call waits for approval" in out
+
+
+def test_errors_are_one_line_not_a_traceback(
+    daemon: DaemonProcess, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = _cli(capsys, daemon, "status", "no-such-message")
+    assert code == 1 and "engine:unknown_target" in err and "Traceback" not in err
+    code, _, err = _cli(capsys, daemon, "send", "--as", "nobody", "x", "y")
+    assert code == 1 and "engine:unknown_target" in err
+    assert main(["sessions", "--socket", str(tmp_path / "none.sock")]) == 1
+    assert "no daemon at" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        main(["steer", "--socket", str(daemon.socket)])
+    assert usage.value.code == 2
+    assert "usage: treemail steer" in capsys.readouterr().err
