@@ -18,6 +18,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run the demo on the embedded LMDB store")
     demo.add_argument("--path", help="keep the store in this directory (default: a temp dir)")
+    daemon_commands.extend_demo(demo)
     log = commands.add_parser("log", help="replay a store's event log, or follow it live")
     log.add_argument("path", help="the store directory")
     log.add_argument("--session", help="only this session (UUID)")
@@ -46,6 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from treemail.adapters.verify import main as verify_main
 
         return verify_main(args.path, sys.stdout, sys.stderr)
+    if args.command == "demo" and args.connect:
+        return daemon_commands.connected_demo(args)
     if args.command == "demo":
         from treemail.adapters.demo import main as demo_main
 

@@ -20,7 +20,7 @@ from treemail.adapters.transcript import render_event
 from treemail.core.errors import TreemailError
 from treemail.core.records import Event
 
-__all__ = ["register"]
+__all__ = ["connected_demo", "extend_demo", "register", "row"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -54,6 +54,19 @@ def register(commands: Sub) -> None:
     approve.add_argument("approval_id", nargs="?")
     approve.add_argument("--deny", action="store_true", help="deny instead of approving")
     approve.add_argument("--scope", choices=("once", "session", "tree"), default="once")
+
+
+def extend_demo(demo: argparse.ArgumentParser) -> None:
+    """``treemail demo --connect``: the demo's options for driving a running daemon."""
+    demo.add_argument("--connect", action="store_true",
+                      help="drive a demo through a running daemon (see --data-dir, --socket)")
+    _where(demo)
+
+
+def connected_demo(args: argparse.Namespace) -> int:
+    from treemail.adapters.daemon.demo_connect import main as connected
+
+    return connected(args.socket or args.data_dir / "daemon.sock")
 
 
 def _where(parser: argparse.ArgumentParser) -> None:
@@ -153,7 +166,7 @@ async def _names(client: DaemonClient) -> dict[str, str]:
     return {s["session_id"]: s["handle"] or s["session_id"] for s in sessions}
 
 
-def _row(view: dict[str, Any], names: dict[str, str]) -> str:
+def row(view: dict[str, Any], names: dict[str, str]) -> str:
     event = Event(view["session_id"], view["seq"], view["kind"], view["data"])
     return render_event(event, lambda sid: names.get(sid or "", sid or "?"))
 
@@ -165,7 +178,7 @@ async def _print_events(client: DaemonClient, sub: dict[str, Any], until: int | 
         view = note.params["event"]
         if view["kind"] == "SessionCreated" or view["session_id"] not in names:
             names = await _names(client)
-        print(_row(view, names), flush=True)
+        print(row(view, names), flush=True)
         if until is not None and view["number"] >= until:
             return
 
@@ -186,7 +199,7 @@ async def _replay(client: DaemonClient, args: argparse.Namespace) -> int:
     while True:
         page = await client.call("events.read", {"after": after, "session_id": args.session})
         for view in page["events"]:
-            print(_row(view, names))
+            print(row(view, names))
         after = page["next"]
         if after >= page["head"]:
             return 0
