@@ -52,6 +52,12 @@ class DaemonProcess:
         _, err = self.proc.communicate(timeout=timeout)
         return self.proc.returncode, err.decode()
 
+    def wait(self, timeout: float = 30.0) -> tuple[int, str]:
+        """The exit of a daemon already told to stop (no second signal: it could land while
+        the first one's handler is being removed at exit)."""
+        _, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, err.decode()
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)

@@ -41,7 +41,7 @@ def test_a_send_racing_shutdown_is_refused_and_nothing_acknowledged_is_lost(
         return answers, first["message_id"]
 
     answers, first = run(go())
-    code, err = daemon.terminate()
+    code, err = daemon.wait()
     assert code == 0, err
     assert answers[0] == {"shutting_down": True}
     raced = answers[1:]
@@ -77,7 +77,7 @@ def test_sigterm_stops_in_order_and_frees_the_data_dir(tmp_path: Path) -> None:
         return acked
 
     acked = run(traffic())
-    code, err = daemon.terminate()
+    code, err = daemon.wait()
     assert code == 0, err
     assert "stopped" in err
     assert set(acked) <= _accepted(tmp_path / "data")

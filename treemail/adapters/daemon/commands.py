@@ -18,6 +18,7 @@ from typing import Any, TypeAlias
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.transcript import render_event
 from treemail.core.errors import TreemailError
+from treemail.core.events import EventKind
 from treemail.core.records import Event
 
 __all__ = ["connected_demo", "extend_demo", "register", "row"]
@@ -176,7 +177,7 @@ async def _print_events(client: DaemonClient, sub: dict[str, Any], until: int | 
     while True:
         note = await client.next_notification("events/event", timeout=3600)
         view = note.params["event"]
-        if view["kind"] == "SessionCreated" or view["session_id"] not in names:
+        if view["kind"] == EventKind.SESSION_CREATED or view["session_id"] not in names:
             names = await _names(client)
         print(row(view, names), flush=True)
         if until is not None and view["number"] >= until:

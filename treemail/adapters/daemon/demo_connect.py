@@ -16,8 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.core.events import EventKind
+from treemail.core.lifecycle import SessionState
 
 __all__ = ["main"]
+
+_QUIET = (SessionState.IDLE, SessionState.FINISHED)  # no run queued or running
 
 
 def _row(view: dict[str, Any], names: dict[str, str]) -> str:
@@ -54,7 +58,7 @@ class Connected:
             while True:
                 sessions = (await self.call("session.list", {}))["sessions"]
                 self.names = {s["session_id"]: s["handle"] or s["session_id"] for s in sessions}
-                if all(s["state"] in ("idle", "finished") for s in sessions):
+                if all(s["state"] in _QUIET for s in sessions):
                     break
                 await asyncio.sleep(0.05)
         while True:
@@ -102,9 +106,9 @@ class Connected:
             while True:
                 for view in page["events"]:
                     message_id = view["data"].get("message_id")
-                    if view["kind"] == "ProducerMessageAccepted":
+                    if view["kind"] == EventKind.PRODUCER_MESSAGE_ACCEPTED:
                         accepted.add(message_id)
-                    elif view["kind"] == "ProducerMessageConsumed":
+                    elif view["kind"] == EventKind.PRODUCER_MESSAGE_CONSUMED:
                         consumed[message_id] += 1
                 after = page["next"]
                 if after >= page["head"]:

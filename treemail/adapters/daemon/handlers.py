@@ -14,6 +14,7 @@ from treemail.adapters.daemon.connection import Connection
 from treemail.adapters.models import ToolCall
 from treemail.core.agents import parse_agent_doc
 from treemail.core.errors import InvalidRequest, InvalidToolContext, Refusal
+from treemail.core.events import EventKind
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import Approval, Event, Message, Mode, Owner, Run, Session, ToolContext
 from treemail.core.sending import REPORTED
@@ -174,7 +175,7 @@ class Methods:
     async def run_list(self, conn: Connection, p: t.RunListParams) -> t.RunListResult:
         events: list[Event] = await self.read(self.engine.events, p.session_id)
         await self.read(self.engine.session, p.session_id)  # an unknown session is an error
-        ids = [str(e.data["run_id"]) for e in events if e.kind == "RunQueued"]
+        ids = [str(e.data["run_id"]) for e in events if e.kind == EventKind.RUN_QUEUED]
         return t.RunListResult(runs=[run_view(await self.read(self.engine.run, i)) for i in ids])
 
     async def message_list(self, conn: Connection,
@@ -182,7 +183,7 @@ class Methods:
         await self.read(self.engine.session, p.session_id)
         events: list[Event] = await self.read(self.engine.events, p.session_id)
         ids = [str(e.data["message_id"]) for e in events
-               if e.kind == "ProducerMessageAccepted"]
+               if e.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED]
         messages = [await self.read(self.engine.message, i) for i in ids]
         return t.MessageListResult(messages=[
             message_view(m) for m in messages if m.pending or not p.pending_only])
@@ -195,7 +196,7 @@ class Methods:
                                   request_id=_text(e.data, "request_id"),
                                   reason=_text(e.data, "reason"))
             for e in events if e.data.get("message_id") == p.message_id
-            and e.kind.startswith("ProducerMessage")]
+            and e.kind in _MAIL_KINDS]
         return t.MessageReceipt(message=message_view(message), history=history)
 
     async def tool_call(self, conn: Connection, p: t.ToolCallParams) -> t.ToolCallResult:
@@ -258,6 +259,10 @@ class Methods:
                 "bytes (256 KiB); nothing was accepted", size=size,
                 limit=PLUGIN_BODY_MAX_BYTES)
         return await self.produce(p.session_id, p.body, Owner.PLUGIN, Mode.QUEUE)
+
+
+# The kinds that record a message's lifecycle steps: its receipt's history.
+_MAIL_KINDS = frozenset(k for k in EventKind if k.name.startswith("PRODUCER_MESSAGE_"))
 
 
 def _text(data: object, key: str) -> str | None:
