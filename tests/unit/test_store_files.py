@@ -174,3 +174,31 @@ def test_log_on_an_empty_data_file_reports_it_and_writes_nothing(
     assert main(["log", str(directory)]) == 2
     assert "store:damaged" in capsys.readouterr().err
     assert listing(directory) == before
+
+
+def test_a_reader_follows_the_writer_past_map_growth(tmp_path: Path) -> None:
+    from tests.unit.test_store_contract import message
+
+    writer = LmdbStore.open(tmp_path / "s", sync=False, map_size=64 * 1024)
+    writer.transact(lambda tx: tx.add("n", 1))
+    reader = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from treemail.adapters.lmdb_store import LmdbStore
+        store = LmdbStore.open({str(tmp_path / "s")!r}, readonly=True)
+        with store.read() as tx:
+            print(tx.count("n"), flush=True)
+        sys.stdin.readline()
+        with store.read() as tx:
+            print(len(list(tx.pending({CHILD!r}))), flush=True)
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).parents[2])
+    try:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "1"
+        for n in range(60):  # ~240 KB: the writer's map grows past the reader's
+            writer.transact(lambda tx, n=n: tx.put_message(message(f"m{n}", CHILD, n,
+                                                                    body="x" * 4000)))
+        out, err = reader.communicate("go\n", timeout=60)
+        assert out.strip() == "60", err
+    finally:
+        reader.kill()
+        writer.close()

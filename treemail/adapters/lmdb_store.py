@@ -333,14 +333,24 @@ class LmdbStore:
     def read(self) -> Iterator[ReadTxn]:
         self._check_open()
         with self._gate.reading():
-            try:
-                txn = self._env.begin(write=False)
-            except lmdb.Error as exc:
-                raise _failure(exc, "begin a read transaction") from exc
+            txn = self._begin_read()
             try:
                 yield _LmdbTxn(self._env, txn, self._dbs)
             finally:
                 _abort(txn)
+
+    def _begin_read(self) -> _Txn:
+        try:
+            return self._env.begin(write=False)
+        except lmdb.MapResizedError:
+            # Another process (the writer, when we only read) grew the map: adopt its size.
+            # This maps more of the file into this process; the file is not written.
+            with suppress(lmdb.Error):
+                self._env.set_mapsize(0)
+        try:
+            return self._env.begin(write=False)
+        except lmdb.Error as exc:
+            raise _failure(exc, "begin a read transaction") from exc
 
     @contextmanager
     def raw_rows(self) -> Iterator[Callable[[Table], Iterator[tuple[bytes, bytes]]]]:
@@ -348,10 +358,7 @@ class LmdbStore:
         for ``treemail verify``, which must see a damaged record without stopping at it."""
         self._check_open()
         with self._gate.reading():
-            try:
-                txn = self._env.begin(write=False, buffers=False)
-            except lmdb.Error as exc:
-                raise _failure(exc, "begin a read transaction") from exc
+            txn = self._begin_read()
 
             def rows(table: Table) -> Iterator[tuple[bytes, bytes]]:
                 try:
