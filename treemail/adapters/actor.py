@@ -9,6 +9,14 @@ the mail that prompted it; each call's result is recorded before any wait of unk
 A run that ends completes the delegation (the session's first finished run) by delegation
 mail to the parent; later runs, woken by mail, report nothing unless the agent sends a
 message: a finished delegation is never reopened.
+
+A failing model is retried under the host's ``FailurePolicy`` (``failures.py``). Anything
+else that goes wrong inside a run (a bug, output the store refuses) never kills the actor:
+the run is interrupted with the reason in the log, the session goes idle and stays
+deliverable, and the host records the incident so tests can count them.
+
+The actor knows its runtime only as an ``ActorHost``: the few members it uses, no import of
+``runtime.py`` (which imports this module).
 """
 
 from __future__ import annotations
@@ -16,102 +24,177 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
+from treemail.adapters.failures import FailurePolicy
 from treemail.adapters.history import rebuild
-from treemail.adapters.models import ModelError, ModelReply, tool_result_message
-from treemail.core.engine import Request
-from treemail.core.errors import TreemailError
+from treemail.adapters.models import Model, ModelError, ModelReply, ToolCall, tool_result_message
+from treemail.adapters.toolbox import ToolBox
+from treemail.core.engine import Engine, Request
+from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.events import RecordedCall, RecordedResult, Reply
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import Run, Session, ToolContext
 from treemail.core.tools import tool_definitions
 
-if TYPE_CHECKING:
-    from treemail.adapters.runtime import Agent, Runtime
+__all__ = ["Actor", "ActorHost", "HostedAgent", "Incident", "Jobs"]
 
-__all__ = ["Actor"]
+T = TypeVar("T")
+
+
+class Jobs(Protocol):
+    """The store's single writer thread: ``__call__`` for writes, ``quiet`` for reads."""
+
+    def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Awaitable[T]: ...
+
+    def quiet(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Awaitable[T]: ...
+
+
+class HostedAgent(Protocol):
+    @property
+    def model(self) -> Model: ...
+
+    @property
+    def prompt(self) -> str: ...
+
+
+class Incident(Exception):
+    """A run an actor had to stop because of an unexpected error (kept, never raised)."""
+
+    def __init__(self, session_id: str, reason: str, error: BaseException) -> None:
+        super().__init__(f"session {session_id}: {reason}")
+        self.session_id = session_id
+        self.reason = reason
+        self.error = error
+
+
+class ActorHost(Protocol):
+    """What an actor needs from its runtime."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def writer(self) -> Jobs: ...
+
+    @property
+    def tools(self) -> ToolBox: ...
+
+    @property
+    def failure_policy(self) -> FailurePolicy: ...
+
+    @property
+    def idle_timeout(self) -> float: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def killed(self) -> bool: ...
+
+    def agent(self, name: str) -> HostedAgent: ...
+
+    def poke(self, session_id: str) -> None: ...
+
+    async def interrupted(self, session_id: str) -> None: ...
+
+    async def await_answer(self, ctx: ToolContext, call: ToolCall,
+                           waiting: ApprovalRequired) -> str: ...
+
+    def evicted(self, actor: Actor) -> None: ...
+
+    def crashed(self, error: BaseException) -> None: ...
+
+    def incident(self, incident: Incident) -> None: ...
 
 
 class Actor:
-    def __init__(self, runtime: Runtime, session_id: str) -> None:
-        self.runtime = runtime
+    def __init__(self, host: ActorHost, session_id: str) -> None:
+        self.host = host
         self.session_id = session_id
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] = None  # type: ignore[assignment]  # set by poke
         self.busy = False
-        self.failures = 0
+        self.failures = 0  # consecutive failed model calls
 
     async def live(self) -> None:
-        rt = self.runtime
+        host = self.host
         try:
-            while not rt.closing:
+            while not host.closing:
                 # Cleared before the state is read: a poke during the read is not lost.
                 self.wake.clear()
-                session: Session = await rt.writer(rt.engine.session, self.session_id)
+                session: Session = await host.writer(host.engine.session, self.session_id)
                 if session.state is SessionState.QUEUED:
                     self.busy = True
                     try:
-                        await self._run(session)
+                        await self._guarded(session)
                     finally:
                         self.busy = False
                     continue
                 if not await self._idle():
                     return
         except asyncio.CancelledError:
-            if not rt.killed:
+            if not host.killed:
                 await self._stop()
             raise
         except Exception as crash:
-            rt.crashes.append(crash)
+            host.crashed(crash)
             raise
+
+    async def _guarded(self, session: Session) -> None:
+        """Run; an unexpected error interrupts the run instead of killing the actor."""
+        try:
+            await self._run(session)
+        except Exception as error:  # every error must end the run, logged
+            await self._give_up(session, f"actor error: {_describe(error)}", error)
 
     async def _idle(self) -> bool:
         """Wait for a poke; False once ``idle_timeout`` passed without one (evicted)."""
         try:
-            async with asyncio.timeout(self.runtime.idle_timeout):
+            async with asyncio.timeout(self.host.idle_timeout):
                 await self.wake.wait()
         except TimeoutError:
             # A poke can land between the timeout firing and this handler running.
             if not self.wake.is_set():
-                self.runtime.evicted(self)
+                self.host.evicted(self)
                 return False
         return True
 
     async def _stop(self) -> None:
         """Cancelled: interrupt the run (aborting its open request), so nothing stays claimed."""
-        rt = self.runtime
-        session: Session = await rt.writer(rt.engine.session, self.session_id)
+        host = self.host
+        session: Session = await host.writer(host.engine.session, self.session_id)
         if session.state is SessionState.RUNNING and session.run_id is not None:
             # The run may have ended meanwhile; then there is nothing left to undo.
             with contextlib.suppress(TreemailError):
-                await rt.writer(rt.engine.cancel_run, self.session_id, session.run_id,
-                                "shutdown")
+                await host.writer(host.engine.cancel_run, self.session_id, session.run_id,
+                                  "shutdown")
 
     async def _run(self, session: Session) -> None:
-        rt = self.runtime
-        if self.failures:
-            await asyncio.sleep(min(0.05 * 2 ** self.failures, 2.0))  # back off a failing model
-        run: Run = await rt.writer(rt.engine.start_run, self.session_id)
-        agent = rt.agent(session.agent.name)
-        history = await self._history(agent)
+        host = self.host
+        await host.failure_policy.back_off(self.failures)
+        run: Run = await host.writer(host.engine.start_run, self.session_id)
+        agent = host.agent(session.agent.name)
+        history = await self._history(agent.prompt)
         while True:
-            if rt.closing:  # shutdown stops a run at its next boundary
-                await rt.writer(rt.engine.cancel_run, self.session_id, run.run_id, "shutdown")
+            if host.closing:  # shutdown stops a run at its next boundary
+                await host.writer(host.engine.cancel_run, self.session_id, run.run_id,
+                                  "shutdown")
                 return
-            request: Request = await rt.writer(rt.engine.begin_request, self.session_id,
-                                               run.run_id)
+            request: Request = await host.writer(host.engine.begin_request, self.session_id,
+                                                 run.run_id)
             inputs = [d.text for d in request.deliveries]
             history.extend({"role": "user", "content": text} for text in inputs)
             try:
                 reply = await agent.model.complete(
-                    history, tool_definitions(rt.tools.visible(session)))
+                    history, tool_definitions(host.tools.visible(session)))
             except ModelError as error:
-                await self._failed(run, request, error)
+                await self._failed(session, run, request, error)
                 return
             self.failures = 0
-            await rt.writer(rt.engine.commit_request, self.session_id, run.run_id,
-                            request.request_id, _output(inputs, reply))
+            await host.writer(host.engine.commit_request, self.session_id, run.run_id,
+                              request.request_id, _output(inputs, reply))
             history.append(reply.as_message())
             if not reply.tool_calls:
                 await self._finish(session, run, reply)
@@ -121,61 +204,89 @@ class Actor:
     async def _tools(
         self, session: Session, run: Run, reply: ModelReply, history: list[dict[str, Any]]
     ) -> None:
-        rt = self.runtime
+        host = self.host
         results: list[RecordedResult] = []
         for call in reply.tool_calls:
-            outcome = await rt.tools.execute(session, run.run_id, call)
+            outcome = await host.tools.execute(session, run.run_id, call)
             content = outcome.content
             if outcome.approval is not None:
                 await self._record(run, results)  # the wait may outlive this process
                 results = []
                 ctx = ToolContext(self.session_id, run.run_id, call.id)
-                content = await rt.await_answer(ctx, call, outcome.approval)
+                content = await host.await_answer(ctx, call, outcome.approval)
             for target in outcome.stop:
-                await rt.interrupted(target)
+                await host.interrupted(target)
             for target in outcome.poke:
-                rt.poke(target)
+                host.poke(target)
             results.append(RecordedResult(call.id, content))
             history.append(tool_result_message(call.id, content))
         await self._record(run, results)
 
     async def _record(self, run: Run, results: list[RecordedResult]) -> None:
         if results:
-            rt = self.runtime
-            await rt.writer(rt.engine.record_tool_results, self.session_id, run.run_id, results)
+            host = self.host
+            await host.writer(host.engine.record_tool_results, self.session_id, run.run_id,
+                              results)
 
     async def _finish(self, session: Session, run: Run, reply: ModelReply) -> None:
-        rt = self.runtime
+        host = self.host
         # The engine completes the delegation (first finished run only) in the same
         # transaction as the finish, so a crash cannot lose the parent's notice.
-        reported = await rt.writer(rt.engine.finish_run, self.session_id, run.run_id,
-                                   reply.text or "")
+        reported = await host.writer(host.engine.finish_run, self.session_id, run.run_id,
+                                     reply.text or "")
         if reported and session.parent_session_id is not None:
-            rt.poke(session.parent_session_id)
+            host.poke(session.parent_session_id)
 
-    async def _failed(self, run: Run, request: Request, error: ModelError) -> None:
-        """The request did not commit: its mail is released, and the run interrupted; the
-        session is woken again (after a back-off) while mail is pending."""
-        rt = self.runtime
+    async def _failed(self, session: Session, run: Run, request: Request,
+                      error: ModelError) -> None:
+        """The request did not commit: its mail is released and the run interrupted. Under
+        the policy's limit the session is queued again (and backs off); at the limit the
+        actor gives up until new input."""
+        host = self.host
         self.failures += 1
-        await rt.writer(rt.engine.abort_request, self.session_id, run.run_id, request.request_id)
-        reason = f"model error: {error.code}"
-        if self.failures >= rt.max_model_failures:
-            reason = f"model failed {self.failures} times: {error.code}"
-        await rt.writer(rt.engine.cancel_run, self.session_id, run.run_id, reason)
+        policy = host.failure_policy
+        await host.writer(host.engine.abort_request, self.session_id, run.run_id,
+                          request.request_id)
+        reason = policy.reason(self.failures, error.code)
+        if policy.exhausted(self.failures):
+            await self._give_up(session, reason, error)
+        else:
+            await host.writer(host.engine.cancel_run, self.session_id, run.run_id, reason)
 
-    async def _history(self, agent: Agent) -> list[dict[str, Any]]:
+    async def _give_up(self, session: Session, reason: str, error: BaseException) -> None:
+        """Interrupt the session's run, leave it idle until new input, tell a delegating
+        parent, and record the incident; a run already ended is left as it is."""
+        host = self.host
+        self.failures = 0  # new input gets the policy's full count again
+        host.incident(Incident(self.session_id, reason, error))
+        current: Session = await host.writer(host.engine.session, self.session_id)
+        if current.run_id is None or current.state not in (SessionState.QUEUED,
+                                                           SessionState.RUNNING):
+            return
+        told = await host.writer(host.engine.give_up_run, self.session_id, current.run_id,
+                                 reason)
+        if told and session.parent_session_id is not None:
+            host.poke(session.parent_session_id)
+
+    async def _history(self, prompt: str) -> list[dict[str, Any]]:
         """The conversation so far, rebuilt from the durable log (survives eviction and restart)."""
-        rt = self.runtime
+        host = self.host
 
         def read() -> list[dict[str, Any]]:
-            with rt.engine.store.read() as tx:
-                return rebuild(tx, self.session_id, agent.prompt)
+            with host.engine.store.read() as tx:
+                return rebuild(tx, self.session_id, prompt)
 
-        return await rt.writer.quiet(read)
+        return await host.writer.quiet(read)
 
 
-def _output(inputs: list[str], reply: ModelReply) -> Reply:
+def _describe(error: BaseException) -> str:
+    """An error as one storable line: type and message, lone surrogates replaced, bounded."""
+    text = f"{type(error).__name__}: {error}"
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _output(inputs: Sequence[str], reply: ModelReply) -> Reply:
     return Reply(tuple(inputs), reply.text, tuple(
         RecordedCall(c.id, c.name,
                      c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments))

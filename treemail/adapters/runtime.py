@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 
 import attrs
 
-from treemail.adapters.actor import Actor
+from treemail.adapters.actor import Actor, Incident
+from treemail.adapters.failures import FailurePolicy
 from treemail.adapters.group_commit import GroupStore
 from treemail.adapters.models import Model, ToolCall
 from treemail.adapters.plugins import FeedFollower, Plugin, PluginHost
@@ -216,6 +217,7 @@ class Runtime:
         idle_timeout: float = 30.0,
         plugins: Sequence[Plugin] = (),
         max_model_failures: int = 3,
+        failure_policy: FailurePolicy | None = None,
         shutdown_grace: float = 5.0,
         feed_interval: float = 0.05,
     ) -> None:
@@ -229,12 +231,15 @@ class Runtime:
                              {name: a.spec for name, a in agents.items()},
                              self.plugins if self.plugins.gates else None)
         self.idle_timeout = idle_timeout
-        self.max_model_failures = max_model_failures
+        # ``max_model_failures`` is the short form of a default policy with that limit.
+        self.failure_policy = failure_policy or FailurePolicy(limit=max_model_failures)
         self.shutdown_grace = shutdown_grace
         self.feed_interval = feed_interval
         self.evictions = 0
         # An actor that dies of a bug must not vanish silently: quiesce re-raises it.
         self.crashes: list[BaseException] = []
+        # Runs an actor stopped on an unexpected error (the actor lived on); see actor.py.
+        self.incidents: list[Incident] = []
         self.closing = False
         self.killed = False
         self._actors: dict[str, Actor] = {}
@@ -407,6 +412,12 @@ class Runtime:
         if agent is None:
             raise KeyError(f"no agent {name!r}; known agents: {', '.join(self.agents)}")
         return agent
+
+    def crashed(self, error: BaseException) -> None:
+        self.crashes.append(error)
+
+    def incident(self, incident: Incident) -> None:
+        self.incidents.append(incident)
 
     def evicted(self, actor: Actor) -> None:
         if self._actors.get(actor.session_id) is actor:

@@ -293,6 +293,16 @@ class Engine:
         """Interrupt a queued or running run; an open request is aborted first."""
         self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id, "interrupt", reason))
 
+    def give_up_run(self, session_id: str, run_id: str, reason: str) -> bool:
+        """Interrupt the run and leave the session idle, its mail kept until new input wakes
+        it; a delegated session's parent is told why. Returns whether a parent was told."""
+
+        def work(tx: WriteTxn) -> bool:
+            session = runs.end(tx, self.ids, session_id, run_id, "interrupt", reason, wake=False)
+            return runs.report_interruption(tx, self.ids, session, reason)
+
+        return self._transact(work)
+
     def discard(self, message_id: str, reason: str) -> None:
         """Drop a pending, unclaimed message by an explicit decision, with its reason."""
         if not reason.strip():

@@ -47,6 +47,7 @@ __all__ = [
     "need_session",
     "reconcile",
     "recover",
+    "report_interruption",
     "start",
 ]
 
@@ -190,14 +191,19 @@ def _settle(tx: WriteTxn, run: Run, committed: bool) -> Run:
 
 
 def end(
-    tx: WriteTxn, ids: IdSource, session_id: str, run_id: str, event: str, reason: str
+    tx: WriteTxn, ids: IdSource, session_id: str, run_id: str, event: str, reason: str,
+    *, wake: bool = True,
 ) -> Session:
-    """Finish (``finish``) or interrupt (``interrupt``) the session's current run."""
+    """Finish (``finish``) or interrupt (``interrupt``) the session's current run.
+
+    ``wake=False`` leaves the session idle even with mail left: it runs again only when new
+    input reconciles it (the runtime's give-up after repeated model failures)."""
     session = need_session(tx, session_id)
     if session.run_id != run_id:
         raise UnknownTarget(f"run {run_id} is not the current run of {session_id}")
     _end(tx, session, need_run(tx, run_id), event, reason)
-    reconcile(tx, ids, session_id)
+    if wake:
+        reconcile(tx, ids, session_id)
     return session
 
 
@@ -229,6 +235,18 @@ def complete_delegation(tx: WriteTxn, ids: IdSource, child: Session, result: str
     message = new_mail(tx, ids, child.parent_session_id, notice, Owner.DELEGATION,
                        child.session_id)
     events.record(tx, child.session_id, events.DelegationCompleted(message.message_id))
+    reconcile(tx, ids, child.parent_session_id)
+    return True
+
+
+def report_interruption(tx: WriteTxn, ids: IdSource, child: Session, reason: str) -> bool:
+    """Tell a delegated session's parent that its run stopped without a result. The delegation
+    stays open: a later finished run still reports its result."""
+    if child.parent_session_id is None:
+        return False
+    notice = (f'<subagent_result from="{child.reference}">\n(no result: the run was '
+              f"interrupted: {reason})\n</subagent_result>")
+    new_mail(tx, ids, child.parent_session_id, notice, Owner.DELEGATION, child.session_id)
     reconcile(tx, ids, child.parent_session_id)
     return True
 

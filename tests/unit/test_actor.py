@@ -1,0 +1,152 @@
+"""The actor's failure paths: the model-failure policy, and errors that must not kill it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from tests.unit.conftest import agent
+from treemail.adapters.failures import FailurePolicy
+from treemail.adapters.models import ChatMessage, ModelError, ModelReply
+from treemail.adapters.runtime import Agent, Runtime
+from treemail.core.ids import CountingIds
+from treemail.core.records import Owner, Session
+from treemail.core.store import Store
+
+
+def run(main: Coroutine[Any, Any, None]) -> None:
+    async def bounded() -> None:
+        async with asyncio.timeout(30):
+            await main
+
+    asyncio.run(bounded())
+
+
+class Flaky:
+    """Fails (``error``) while ``failing`` is set, else answers ``ok``; counts its calls."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.failing = True
+        self.calls = 0
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> ModelReply:
+        self.calls += 1
+        if self.failing:
+            raise self.error
+        return ModelReply(text="ok")
+
+
+class Naps:
+    """An injected sleep: records each back-off, waits for none."""
+
+    def __init__(self) -> None:
+        self.taken: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.taken.append(seconds)
+
+
+def runtime(store: Store, model: Flaky, naps: Naps, limit: int = 3) -> Runtime:
+    agents = {name: Agent(agent(name), model) for name in ("root", "kid")}
+    policy = FailurePolicy(limit=limit, base=1.0, cap=3.0, sleep=naps)
+    return Runtime(store, CountingIds(), agents, failure_policy=policy)
+
+
+def interrupts(rt: Runtime, session: Session) -> list[str]:
+    return [str(e.data["reason"]) for e in rt.engine.events(session.session_id)
+            if e.kind == "RunInterrupted"]
+
+
+def test_the_policy_backs_off_doubling_up_to_its_cap_and_gives_up_at_its_limit() -> None:
+    policy = FailurePolicy(limit=3, base=0.5, cap=3.0)
+    assert [policy.delay(n) for n in range(5)] == [0.0, 1.0, 2.0, 3.0, 3.0]
+    assert [policy.exhausted(n) for n in (1, 2, 3, 4)] == [False, False, True, True]
+    assert "3 times" in policy.reason(3, "model:error")
+    assert policy.reason(1, "model:error") == "model error: model:error"
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        FailurePolicy(limit=0)
+
+
+def test_a_model_that_always_fails_is_tried_limit_times_then_the_session_waits_for_input(
+    store: Store,
+) -> None:
+    model, naps = Flaky(ModelError("down")), Naps()
+
+    async def main() -> None:
+        rt = runtime(store, model, naps)
+        await rt.start()
+        root = await rt.create_root("root")
+        await rt.submit(root.session_id, "hello")
+        await rt.quiesce(timeout=10)
+        assert model.calls == 3
+        assert naps.taken == [2.0, 3.0]  # before the 2nd and 3rd tries, none before the 1st
+        assert rt.engine.session(root.session_id).state == "idle"
+        reasons = interrupts(rt, root)
+        assert reasons[:2] == ["model error: model:error"] * 2
+        assert "failed 3 times" in reasons[2] and "new input" in reasons[2]
+        # The mail is kept, not lost: it waits with the session.
+        assert [m.body for m in rt.engine.pending(root.session_id)] == ["hello"]
+        # New input wakes it again, with the full count; a healed model reads both messages.
+        model.failing = False
+        await rt.submit(root.session_id, "again")
+        await rt.quiesce(timeout=10)
+        assert model.calls == 4
+        assert rt.engine.session(root.session_id).state == "finished"
+        assert rt.engine.pending(root.session_id) == []
+        assert rt.crashes == [] and len(rt.incidents) == 1
+        await rt.shutdown()
+
+    run(main())
+
+
+def test_a_delegated_session_that_gives_up_tells_its_parent_why(store: Store) -> None:
+    model, naps = Flaky(ModelError("down")), Naps()
+
+    async def main() -> None:
+        rt = runtime(store, model, naps, limit=1)
+        await rt.start()
+        root = await rt.create_root("root")
+        kid: Session = await rt.writer(rt.engine.delegate, root.session_id,
+                                       rt.agent("kid").spec, "work")
+        rt.poke(kid.session_id)
+        await rt.quiesce(timeout=10)
+        notices = [e.data["body"] for e in rt.engine.events(root.session_id)
+                   if e.kind == "ProducerMessageAccepted"
+                   and e.data.get("owner") == Owner.DELEGATION.value]
+        assert len(notices) == 1 and "failed 1 times" in str(notices[0])
+        assert rt.engine.session(kid.session_id).state == "idle"
+        await rt.shutdown()
+
+    run(main())
+
+
+def test_an_unexpected_error_interrupts_the_run_and_the_actor_lives_on(store: Store) -> None:
+    model, naps = Flaky(RuntimeError("bug in \ud800 the adapter")), Naps()
+
+    async def main() -> None:
+        rt = runtime(store, model, naps)
+        await rt.start()
+        root = await rt.create_root("root")
+        await rt.submit(root.session_id, "hello")
+        await rt.quiesce(timeout=10)
+        assert model.calls == 1  # a bug is not retried: it would fail the same way
+        assert rt.crashes == []
+        [incident] = rt.incidents
+        assert isinstance(incident.error, RuntimeError)
+        assert rt.engine.session(root.session_id).state == "idle"
+        [reason] = interrupts(rt, root)
+        assert reason.startswith("actor error: RuntimeError: bug in ? the adapter")
+        # Still deliverable: new mail wakes the same session.
+        model.failing = False
+        await rt.submit(root.session_id, "again")
+        await rt.quiesce(timeout=10)
+        assert rt.engine.session(root.session_id).state == "finished"
+        await rt.shutdown()
+
+    run(main())
