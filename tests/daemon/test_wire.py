@@ -43,6 +43,13 @@ def test_handshake(daemon: DaemonProcess) -> None:
     assert capabilities["plugin_body_max_bytes"] == 256 * 1024
 
 
+def test_the_public_client_name_is_the_same_client() -> None:
+    import treemail.client
+
+    assert treemail.client.DaemonClient is DaemonClient
+    assert treemail.client.PROTOCOL_VERSION == 19
+
+
 def test_socket_only_for_its_user(daemon: DaemonProcess) -> None:
     mode = daemon.socket.stat().st_mode
     assert stat.S_ISSOCK(mode)
