@@ -40,8 +40,9 @@ SPEC = AgentSpec("bench", rules=Rules.of({"*": "allow"}))
 MAP = 1 << 30
 
 
-def open_store(path: Path, sync: bool) -> LmdbStore:
-    return LmdbStore.open(path, sync=sync, map_size=MAP, max_map_size=64 * MAP)
+def open_store(path: Path, sync: bool, durability: str = "fsync") -> LmdbStore:
+    return LmdbStore.open(path, sync=sync, map_size=MAP, max_map_size=64 * MAP,
+                          durability=durability)
 
 
 class Pair:

@@ -13,11 +13,13 @@ from treemail.core.store import Store
 __all__ = [*_core_all, "open_engine", "open_store"]
 
 
-def open_store(path: str, *, sync: bool = True) -> Store:
-    """Open (or create) the embedded LMDB store at ``path``; durable on every commit."""
+def open_store(path: str, *, sync: bool = True, durability: str = "fsync") -> Store:
+    """Open (or create) the embedded LMDB store at ``path``. ``durability`` ``fsync`` (the
+    default): a commit survives power loss; ``process``: a process crash, and is faster
+    (``treemail.adapters.durability`` gives the LMDB flags and guarantees of each)."""
     from treemail.adapters.lmdb_store import LmdbStore
 
-    return LmdbStore.open(path, sync=sync)
+    return LmdbStore.open(path, sync=sync, durability=durability)
 
 
 def open_engine(path: str, config: MessagingConfig | None = None, *, sync: bool = True) -> Engine:

@@ -22,6 +22,7 @@ from typing import Any, TypeAlias, TypeVar
 import lmdb
 
 from treemail.adapters.codec import decode, encode
+from treemail.adapters.durability import Durability, lmdb_flags
 from treemail.adapters.lmdb_files import (
     DATA_FILE,
     LOCK_FILE,
@@ -272,6 +273,7 @@ class LmdbStore:
         map_size: int = 64 * MiB,
         max_map_size: int = 64 * 1024 * MiB,
         readonly: bool = False,
+        durability: Durability | str = Durability.FSYNC,
     ) -> LmdbStore:
         """Open (creating if needed) the store in directory ``path``, as its one writer.
 
@@ -280,10 +282,12 @@ class LmdbStore:
         ``readonly=True`` opens an existing store to read only: it creates nothing, writes
         nothing and takes no owner lock, so it works beside the writer. Either way a damaged
         ``data.mdb`` raises ``StoreDamaged`` instead of being mapped; a second writer gets
-        ``StoreLocked`` naming the holder's pid.
+        ``StoreLocked`` naming the holder's pid. ``durability`` is ``fsync`` (a commit
+        survives power loss) or ``process`` (a process crash; see ``durability.py``).
         """
         if max_map_size < map_size:
             raise ValueError(f"max_map_size {max_map_size} is below map_size {map_size}")
+        flags = lmdb_flags(durability, sync)  # an unknown mode fails before anything is made
         directory = Path(path)
         if readonly:
             return cls._open_readonly(directory)
@@ -296,7 +300,7 @@ class LmdbStore:
             if (directory / DATA_FILE).exists():
                 check_data_file(directory)
             # writemap stays off: LMDB does not support nested transactions with it.
-            env = _lmdb_open(directory, map_size=map_size, sync=sync, metasync=sync,
+            env = _lmdb_open(directory, map_size=map_size, **flags,
                              writemap=False, lock=True)
             # A process killed while another kept the store open leaves reader slots that
             # pin old pages; clear them so the file does not grow behind dead readers.
