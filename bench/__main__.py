@@ -5,9 +5,10 @@ Lines (issue 11): (a) sequential durable send p50/p99 against a raw single-put L
 txn; (b) 32 concurrent senders through the runtime against the raw sequential ceiling and
 against persist-queue put from 32 threads; (c) the full lifecycle against persist-queue
 put+get+ack; (d) a send's cost with long histories; (e) open and recover with a long history;
-(f) peak RSS with much pending mail and after a long history; (g) CPU per send, sync off.
+(f) peak RSS with much pending mail and after a long history; (g) CPU per send, sync off;
+(h) the store's codec against msgspec on our records (when msgspec is installed).
 
-persist-queue comes from the ``bench`` extra: ``pip install -e '.[bench]'``.
+persist-queue and msgspec come from the ``bench`` extra: ``pip install -e '.[bench]'``.
 Results also go to ``bench/results.json``.
 
 Usage: python -m bench [--quick] [--only a,b,...]
@@ -19,11 +20,13 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
 from bench import lines
+from bench.codec import codec_line
 from bench.lines import Line, Scale
 from bench.rigs import env_note
 
@@ -57,39 +60,37 @@ def run(quick: bool, only: set[str], verbose: bool = False) -> list[Line]:
 
     with tempfile.TemporaryDirectory(prefix="treemail-bench-") as tmp:
         root = Path(tmp)
-        raw_p50 = None
+        # (b) needs (a)'s raw p50, (f) needs (d)'s long history: each runs if either is asked.
+        raw_p50, big = 0.0, root
         if only & {"a", "b"}:
             got, raw_p50 = lines.sequential(root, scale)
             rows += got if "a" in only else []
             took("a")
-        if "b" in only and raw_p50 is not None:
-            rows += lines.concurrent(root, scale, raw_p50)
-            took("b")
-        if "c" in only:
-            rows += lines.lifecycle(root, scale)
-            took("c")
-        big = None
         if only & {"d", "f"}:
             got, big = lines.history(root, scale)
             rows += got if "d" in only else []
             took("d")
-        if "e" in only:
-            rows += lines.reconcile(root, scale)
-            took("e")
-        if "f" in only and big is not None:
-            rows += lines.memory(root, scale, big)
-            took("f")
-        if "g" in only:
-            rows += lines.cpu(root, scale)
-            took("g")
-    return rows
+        steps: dict[str, Callable[[], list[Line]]] = {
+            "b": lambda: lines.concurrent(root, scale, raw_p50),
+            "c": lambda: lines.lifecycle(root, scale),
+            "e": lambda: lines.reconcile(root, scale),
+            "f": lambda: lines.memory(root, scale, big),
+            "g": lambda: lines.cpu(root, scale),
+            "h": codec_line,
+        }
+        for name, step in steps.items():
+            if name in only:
+                rows += step()
+                took(name)
+    order = "abcdefgh"
+    return sorted(rows, key=lambda row: order.index(row.key[0]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
-    parser.add_argument("--only", default="abcdefg", help="which lines, e.g. --only a,b")
+    parser.add_argument("--only", default="abcdefgh", help="which lines, e.g. --only a,b")
     parser.add_argument("--verbose", action="store_true", help="time each line")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args()

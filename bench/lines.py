@@ -171,8 +171,7 @@ def _pending_store(path: Path, history_size: int, pending: int) -> None:
     """A store as a crash leaves it: runs running, ``pending`` accepted mail, and history."""
     pair = Pair(open_store(path, sync=False))
     grow_history(pair.store, pair, history_size)
-    for _ in range(pending):
-        pair.send()
+    pair.send_many(pending)
     pair.store.close()
 
 

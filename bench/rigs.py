@@ -14,6 +14,7 @@ from typing import Any
 
 import lmdb
 
+from treemail.adapters.group_commit import GroupStore
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.adapters.runtime import Runtime
 from treemail.core.config import MessagingConfig
@@ -67,6 +68,21 @@ class Pair:
 
     def send(self) -> None:
         self.engine.send_message(self.context(), self.arguments())
+
+    def send_many(self, count: int, per_batch: int = 1000) -> None:
+        """``count`` real sends, ``per_batch`` to a group commit (the runtime writer's path):
+        fast to fill a store with pending mail."""
+        group = GroupStore(self.store)
+        engine = Engine(group, self.engine.ids, UNLIMITED)
+
+        def batch(size: int) -> Callable[[], None]:
+            def work() -> None:
+                for _ in range(size):
+                    engine.send_message(self.context(), self.arguments())
+            return work
+
+        for start in range(0, count, per_batch):
+            group.batch(batch(min(per_batch, count - start)))
 
     def deliver(self) -> None:
         """The recipient takes everything pending at a boundary and commits the request:

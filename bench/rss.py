@@ -17,9 +17,7 @@ def main() -> None:
     mode, path, count = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     store = open_store(path, sync=False)
     if mode == "pending":
-        pair = Pair(store)
-        for _ in range(count):
-            pair.send()
+        Pair(store).send_many(count)
     else:
         # A new pair in the old store (ids past the old ones): the history stays where it is.
         pair = Pair(store, first_id=10**9)
