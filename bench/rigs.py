@@ -12,14 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import lmdb
 
 from treemail.adapters.group_commit import GroupStore
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.adapters.runtime import Runtime
+from treemail.core import events
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import MessageState
 from treemail.core.permissions import Rules
 from treemail.core.records import (
     AgentSpec,
@@ -246,15 +249,14 @@ def grow_history(store: Store, pair: Pair, count: int, chunk: int = 5000) -> Non
             # Sequence numbers are taken in one step per chunk; a live send takes the next.
             first = tx.add(f"seq/{recipient}", stop - start) - (stop - start) + 1
             for n in range(start, stop):
-                message_id = f"00000000-0000-4000-8000-{n:012d}"
-                tx.put_message(Message(message_id, recipient, sender, Owner.AGENT, BODY,
-                                       Mode.QUEUE, 1, first + n - start, state="consumed"))
+                accepted = Message(f"00000000-0000-4000-8000-{n:012d}", recipient, sender,
+                                   Owner.AGENT, BODY, Mode.QUEUE, 1, first + n - start)
+                consumed = attrs.evolve(accepted, state=MessageState.CONSUMED)
+                tx.put_message(consumed)
                 tx.remember(IdempotencyKey(sender, run_id, f"h{n}"),
-                            SendResult(message_id, Mode.QUEUE, RecipientState.RUNNING))
-                tx.append(recipient, "ProducerMessageAccepted",
-                          {"message_id": message_id, "owner": "agent", "sender": sender,
-                           "body": BODY})
-                tx.append(recipient, "ProducerMessageConsumed", {"message_id": message_id})
+                            SendResult(accepted.message_id, Mode.QUEUE, RecipientState.RUNNING))
+                events.record(tx, recipient, events.message_payload(accepted))
+                events.record(tx, recipient, events.message_payload(consumed))
         return work
 
     for start in range(0, count, chunk):
