@@ -106,3 +106,14 @@ def test_stdio_serves_one_client_and_stops_when_stdin_closes(tmp_path: Path) -> 
     assert [a["id"] for a in answers] == [1, 2]
     assert answers[0]["result"]["protocol_version"] == 19
     assert answers[1]["result"] == {"sessions": []}
+
+
+def test_sigterm_stops_even_when_nobody_reads_stderr(tmp_path: Path) -> None:
+    daemon = DaemonProcess(tmp_path / "data")
+    assert daemon.proc.stderr is not None
+    daemon.proc.stderr.close()  # its log lines now meet a broken pipe
+    daemon.proc.send_signal(15)
+    daemon.proc.wait(timeout=30)
+    again = DaemonProcess(tmp_path / "data")  # the first one stopped and dropped its lock
+    code, err = again.terminate()
+    assert code == 0, err

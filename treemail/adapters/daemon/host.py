@@ -13,6 +13,7 @@ an optional ``config.toml`` and an optional ``agents/`` directory of agent docs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -136,5 +137,6 @@ async def run_daemon(data_dir: Path, socket: Path | None, stdio: bool) -> int:
     await daemon.stopped.wait()
     if stdio:
         await asyncio.gather(stdio_task, return_exceptions=True)
-    print("treemail daemon: stopped", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):
+        print("treemail daemon: stopped", file=sys.stderr, flush=True)
     return 0

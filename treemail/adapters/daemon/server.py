@@ -186,8 +186,10 @@ class Daemon:
     def request_stop(self) -> None:
         """Begin the ordered shutdown (idempotent); ``stopped`` is set when it is done."""
         if self._stop_task is None:
-            print("treemail daemon: stopping", file=sys.stderr, flush=True)
             self.stopping = True
+            # stderr may be a pipe nobody reads any more: a stop must not fail on its log line.
+            with contextlib.suppress(OSError):
+                print("treemail daemon: stopping", file=sys.stderr, flush=True)
             self._stop_task = asyncio.get_running_loop().create_task(self._stop())
 
     async def _stop(self) -> None:
