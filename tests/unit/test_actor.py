@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit.conftest import agent
 from treemail.adapters.failures import FailurePolicy
-from treemail.adapters.models import ChatMessage, ModelError, ModelReply
+from treemail.adapters.models import ChatMessage, ModelError, ModelReply, ToolCall
 from treemail.adapters.runtime import Agent, Runtime
 from treemail.core.ids import CountingIds
 from treemail.core.records import Owner, Session
@@ -150,3 +150,115 @@ def test_an_unexpected_error_interrupts_the_run_and_the_actor_lives_on(store: St
         await rt.shutdown()
 
     run(main())
+
+
+# -- bad model replies (issue 8, item 1) ----------------------------------------------------
+
+
+class Once:
+    """Answers ``first``, then a plain text that ends the run."""
+
+    def __init__(self, first: ModelReply) -> None:
+        self.first: ModelReply | None = first
+        self.seen: list[list[dict[str, Any]]] = []
+
+    async def complete(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> ModelReply:
+        self.seen.append([dict(m) for m in messages])
+        reply, self.first = self.first or ModelReply(text="done"), None
+        return reply
+
+
+def tree_runtime(store: Store, model: Once) -> Runtime:
+    agents = {
+        "root": Agent(agent("root", {"child": "allow"}), model),
+        "kid": Agent(agent("kid"), Once(ModelReply(text="kid done"))),
+    }
+    return Runtime(store, CountingIds(), agents)
+
+
+def accepted(rt: Runtime, session: Session) -> list[str]:
+    return [str(e.data["body"]) for e in rt.engine.events(session.session_id)
+            if e.kind == "ProducerMessageAccepted"]
+
+
+def bad_reply_outcome(store: Store, make: Any) -> tuple[Runtime, Session, Session, Once]:
+    """Run root once on ``make(kid)``'s reply; kid is a delegated child."""
+    holder: list[Any] = []
+
+    async def main() -> None:
+        model = Once(ModelReply(text="placeholder"))
+        rt = tree_runtime(store, model)
+        await rt.start()
+        root = await rt.create_root("root")
+        kid: Session = await rt.writer(rt.engine.delegate, root.session_id,
+                                       rt.agent("kid").spec, "work")
+        rt.poke(kid.session_id)
+        model.first = make(kid)
+        await rt.submit(root.session_id, "go")
+        await rt.quiesce(timeout=10)
+        holder.extend([rt, root, kid, model])
+        await rt.shutdown()
+
+    run(main())
+    rt, root, kid, model = holder
+    return rt, root, kid, model
+
+
+@pytest.mark.parametrize("call_id", ["x" * 300, "call\nnewline", "call\x07bell",
+                                     "\U0001f600" * 130, "id\ud800"])
+def test_a_tool_call_id_no_store_can_key_is_digested_and_the_send_goes_through(
+    store: Store, call_id: str,
+) -> None:
+    def make(kid: Session) -> ModelReply:
+        return ModelReply(tool_calls=(ToolCall(call_id, "send_message",
+                                               {"to": kid.reference, "body": "hi"}),))
+
+    rt, root, kid, model = bad_reply_outcome(store, make)
+    assert rt.incidents == [] and rt.crashes == []
+    assert accepted(rt, kid)[-1] == "hi"
+    [result] = [m for m in model.seen[-1] if m["role"] == "tool"]
+    assert result["tool_call_id"].startswith("call_") and "message_id" in result["content"]
+    assert rt.engine.session(root.session_id).state == "finished"
+
+
+def test_a_lone_surrogate_in_reply_text_is_replaced_not_fatal(store: Store) -> None:
+    rt, root, _, _ = bad_reply_outcome(store, lambda kid: ModelReply(text="a\ud800b"))
+    assert rt.incidents == []
+    assert rt.engine.session(root.session_id).state == "finished"
+    texts = [e.data["text"] for e in rt.engine.events(root.session_id)
+             if e.kind == "ModelOutput"]
+    assert texts[0] == "a\ufffdb"
+
+
+def test_a_lone_surrogate_in_a_delegation_task_or_a_body_is_replaced(store: Store) -> None:
+    def make(kid: Session) -> ModelReply:
+        return ModelReply(tool_calls=(
+            ToolCall("c1", "delegate_subagent", {"agent": "kid", "task": "t\ud800"}),
+            ToolCall("c2", "send_message", {"to": kid.reference, "body": "b\udfff"}),
+        ))
+
+    rt, _, kid, model = bad_reply_outcome(store, make)
+    assert rt.incidents == []
+    assert accepted(rt, kid)[-1] == "b\ufffd"
+    results = [m["content"] for m in model.seen[-1] if m["role"] == "tool"]
+    assert all('"error"' not in r for r in results), results
+
+
+def test_an_unexpected_tool_error_is_a_typed_tool_result(
+    store: Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    def make(kid: Session) -> ModelReply:
+        return ModelReply(tool_calls=(ToolCall("c1", "delegate_subagent",
+                                               {"agent": "kid", "task": "t"}),))
+
+    monkeypatch.setattr("treemail.adapters.toolbox.ToolBox._delegate", boom, raising=True)
+    rt, root, _, model = bad_reply_outcome(store, make)
+    [result] = [m["content"] for m in model.seen[-1] if m["role"] == "tool"]
+    assert '"tool:failed"' in result
+    assert rt.crashes == [] and len(rt.incidents) == 1
+    assert rt.engine.session(root.session_id).state == "finished"

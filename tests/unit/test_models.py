@@ -356,3 +356,20 @@ def test_unreachable_server() -> None:
     with pytest.raises(ModelError, match=r"could not reach .*check base_url") as caught:
         run(call())
     assert caught.value.details["status"] is None
+
+
+def test_an_unencodable_request_is_a_model_error_not_a_unicode_error() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        raise AssertionError("nothing unencodable may reach the wire")
+
+    bad = [{"role": "user", "content": "lone \ud800 surrogate"}]
+    with pytest.raises(ModelError, match=r"cannot be encoded as UTF-8 JSON"):
+        run(mock_model(answer).complete(bad))
+
+
+def test_an_os_level_transport_failure_is_a_model_error() -> None:
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise OSError("network is unreachable")
+
+    with pytest.raises(ModelError, match=r"could not reach"):
+        run(mock_model(fail).complete(MESSAGES))

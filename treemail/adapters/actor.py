@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 from treemail.adapters.failures import FailurePolicy
 from treemail.adapters.history import rebuild
 from treemail.adapters.models import Model, ModelError, ModelReply, ToolCall, tool_result_message
+from treemail.adapters.replies import normalise
 from treemail.adapters.toolbox import ToolBox
 from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError
@@ -192,6 +193,7 @@ class Actor:
             except ModelError as error:
                 await self._failed(session, run, request, error)
                 return
+            reply = normalise(reply)  # storable before anything durable sees it
             self.failures = 0
             await host.writer(host.engine.commit_request, self.session_id, run.run_id,
                               request.request_id, _output(inputs, reply))
@@ -209,6 +211,8 @@ class Actor:
         for call in reply.tool_calls:
             outcome = await host.tools.execute(session, run.run_id, call)
             content = outcome.content
+            if outcome.failure is not None:
+                host.incident(Incident(self.session_id, content, outcome.failure))
             if outcome.approval is not None:
                 await self._record(run, results)  # the wait may outlive this process
                 results = []

@@ -249,7 +249,16 @@ class OpenAICompatibleModel:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         try:
-            return await client.post(self.url, json=payload, headers=headers,
+            content = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            raise ModelError(
+                f"the request to {self.url} cannot be encoded as UTF-8 JSON "
+                f"({type(exc).__name__}: {_excerpt(str(exc))}); a message holds a lone "
+                "surrogate or a value JSON cannot carry",
+                status=None, url=self.url,
+            ) from None
+        try:
+            return await client.post(self.url, content=content, headers=headers,
                                      timeout=self.timeout)
         except httpx.TimeoutException as exc:
             raise ModelError(
@@ -257,7 +266,7 @@ class OpenAICompatibleModel:
                 "check the server is up and not overloaded, or raise the timeout",
                 status=None, url=self.url,
             ) from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError) as exc:
             raise ModelError(
                 f"could not reach {self.url}: {type(exc).__name__}: {exc}; check base_url and "
                 "that the server is running",

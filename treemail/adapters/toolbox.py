@@ -17,7 +17,7 @@ from treemail.adapters.models import ToolCall
 from treemail.core import events
 from treemail.core.addressing import resolve
 from treemail.core.engine import Engine
-from treemail.core.errors import ApprovalRequired, PermissionDenied, Refusal
+from treemail.core.errors import ApprovalRequired, PermissionDenied, Refusal, ToolFailed
 from treemail.core.records import AgentSpec, SendResult, Session, ToolContext
 from treemail.core.tools import InvalidToolArguments, lookup_tool
 
@@ -40,6 +40,7 @@ class ToolOutcome:
     poke: tuple[str, ...] = ()
     approval: ApprovalRequired | None = None
     stop: tuple[str, ...] = ()
+    failure: BaseException | None = None  # an unexpected error behind a tool:failed result
 
 
 class Hooks(Protocol):
@@ -89,6 +90,11 @@ class ToolBox:
             return attrs.evolve(_error(call, waiting), approval=waiting)
         except Refusal as refused:
             return _error(call, refused)
+        except Exception as error:  # every call ends in a typed result, never a dead actor
+            # Engine calls are single transactions: a failed one changed nothing.
+            failed = ToolFailed(f"{call.name} failed ({type(error).__name__}) and changed "
+                                "nothing; retrying the same call may fail the same way")
+            return attrs.evolve(_error(call, failed), failure=error)
 
     async def _dispatch(self, session: Session, run_id: str, call: ToolCall) -> ToolOutcome:
         ctx = ToolContext(session.session_id, run_id, call.id)

@@ -45,6 +45,7 @@ __all__ = [
     "StoreFull",
     "StoreLocked",
     "StoreMissing",
+    "ToolFailed",
     "TreemailError",
     "UnknownApproval",
     "UnknownSession",
@@ -144,6 +145,12 @@ class UnknownTool(Refusal):
     """A model called a tool that is not on its surface (``steer_subagent`` among them)."""
 
     code = "tool:unknown"
+
+
+class ToolFailed(Refusal):
+    """A tool call failed on an unexpected error; nothing was changed, the run goes on."""
+
+    code = "tool:failed"
 
 
 class InvalidToolArguments(Refusal):
