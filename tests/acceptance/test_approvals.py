@@ -120,6 +120,10 @@ def test_a_pending_approval_survives_a_restart_and_the_answer_sends_once(
         rt.poke(sx.session_id)
         await _one_pending(rt)
         await until(lambda: rt.engine.session(sy.session_id).state == "finished")
+        # y's result wakes the root; let that run end too, so that the held call's run is
+        # the only one the crash leaves behind.
+        root = rt.engine.session(sx.parent_session_id or "")
+        await until(lambda: rt.engine.session(root.session_id).state == "finished")
         await rt.abandon()  # the process dies with the call held
 
     x2, y2 = Brain(greeter), Brain(lambda m: ModelReply(text="ok"))
