@@ -17,7 +17,13 @@ from treemail.adapters.models import ToolCall
 from treemail.core import events
 from treemail.core.addressing import resolve
 from treemail.core.engine import Engine
-from treemail.core.errors import ApprovalRequired, PermissionDenied, Refusal, ToolFailed
+from treemail.core.errors import (
+    ApprovalRequired,
+    PermissionDenied,
+    Refusal,
+    ToolFailed,
+    UnknownTarget,
+)
 from treemail.core.records import AgentSpec, SendResult, Session, ToolContext
 from treemail.core.tools import InvalidToolArguments, lookup_tool
 
@@ -126,8 +132,13 @@ class ToolBox:
     async def _cancel(self, call: ToolCall, child: Session) -> ToolOutcome:
         if child.run_id is None:
             return _ok(call, {"cancelled": False, "status": child.state})
-        await self.call(self.engine.cancel_run, child.session_id, child.run_id,
-                        "cancelled by parent")
+        try:
+            await self.call(self.engine.cancel_run, child.session_id, child.run_id,
+                            "cancelled by parent")
+        except UnknownTarget:
+            # The run ended between the lookup and the cancel: an answer, not a failure.
+            now: Session = await self.call(self.engine.session, child.session_id)
+            return _ok(call, {"cancelled": False, "status": now.state})
         return attrs.evolve(_ok(call, {"cancelled": True}), stop=(child.session_id,))
 
     def _send(self, ctx: ToolContext, arguments: object) -> tuple[SendResult, str]:
