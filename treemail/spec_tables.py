@@ -165,6 +165,8 @@ _FAMILIES = (
     ("definition", errors.DefinitionError),
     ("refusal", errors.Refusal),
     ("storage", errors.StorageError),
+    ("model", errors.ModelError),
+    ("note", errors.ToolNote),
 )
 
 

@@ -17,27 +17,24 @@ waiting on the user), the best durable knowledge stands in, in this order:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from treemail.adapters.models import tool_result_message
 from treemail.core import events
+from treemail.core.errors import ApprovalPending, ToolInterrupted
 from treemail.core.records import IdempotencyKey
+from treemail.core.results import error_text, ok_text
 from treemail.core.store import ReadTxn
 
 __all__ = ["AWAITING_APPROVAL", "INTERRUPTED", "rebuild"]
 
-AWAITING_APPROVAL = json.dumps({
-    "error": "permission:approval_pending",
-    "message": "this call is held until the user answers its approval request; its outcome "
-    "will appear here once answered",
-})
-INTERRUPTED = json.dumps({
-    "error": "tool:interrupted",
-    "message": "the run ended before this call returned; its effect is unknown, check before "
-    "repeating it",
-})
+AWAITING_APPROVAL = error_text(ApprovalPending(
+    "this call is held until the user answers its approval request; its outcome "
+    "will appear here once answered"))
+INTERRUPTED = error_text(ToolInterrupted(
+    "the run ended before this call returned; its effect is unknown, check before "
+    "repeating it"))
 
 _Key = tuple[str, str]  # (run_id, tool_call_id): models reuse call ids across runs
 
@@ -94,7 +91,7 @@ def _recalled(tx: ReadTxn, session_id: str, key: _Key, call: events.RecordedCall
     if call.name == "send_message":
         sent = tx.recall(IdempotencyKey(session_id, key[0], key[1]))
         if sent is not None:
-            return json.dumps(sent.as_tool_result())
+            return ok_text(sent.as_tool_result())
     return INTERRUPTED
 
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import attrs
 import httpx
 
-from treemail.core.errors import TreemailError
+from treemail.core.errors import ModelError, ScriptExhausted
 
 __all__ = [
     "ChatMessage",
@@ -42,21 +42,6 @@ ChatMessage = Mapping[str, Any]
 """One chat message in the OpenAI format, e.g. ``{"role": "user", "content": "..."}``."""
 
 _EXCERPT = 500  # enough of an error body to read the server's reason, not a whole HTML page
-
-
-class ModelError(TreemailError):
-    """A model call failed: unreachable, timed out, refused, or answered something unreadable.
-
-    ``details`` carry ``status`` (HTTP status or None) and ``body`` (an excerpt) when known.
-    """
-
-    code = "model:error"
-
-
-class ScriptExhausted(ModelError):
-    """A ``ScriptedModel`` was asked for more replies than its script holds."""
-
-    code = "model:script_exhausted"
 
 
 @attrs.frozen

@@ -29,7 +29,7 @@ from typing import Protocol, TypeAlias, runtime_checkable
 
 from treemail.adapters.models import ToolCall
 from treemail.core.engine import Engine
-from treemail.core.errors import DefinitionError, Refusal
+from treemail.core.errors import PluginFailed, PluginLoadError, PluginRefusal, Refusal
 from treemail.core.records import Event, Owner, Session
 
 __all__ = [
@@ -52,24 +52,6 @@ __all__ = [
 ENTRY_POINT_GROUP = "treemail.plugins"
 
 Hooked: TypeAlias = Awaitable[None] | None
-
-
-class PluginLoadError(DefinitionError):
-    """A plugin spec or entry point could not be loaded; the message names it."""
-
-    code = "plugin:load_failed"
-
-
-class PluginRefusal(Refusal):
-    """A plugin refused a tool call; the model sees this code and the plugin's reason."""
-
-    code = "plugin:refused"
-
-
-class PluginFailed(Refusal):
-    """A plugin's gate raised something other than a refusal; the call was refused."""
-
-    code = "plugin:failed"
 
 
 @runtime_checkable

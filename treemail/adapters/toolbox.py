@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import attrs
 
 from treemail.adapters.models import ToolCall
-from treemail.core import events
+from treemail.core import events, results
 from treemail.core.addressing import resolve
 from treemail.core.engine import Engine
 from treemail.core.errors import (
@@ -56,11 +56,11 @@ class Hooks(Protocol):
 
 
 def _error(call: ToolCall, error: Refusal) -> ToolOutcome:
-    return ToolOutcome(call.id, json.dumps({"error": error.code, "message": error.message}))
+    return ToolOutcome(call.id, results.error_text(error))
 
 
 def _ok(call: ToolCall, result: Mapping[str, object], *poke: str) -> ToolOutcome:
-    return ToolOutcome(call.id, json.dumps(dict(result)), poke)
+    return ToolOutcome(call.id, results.ok_text(result), poke)
 
 
 class ToolBox:

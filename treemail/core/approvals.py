@@ -10,12 +10,11 @@ a call approved after its run has died still sends exactly once.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import attrs
 
-from treemail.core import events
+from treemail.core import events, results
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import InvalidRequest, PermissionDenied, Refusal, UnknownApproval
 from treemail.core.ids import IdSource
@@ -95,8 +94,8 @@ def _run(
             sent = send(inner, config, ids, approval.context, approval.arguments, approved=True)
     except Refusal as refused:
         return _error(refused), None
-    return json.dumps(sent.result.as_tool_result()), sent.recipient if sent.wake else None
+    return results.ok_text(sent.result.as_tool_result()), sent.recipient if sent.wake else None
 
 
 def _error(error: Refusal) -> str:
-    return json.dumps({"error": error.code, "message": error.message})
+    return results.error_text(error)

@@ -8,7 +8,14 @@ Three families are kept apart, as the user must react to each differently:
   unchanged; a ``SendRefusal`` is what the sending model sees as its tool error.
 * ``StorageError``: the store failed or holds data it cannot read.
 
-Codes are stable strings; the daemon maps them onto wire codes in one place.
+A fourth root, ``ModelError``, is a failed model call: no one's fault in treemail, retried or
+reported by the runtime's failure policy. ``ToolNote``s are never raised: they stand in for a
+tool result the log does not hold (a call still waiting for approval, a run that died first).
+
+Every code a model, a user or a plugin can see is declared here, and only here;
+``spec/errors.json`` lists them all, and ``tests/unit/test_error_registry.py`` fails on a code
+declared anywhere else. ``treemail.core.results`` turns any of them into a tool result or a
+(code, message, data) triple; the daemon maps codes onto wire codes in one place.
 """
 
 from __future__ import annotations
@@ -18,8 +25,10 @@ from typing import ClassVar
 
 __all__ = [
     "AgentDocError",
+    "ApprovalPending",
     "ApprovalRequired",
     "ConfigError",
+    "DataDirLocked",
     "DefinitionError",
     "EngineShutdown",
     "IllegalTransition",
@@ -32,10 +41,15 @@ __all__ = [
     "InvalidToolContext",
     "MaxHopsExceeded",
     "MessagingDisabled",
+    "ModelError",
     "NotTreePeer",
     "OutcomeUnknown",
     "PermissionDenied",
+    "PluginFailed",
+    "PluginLoadError",
+    "PluginRefusal",
     "Refusal",
+    "ScriptExhausted",
     "SelfSend",
     "SendRefusal",
     "StorageError",
@@ -46,6 +60,8 @@ __all__ = [
     "StoreLocked",
     "StoreMissing",
     "ToolFailed",
+    "ToolInterrupted",
+    "ToolNote",
     "TreemailError",
     "UnknownApproval",
     "UnknownSession",
@@ -124,6 +140,18 @@ class UnknownTarget(DefinitionError):
     """An engine call named a session, run, request or message that does not exist."""
 
     code = "engine:unknown_target"
+
+
+class PluginLoadError(DefinitionError):
+    """A plugin spec or entry point could not be loaded; the message names it."""
+
+    code = "plugin:load_failed"
+
+
+class DataDirLocked(DefinitionError):
+    """Another daemon holds this data directory; stop it or choose another --data-dir."""
+
+    code = "daemon:data_dir_locked"
 
 
 # -- refusals ----------------------------------------------------------------------------
@@ -241,6 +269,57 @@ class EngineShutdown(SendRefusal):
     """The send raced the engine's shutdown; nothing was accepted, retry after restart."""
 
     code = "send_message:engine_shutdown"
+
+
+class PluginRefusal(Refusal):
+    """A plugin refused a tool call; the model sees this code and the plugin's reason."""
+
+    code = "plugin:refused"
+
+
+class PluginFailed(Refusal):
+    """A plugin's gate raised something other than a refusal; the call was refused."""
+
+    code = "plugin:failed"
+
+
+# -- notes standing in for a tool result --------------------------------------------------
+
+
+class ToolNote(TreemailError):
+    """Not raised: what a rebuilt conversation shows for a call whose result was not logged."""
+
+    code = "tool:note"
+
+
+class ApprovalPending(ToolNote):
+    """The call is held until the user answers its approval request; its outcome follows."""
+
+    code = "permission:approval_pending"
+
+
+class ToolInterrupted(ToolNote):
+    """The run ended before the call returned; its effect is unknown, check before repeating."""
+
+    code = "tool:interrupted"
+
+
+# -- model calls ---------------------------------------------------------------------------
+
+
+class ModelError(TreemailError):
+    """A model call failed: unreachable, timed out, refused, or answered something unreadable.
+
+    ``details`` carry ``status`` (HTTP status or None) and ``body`` (an excerpt) when known.
+    """
+
+    code = "model:error"
+
+
+class ScriptExhausted(ModelError):
+    """A ``ScriptedModel`` was asked for more replies than its script holds."""
+
+    code = "model:script_exhausted"
 
 
 # -- storage -----------------------------------------------------------------------------

@@ -12,15 +12,9 @@ import json
 import os
 from pathlib import Path
 
-from treemail.core.errors import DefinitionError
+from treemail.core.errors import DataDirLocked
 
 __all__ = ["DataDirLock", "DataDirLocked"]
-
-
-class DataDirLocked(DefinitionError):
-    """Another daemon holds this data directory; stop it or choose another --data-dir."""
-
-    code = "daemon:data_dir_locked"
 
 
 class DataDirLock:
