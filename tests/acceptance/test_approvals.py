@@ -5,7 +5,6 @@ outlive the process."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 from tests.acceptance.conftest import (
@@ -91,10 +90,10 @@ def test_ask_waits_for_the_user_approve_once_sends_and_deny_is_permission_denied
         await rt.quiesce()
 
         sent, refused = results(x.requests[-1][0])
-        assert sent == json.loads(approved.outcome or "") and set(sent) == {
+        assert sent == approved.outcome.as_result() and set(sent) == {
             "message_id", "mode", "recipient_state"}
         assert refused["error"] == "permission:denied"
-        assert json.loads(denied.outcome or "") == refused
+        assert denied.outcome.as_result() == refused
         assert accepted_bodies(rt) == ["hello"]
         assert y.seen("hello") and not y.seen("again")
         assert await rt.pending_approvals() == []
@@ -137,7 +136,7 @@ def test_a_pending_approval_survives_a_restart_and_the_answer_sends_once(
         assert accepted_bodies(rt) == ["hello"] and y2.seen("hello")
         [consumed] = [e for _, e in rt.engine.feed() if e.kind == "ProducerMessageConsumed"
                       and e.data["owner"] == "agent"]
-        assert consumed.data["message_id"] == json.loads(answered.outcome or "")["message_id"]
+        assert consumed.data["message_id"] == answered.outcome.as_result()["message_id"]
 
         # The sender's next run sees the outcome where its call was made.
         await rt.submit(ids["x"], "anything new?")
@@ -145,7 +144,7 @@ def test_a_pending_approval_survives_a_restart_and_the_answer_sends_once(
         history = x2.requests[-1][0]
         held_call = [m for m in history if m["role"] == "tool"
                      and m["tool_call_id"] == held.tool_call_id]
-        assert [m["content"] for m in held_call] == [answered.outcome]
+        assert [m["content"] for m in held_call] == [answered.outcome.text()]
         assert accepted_bodies(rt) == ["hello"]  # the woken model did not send it again
         await rt.shutdown()
 

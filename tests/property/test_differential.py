@@ -15,7 +15,6 @@ new ``Engine``), else ``MemoryStore`` (restart: a new ``Engine`` over the same s
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -127,8 +126,8 @@ def _session_row(s: Session | SessionRecord) -> tuple[Any, ...]:
 def _approval_row(a: Any) -> tuple[Any, ...]:
     """An approval, its outcome reduced to the result fields or the error code."""
     outcome = a.outcome
-    if isinstance(outcome, str):
-        outcome = {k: v for k, v in json.loads(outcome).items() if k != "message"}
+    if outcome is not None and not isinstance(outcome, dict):  # the engine's CallOutcome
+        outcome = {k: v for k, v in outcome.as_result().items() if k != "message"}
     return (a.approval_id, a.session_id, a.run_id, a.tool_call_id, a.tool, dict(a.arguments),
             a.label, str(a.state), a.scope, outcome)
 

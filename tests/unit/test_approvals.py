@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.unit.conftest import World, arguments
@@ -47,7 +45,7 @@ def test_approve_once_sends_now_and_the_retry_replays_it(world: World) -> None:
     _, a, b = _siblings(world)
     ctx = world.ctx(a)
     answered = world.engine.answer_approval(_held(world, ctx, b), approve=True, scope="once")
-    outcome = json.loads(answered.outcome or "")
+    outcome = answered.outcome.as_result()
     assert answered.state is ApprovalState.APPROVED and set(outcome) == {
         "message_id", "mode", "recipient_state"}
     assert world.engine.send_message(ctx, arguments(b)).message_id == outcome["message_id"]
@@ -75,7 +73,7 @@ def test_denial_answers_with_the_generic_permission_error(world: World) -> None:
     _, a, b = _siblings(world)
     answered = world.engine.answer_approval(_held(world, world.ctx(a), b), approve=False)
     assert answered.state is ApprovalState.DENIED
-    assert json.loads(answered.outcome or "")["error"] == "permission:denied"
+    assert answered.outcome.as_result()["error"] == "permission:denied"
     assert world.pending_agent_mail(b) == 0
     with pytest.raises(UnknownApproval):
         world.engine.answer_approval(answered.approval_id, approve=True)
@@ -89,7 +87,7 @@ def test_approval_answered_after_restart_sends_exactly_once(world: World) -> Non
     assert engine.recover() >= 1  # a's run died with the process
     assert [p.approval_id for p in engine.approvals()] == [approval_id]
     answered = engine.answer_approval(approval_id, approve=True, scope="once")
-    sent = json.loads(answered.outcome or "")["message_id"]
+    sent = answered.outcome.as_result()["message_id"]
     delivered = world.consume_all(b)
     assert [d.message_id for d in delivered].count(sent) == 1
 
@@ -101,7 +99,7 @@ def test_approval_refused_by_a_later_guard_records_that_outcome(world: World) ->
     world.send(root, b, "the parent fills the inbox while the call waits")
     answered = world.engine.answer_approval(approval_id, approve=True, scope="once")
     assert answered.state is ApprovalState.APPROVED
-    assert json.loads(answered.outcome or "")["error"] == "send_message:inbox_full"
+    assert answered.outcome.as_result()["error"] == "send_message:inbox_full"
     assert world.pending_agent_mail(b) == 1
 
 

@@ -6,7 +6,6 @@ refusal texts a model or a user reads, and the engine paths no other unit test w
 
 from __future__ import annotations
 
-import json
 import textwrap
 from typing import Any
 
@@ -548,10 +547,10 @@ def test_denial_outcome_and_event(world: World) -> None:
         "error": "permission:denied",
         "message": "permission denied: the user did not approve this call",
     }
-    assert (denied.scope, json.loads(denied.outcome or "")) == (None, outcome)
+    assert (denied.scope, denied.outcome.as_result()) == (None, outcome)
     assert _last(world, a) == ("ApprovalAnswered", {
         "approval_id": held.approval_id, "state": "denied", "scope": None,
-        "outcome": denied.outcome,
+        "outcome": {"result": None, **outcome},
     })
     with pytest.raises(UnknownApproval) as caught:
         world.engine.answer_approval(held.approval_id, approve=True)
@@ -573,7 +572,7 @@ def test_approval_records_scope_grants_once_and_wakes_the_recipient(world: World
     assert world.fresh(b).state == "queued"
     assert _last(world, a) == ("ApprovalAnswered", {
         "approval_id": held.approval_id, "state": "approved", "scope": "session",
-        "outcome": approved.outcome,
+        "outcome": {"result": approved.outcome.result, "error": None, "message": None},
     })
     # A second approval of the same scope leaves the one grant as it was.
     second = world.ctx(a)

@@ -40,6 +40,7 @@ from treemail.core.records import (
     SendResult,
     Session,
 )
+from treemail.core.results import CallOutcome
 from treemail.core.store import MemoryStore, ReadTxn, Store, WriteTxn
 
 _ids = CountingIds()
@@ -412,7 +413,7 @@ class StoreContract:
         waiting = Approval("b/run/call", ROOT, RUN_IDS[0], "call", "send_message",
                            {"to": "x", "body": "hi", "nested": [1, {"k": None}]}, "sibling")
         answered = attrs.evolve(waiting, approval_id="a/run/call", state=ApprovalState.APPROVED,
-                                scope="tree", outcome='{"message_id": "m"}')
+                                scope="tree", outcome=CallOutcome.ok({"message_id": "m"}))
         store.transact(lambda tx: (tx.put_approval(waiting), tx.put_approval(answered)))
         store = self.reopen(store, directory)
         with store.read() as tx:

@@ -72,7 +72,7 @@ class Transcript:
                    f"{payload.label} peer, under an ask rule; the run waits for the user")
         elif isinstance(payload, events.ApprovalAnswered):
             yield f"the user: {payload.state.value}, scope {payload.scope}"
-            yield f"-> send_message: {_brief(payload.outcome)}"
+            yield f"-> send_message: {_brief(payload.outcome.text())}"
         elif isinstance(payload, events.DelegationCompleted):
             yield f"the delegation's result goes to the parent (message {payload.message_id[:8]})"
 

@@ -83,7 +83,7 @@ def _results(
         elif isinstance(payload, events.ApprovalAnswered):
             found = requested.pop(payload.approval_id, None)
             if found is not None:
-                answered[found] = payload.outcome
+                answered[found] = payload.outcome.text()
     return recorded, answered, set(requested.values())
 
 

@@ -438,7 +438,7 @@ class Runtime:
             answered = held if held.state is not ApprovalState.PENDING else await future
         finally:
             self._waiting.pop(approval_id, None)
-        return answered.outcome or ""
+        return answered.outcome.text() if answered.outcome is not None else ""
 
     def _written(self) -> None:
         if self._follower is not None:

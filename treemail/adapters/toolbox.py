@@ -7,7 +7,6 @@ its stable code, so a model can react (retry, give up, report) instead of the ru
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -25,6 +24,7 @@ from treemail.core.errors import (
     UnknownTarget,
 )
 from treemail.core.records import AgentSpec, SendResult, Session, ToolContext
+from treemail.core.results import CallOutcome
 from treemail.core.tools import InvalidToolArguments, lookup_tool
 
 __all__ = ["Call", "Hooks", "ToolBox", "ToolOutcome"]
@@ -146,14 +146,10 @@ class ToolBox:
         result = self.engine.send_message(ctx, arguments)
         return result, self.engine.message(result.message_id).recipient
 
-    def recipient_of(self, outcome: str | None) -> str | None:
-        """The session a send's tool result (JSON text) delivered to; None for an error."""
-        try:
-            parsed = json.loads(outcome or "")
-        except ValueError:
-            return None
-        message_id = parsed.get("message_id") if isinstance(parsed, dict) else None
-        if not isinstance(message_id, str):
+    def recipient_of(self, outcome: CallOutcome | None) -> str | None:
+        """The session a send's outcome delivered to; None for an error."""
+        message_id = outcome.result.get("message_id") if outcome and outcome.result else None
+        if message_id is None:
             return None
         return self.engine.message(message_id).recipient
 

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 
 import attrs
 
-from treemail.core import events, results
+from treemail.core import events
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import InvalidRequest, PermissionDenied, Refusal, UnknownApproval
 from treemail.core.ids import IdSource
 from treemail.core.records import Approval, ApprovalState, ToolContext
+from treemail.core.results import CallOutcome
 from treemail.core.sending import grant_counter, send
 from treemail.core.store import WriteTxn
 
@@ -87,15 +88,15 @@ def _grant(tx: WriteTxn, approval: Approval, scope: str) -> None:
 
 def _run(
     tx: WriteTxn, config: MessagingConfig, ids: IdSource, approval: Approval
-) -> tuple[str, str | None]:
+) -> tuple[CallOutcome, str | None]:
     """Run the approved call; a refusal by a later guard is its outcome, not a failure."""
     try:
         with tx.savepoint() as inner:
             sent = send(inner, config, ids, approval.context, approval.arguments, approved=True)
     except Refusal as refused:
         return _error(refused), None
-    return results.ok_text(sent.result.as_tool_result()), sent.recipient if sent.wake else None
+    return CallOutcome.ok(sent.result.as_tool_result()), sent.recipient if sent.wake else None
 
 
-def _error(error: Refusal) -> str:
-    return results.error_text(error)
+def _error(error: Refusal) -> CallOutcome:
+    return CallOutcome.failed(error)

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, TypeAlias
 import attrs
 
 from treemail.core.records import ApprovalState, Event, Message, Mode, Owner, Run
+from treemail.core.results import CallOutcome
 from treemail.core.shapes import CODEC, KEY, Codec, Unfit, enum_codec, shape
 from treemail.core.store import WriteTxn
 
@@ -346,7 +347,7 @@ class ApprovalAnswered:
     approval_id: str
     state: ApprovalState
     scope: str | None
-    outcome: str
+    outcome: CallOutcome
 
 
 # Stored flat, as the Owner value; agent mail's session is its ``sender``.

@@ -14,6 +14,7 @@ import attrs
 
 from treemail.core.lifecycle import MESSAGE, MessageState, RequestState, RunState, SessionState
 from treemail.core.permissions import Action, Rules
+from treemail.core.results import CallOutcome
 
 __all__ = [
     "AgentSpec",
@@ -191,7 +192,7 @@ class Approval:
     """A tool call held by an ``ask`` rule until the user answers; survives restarts.
 
     Its id is the tool context itself, so asking twice for one call finds one approval.
-    ``outcome`` is the tool result (JSON text) the call produced once answered."""
+    ``outcome`` is what the call produced once answered."""
 
     approval_id: str
     session_id: str
@@ -202,7 +203,7 @@ class Approval:
     label: str
     state: ApprovalState = ApprovalState.PENDING
     scope: str | None = None
-    outcome: str | None = None
+    outcome: CallOutcome | None = None
 
     @property
     def context(self) -> ToolContext:

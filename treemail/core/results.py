@@ -10,9 +10,39 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+import attrs
+
 from treemail.core.errors import TreemailError
 
-__all__ = ["error_result", "error_text", "ok_text", "triple"]
+__all__ = ["CallOutcome", "error_result", "error_text", "ok_text", "triple"]
+
+
+@attrs.frozen
+class CallOutcome:
+    """What a tool call produced, as data: its result's fields, or its error's code and
+    message. Stored as is (an approval's outcome), never as JSON text to parse again."""
+
+    result: Mapping[str, str] | None = None
+    error: str | None = None
+    message: str | None = None
+
+    @classmethod
+    def ok(cls, result: Mapping[str, str]) -> CallOutcome:
+        return cls(result=dict(result))
+
+    @classmethod
+    def failed(cls, error: TreemailError) -> CallOutcome:
+        return cls(error=error.code, message=error.message)
+
+    def as_result(self) -> dict[str, str]:
+        """The tool result object the model reads."""
+        if self.result is not None:
+            return dict(self.result)
+        return {"error": self.error or "", "message": self.message or ""}
+
+    def text(self) -> str:
+        """The tool result as the JSON text a tool result message carries."""
+        return json.dumps(self.as_result())
 
 
 def triple(error: TreemailError) -> tuple[str, str, dict[str, object]]:

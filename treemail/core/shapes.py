@@ -95,6 +95,17 @@ def _array(item: Codec) -> Codec:
                  {"type": "array", "items": item.schema})
 
 
+def _strings() -> Codec:
+    """A JSON object of string values (a tool result's fields)."""
+    def decode(value: object) -> object:
+        if not isinstance(value, Mapping) or not all(
+                type(k) is str and type(v) is str for k, v in value.items()):
+            raise Unfit("expected an object of strings")
+        return dict(value)
+
+    return Codec(decode, dict, {"type": "object", "additionalProperties": {"type": "string"}})
+
+
 def _codec(hint: Any) -> Codec:
     if hint in _SCALARS:
         return _exact(hint, _SCALARS[hint])
@@ -105,6 +116,8 @@ def _codec(hint: Any) -> Codec:
         return _union([_codec(arg) for arg in typing.get_args(hint)])
     if origin is tuple:
         return _array(_codec(typing.get_args(hint)[0]))
+    if origin in (Mapping, dict) and typing.get_args(hint) == (str, str):
+        return _strings()
     if attrs.has(hint):
         nested = shape(hint)
         return Codec(nested.decode, nested.encode, nested.schema)

@@ -13,7 +13,6 @@ shortest counterexamples reproducible.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +23,7 @@ from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.lifecycle import MessageState, SessionState
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Owner, Run, Session, ToolContext
+from treemail.core.results import CallOutcome
 from treemail.core.store import ReadTxn
 from treemail.models.reference import Reference
 from treemail.models.world import FINAL, SessionRecord, World
@@ -137,8 +137,8 @@ def _normal(value: Any) -> Any:
                 tuple((d.message_id, d.owner, d.text) for d in value.deliveries))
     if hasattr(value, "approval_id"):
         outcome = value.outcome
-        if isinstance(outcome, str):  # the engine stores the tool result as JSON text
-            outcome = {k: v for k, v in json.loads(outcome).items() if k != "message"}
+        if isinstance(outcome, CallOutcome):  # the model keeps only the error's code
+            outcome = {k: v for k, v in outcome.as_result().items() if k != "message"}
         return (value.approval_id, str(value.state), value.scope, outcome)
     return value
 

@@ -14,7 +14,6 @@ in the spec: it is how the model serves as the oracle). Every check returns ``No
 from __future__ import annotations
 
 import copy
-import json
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -32,6 +31,7 @@ from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.records import Event, Message, Owner
+from treemail.core.results import CallOutcome
 from treemail.core.store import ReadTxn
 from treemail.models.reference import Reference
 from treemail.models.world import FINAL, MESSAGE_STEPS, World
@@ -95,8 +95,8 @@ def _diff(what: str, got: Any, want: Any) -> Failure | None:
 
 def _approval(a: Any) -> dict[str, Any] | None:
     outcome = a.outcome
-    if isinstance(outcome, str):  # the engine keeps the tool result as JSON text
-        outcome = {k: v for k, v in json.loads(outcome).items() if k != "message"}
+    if isinstance(outcome, CallOutcome):  # the model keeps only the error's code
+        outcome = {k: v for k, v in outcome.as_result().items() if k != "message"}
     return _row(a, APPROVAL, arguments=dict(a.arguments), outcome=outcome)
 
 
