@@ -45,6 +45,7 @@ __all__ = [
     "NotTreePeer",
     "OutcomeUnknown",
     "PermissionDenied",
+    "PluginBodyTooLarge",
     "PluginFailed",
     "PluginLoadError",
     "PluginRefusal",
@@ -275,6 +276,12 @@ class PluginRefusal(Refusal):
     """A plugin refused a tool call; the model sees this code and the plugin's reason."""
 
     code = "plugin:refused"
+
+
+class PluginBodyTooLarge(Refusal):
+    """Plugin mail over the contract's 256 KiB cap; split it or send a reference instead."""
+
+    code = "plugin:body_too_large"
 
 
 class PluginFailed(Refusal):

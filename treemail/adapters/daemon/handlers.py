@@ -13,7 +13,7 @@ from treemail.adapters.agent_docs import build_agents
 from treemail.adapters.daemon.connection import Connection
 from treemail.adapters.models import ToolCall
 from treemail.core.agents import parse_agent_doc
-from treemail.core.errors import InvalidRequest, InvalidToolContext, Refusal
+from treemail.core.errors import InvalidRequest, InvalidToolContext, PluginBodyTooLarge
 from treemail.core.events import EventKind
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import Approval, Event, Message, Mode, Owner, Run, Session, ToolContext
@@ -55,13 +55,8 @@ def approval_view(a: Approval) -> t.ApprovalView:
     return t.ApprovalView(
         approval_id=a.approval_id, session_id=a.session_id, run_id=a.run_id,
         tool_call_id=a.tool_call_id, tool=a.tool, arguments=dict(a.arguments), label=a.label,
-        state=a.state.value, scope=a.scope, outcome=a.outcome)
-
-
-class PluginBodyTooLarge(Refusal):
-    """Plugin mail over the contract's 256 KiB cap; split it or send a reference instead."""
-
-    code = "plugin:body_too_large"
+        state=a.state.value, scope=a.scope,
+        outcome=a.outcome.text() if a.outcome is not None else None)
 
 
 
