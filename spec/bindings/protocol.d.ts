@@ -413,7 +413,11 @@ export interface ApprovalAnsweredData {
   approval_id: string;
   state: "pending" | "approved" | "denied";
   scope: string | null;
-  outcome: string;
+  outcome: {
+  result?: Record<string, string> | null;
+  error?: string | null;
+  message?: string | null;
+};
 }
 
 /** Mail was durably accepted into the recipient's log: the send has succeeded. ``agent_hop`` is the hop count of agent mail (None for any other owner). */
