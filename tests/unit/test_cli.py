@@ -12,6 +12,7 @@ import pytest
 
 from treemail.adapters.cli import main
 from treemail.adapters.lmdb_store import LmdbStore
+from treemail.core import events as log
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
 from treemail.core.records import Event
@@ -37,10 +38,10 @@ def _feed(store: Path) -> tuple[list[Event], dict[str, str | None]]:
 
 def _send_results(events: list[Event]) -> list[tuple[object, object]]:
     """(mode, recipient_state) of every send_message result, approved sends included."""
-    listed = [e.data["results"] for e in events if e.kind == "ToolResults"]
-    contents = [str(r["content"]) for rs in listed if isinstance(rs, list | tuple) for r in rs]
-    contents += [str(e.data["outcome"]) for e in events if e.kind == "ApprovalAnswered"]
+    payloads = [log.read(e) for e in events]
+    contents = [r.content for p in payloads if isinstance(p, log.ToolResults) for r in p.results]
     results = [json.loads(content) for content in contents]
+    results += [p.outcome.as_result() for p in payloads if isinstance(p, log.ApprovalAnswered)]
     return [(r["mode"], r["recipient_state"]) for r in results if "message_id" in r]
 
 
