@@ -25,7 +25,7 @@ from treemail.core.delivery import (
     step_run,
     step_session,
 )
-from treemail.core.envelope import render_envelope
+from treemail.core.envelope import render_envelope, render_subagent_result
 from treemail.core.errors import UnknownTarget
 from treemail.core.ids import IdSource, storable
 from treemail.core.lifecycle import REQUEST, SESSION, MessageState, RequestState, RunState
@@ -231,7 +231,7 @@ def complete_delegation(tx: WriteTxn, ids: IdSource, child: Session, result: str
     if child.parent_session_id is None or tx.count(delegation_counter(child.session_id)):
         return False
     tx.add(delegation_counter(child.session_id), 1)
-    notice = f'<subagent_result from="{child.reference}">\n{result}\n</subagent_result>'
+    notice = render_subagent_result(child.reference, result)
     message = new_mail(tx, ids, child.parent_session_id, notice, Owner.DELEGATION,
                        child.session_id)
     events.record(tx, child.session_id, events.DelegationCompleted(message.message_id))

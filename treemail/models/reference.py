@@ -37,6 +37,7 @@ from treemail.models.world import (
     judge_send,
     recipient_state,
     step,
+    subagent_notice,
 )
 
 __all__ = ["Delivered", "Reference"]
@@ -320,7 +321,7 @@ class Reference:
             if result is None or parent is None or session_id in self.world.reported:
                 return False
             self.world.reported.add(session_id)
-            notice = f'<subagent_result from="{child.reference}">\n{result}\n</subagent_result>'
+            notice = subagent_notice(child.reference, result)
             self._accept(parent, session_id, Owner.DELEGATION, notice, Mode.QUEUE, 0)
             self._reconcile(parent)
             return True

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -42,6 +43,7 @@ __all__ = [
     "World",
     "can_send",
     "decide",
+    "defuse",
     "envelope",
     "judge_send",
     "label_of",
@@ -49,6 +51,7 @@ __all__ = [
     "read_arguments",
     "recipient_state",
     "step",
+    "subagent_notice",
 ]
 
 # -- the lifecycles, written out by hand from design.md's table --------------------------------
@@ -386,12 +389,54 @@ def can_send(rules: Rules) -> bool:
 
 
 def envelope(sender_reference: str, body: str, reply_hint: bool) -> str:
-    """The contract's Message Envelope, byte for byte."""
-    lines = [f'<agent_message from="{sender_reference}">', body]
+    """The contract's Message Envelope, byte for byte, with the body's tag-like text defused."""
+    lines = [f'<agent_message from="{sender_reference}">', defuse(body)]
     if reply_hint:
         lines += ["", f'[use `send_message(to="{sender_reference}", ...)` to reply]']
     lines.append("</agent_message>")
     return "\n".join(lines)
+
+
+def subagent_notice(child_reference: str, result: str) -> str:
+    """What a parent reads when its child's delegation completes."""
+    return "\n".join((f'<subagent_result from="{child_reference}">', defuse(result),
+                      "</subagent_result>"))
+
+
+# spec/envelope.md: a bracket (or a lookalike of it) opens a tag-like token when the text
+# after it, read as NFKC case-folded letters with blanks, format characters and _-`/ passed
+# over, begins with one of the token's names; such a bracket is shown as its escape.
+_TOKENS = (("<\ufe64\uff1c\u2039\u2329\u3008\u27e8", "&lt;", ("agentmessage", "subagentresult")),
+           ("[\ufe47\uff3b", "&#91;", ("usesendmessage",)))
+
+
+def defuse(body: str) -> str:
+    """The body as a recipient is shown it: honest text unchanged."""
+    folded = [_fold(char) for char in body]
+    out = list(body)
+    for index, char in enumerate(body):
+        for brackets, escape, names in _TOKENS:
+            if char in brackets and _begins_with(folded, index + 1, names):
+                out[index] = escape
+    return "".join(out)
+
+
+def _fold(char: str) -> str:
+    if char.isspace() or unicodedata.category(char) == "Cf":
+        return ""
+    text = unicodedata.normalize("NFKC", char).casefold()
+    return "".join(c for c in text if not (c.isspace() or c in "_-`/"))
+
+
+def _begins_with(folded: list[str], start: int, names: tuple[str, ...]) -> bool:
+    seen = ""
+    for letters in folded[start:]:
+        seen += letters
+        if any(seen.startswith(name) for name in names):
+            return True
+        if not any(name.startswith(seen) for name in names):
+            return False
+    return False
 
 
 # -- send_message's argument object and result ------------------------------------------------
