@@ -133,3 +133,20 @@ def test_direct_construction_is_validated_too() -> None:
         MessagingConfig(max_body_bytes=0)
     assert caught.value.code == "config:invalid"
     assert "max_body_bytes" in caught.value.message
+
+
+@pytest.mark.parametrize("table", [{1: 2}, {None: 1}, {("max_hops",): 1}, {b"max_hops": 1}])
+def test_a_key_that_is_not_a_string_is_a_config_error(table: dict[object, object]) -> None:
+    with pytest.raises(ConfigError, match="keys must be strings"):
+        MessagingConfig.from_mapping(table)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("table", [[("max_hops", 1)], "max_hops", 3])
+def test_a_table_that_is_not_a_mapping_is_a_config_error(table: object) -> None:
+    with pytest.raises(ConfigError, match="must be a table"):
+        MessagingConfig.from_mapping(table)  # type: ignore[arg-type]
+
+
+def test_deeply_nested_toml_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        MessagingConfig.from_toml("x = " + "[" * 100_000)

@@ -19,13 +19,14 @@ until a user's doc adds a rule. Parsing is pure; the caller reads the file.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 import attrs
-import yaml
 
 from treemail.core.errors import AgentDocError
-from treemail.core.permissions import Action, Rules
+from treemail.core.frontmatter import load_frontmatter
+from treemail.core.permissions import LABELS, Action, Rules
 from treemail.core.records import AgentSpec
 
 __all__ = ["BUILTIN_AGENTS", "AgentDoc", "parse_agent_doc"]
@@ -45,11 +46,7 @@ class AgentDoc:
 def parse_agent_doc(text: str, source: str = "<agent doc>") -> AgentDoc:
     """Parse an agent doc; any malformed part raises ``AgentDocError`` naming source and field."""
     frontmatter, prompt = _split(text, source)
-    try:
-        meta = yaml.safe_load(frontmatter)
-    except yaml.YAMLError as exc:
-        raise AgentDocError(f"{source}: frontmatter is not valid YAML: {exc}",
-                            source=source, field="frontmatter") from exc
+    meta = load_frontmatter(frontmatter, source)
     if not isinstance(meta, Mapping):
         raise _field_error(source, "frontmatter", "must be a mapping of fields")
     unknown = sorted(str(key) for key in meta if key not in _FIELDS)
@@ -64,7 +61,7 @@ def parse_agent_doc(text: str, source: str = "<agent doc>") -> AgentDoc:
     spec = AgentSpec(
         name=name,
         description=_text(meta, "description", source) or "",
-        rules=Rules.parse(_action_rules(permissions, "message", source), source),
+        rules=_message_rules(permissions, source),
         delegate_rules=_delegate_rules(permissions, source),
     )
     return AgentDoc(spec=spec, model=_text(meta, "model", source), prompt=prompt.strip(),
@@ -109,6 +106,22 @@ def _action_rules(
     if rules is not None and not isinstance(rules, Mapping):
         shape = "label to allow|ask|deny" if action == "message" else "agent name to allow|deny"
         raise _field_error(source, f"permissions.{action}", f"must be a mapping of {shape}")
+    return rules
+
+
+def _message_rules(permissions: Mapping[object, object], source: str) -> Rules:
+    """``permissions.message``; a label that names no relationship is refused, since a rule
+    that can never match (``Child: allow``) would show the tool and deny every send."""
+    rules = Rules.parse(_action_rules(permissions, "message", source), source)
+    for rule in rules.rules:
+        if not any(rule.matches(label) for label in LABELS):
+            close = difflib.get_close_matches(rule.pattern.casefold(), LABELS[:3], n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise AgentDocError(
+                f"{source}: permissions.message.{rule.pattern} is not a relationship label "
+                f"and matches none; {hint}the labels are parent, child, sibling or *",
+                source=source, field=f"permissions.message.{rule.pattern}",
+                problem="unknown_label")
     return rules
 
 

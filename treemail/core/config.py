@@ -40,6 +40,13 @@ class MessagingConfig:
     @classmethod
     def from_mapping(cls, table: Mapping[str, Any]) -> MessagingConfig:
         """Build from the ``[messaging]`` table; unknown keys are an error, not ignored."""
+        if not isinstance(table, Mapping):
+            raise ConfigError("[messaging] must be a table of settings, "
+                              f"got {type(table).__name__}")
+        odd = [key for key in table if not isinstance(key, str)]
+        if odd:
+            raise ConfigError(f"[messaging] keys must be strings, got {odd[0]!r}; "
+                              f"valid keys are {', '.join(DEFAULTS)}", keys=[repr(k) for k in odd])
         unknown = sorted(set(table) - set(DEFAULTS))
         if unknown:
             raise ConfigError(
@@ -54,7 +61,8 @@ class MessagingConfig:
         """Parse a TOML document and read its ``[messaging]`` table (absent means defaults)."""
         try:
             document = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
+        # A deeply nested array exhausts the parser's recursion; it is not valid config either.
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise ConfigError(f"config is not valid TOML: {exc}") from exc
         table = document.get("messaging", {})
         if not isinstance(table, dict):
