@@ -109,3 +109,51 @@ def test_log_of_a_missing_store_is_a_clear_error(
 ) -> None:
     assert main(["log", str(tmp_path / "nothing")]) == 2
     assert "no store at" in capsys.readouterr().err
+
+
+# -- bad command lines get a usage error, never a traceback (issue 8, item 13) ----------------
+
+
+def test_demo_into_a_used_directory_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "data.mdb").write_bytes(b"")
+    with pytest.raises(SystemExit) as caught:
+        main(["demo", "--path", str(tmp_path / "store")])
+    assert caught.value.code == 2
+    assert "is not empty" in capsys.readouterr().err
+
+
+def test_demo_into_a_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit) as caught:
+        main(["demo", "--path", str(tmp_path / "file")])
+    assert caught.value.code == 2
+    assert "is not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("interval", ["-1", "0", "nan", "inf", "soon"])
+def test_log_refuses_a_bad_interval(
+    interval: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["log", str(tmp_path), "--follow", "--interval", interval])
+    assert caught.value.code == 2
+    assert "--interval" in capsys.readouterr().err
+
+
+def test_log_of_an_unknown_session_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "store"
+    _demo(store, capsys)
+    assert main(["log", str(store), "--session", "bogus"]) == 2
+    captured = capsys.readouterr()
+    assert "no session 'bogus'" in captured.err and captured.out == ""
+    events, parents = _feed(store)
+    root = next(sid for sid, parent in parents.items() if parent is None)
+    assert main(["log", str(store), "--session", root]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == sum(e.session_id == root for e in events)

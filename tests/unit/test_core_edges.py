@@ -288,7 +288,7 @@ def test_unknown_handle_in_a_lone_tree_says_there_is_no_peer(world: World) -> No
         "unknown subagent reference 'ghost_1234': it is neither a session id nor the handle of "
         "a live session of your tree. Your tree has no other session to message."
     )
-    assert caught.value.details == {"reference": "ghost_1234", "candidates": []}
+    assert caught.value.details == {"reference": "ghost_1234", "candidates": [], "more": 0}
 
 
 # -- the event log of a run --------------------------------------------------------------------

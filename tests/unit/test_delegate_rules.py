@@ -88,3 +88,23 @@ def test_delegate_errors_name_the_file_the_field_and_the_fix() -> None:
         parse_agent_doc(LEAD.replace("explore: allow", "explore: ask"), "lead.md")
     assert caught.value.message == ("lead.md: permissions.delegate.explore must be allow or "
                                     "deny: delegation has no approval flow")
+
+
+@pytest.mark.parametrize(("name", "arguments", "extra"), [
+    ("delegate_subagent", {"agent": "explore", "task": "look", "priority": "high"}, "priority"),
+    ("get_subagent_result", {"to": "explore_00000000", "verbose": True}, "verbose"),
+    ("cancel_subagent", {"to": "explore_00000000", "force": 1}, "force"),
+])
+def test_delegation_tools_refuse_unknown_arguments_by_name(
+    name: str, arguments: dict[str, Any], extra: str
+) -> None:
+    engine = Engine(MemoryStore(), CountingIds())
+    box = ToolBox(engine, _direct, {"explore": AgentSpec("explore")})
+    lead = engine.create_root(parse_agent_doc(LEAD, "lead.md").spec)
+    engine.produce(lead.session_id, "go", Owner.USER)
+    run = engine.start_run(lead.session_id)
+    outcome = asyncio.run(box.execute(lead, run.run_id, ToolCall("c1", name, arguments)))
+    result = json.loads(outcome.content)
+    assert result["error"] == "tool:invalid_arguments"
+    assert f"has no argument {extra!r}" in result["message"]
+    assert len(engine.sessions()) == 1  # nothing was delegated

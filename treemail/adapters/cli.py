@@ -6,9 +6,13 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from treemail.adapters.daemon import commands as daemon_commands
 from treemail.adapters.transcript import render_event
+
+if TYPE_CHECKING:
+    from treemail.core.engine import Engine
 
 __all__ = ["main"]
 
@@ -21,9 +25,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     daemon_commands.extend_demo(demo)
     log = commands.add_parser("log", help="replay a store's event log, or follow it live")
     log.add_argument("path", help="the store directory")
-    log.add_argument("--session", help="only this session (UUID)")
+    log.add_argument("--session", help="only this session (UUID or handle)")
     log.add_argument("--follow", action="store_true", help="keep printing new events")
-    log.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
+    log.add_argument("--interval", type=_seconds, default=0.5, help="seconds between polls")
     check = commands.add_parser(
         "check", help="bounded exhaustive model check of the engine against the reference model")
     check.add_argument("--bounds", default="",
@@ -52,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from treemail.adapters.demo import main as demo_main
 
+        problem = _fresh_directory(args.path)
+        if problem is not None:
+            parser.exit(2, f"treemail demo: {problem}\n")
         return demo_main(args.path)
     if args.command == "check":
         from treemail.models.checker import main as check_main
@@ -59,6 +66,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_main(args.bounds, args.config, args.messaging, args.plant,
                           history=args.history, quiet=args.quiet)
     return show_log(args.path, args.session, follow=args.follow, interval=args.interval)
+
+
+def _seconds(text: str) -> float:
+    """A poll interval: a finite number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < 86400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text} must be above 0 and below 86400 seconds")
+    return value
+
+
+def _fresh_directory(path: str | None) -> str | None:
+    """Why ``path`` cannot take the demo's store, or None: the demo plays a fixed scenario
+    with fixed ids, so it needs a new or empty directory, never an existing store."""
+    from pathlib import Path
+
+    if path is None:
+        return None
+    where = Path(path)
+    if where.exists() and not where.is_dir():
+        return f"--path {path!r} is not a directory; give a new or empty directory"
+    if where.is_dir() and any(where.iterdir()):
+        return (f"--path {path!r} is not empty (a store from an earlier run?); the demo "
+                "needs a new or empty directory: remove it or pick another")
+    return None
 
 
 def show_log(path: str, session: str | None, *, follow: bool, interval: float) -> int:
@@ -82,6 +116,11 @@ def show_log(path: str, session: str | None, *, follow: bool, interval: float) -
     engine = Engine(store, CountingIds())  # read-only use: no id is ever minted
     seen = 0
     try:
+        wanted = None if session is None else _session_id(engine, session)
+        if session is not None and wanted is None:
+            print(f"treemail log: no session {session!r} in {path!r}; give a session "
+                  "UUID or handle shown by `treemail log`", file=sys.stderr)
+            return 2
         while True:
             names = {s.session_id: s.reference for s in engine.sessions()}
 
@@ -90,7 +129,7 @@ def show_log(path: str, session: str | None, *, follow: bool, interval: float) -
 
             for number, event in engine.feed(seen):
                 seen = number
-                if session is None or event.session_id == session:
+                if wanted is None or event.session_id == wanted:
                     print(render_event(event, name))
             if not follow:
                 return 0
@@ -99,3 +138,11 @@ def show_log(path: str, session: str | None, *, follow: bool, interval: float) -
         return 0
     finally:
         store.close()
+
+
+def _session_id(engine: Engine, reference: str) -> str | None:
+    """The id of the session ``reference`` names, by UUID or handle; None if none."""
+    for found in engine.sessions():
+        if reference in (found.session_id, found.handle):
+            return found.session_id
+    return None

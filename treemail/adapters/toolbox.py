@@ -25,7 +25,7 @@ from treemail.core.errors import (
 )
 from treemail.core.records import AgentSpec, SendResult, Session, ToolContext
 from treemail.core.results import CallOutcome
-from treemail.core.tools import InvalidToolArguments, lookup_tool
+from treemail.core.tools import InvalidToolArguments, check_keys, lookup_tool
 
 __all__ = ["Call", "Hooks", "ToolBox", "ToolOutcome"]
 
@@ -108,6 +108,7 @@ class ToolBox:
             result, recipient = await self.call(self._send, ctx, call.arguments)
             return _ok(call, result.as_tool_result(), recipient)
         arguments = _object(call)
+        check_keys(call.name, arguments)
         if call.name == "delegate_subagent":
             return await self._delegate(session, call, arguments)
         child = await self.call(self._child, session, _string(arguments, "to"))

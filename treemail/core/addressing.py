@@ -3,8 +3,8 @@
 A canonical UUID names a session anywhere; it must then share the sender's root
 (``root_session_id`` equality is the whole tree-authorization contract, ghosts included).
 Anything else is a handle, looked up among the *live* sessions of the sender's tree only, so a
-handle of another tree, or of a reverted branch, never resolves. A miss lists every other
-addressable peer so the model can repair its call.
+handle of another tree, or of a reverted branch, never resolves. A miss lists the nearest
+addressable peers (at most ``MAX_CANDIDATES``) so the model can repair its call.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from treemail.core.ids import canonical_uuid, storable
 from treemail.core.records import Session
 from treemail.core.store import ReadTxn
 
-__all__ = ["describe_peer", "resolve"]
+__all__ = ["MAX_CANDIDATES", "candidates", "describe_peer", "resolve"]
 
 
 def resolve(tx: ReadTxn, sender: Session, reference: str) -> Session:
@@ -55,15 +55,37 @@ def describe_peer(peer: Session) -> str:
     return f"{peer.handle} — {peer.agent.description} — {status} (session_id {peer.session_id})"
 
 
+# A miss lists at most this many peers: with a thousand peers the full list was a 291 KB tool
+# result, more than a model can use. The nearest relatives come first.
+MAX_CANDIDATES = 20
+
+
+def candidates(tx: ReadTxn, sender: Session) -> tuple[list[Session], int]:
+    """The live peers a miss lists, and how many more there are: the sender's parent, then
+    its children, then its siblings, then everyone else, each group in creation order."""
+    peers = [peer for peer in tx.tree(sender.root_session_id)
+             if peer.live and peer.session_id != sender.session_id]
+    ranked = sorted(peers, key=lambda peer: _nearness(sender, peer))  # stable: creation order
+    return ranked[:MAX_CANDIDATES], max(len(ranked) - MAX_CANDIDATES, 0)
+
+
+def _nearness(sender: Session, peer: Session) -> int:
+    if peer.session_id == sender.parent_session_id:
+        return 0
+    if peer.parent_session_id == sender.session_id:
+        return 1
+    if sender.parent_session_id is not None and peer.parent_session_id == sender.parent_session_id:
+        return 2
+    return 3
+
+
 def _unknown_reference(tx: ReadTxn, sender: Session, reference: str) -> UnknownSubagentReference:
-    peers = [
-        peer
-        for peer in tx.tree(sender.root_session_id)
-        if peer.live and peer.session_id != sender.session_id
-    ]
+    peers, more = candidates(tx, sender)
     if peers:
         listing = "\n".join(f"- {describe_peer(peer)}" for peer in peers)
-        advice = f"Addressable peers of your tree:\n{listing}"
+        rest = f"\n... and {more} more, not listed; ask your parent for the one you need"
+        rest = rest if more else ""
+        advice = f"Addressable peers of your tree:\n{listing}{rest}"
     else:
         advice = "Your tree has no other session to message."
     return UnknownSubagentReference(
@@ -71,4 +93,5 @@ def _unknown_reference(tx: ReadTxn, sender: Session, reference: str) -> UnknownS
         f"handle of a live session of your tree. {advice}",
         reference=reference,
         candidates=[peer.session_id for peer in peers],
+        more=more,
     )

@@ -35,6 +35,7 @@ __all__ = [
     "InvalidToolArguments",
     "Tool",
     "UnknownTool",
+    "check_keys",
     "function_parameters",
     "json_schema",
     "lookup_tool",
@@ -173,6 +174,17 @@ def lookup_tool(name: str, available: Iterable[str] = TOOL_NAMES) -> Tool:
         tool=name,
         available=tuple(names),
     )
+
+
+def check_keys(name: str, arguments: Mapping[str, Any]) -> None:
+    """An argument object holds only the tool's declared properties: an unknown key is refused
+    by name, as ``send_message`` refuses one, never silently ignored."""
+    declared = TOOLS[name].properties
+    unknown = sorted(str(key) for key in arguments if key not in declared)
+    if unknown:
+        raise InvalidToolArguments(
+            f"{name} has no argument {unknown[0]!r}; its arguments are {', '.join(declared)}",
+            tool=name, unknown=unknown)
 
 
 def json_schema(name: str) -> dict[str, Any]:

@@ -253,8 +253,13 @@ class World:
         for peer in peers:
             if peer.handle == to:
                 return peer
-        candidates = [p.session_id for p in peers if p is not sender]
-        raise errors.UnknownSubagentReference("unknown", reference=to, candidates=candidates)
+        # At most 20 listed: parent, children, siblings, then the rest, each in tree order.
+        others = [p for p in peers if p is not sender]
+        rank = {"parent": 0, "child": 1, "sibling": 2, "*": 3}
+        others.sort(key=lambda p: rank[label_of(sender, p)])
+        raise errors.UnknownSubagentReference(
+            "unknown", reference=to, candidates=[p.session_id for p in others[:20]],
+            more=max(len(others) - 20, 0))
 
     def permit(self, sender: SessionRecord, recipient: SessionRecord, ctx: ToolContext
                ) -> Grant | None:
