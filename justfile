@@ -38,6 +38,10 @@ check *ARGS:
 deep:
     HYPOTHESIS_PROFILE=deep {{python}} -m pytest tests/deep tests/property -q
 
+# Long fuzz runs of every hostile-input surface (tests/fuzz) at the deep profile's budget.
+fuzz:
+    HYPOTHESIS_PROFILE=deep {{python}} -m pytest tests/fuzz -q
+
 # Throughput and memory, as ratios against a baseline measured in the same run.
 bench *ARGS:
     {{python}} -m bench {{ARGS}}

@@ -78,3 +78,8 @@ def test_an_unknown_label_is_refused_with_a_hint(label: str, hint: str) -> None:
 def test_every_label_and_matching_pattern_is_accepted(label: str) -> None:
     doc = parse_agent_doc(_doc(f"name: a\npermissions:\n  message:\n    {label!r}: allow"))
     assert [rule.pattern for rule in doc.spec.rules.rules] == [label]
+
+
+def test_a_control_character_is_a_syntax_error_not_a_raw_reader_error() -> None:
+    # Found by the fuzz suite: the YAML reader refuses it while the loader is being built.
+    assert _refused("name: a\x0c").details["problem"] == "yaml_syntax"

@@ -85,8 +85,9 @@ def load_frontmatter(text: str, source: str) -> object:
     if len(text) > MAX_FRONTMATTER_CHARS:
         raise _error(source, "too_large", f"is {len(text)} characters long; the limit is "
                      f"{MAX_FRONTMATTER_CHARS}")
-    loader = _BoundedLoader(text)
+    loader = None
     try:
+        loader = _BoundedLoader(text)  # its reader already refuses control characters
         return loader.get_single_data()
     except _Refused as exc:
         raise _error(source, exc.problem, str(exc)) from None
@@ -95,7 +96,8 @@ def load_frontmatter(text: str, source: str) -> object:
     except _VALUE_ERRORS as exc:
         raise _error(source, "bad_value", f"holds a value YAML cannot read: {exc}") from exc
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _error(source: str, problem: str, text: str) -> AgentDocError:

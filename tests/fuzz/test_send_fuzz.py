@@ -1,0 +1,51 @@
+"""send_message arguments together with the tool-call id, on both stores: success or a typed
+error, and a refusal leaves the store exactly as it was."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.fuzz.conftest import TALLY
+from tests.fuzz.strategies import TEXT, arguments
+from tests.unit.conftest import World, open_store
+from treemail.core.errors import TreemailError
+from treemail.core.ids import storable
+from treemail.core.records import ToolContext
+
+RULES = {"*": "allow"}
+
+
+@pytest.fixture(scope="module", params=["memory", "lmdb"])
+def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[World]:
+    store = open_store(request.param, Path(tmp_path_factory.mktemp("fuzz")))
+    yield World(store)
+    store.close()
+
+
+@given(args=arguments("send_message"), call_id=TEXT, data=st.data())
+def test_send_message_arguments_and_call_ids(world: World, args: Any, call_id: str,
+                                            data: st.DataObject) -> None:
+    root = world.root("root", RULES)
+    kid = world.child(root, "kid", RULES)
+    if isinstance(args, dict) and data.draw(st.booleans(), label="aim at the kid"):
+        args = {**args, "to": kid.reference}
+    ctx = ToolContext(root.session_id, world.activate(root).run_id, call_id)
+    # The snapshot reads the call's counters by keys built from its id; only a short,
+    # storable id can key them (the rest is still watched: sessions, runs, mail, log).
+    short = len(call_id.encode("utf-8", "surrogatepass")) <= 200
+    watched = (ctx,) if storable(call_id) and short else ()
+    before = world.snapshot(*watched)
+    try:
+        world.engine.send_message(ctx, args)
+    except TreemailError as exc:
+        TALLY["send_message"][f"typed error {exc.code}"] += 1
+        assert world.snapshot(*watched) == before, exc.code
+    else:
+        TALLY["send_message"]["sent"] += 1
