@@ -209,7 +209,7 @@ def test_unknown_handle_lists_every_other_live_peer_of_the_tree(world: World) ->
     other_child = world.child(other, "oc")
     world.activate(root)
     error = _refused(world, a, arguments("reviewer_1"), "subagent:unknown_reference")
-    peers = [root, b, a1, old]
+    peers = [root, a1, b, old]  # nearest first: parent, children, siblings
     assert error.details["candidates"] == [p.session_id for p in peers]
     listed = [line for line in error.message.splitlines() if line.startswith("- ")]
     assert listed == [_line(world, p) for p in peers]
