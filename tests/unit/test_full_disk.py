@@ -139,14 +139,20 @@ def test_io_error_after_the_commit_point_is_an_unknown_outcome_and_the_retry_ans
     store.close()
 
 
+@pytest.mark.parametrize("failure", [
+    lmdb.DiskError("mdb_txn_commit: No space left on device"),
+    # What a full disk gives when a data page is written short.
+    lmdb.Error("mdb_txn_commit: Input/output error"),
+])
 def test_an_io_error_before_the_commit_point_is_full_or_failed_never_unknown(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: lmdb.Error
 ) -> None:
     store = LmdbStore.open(tmp_path / "store", sync=False)
     world, ctx, to = sender(store)
 
     def refuse(txn: Any) -> None:
-        raise lmdb.DiskError("mdb_txn_commit: No space left on device")
+        txn.abort()  # the commit point is never reached
+        raise failure
 
     monkeypatch.setattr(lmdb_store, "_commit_durably", refuse)
     before = _footprint(world)

@@ -422,9 +422,10 @@ class LmdbStore:
 
         LMDB writes the data pages, syncs them, and only then writes the meta page that makes
         the transaction visible: the commit point. Whether it was passed is read back from
-        the environment's last transaction id. A full disk fails before it (nothing stored);
-        any other error is reported as an unknown outcome, since a torn meta write cannot be
-        told from a good one until the next open.
+        the environment's last transaction id. A failure before it (a full disk, reported as
+        ENOSPC or, for a short page write, EIO) stored nothing; any other error is reported as
+        an unknown outcome, since a torn meta write cannot be told from a good one until the
+        next open.
         """
         number = txn.id()
         try:
@@ -437,8 +438,14 @@ class LmdbStore:
                 committed: bool | None = self._env.info()["last_txnid"] >= number
             except lmdb.Error:
                 committed = None
-            if isinstance(exc, lmdb.DiskError) and committed is False:
-                raise _disk_full(exc) from exc
+            if committed is False:
+                # The meta page was not written, so nothing is stored. On a full disk LMDB
+                # reports a short data-page write as EIO, not as ENOSPC.
+                if isinstance(exc, lmdb.DiskError) or "Input/output error" in str(exc):
+                    raise _disk_full(exc) from exc
+                raise StorageError(f"the store at {self._path!r} failed to commit ({exc}) "
+                                   "before the commit point: nothing of this operation was "
+                                   "stored; retry it", path=self._path) from exc
             raise OutcomeUnknown(
                 f"the store at {self._path!r} failed after the commit point ({exc}): the "
                 "operation may or may not be stored. Retry the same tool call with the same "
