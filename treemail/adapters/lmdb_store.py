@@ -12,6 +12,7 @@ must not hold ``read()`` open across its own ``transact``: growing the map would
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -188,6 +189,10 @@ def _open_tables(env: lmdb.Environment, directory: Path, *, write: bool) -> dict
 
 def _commit_durably(txn: _Txn) -> None:
     txn.commit()  # one seam, so that tests can fail it after the commit point
+
+
+# py-lmdb has no class for EIO: it raises a plain Error carrying the C library's text for it.
+_EIO_TEXT = os.strerror(errno.EIO)
 
 
 def _disk_full(exc: lmdb.Error) -> StoreFull:
@@ -441,7 +446,7 @@ class LmdbStore:
             if committed is False:
                 # The meta page was not written, so nothing is stored. On a full disk LMDB
                 # reports a short data-page write as EIO, not as ENOSPC.
-                if isinstance(exc, lmdb.DiskError) or "Input/output error" in str(exc):
+                if isinstance(exc, lmdb.DiskError) or _EIO_TEXT in str(exc):
                     raise _disk_full(exc) from exc
                 raise StorageError(f"the store at {self._path!r} failed to commit ({exc}) "
                                    "before the commit point: nothing of this operation was "
