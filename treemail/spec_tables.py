@@ -3,7 +3,7 @@
 Every table here is a pure function of ``treemail.core``: the lifecycles come from the
 flattened machine classes, the errors from walking ``TreemailError``, the event payloads from
 ``treemail.core.events``, the settings from
-``MessagingConfig``, ``DEFAULTS`` and ``RANGES``, the guard order from ``GUARD_ORDER``.
+``MessagingConfig``, ``DEFAULTS`` and ``RANGES``, the guards from ``sending.GUARDS``.
 The tool schemas of ``spec/schemas`` are written here too, from ``treemail.core.tools``.
 Only meanings that the code states in comments (not in anything importable) live in the
 dicts below; a derivation refuses a dict that misses a name or holds a stale one, so they
@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 from treemail.core import errors, events
 from treemail.core.config import DEFAULTS, RANGES
 from treemail.core.delivery import message_event, session_event
-from treemail.core.guards import GUARD_ORDER
 from treemail.core.lifecycle import (
     MESSAGE,
     REQUEST,
@@ -42,7 +41,7 @@ from treemail.core.lifecycle import (
 )
 from treemail.core.records import AgentSpec, Session
 from treemail.core.runs import REQUEST_LOG
-from treemail.core.sending import _recipient_state
+from treemail.core.sending import GUARDS, _recipient_state
 from treemail.core.tools import schema_files
 
 __all__ = [
@@ -126,40 +125,15 @@ _MEANINGS: Mapping[str, Mapping[str, str]] = {
         "max_pending_per_session": "pending agent mail a recipient may hold; more is refused",
         "max_inflight_per_pair": "pending mail per directed sender-recipient pair; 0 disables",
     },
-    "guards": {
-        "disabled": "[messaging] enabled is false",
-        "invalid_arguments": "the arguments are not exactly to, body and an optional mode",
-        "invalid_body": "the body is empty, whitespace only, not encodable, or too large",
-        "recipient_resolution": "a UUID must name a session of the sender's tree, else a "
-        "handle must name a live peer of that tree",
-        "self_send": "the recipient is the sender's own session",
-        "idempotent_replay": "a retried tool call returns its original result, unchanged",
-        "permission": "the sender's rule for the recipient's label: allow, ask or deny",
-        "max_hops_exceeded": "the new message's hop would exceed max_hops > 0",
-        "inbox_full": "the recipient holds max_pending_per_session pending agent messages",
-        "inflight_full": "the pair has max_inflight_per_pair > 0 pending messages",
+    "guards anytime": {
         "engine_shutdown": "the send raced shutdown; nothing was accepted",
     },
 }
 
-# The refusals each guard can raise; idempotent_replay answers with a result, never an error.
-_GUARD_ERRORS: Mapping[str, tuple[type[errors.TreemailError], ...]] = {
-    "disabled": (errors.MessagingDisabled,),
-    "invalid_arguments": (errors.InvalidArguments,),
-    "invalid_body": (errors.InvalidBody,),
-    "recipient_resolution": (
-        errors.UnknownSession, errors.NotTreePeer, errors.UnknownSubagentReference,
-    ),
-    "self_send": (errors.SelfSend,),
-    "idempotent_replay": (),
-    "permission": (errors.PermissionDenied, errors.ApprovalRequired),
-    "max_hops_exceeded": (errors.MaxHopsExceeded,),
-    "inbox_full": (errors.InboxFull,),
-    "inflight_full": (errors.InflightFull,),
+# Checked whenever a send races shutdown, whatever the position in GUARDS.
+_ANYTIME: Mapping[str, tuple[type[errors.TreemailError], ...]] = {
     "engine_shutdown": (errors.EngineShutdown,),
 }
-# Checked whenever a send races shutdown, whatever the position in GUARD_ORDER.
-_ANYTIME = ("engine_shutdown",)
 
 _FAMILIES = (
     ("definition", errors.DefinitionError),
@@ -300,19 +274,15 @@ def config_table() -> Table:
     }
 
 
-def _guard_rows(names: Sequence[str]) -> list[Table]:
-    meanings = _meanings("guards", [*GUARD_ORDER, *_ANYTIME])
-    return [
-        {"guard": name, "codes": [cls.code for cls in _GUARD_ERRORS[name]],
-         "description": meanings[name]}
-        for name in names
-    ]
-
-
 def guards_table() -> Table:
-    if set(_GUARD_ERRORS) != (names := {*GUARD_ORDER, *_ANYTIME}):
-        raise ValueError(f"spec_tables: guards out of step: {sorted(set(_GUARD_ERRORS) ^ names)}")
-    return {"order": _guard_rows(GUARD_ORDER), "anytime": _guard_rows(_ANYTIME)}
+    """The order is ``GUARDS`` itself: names, codes and meanings come from its entries."""
+    anytime = _meanings("guards anytime", list(_ANYTIME))
+    return {
+        "order": [{"guard": g.name, "codes": [cls.code for cls in g.errors],
+                   "description": g.doc} for g in GUARDS],
+        "anytime": [{"guard": name, "codes": [cls.code for cls in codes],
+                     "description": anytime[name]} for name, codes in _ANYTIME.items()],
+    }
 
 
 def mermaid(lifecycle: Lifecycle[Any]) -> str:

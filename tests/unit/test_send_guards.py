@@ -352,11 +352,51 @@ def test_disabled_beats_replay(world: World, fam: Family) -> None:
     _refused(world, ctx, arguments(fam.root), "send_message:disabled")
 
 
-def test_resolution_and_self_send_beat_replay(world: World, fam: Family) -> None:
+def test_invalid_arguments_beat_replay(world: World, fam: Family) -> None:
     ctx = world.ctx(fam.a)
     world.engine.send_message(ctx, arguments(fam.root))
-    _refused(world, ctx, arguments(UNKNOWN_UUID), "send_message:unknown_session")
-    _refused(world, ctx, arguments(fam.a), "send_message:self_send")
+    _refused(world, ctx, {"to": fam.root.reference}, "send_message:invalid_arguments")
+
+
+def test_a_reused_call_id_with_other_arguments_is_a_conflict(world: World, fam: Family) -> None:
+    # Issue 8 item 9: a second, different send under the same tool call id used to return the
+    # first call's message_id as a success and send nothing.
+    ctx = world.ctx(fam.a)
+    first = world.engine.send_message(ctx, arguments(fam.root))
+    for other in (arguments(fam.root, "something else"), arguments(fam.b),
+                  arguments(fam.root, mode="queue"), arguments(UNKNOWN_UUID),
+                  arguments(fam.a)):
+        error = _refused(world, ctx, other, "send_message:idempotency_conflict")
+        assert first.message_id in str(error.details) and "new tool call id" in str(error)
+    assert world.pending_agent_mail(fam.root) == 1
+
+
+def test_an_omitted_mode_is_the_same_call_as_steer(world: World, fam: Family) -> None:
+    ctx = world.ctx(fam.a)
+    first = world.engine.send_message(ctx, arguments(fam.root))
+    assert world.engine.send_message(ctx, arguments(fam.root, mode="steer")) == first
+
+
+def test_a_retry_after_max_body_bytes_was_lowered_gets_its_message_id(
+    world: World, fam: Family
+) -> None:
+    # Issue 8 item 12: the replay now comes before every guard that reads today's config.
+    ctx = world.ctx(fam.a)
+    first = world.engine.send_message(ctx, arguments(fam.root, "a longer body"))
+    world.configure(max_body_bytes=4)
+    assert world.engine.send_message(ctx, arguments(fam.root, "a longer body")) == first
+    _refused(world, fam.a, arguments(fam.root, "a longer body"), "send_message:invalid_body")
+
+
+def test_a_retry_after_the_recipient_was_reverted_gets_its_message_id(
+    world: World, fam: Family
+) -> None:
+    # ... and before every guard that reads today's tree: the handle no longer resolves.
+    ctx = world.ctx(fam.a)
+    first = world.engine.send_message(ctx, arguments(fam.b))
+    world.engine.revert(fam.b.session_id)
+    assert world.engine.send_message(ctx, arguments(fam.b)) == first
+    _refused(world, fam.a, arguments(fam.b), "subagent:unknown_reference")
 
 
 # -- 7 permission ----------------------------------------------------------------------------
@@ -670,3 +710,12 @@ def test_default_body_limit_is_32768_bytes(world: World, fam: Family) -> None:
     assert len(fits.encode()) == 32768
     _refused(world, fam.root, arguments(fam.a, fits + "c"), "send_message:invalid_body")
     world.send(fam.root, fam.a, fits)
+
+
+def test_inbox_full_names_the_limit_not_the_count_as_the_limit(world: World, fam: Family) -> None:
+    world.configure(max_pending_per_session=2)
+    world.engine.send_message(world.ctx(fam.a), arguments(fam.root))
+    world.engine.send_message(world.ctx(fam.a), arguments(fam.root))
+    error = _refused(world, fam.b, arguments(fam.root), "send_message:inbox_full")
+    assert "its limit" not in str(error)
+    assert "at most 2 (max_pending_per_session)" in str(error)

@@ -13,8 +13,8 @@ import pytest
 
 from treemail import spec_tables
 from treemail.core import errors
-from treemail.core.guards import GUARD_ORDER
 from treemail.core.lifecycle import Lifecycle
+from treemail.core.sending import GUARD_ORDER
 from treemail.core.tools import schema_files
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -242,6 +242,12 @@ class UnknownSubagentReference(SendRefusal):
     code = "subagent:unknown_reference"
 
 
+class IdempotencyConflict(SendRefusal):
+    """The tool call id was already used by a send with other arguments; nothing was sent."""
+
+    code = "send_message:idempotency_conflict"
+
+
 class SelfSend(SendRefusal):
     """The sender addressed its own session."""
 

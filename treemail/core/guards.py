@@ -1,7 +1,8 @@
 """The checks a ``send_message`` call passes, as small functions the engine runs in order.
 
-The order (see ``GUARD_ORDER``, mirrored in spec/) is part of the contract: the first failing
-check is the answer, so a model always learns about the most basic problem first.
+The order is ``sending.GUARDS`` (mirrored in spec/guards.json), part of the contract: the
+first failing check is the answer, so a model always learns about the most basic problem
+first.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from treemail.core.errors import (
 from treemail.core.records import Mode
 
 __all__ = [
-    "GUARD_ORDER",
     "SendArguments",
     "check_body",
     "check_enabled",
@@ -33,19 +33,6 @@ __all__ = [
     "pair_counter",
     "parse_arguments",
 ]
-
-GUARD_ORDER = (
-    "disabled",
-    "invalid_arguments",
-    "invalid_body",
-    "recipient_resolution",
-    "self_send",
-    "idempotent_replay",
-    "permission",
-    "max_hops_exceeded",
-    "inbox_full",
-    "inflight_full",
-)
 
 _REQUIRED = ("to", "body")
 _ALLOWED = frozenset((*_REQUIRED, "mode"))
@@ -140,7 +127,8 @@ def pair_counter(sender: str, recipient: str) -> str:
 def check_inbox(pending_agent_mail: int, config: MessagingConfig) -> None:
     if pending_agent_mail >= config.max_pending_per_session:
         raise InboxFull(
-            f"the recipient already holds {pending_agent_mail} unread agent messages, its limit; "
+            f"the recipient already holds {pending_agent_mail} unread agent messages and may "
+            f"hold at most {config.max_pending_per_session} (max_pending_per_session); "
             "nothing was sent, retry after it has read its mail",
             pending=pending_agent_mail,
             limit=config.max_pending_per_session,

@@ -221,6 +221,9 @@ class SendResult:
     message_id: str
     mode: Mode
     recipient_state: RecipientState
+    # The digest of the call's arguments, stored with the idempotency key so a reused tool
+    # call id with other arguments is told apart from a retry. Not part of the result.
+    digest: str | None = attrs.field(default=None, eq=False, repr=False)
 
     def as_tool_result(self) -> dict[str, str]:
         return {

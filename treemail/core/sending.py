@@ -1,13 +1,23 @@
-"""The ``send_message`` path: guards in contract order, then acceptance, in one transaction.
+"""The ``send_message`` path: the guards of ``GUARDS`` in order, then acceptance, in one
+transaction.
+
+``GUARDS`` is the contract's guard order as data: each entry names the guard, the errors it
+raises, what it checks, and the check itself. ``send`` runs them in order and the first
+failure is the answer; ``GUARD_ORDER`` and spec/guards.json are derived from the tuple, so the
+order the code runs is the order the spec states. Adding a guard is adding one entry (see
+CONTRIBUTING.md).
 
 Every check reads the same write transaction that accepts the message, so a guard cannot be
-overtaken between its read and the write. A refusal raises before anything is written, and
-the transaction is aborted anyway, so a failed send leaves the store exactly as it was.
+overtaken between its read and the write. A refusal raises before anything is written (a
+spent once-grant is undone with the aborted transaction), so a failed send leaves the store
+exactly as it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -16,11 +26,23 @@ from treemail.core.config import MessagingConfig
 from treemail.core.delivery import accept
 from treemail.core.errors import (
     ApprovalRequired,
+    IdempotencyConflict,
+    InboxFull,
+    InflightFull,
+    InvalidArguments,
+    InvalidBody,
     InvalidToolContext,
+    MaxHopsExceeded,
+    MessagingDisabled,
+    NotTreePeer,
     PermissionDenied,
     SelfSend,
+    TreemailError,
+    UnknownSession,
+    UnknownSubagentReference,
 )
 from treemail.core.guards import (
+    SendArguments,
     check_body,
     check_enabled,
     check_hops,
@@ -46,7 +68,19 @@ from treemail.core.records import (
 )
 from treemail.core.store import ReadTxn, WriteTxn
 
-__all__ = ["OPERATION", "Sent", "grant_counter", "label_between", "send"]
+__all__ = [
+    "GUARDS",
+    "GUARD_ORDER",
+    "OPERATION",
+    "REPORTED",
+    "Attempt",
+    "Guard",
+    "Sent",
+    "arguments_digest",
+    "grant_counter",
+    "label_between",
+    "send",
+]
 
 # Grants are keyed by the operation's identity; the argument schema is part of it, so grants
 # made for an older argument shape (recipient_session_id) do not carry over.
@@ -62,8 +96,150 @@ class Sent:
     wake: bool = False
 
 
+@attrs.define
+class Attempt:
+    """One send_message call on its way through the guards; each guard fills in what it
+    established (the parsed arguments, the sender and its run, the recipient, the hop)."""
+
+    tx: WriteTxn
+    config: MessagingConfig
+    ctx: ToolContext
+    arguments: object
+    approved: bool
+    args: SendArguments | None = None
+    sender: Session | None = None
+    run: Run | None = None
+    recipient: Session | None = None
+    replay: SendResult | None = None
+    digest: str = ""
+    hop: int = 0
+
+    # The guards run in order, so a field is set before any later guard reads it.
+    def parsed(self) -> SendArguments:
+        assert self.args is not None
+        return self.args
+
+    def context(self) -> tuple[Session, Run]:
+        assert self.sender is not None and self.run is not None
+        return self.sender, self.run
+
+    def target(self) -> Session:
+        assert self.recipient is not None
+        return self.recipient
+
+
+@attrs.frozen
+class Guard:
+    """One check of send_message: its name in the contract, the errors it raises, one line
+    saying what it checks, and the check. A check raises its refusal or returns."""
+
+    name: str
+    errors: tuple[type[TreemailError], ...]
+    doc: str
+    check: Callable[[Attempt], None]
+
+
 def grant_counter(scope: str, subject: str, label: str) -> str:
     return f"grant/{scope}/{subject}/{OPERATION}/{label}"
+
+
+def arguments_digest(args: SendArguments) -> str:
+    """What identifies a call's arguments for replay: the parsed ``to``, ``body`` and mode
+    (an omitted mode is the default steer, so it is the same call)."""
+    canonical = json.dumps([args.to, args.body, args.mode.value])  # ASCII: lone surrogates too
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _disabled(a: Attempt) -> None:
+    check_enabled(a.config)
+
+
+def _invalid_arguments(a: Attempt) -> None:
+    a.args = parse_arguments(a.arguments)
+
+
+def _idempotent_replay(a: Attempt) -> None:
+    """Before any guard that reads the config or the tree: a true retry gets its original
+    result whatever changed since; the same key with other arguments is refused."""
+    a.sender, a.run = _tool_context(a.tx, a.ctx)
+    a.digest = arguments_digest(a.parsed())
+    original = a.tx.recall(IdempotencyKey.of(a.ctx))
+    if original is None:
+        return
+    # A result stored before digests were kept (None) can only be replayed.
+    if original.digest not in (None, a.digest):
+        raise IdempotencyConflict(
+            f"tool call {a.ctx.tool_call_id} already sent a message with other arguments; "
+            "a retry must repeat the call exactly; a new message needs a new tool call id",
+            tool_call_id=a.ctx.tool_call_id,
+            message_id=original.message_id,
+        )
+    a.replay = original
+
+
+def _invalid_body(a: Attempt) -> None:
+    check_body(a.parsed().body, a.config)
+
+
+def _recipient_resolution(a: Attempt) -> None:
+    sender, _ = a.context()
+    a.recipient = resolve(a.tx, sender, a.parsed().to)
+
+
+def _self_send(a: Attempt) -> None:
+    if a.target().session_id == a.ctx.session_id:
+        raise SelfSend("you addressed your own session; message another peer of your tree")
+
+
+def _permission(a: Attempt) -> None:
+    sender, run = a.context()
+    if run.status is not RunState.RUNNING and not a.approved:
+        raise InvalidToolContext(f"run {run.run_id} is not running; only a live run can send")
+    _check_permission(a.tx, sender, a.target(), a.ctx)
+
+
+def _max_hops(a: Attempt) -> None:
+    _, run = a.context()
+    a.hop = run.base_hop + 1
+    check_hops(a.hop, a.config)
+
+
+def _inbox_full(a: Attempt) -> None:
+    check_inbox(a.tx.count(inbox_counter(a.target().session_id)), a.config)
+
+
+def _inflight_full(a: Attempt) -> None:
+    sender, _ = a.context()
+    pending = a.tx.count(pair_counter(sender.session_id, a.target().session_id))
+    check_inflight(pending, a.config)
+
+
+# The contract's order (design.md, "Guards and their order"); the first failure is the answer.
+GUARDS: tuple[Guard, ...] = (
+    Guard("disabled", (MessagingDisabled,), "[messaging] enabled is false", _disabled),
+    Guard("invalid_arguments", (InvalidArguments,),
+          "the arguments are not exactly to, body and an optional mode", _invalid_arguments),
+    Guard("idempotent_replay", (InvalidToolContext, IdempotencyConflict),
+          "the tool context names a run of the sender; a retried tool call with the same "
+          "arguments returns its original result, whatever changed since; the same call id "
+          "with other arguments is refused", _idempotent_replay),
+    Guard("invalid_body", (InvalidBody,),
+          "the body is empty, whitespace only, not encodable, or too large", _invalid_body),
+    Guard("recipient_resolution", (UnknownSession, NotTreePeer, UnknownSubagentReference),
+          "a UUID must name a session of the sender's tree, else a handle must name a live "
+          "peer of that tree", _recipient_resolution),
+    Guard("self_send", (SelfSend,), "the recipient is the sender's own session", _self_send),
+    Guard("permission", (InvalidToolContext, PermissionDenied, ApprovalRequired),
+          "the sending run is live (or the call was approved), and the sender's rule for the "
+          "recipient's label is allow, ask with a grant, or deny", _permission),
+    Guard("max_hops_exceeded", (MaxHopsExceeded,),
+          "the new message's hop would exceed max_hops > 0", _max_hops),
+    Guard("inbox_full", (InboxFull,),
+          "the recipient holds max_pending_per_session pending agent messages", _inbox_full),
+    Guard("inflight_full", (InflightFull,),
+          "the pair has max_inflight_per_pair > 0 pending messages", _inflight_full),
+)
+GUARD_ORDER = tuple(guard.name for guard in GUARDS)
 
 
 def send(
@@ -72,28 +248,22 @@ def send(
 ) -> Sent:
     """The send path. ``approved`` runs a call the user approved while it waited: its run
     may have ended since (a restart interrupts every run), and it still sends once."""
-    check_enabled(config)
-    args = parse_arguments(arguments)
-    check_body(args.body, config)
-    sender, run = _tool_context(tx, ctx)
-    recipient = resolve(tx, sender, args.to)
-    if recipient.session_id == sender.session_id:
-        raise SelfSend("you addressed your own session; message another peer of your tree")
-    key = IdempotencyKey.of(ctx)
-    original = tx.recall(key)
-    if original is not None:
-        return Sent(original, recipient.session_id, replayed=True)
-    if run.status is not RunState.RUNNING and not approved:
-        raise InvalidToolContext(f"run {run.run_id} is not running; only a live run can send")
-    _check_permission(tx, sender, recipient, ctx)
-    hop = run.base_hop + 1
-    check_hops(hop, config)
-    check_inbox(tx.count(inbox_counter(recipient.session_id)), config)
-    check_inflight(tx.count(pair_counter(sender.session_id, recipient.session_id)), config)
-    result = _accept(tx, ids, sender, recipient, args.body, args.mode, hop)
-    tx.remember(key, result)
-    wake = not recipient.state.has_run
-    return Sent(result, recipient.session_id, replayed=False, wake=wake)
+    attempt = Attempt(tx, config, ctx, arguments, approved)
+    for guard in GUARDS:
+        guard.check(attempt)
+        if attempt.replay is not None:
+            return Sent(attempt.replay, _replayed_recipient(tx, attempt.replay), replayed=True)
+    sender, _ = attempt.context()
+    recipient, args = attempt.target(), attempt.parsed()
+    result = _accept(tx, ids, sender, recipient, args.body, args.mode, attempt.hop)
+    tx.remember(IdempotencyKey.of(ctx), attrs.evolve(result, digest=attempt.digest))
+    return Sent(result, recipient.session_id, replayed=False, wake=not recipient.state.has_run)
+
+
+def _replayed_recipient(tx: ReadTxn, original: SendResult) -> str:
+    """Whom the original call reached: read from its message, not from today's tree."""
+    message = tx.message(original.message_id)
+    return message.recipient if message is not None else ""
 
 
 def _tool_context(tx: ReadTxn, ctx: ToolContext) -> tuple[Session, Run]:

@@ -239,11 +239,12 @@ def _sends(world: World, sender: SessionRecord) -> list[Action]:
         actions.append(_send_action(fresh, {"to": to, "body": "hi"}, what))
     if calls:
         last = max(calls, key=lambda call: (len(call), call))
-        recalled = world.results.get((sid, rid, last))
-        if recalled is not None:
-            to = world.sessions[world.messages[recalled.message_id].recipient].reference
+        original = world.calls.get((sid, rid, last))
+        if original is not None:
+            to, body, mode = original
             retry = ToolContext(sid, rid, last)
-            actions.append(_send_action(retry, {"to": to, "body": "hi"}, "retry"))
+            actions.append(_send_action(retry, {"to": to, "body": body, "mode": mode.value},
+                                        "retry"))
     return actions
 
 

@@ -8,6 +8,7 @@ forgotten release, a lifecycle check skipped, a guard dropped.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -68,14 +69,27 @@ def _no_hop_limit(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _idempotency_ignored(original: Any) -> Any:
-    """Every retry looks new: a retried tool call delivers twice."""
+    """Every retry looks new: a retried tool call delivers twice. A counter, not an object
+    address (which CPython reuses), so that every call gets a key no earlier call had."""
+    calls = itertools.count()
 
     class ForgetfulKey:
         @staticmethod
         def of(ctx: Any) -> Any:
-            return original(ctx.session_id, ctx.run_id, f"{ctx.tool_call_id}/{id(object())}")
+            return original(ctx.session_id, ctx.run_id, f"{ctx.tool_call_id}/{next(calls)}")
 
     return ForgetfulKey
+
+
+def _digest_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The arguments digest is never told apart: a reused tool call id with other arguments
+    replays the first call's result and sends nothing (issue 8 item 9)."""
+
+    def arguments_digest(args: Any) -> str:
+        del args
+        return "same"
+
+    return arguments_digest
 
 
 def _inbox_counts_plugin_mail(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -141,6 +155,7 @@ PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., A
     "discard-claimed": (engine, "step_message", _discard_claimed),
     "no-hop-limit": (sending, "check_hops", _no_hop_limit),
     "idempotency-ignored": (sending, "IdempotencyKey", _idempotency_ignored),
+    "digest-ignored": (sending, "arguments_digest", _digest_ignored),
     "inbox-counts-plugin-mail": (delivery, "_counted", _inbox_counts_plugin_mail),
     "handle-across-trees": (sending, "resolve", _handle_across_trees),
     "hop-wrong-base": (sending, "check_hops", _hop_wrong_base),

@@ -162,7 +162,9 @@ class Reference:
         message = self._accept(recipient.session_id, verdict.sender.session_id, Owner.AGENT,
                                verdict.body, verdict.mode, verdict.hop)
         result = SendResult(message.message_id, effective, state)
-        self.world.results[(ctx.session_id, ctx.run_id, ctx.tool_call_id)] = result
+        call = (ctx.session_id, ctx.run_id, ctx.tool_call_id)
+        self.world.results[call] = result
+        self.world.calls[call] = (verdict.to, verdict.body, verdict.mode)
         return result, recipient.session_id, False
 
     def grant(self, scope: str, subject: str, label: str) -> None:

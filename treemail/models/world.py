@@ -193,6 +193,8 @@ class World:
     messages: dict[str, MessageRecord] = field(default_factory=dict)
     # (session, run, tool_call) -> the result the first call returned
     results: dict[tuple[str, str, str], SendResult] = field(default_factory=dict)
+    # (session, run, tool_call) -> the arguments (to, body, mode) of that first call
+    calls: dict[tuple[str, str, str], tuple[str, str, Mode]] = field(default_factory=dict)
     grants: set[Grant] = field(default_factory=set)
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
     reported: set[str] = field(default_factory=set)  # delegated sessions whose result went up
@@ -290,6 +292,7 @@ class Verdict:
     sender: SessionRecord
     recipient: SessionRecord
     replay: SendResult | None = None
+    to: str = ""
     mode: Mode = Mode.STEER
     body: str = ""
     hop: int = 0
@@ -305,16 +308,21 @@ def judge_send(
     if not config.enabled:
         raise errors.MessagingDisabled("disabled")
     to, body, mode = read_arguments(arguments)
-    check_body(body, config)
     sender, run = world.sessions.get(ctx.session_id), world.runs.get(ctx.run_id)
     if sender is None or run is None or run.session_id != ctx.session_id:
         raise errors.InvalidToolContext("no such run of that session")
+    # A retry is answered before anything that reads today's config or tree.
+    call = (ctx.session_id, ctx.run_id, ctx.tool_call_id)
+    replay = world.results.get(call)
+    if replay is not None:
+        if world.calls[call] != (to, body, mode):
+            raise errors.IdempotencyConflict("same call id, other arguments")
+        return Verdict(sender, world.sessions[world.messages[replay.message_id].recipient],
+                       replay)
+    check_body(body, config)
     recipient = world.resolve(sender, to)
     if recipient is sender:
         raise errors.SelfSend("self")
-    replay = world.results.get((ctx.session_id, ctx.run_id, ctx.tool_call_id))
-    if replay is not None:
-        return Verdict(sender, recipient, replay)
     if run.status != RunState.RUNNING and not approved:
         raise errors.InvalidToolContext("run not running")
     spend = world.permit(sender, recipient, ctx)
@@ -326,7 +334,7 @@ def judge_send(
     window = config.max_inflight_per_pair
     if window > 0 and world.pair_pending(sender.session_id, recipient.session_id) >= window:
         raise errors.InflightFull("pair")
-    return Verdict(sender, recipient, None, mode, body, hop, spend)
+    return Verdict(sender, recipient, None, to, mode, body, hop, spend)
 
 
 def check_body(body: str, config: MessagingConfig) -> None:
