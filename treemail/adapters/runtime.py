@@ -223,8 +223,9 @@ class Runtime:
     ) -> None:
         # Group commit: the engine writes through the writer's batches (see ``Writer``).
         group = GroupStore(store)
-        self.engine = Engine(group, ids, config)
         self.agents = dict(agents)
+        # Rules are read live from the agents' current docs, by name (issue 8 item 3).
+        self.engine = Engine(group, ids, config, agents=self._spec)
         self.plugins = PluginHost(plugins)
         self.writer = Writer(self._written, group=group)
         self.tools = ToolBox(self.engine, self.writer,
@@ -315,6 +316,12 @@ class Runtime:
         await asyncio.gather(self._follow_task, return_exceptions=True)
         if flush:
             await self._follower.pump()  # what the last actors wrote
+
+
+    def _spec(self, name: str) -> AgentSpec | None:
+        """The agent catalogue the engine reads permissions through."""
+        agent = self.agents.get(name)
+        return agent.spec if agent is not None else None
 
     def resident(self, session_id: str) -> bool:
         """Whether the session's actor is in memory (not evicted)."""

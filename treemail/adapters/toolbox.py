@@ -82,7 +82,7 @@ class ToolBox:
         names: list[str] = []
         if session.agent.delegates:
             names += ["delegate_subagent", "get_subagent_result", "cancel_subagent"]
-        if session.agent.rules.visible:
+        if self.engine.rules_of(session).visible:
             names.append("send_message")
         return names
 

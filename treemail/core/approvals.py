@@ -20,7 +20,7 @@ from treemail.core.errors import InvalidRequest, PermissionDenied, Refusal, Unkn
 from treemail.core.ids import IdSource
 from treemail.core.records import Approval, ApprovalState, ToolContext
 from treemail.core.results import CallOutcome
-from treemail.core.sending import grant_counter, send
+from treemail.core.sending import AgentCatalogue, grant_counter, send
 from treemail.core.store import WriteTxn
 
 __all__ = ["SCOPES", "answer", "hold"]
@@ -48,7 +48,7 @@ def hold(
 
 def answer(
     tx: WriteTxn, config: MessagingConfig, ids: IdSource, approval_id: str, approve: bool,
-    scope: str,
+    scope: str, agents: AgentCatalogue | None = None,
 ) -> tuple[Approval, str | None]:
     """Answer a held call. Returns the answered approval and, if the call sent mail to a
     session without a run, that session (the caller wakes it)."""
@@ -60,7 +60,7 @@ def answer(
     wake: str | None = None
     if approve:
         _grant(tx, approval, scope)
-        outcome, wake = _run(tx, config, ids, approval)
+        outcome, wake = _run(tx, config, ids, approval, agents)
         state = ApprovalState.APPROVED
     else:
         denied = PermissionDenied("permission denied: the user did not approve this call")
@@ -87,12 +87,14 @@ def _grant(tx: WriteTxn, approval: Approval, scope: str) -> None:
 
 
 def _run(
-    tx: WriteTxn, config: MessagingConfig, ids: IdSource, approval: Approval
+    tx: WriteTxn, config: MessagingConfig, ids: IdSource, approval: Approval,
+    agents: AgentCatalogue | None,
 ) -> tuple[CallOutcome, str | None]:
     """Run the approved call; a refusal by a later guard is its outcome, not a failure."""
     try:
         with tx.savepoint() as inner:
-            sent = send(inner, config, ids, approval.context, approval.arguments, approved=True)
+            sent = send(inner, config, ids, approval.context, approval.arguments, approved=True,
+                        agents=agents)
     except Refusal as refused:
         return _error(refused), None
     return CallOutcome.ok(sent.result.as_tool_result()), sent.recipient if sent.wake else None

@@ -28,6 +28,7 @@ from treemail.core.delivery import new_mail, step_message
 from treemail.core.errors import EngineShutdown, InvalidRequest, UnknownTarget
 from treemail.core.ids import IdSource, make_handle
 from treemail.core.lifecycle import SessionState
+from treemail.core.permissions import Rules
 from treemail.core.records import (
     AgentSpec,
     Approval,
@@ -42,7 +43,7 @@ from treemail.core.records import (
     ToolContext,
 )
 from treemail.core.runs import Delivery, Request, need_run, need_session
-from treemail.core.sending import grant_counter, send
+from treemail.core.sending import AgentCatalogue, current_rules, grant_counter, send
 from treemail.core.store import ReadTxn, Store, WriteTxn
 
 __all__ = ["Delivery", "Engine", "Request"]
@@ -52,11 +53,16 @@ T = TypeVar("T")
 
 class Engine:
     def __init__(
-        self, store: Store, ids: IdSource, config: MessagingConfig | None = None
+        self, store: Store, ids: IdSource, config: MessagingConfig | None = None,
+        agents: AgentCatalogue | None = None,
     ) -> None:
+        """``agents`` is the agent catalogue (current spec by agent name): permissions are
+        read through it at each visibility check and send, so an edited doc reaches live
+        sessions. Without one, the rules stored with each session at creation apply."""
         self.store = store
         self.ids = ids
         self.config = config if config is not None else MessagingConfig()
+        self.agents = agents
         self._shut = False
 
     # -- sessions ------------------------------------------------------------------------
@@ -132,7 +138,8 @@ class Engine:
         """The send_message tool: durably accepted on return, or a typed refusal."""
         if self._shut:
             raise EngineShutdown("the engine is shutting down; nothing was sent")
-        sent = self._transact(lambda tx: send(tx, self.config, self.ids, ctx, arguments))
+        sent = self._transact(
+            lambda tx: send(tx, self.config, self.ids, ctx, arguments, agents=self.agents))
         # A running or queued recipient takes its mail in itself, at its run's start or next
         # boundary; only a session without a run needs the reconcile that wakes it. This
         # saves a second durable commit on the common path.
@@ -159,7 +166,8 @@ class Engine:
     def answer_approval(self, approval_id: str, approve: bool, scope: str = "once") -> Approval:
         """The user's answer. Approving grants ``scope`` and runs the held call at once."""
         answered, wake = self._transact(
-            lambda tx: approvals.answer(tx, self.config, self.ids, approval_id, approve, scope))
+            lambda tx: approvals.answer(tx, self.config, self.ids, approval_id, approve, scope,
+                                        self.agents))
         if wake is not None:
             self.reconcile(wake)
         return answered
@@ -225,7 +233,11 @@ class Engine:
     def tool_visible(self, session_id: str) -> bool:
         """Whether send_message is shown to this session's model at all."""
         with self.store.read() as tx:
-            return need_session(tx, session_id).agent.rules.visible
+            return self.rules_of(need_session(tx, session_id)).visible
+
+    def rules_of(self, session: Session) -> Rules:
+        """The message rules governing ``session`` now (see ``current_rules``)."""
+        return current_rules(self.agents, session)
 
     # -- runs and requests -------------------------------------------------------------------
 
@@ -239,7 +251,7 @@ class Engine:
 
     def begin_request(self, session_id: str, run_id: str) -> Request:
         """A safe boundary: claim the run's deliverable mail into a new model request."""
-        return self._transact(lambda tx: runs.begin(tx, self.ids, session_id, run_id))
+        return self._transact(lambda tx: runs.begin(tx, self.ids, session_id, run_id, self.agents))
 
     def commit_request(
         self, session_id: str, run_id: str, request_id: str,

@@ -30,6 +30,7 @@ from treemail.core.errors import UnknownTarget
 from treemail.core.ids import IdSource, storable
 from treemail.core.lifecycle import REQUEST, SESSION, MessageState, RequestState, RunState
 from treemail.core.records import Message, Owner, Run, Session
+from treemail.core.sending import AgentCatalogue, current_rules
 from treemail.core.store import ReadTxn, WriteTxn
 
 __all__ = [
@@ -129,7 +130,10 @@ def start(tx: WriteTxn, session_id: str) -> Run:
     return run
 
 
-def begin(tx: WriteTxn, ids: IdSource, session_id: str, run_id: str) -> Request:
+def begin(
+    tx: WriteTxn, ids: IdSource, session_id: str, run_id: str,
+    agents: AgentCatalogue | None = None,
+) -> Request:
     session, run = live_run(tx, session_id, run_id)
     REQUEST.step(f"run {run_id}", run.request_state, "begin_request")  # before the id is minted
     admit_accepted(tx, session, run)
@@ -141,15 +145,17 @@ def begin(tx: WriteTxn, ids: IdSource, session_id: str, run_id: str) -> Request:
     _step_request(tx, run, "begin_request", request_id)
     events.record(tx, session_id, events.RequestBegun(
         run_id, request_id, tuple(m.message_id for m in claimed)))
-    return Request(request_id, run_id, tuple(_delivery(tx, session, m) for m in claimed))
+    return Request(request_id, run_id, tuple(_delivery(tx, session, m, agents) for m in claimed))
 
 
-def _delivery(tx: ReadTxn, recipient: Session, message: Message) -> Delivery:
+def _delivery(
+    tx: ReadTxn, recipient: Session, message: Message, agents: AgentCatalogue | None
+) -> Delivery:
     text = message.body
     if message.owner is Owner.AGENT and message.sender is not None:
         sender = need_session(tx, message.sender)
         text = render_envelope(sender.reference, message.body,
-                               reply_hint=recipient.agent.rules.visible)
+                               reply_hint=current_rules(agents, recipient).visible)
     return Delivery(message.message_id, message.owner, text)
 
 

@@ -54,8 +54,9 @@ from treemail.core.guards import (
 )
 from treemail.core.ids import MAX_REFERENCE, IdSource, storable
 from treemail.core.lifecycle import RunState, SessionState
-from treemail.core.permissions import Action, relationship
+from treemail.core.permissions import Action, Rules, relationship
 from treemail.core.records import (
+    AgentSpec,
     IdempotencyKey,
     Message,
     Mode,
@@ -73,14 +74,31 @@ __all__ = [
     "GUARD_ORDER",
     "OPERATION",
     "REPORTED",
+    "AgentCatalogue",
     "Attempt",
     "Guard",
     "Sent",
     "arguments_digest",
+    "current_rules",
     "grant_counter",
     "label_between",
     "send",
 ]
+
+# The agent catalogue a core receives: an agent's current spec by name, or None if no doc
+# defines that name any more. Rules are read through it at each visibility check and send.
+AgentCatalogue = Callable[[str], AgentSpec | None]
+
+
+def current_rules(agents: AgentCatalogue | None, session: Session) -> Rules:
+    """The message rules that govern ``session`` now: its agent's current doc, by name; no
+    such agent any more means no rules (deny). Without a catalogue (an embedding that has
+    none), the rules stored with the session at creation."""
+    if agents is None:
+        return session.agent.rules
+    spec = agents(session.agent.name)
+    return spec.rules if spec is not None else Rules()
+
 
 # Grants are keyed by the operation's identity; the argument schema is part of it, so grants
 # made for an older argument shape (recipient_session_id) do not carry over.
@@ -106,6 +124,7 @@ class Attempt:
     ctx: ToolContext
     arguments: object
     approved: bool
+    agents: AgentCatalogue | None = None
     args: SendArguments | None = None
     sender: Session | None = None
     run: Run | None = None
@@ -195,7 +214,7 @@ def _permission(a: Attempt) -> None:
     sender, run = a.context()
     if run.status is not RunState.RUNNING and not a.approved:
         raise InvalidToolContext(f"run {run.run_id} is not running; only a live run can send")
-    _check_permission(a.tx, sender, a.target(), a.ctx)
+    _check_permission(a.tx, current_rules(a.agents, sender), sender, a.target(), a.ctx)
 
 
 def _max_hops(a: Attempt) -> None:
@@ -244,11 +263,11 @@ GUARD_ORDER = tuple(guard.name for guard in GUARDS)
 
 def send(
     tx: WriteTxn, config: MessagingConfig, ids: IdSource, ctx: ToolContext, arguments: object,
-    *, approved: bool = False,
+    *, approved: bool = False, agents: AgentCatalogue | None = None,
 ) -> Sent:
     """The send path. ``approved`` runs a call the user approved while it waited: its run
     may have ended since (a restart interrupts every run), and it still sends once."""
-    attempt = Attempt(tx, config, ctx, arguments, approved)
+    attempt = Attempt(tx, config, ctx, arguments, approved, agents)
     for guard in GUARDS:
         guard.check(attempt)
         if attempt.replay is not None:
@@ -290,10 +309,12 @@ def label_between(sender: Session, recipient: Session) -> str:
 
 
 def _check_permission(
-    tx: WriteTxn, sender: Session, recipient: Session, ctx: ToolContext
+    tx: WriteTxn, rules: Rules, sender: Session, recipient: Session, ctx: ToolContext
 ) -> None:
+    """The live rule decides first: a grant given under ``ask`` no longer applies once the
+    rule is ``deny``, and is not needed once it is ``allow``."""
     label = label_between(sender, recipient)
-    action = sender.agent.rules.decide(label)
+    action = rules.decide(label)
     if action is Action.ALLOW:
         return
     if action is Action.DENY:

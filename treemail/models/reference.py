@@ -29,6 +29,7 @@ from treemail.models.world import (
     RUN_STEPS,
     SESSION_STEPS,
     ApprovalRecord,
+    Catalogue,
     MessageRecord,
     RunRecord,
     SessionRecord,
@@ -36,6 +37,7 @@ from treemail.models.world import (
     can_send,
     judge_send,
     recipient_state,
+    rules_now,
     step,
     subagent_notice,
 )
@@ -49,7 +51,9 @@ Delivered = tuple[str, str, tuple[tuple[str, Owner, str], ...]]
 
 
 class Reference:
-    def __init__(self, config: MessagingConfig, ids: CountingIds | None = None) -> None:
+    def __init__(self, config: MessagingConfig, ids: CountingIds | None = None,
+                 agents: Catalogue | None = None) -> None:
+        self.agents = agents  # the agents' current docs; not part of the durable world
         self.config = config
         self.ids = ids if ids is not None else CountingIds()
         self.world = World()
@@ -151,7 +155,8 @@ class Reference:
     def _send(
         self, ctx: ToolContext, arguments: object, approved: bool = False
     ) -> tuple[SendResult, str, bool]:
-        verdict = judge_send(self.world, self.config, ctx, arguments, approved)
+        verdict = judge_send(self.world, self.config, ctx, arguments, approved,
+                             self.agents)
         recipient = verdict.recipient
         if verdict.replay is not None:
             return verdict.replay, recipient.session_id, True
@@ -173,7 +178,7 @@ class Reference:
         self.world.grants.add((scope, subject, label))
 
     def tool_visible(self, session_id: str) -> bool:
-        return can_send(self._session(session_id).agent.rules)
+        return can_send(rules_now(self.agents, self._session(session_id)))
 
     def hold_for_approval(
         self, ctx: ToolContext, tool: str, arguments: Mapping[str, object], label: str
@@ -285,7 +290,8 @@ class Reference:
             self._step_message(message, "claim")
             message.request_id = request_id
         run.open_request = request_id
-        texts = tuple((m.message_id, m.owner, self.world.text_for(session, m)) for m in claimed)
+        texts = tuple((m.message_id, m.owner, self.world.text_for(session, m, self.agents))
+                      for m in claimed)
         return request_id, run_id, texts
 
     def commit_request(self, session_id: str, run_id: str, request_id: str) -> None:

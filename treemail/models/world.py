@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from treemail.core import errors
@@ -50,6 +50,7 @@ __all__ = [
     "looks_like_uuid",
     "read_arguments",
     "recipient_state",
+    "rules_now",
     "step",
     "subagent_notice",
 ]
@@ -183,6 +184,18 @@ class ApprovalRecord:
 
 Grant = tuple[str, str, str]  # (scope, subject, label)
 
+# The agents' current docs by name; rules are read from them at every check (design.md).
+Catalogue = Callable[[str], AgentSpec | None]
+
+
+def rules_now(agents: Catalogue | None, session: SessionRecord) -> Rules:
+    """The session's agent's rules as its doc says today; an unknown agent has none (deny).
+    Without a catalogue, the rules the session was created with."""
+    if agents is None:
+        return session.agent.rules
+    spec = agents(session.agent.name)
+    return Rules() if spec is None else spec.rules
+
 
 @dataclass
 class World:
@@ -234,12 +247,13 @@ class World:
     def tree_of(self, root_session_id: str) -> list[SessionRecord]:
         return [s for s in self.sessions.values() if s.root_session_id == root_session_id]
 
-    def text_for(self, recipient: SessionRecord, message: MessageRecord) -> str:
+    def text_for(self, recipient: SessionRecord, message: MessageRecord,
+                 agents: Catalogue | None = None) -> str:
         """What the recipient's model sees: agent mail in its envelope, other mail as is."""
         if message.owner is not Owner.AGENT or message.sender is None:
             return message.body
         sender = self.sessions[message.sender]
-        return envelope(sender.reference, message.body, can_send(recipient.agent.rules))
+        return envelope(sender.reference, message.body, can_send(rules_now(agents, recipient)))
 
     def resolve(self, sender: SessionRecord, to: str) -> SessionRecord:
         """A session id names any session, then it must share the sender's root; anything else
@@ -263,12 +277,12 @@ class World:
             "unknown", reference=to, candidates=[p.session_id for p in others[:20]],
             more=max(len(others) - 20, 0))
 
-    def permit(self, sender: SessionRecord, recipient: SessionRecord, ctx: ToolContext
-               ) -> Grant | None:
+    def permit(self, rules: Rules, sender: SessionRecord, recipient: SessionRecord,
+               ctx: ToolContext) -> Grant | None:
         """Allowed outright or by a lasting grant: None; by a once-grant: that grant, which
         the send spends; otherwise the permission error."""
         label = label_of(sender, recipient)
-        action = decide(sender.agent.rules, label)
+        action = decide(rules, label)
         if action is Action.ALLOW:
             return None
         if action is Action.DENY:
@@ -301,7 +315,7 @@ class Verdict:
 
 def judge_send(
     world: World, config: MessagingConfig, ctx: ToolContext, arguments: object,
-    approved: bool = False,
+    approved: bool = False, agents: Catalogue | None = None,
 ) -> Verdict:
     """The first failing check raises. ``approved``: the user approved this held call, so its
     run may have ended meanwhile."""
@@ -325,7 +339,7 @@ def judge_send(
         raise errors.SelfSend("self")
     if run.status != RunState.RUNNING and not approved:
         raise errors.InvalidToolContext("run not running")
-    spend = world.permit(sender, recipient, ctx)
+    spend = world.permit(rules_now(agents, sender), sender, recipient, ctx)
     hop = world.base_hop(run.run_id) + 1
     if config.max_hops > 0 and hop > config.max_hops:
         raise errors.MaxHopsExceeded("hops")
