@@ -95,11 +95,19 @@ class Worker:
         # Earlier tool calls to retry: (context, arguments, message_id the first call got).
         self.history: list[tuple[ToolContext, dict[str, str], str]] = []
         for message_id, text in read_acks(ack_path):
-            recipient = self.engine.message(message_id).recipient
-            self.history.append((parse_context(text), {"to": recipient, "body": "again"},
-                                 message_id))
+            ctx = parse_context(text)
+            self.history.append((ctx, self.original_arguments(ctx, message_id), message_id))
         drop_fragment(ack_path)
         self.ack_fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def original_arguments(self, ctx: ToolContext, message_id: str) -> dict[str, str]:
+        """A true retry repeats the call exactly (a reused id with other arguments is an
+        idempotency conflict): body and mode from the stored message, and ``to`` spelt as the
+        call spelt it, which its tool call id records (``-h`` handle, ``-u`` session id)."""
+        message = self.engine.message(message_id)
+        recipient = self.engine.session(message.recipient)
+        to = recipient.reference if ctx.tool_call_id.endswith("-h") else recipient.session_id
+        return {"to": to, "body": message.body, "mode": message.mode.value}
 
     def setup(self) -> None:
         """Recover, then build whatever part of the tree an earlier process did not."""
@@ -170,9 +178,11 @@ class Worker:
     def send(self, session: Session, run_id: str, sessions: list[Session]) -> None:
         peers = [s for s in sessions if s.session_id != session.session_id]
         peer = self.rng.choice(peers)
-        to = peer.reference if self.rng.random() < 0.7 else peer.session_id
+        by_handle = self.rng.random() < 0.7
+        to = peer.reference if by_handle else peer.session_id
         self.calls += 1
-        ctx = ToolContext(session.session_id, run_id, f"w{self.seed}-{self.calls}")
+        spelling = "h" if by_handle else "u"
+        ctx = ToolContext(session.session_id, run_id, f"w{self.seed}-{self.calls}-{spelling}")
         arguments = {"to": to, "body": f"note {self.calls} from {session.reference}",
                      "mode": self.rng.choice(("steer", "queue"))}
         try:
