@@ -48,7 +48,7 @@ def test_approve_once_sends_now_and_the_retry_replays_it(world: World) -> None:
     outcome = answered.outcome.as_result()
     assert answered.state is ApprovalState.APPROVED and set(outcome) == {
         "message_id", "mode", "recipient_state"}
-    assert world.engine.send_message(ctx, arguments(b)).message_id == outcome["message_id"]
+    assert world.engine.send_message(ctx, arguments(b, "hi")).message_id == outcome["message_id"]
     assert world.pending_agent_mail(b) == 1
     # A once-grant was spent by that one call: the next call asks again.
     with pytest.raises(ApprovalRequired):

@@ -31,6 +31,7 @@ __all__ = [
     "DataDirLocked",
     "DefinitionError",
     "EngineShutdown",
+    "IdempotencyConflict",
     "IllegalTransition",
     "InboxFull",
     "InflightFull",
