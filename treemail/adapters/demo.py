@@ -27,6 +27,7 @@ from treemail.adapters.demo_agents import REVIEW, Stage, demo_agents
 from treemail.adapters.ids import SeededIds
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.adapters.runtime import Runtime
+from treemail.adapters.transcript import brief_result as _brief
 from treemail.adapters.transcript import render_event
 from treemail.core import events
 from treemail.core.engine import Engine
@@ -89,28 +90,6 @@ class Transcript:
             body = arguments.pop("body", None) or arguments.pop("task", None)
             shown = ", ".join(f"{key}={value}" for key, value in arguments.items())
             yield f'calls {call.name}({shown}): "{body}"'
-
-
-def _id(data: object) -> str:
-    return str(data.get("message_id") if isinstance(data, dict) else None)[:8]
-
-
-def _brief(content: object) -> str:
-    """A tool result in short: a send's id/mode/recipient_state, a handle, or an error."""
-    try:
-        result = json.loads(str(content))
-    except ValueError:
-        return str(content)
-    if not isinstance(result, dict):
-        return str(content)
-    if "error" in result:
-        return f"error {result['error']}"
-    if "handle" in result:
-        return f"handle={result['handle']}"
-    if "message_id" in result:
-        return (f"message_id={_id(result)} mode={result.get('mode')} "
-                f"recipient_state={result.get('recipient_state')}")
-    return ", ".join(f"{key}={value}" for key, value in result.items())
 
 
 class Demo:

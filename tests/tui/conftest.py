@@ -1,0 +1,76 @@
+"""Helpers of the TUI tests: a daemon whose scripted model holds each run in flight for a
+moment, and a recorder of its live feed that tests wait on by condition, never by sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.daemon.conftest import DaemonProcess
+from tests.daemon.test_scenario import LEAD
+from treemail.adapters.tui.feed import LiveFeed
+from treemail.core import events
+from treemail.core.records import Event
+
+__all__ = ["LEAD", "Recorder", "slow_daemon"]
+
+
+def slow_daemon(data: Path, delay: float = 0.5) -> DaemonProcess:
+    """A daemon over ``data`` whose every model turn takes ``delay`` seconds (so a client can
+    steer a run in flight)."""
+    (data / "config.toml").write_text(f"[daemon.scripted]\ndelay = {delay}\n")
+    # From the agents directory, not session.create's agent_doc: a doc given on the wire is
+    # not known to a restarted daemon, whose actors would then fail.
+    (data / "agents").mkdir(exist_ok=True)
+    (data / "agents" / "lead.md").write_text(LEAD)
+    return DaemonProcess(data)
+
+
+class Recorder:
+    """Everything a live subscription delivers, in order, as (feed number, Event)."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int, Event]] = []
+        self._grew = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def follow(self, feed: LiveFeed, after: int = 0) -> None:
+        await self.stop()
+        self._grew = asyncio.Event()  # this event loop's (a restart runs in a new one)
+        await feed.start(after)
+        self._task = asyncio.create_task(self._pump(feed))
+
+    async def _pump(self, feed: LiveFeed) -> None:
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            while True:
+                self.got.append(await feed.next())
+                self._grew.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    @property
+    def last(self) -> int:
+        return self.got[-1][0] if self.got else 0
+
+    async def until(self, seen: Callable[[events.Payload | events.UnknownEvent], bool],
+                    timeout: float = 30.0) -> Event:
+        """The first recorded event whose payload ``seen`` accepts, waiting for it."""
+        async with asyncio.timeout(timeout):
+            while True:
+                self._grew.clear()
+                for _, event in self.got:
+                    if seen(events.read(event)):
+                        return event
+                await self._grew.wait()
+
+
+def mail(kind: type[events.MessagePayload], message_id: str,
+         ) -> Callable[[events.Payload | events.UnknownEvent], bool]:
+    """A condition: message ``message_id`` entered the state ``kind`` records."""
+    return lambda p: isinstance(p, kind) and p.message_id == message_id

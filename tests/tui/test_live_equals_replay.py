@@ -1,0 +1,117 @@
+"""AC8: live equals replay. A scenario runs through a real daemon while a client records its
+live subscription; the rows folded from that recording (the TUI's transcript) and the rows
+printed per event (the CLI's) are then compared with the rows of the same store replayed
+read-only after the daemon is gone. The scenario covers a steer and a queued delivery, a
+wake, a release after a crash (the daemon SIGKILLed with mail claimed) and a discard with
+its reason.
+
+The discard is an operator's decision taken on the store while the daemon is down (the
+protocol has no discard method); the restarted daemon's subscription delivers it like any
+other event, since the feed is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import DaemonProcess
+from tests.tui.conftest import Recorder, mail, slow_daemon
+from treemail.adapters.cli import main
+from treemail.adapters.daemon.client import DaemonClient
+from treemail.adapters.transcript import Transcript, render_event
+from treemail.adapters.tui.feed import LiveFeed, stored_feed
+from treemail.core import events
+
+
+async def _first_part(daemon: DaemonProcess, rec: Recorder) -> dict[str, Any]:
+    """Steer, queue and a wake; then mail claimed and a steer admitted when the daemon dies."""
+    client = await daemon.client()
+    await rec.follow(LiveFeed(client))
+    lead = (await client.call("session.create", {"agent": "lead"}))["session_id"]
+
+    async def say(method: str, text: str) -> str:
+        sent = await client.call(method, {"session_id": lead, "text": text})
+        return str(sent["message_id"])
+
+    woke = await say("run.submit", "Plan the work.")
+    await rec.until(mail(events.ProducerMessageClaimed, woke))
+    steered = await say("run.steer", "Look at the tokenizer first.")
+    queued = await say("run.submit", "Afterwards, write the summary.")
+    await rec.until(mail(events.ProducerMessageConsumed, queued))
+    crashed = await say("run.submit", "Take your time.")
+    await rec.until(mail(events.ProducerMessageClaimed, crashed))
+    dropped = await say("run.steer", "Never mind the details.")
+    await rec.until(mail(events.ProducerMessageAdmitted, dropped))
+    await rec.stop()
+    daemon.kill()
+    await client.close()
+    return {"lead": lead, "steered": steered, "queued": queued, "crashed": crashed,
+            "dropped": dropped}
+
+
+def _discard_offline(store: Path, message_id: str) -> None:
+    from treemail.adapters.ids import UuidIds
+    from treemail.adapters.lmdb_store import LmdbStore
+    from treemail.core.engine import Engine
+
+    opened = LmdbStore.open(str(store))
+    try:
+        Engine(opened, UuidIds()).discard(message_id, "withdrawn by the operator")
+    finally:
+        opened.close()
+
+
+async def _after_restart(daemon: DaemonProcess, rec: Recorder, crashed: str) -> None:
+    client: DaemonClient = await daemon.client()
+    await rec.follow(LiveFeed(client), after=rec.last)
+    await rec.until(mail(events.ProducerMessageReleased, crashed))
+    await rec.until(mail(events.ProducerMessageConsumed, crashed))
+    await rec.stop()
+    await client.close()
+
+
+def test_the_rows_of_a_live_scenario_are_the_rows_of_its_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rec = Recorder()
+    ids = asyncio.run(_first_part(slow_daemon(tmp_path), rec))
+    _discard_offline(tmp_path / "store", ids["dropped"])
+    restarted = slow_daemon(tmp_path)
+    asyncio.run(_after_restart(restarted, rec, ids["crashed"]))
+    code, err = restarted.terminate()
+    assert code == 0, err
+
+    live = Transcript()
+    live_lines = []
+    for _, event in rec.got:  # as the TUI folds them, and as `treemail tail` prints them
+        live.add(event)
+        live_lines.append(render_event(event, live.name))
+    replayed = stored_feed(tmp_path / "store")
+    # Across the crash, the subscriptions gave every stored event once, in order.
+    assert [n for n, _ in rec.got] == [n for n, _ in replayed]
+    replay = Transcript()
+    replay.extend(event for _, event in replayed)
+    assert live.rows() == replay.rows()
+    assert main(["log", str(tmp_path / "store")]) == 0
+    assert capsys.readouterr().out.splitlines() == live_lines
+
+    by_key = {row.key: row for row in live.rows()}
+
+    def shown(message: str) -> str:
+        return by_key[f"mail:{ids[message]}"].text
+
+    assert shown("steered").startswith("consumed  user mail (mode=steer)")
+    assert shown("queued").startswith("consumed  user mail (mode=queue)")
+    assert shown("dropped") == ("discarded user mail (mode=steer): \"Never mind the details.\" "
+                                "— withdrawn by the operator")
+    assert shown("crashed").startswith("consumed ")
+    steps = [line for line in live_lines if ids["crashed"][:8] in line]
+    assert [line.split()[2] for line in steps] == ["admitted", "claimed", "released",
+                                                   "claimed", "consumed"]
+    texts = [row.text for row in live.rows()]
+    assert "run 1 queued (wake)" in texts
+    assert any(t.startswith("run ") and "interrupted" in t for t in texts)

@@ -1,0 +1,76 @@
+"""Where the TUI's events come from: a daemon's subscription (live), or a store (replay).
+
+Both give ``(number, Event)`` in feed order, so the rows folded from them are the same rows
+(``treemail.adapters.transcript``); a replay opens the store read-only and never writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from treemail.adapters.daemon.client import DaemonClient
+from treemail.core.records import Event
+
+__all__ = ["LiveFeed", "event_of", "stored_feed", "stored_sessions"]
+
+
+def event_of(view: dict[str, Any]) -> tuple[int, Event]:
+    """An ``EventView`` off the wire as (feed number, Event)."""
+    return int(view["number"]), Event(view["session_id"], int(view["seq"]), view["kind"],
+                                      view["data"])
+
+
+class LiveFeed:
+    """Every durable event of a daemon after ``after``, replayed and then live, each once."""
+
+    def __init__(self, client: DaemonClient) -> None:
+        self.client = client
+        self.subscription: str | None = None
+
+    async def start(self, after: int = 0, session_id: str | None = None) -> int:
+        """Subscribe; the feed's end at that moment."""
+        result = await self.client.call("events.subscribe",
+                                        {"after": after, "session_id": session_id})
+        self.subscription = str(result["subscription_id"])
+        return int(result["head"])
+
+    async def next(self, timeout: float = 3600.0) -> tuple[int, Event]:
+        while True:
+            note = await self.client.next_notification("events/event", timeout=timeout)
+            if note.params.get("subscription_id") == self.subscription:
+                return event_of(note.params["event"])
+
+
+def stored_feed(store_dir: Path, after: int = 0) -> list[tuple[int, Event]]:
+    """The feed of the store in ``store_dir``, read-only (no lock taken, nothing written)."""
+    from treemail.adapters.lmdb_store import LmdbStore
+
+    store = LmdbStore.open(str(store_dir), readonly=True)
+    try:
+        with store.read() as tx:
+            return list(tx.feed(after))
+    finally:
+        store.close()
+
+
+def stored_sessions(store_dir: Path) -> list[dict[str, Any]]:
+    """The sessions of a stored store, as the daemon's ``session.list`` shows them."""
+    from treemail.adapters.daemon.handlers import session_view
+    from treemail.adapters.lmdb_store import LmdbStore
+    from treemail.core.engine import Engine
+    from treemail.core.ids import CountingIds
+
+    store = LmdbStore.open(str(store_dir), readonly=True)
+    try:
+        engine = Engine(store, CountingIds())  # read-only use: no id is ever minted
+        return [_plain(session_view(s)) for s in engine.sessions()]
+    finally:
+        store.close()
+
+
+def _plain(view: Any) -> dict[str, Any]:
+    import msgspec
+
+    plain: dict[str, Any] = msgspec.to_builtins(view)
+    return plain
