@@ -38,6 +38,11 @@ check *ARGS:
 deep:
     HYPOTHESIS_PROFILE=deep {{python}} -m pytest tests/deep tests/property -q
 
+# SIGKILLs under mixed load: KILLS (default 500) of an engine worker and as many of the daemon,
+# each followed by the no-loss, no-duplicate and caps checks (tests/crash/harness.py).
+soak KILLS="500":
+    TREEMAIL_KILLS={{KILLS}} {{python}} -m pytest tests/deep/test_soak.py -q -s
+
 # Long fuzz runs of every hostile-input surface (tests/fuzz) at the deep profile's budget.
 fuzz:
     HYPOTHESIS_PROFILE=deep {{python}} -m pytest tests/fuzz -q

@@ -9,13 +9,19 @@ the store from this process:
 * nothing is half-written: each session's event log is numbered 1..n with ``last_seq`` = n,
   each stored message has its ProducerMessageAccepted event and its latest lifecycle event
   names its current state, the pending index holds exactly the pending messages, and the
-  inbox and pair counters equal a recount of pending agent mail;
+  inbox and pair counters equal a recount of pending agent mail made from the event logs;
+* every cap held: that recount is within ``max_pending_per_session`` per inbox and
+  ``max_inflight_per_pair`` per pair, and no message was consumed more than once;
 * every few kills, and after the last kill of a store: ``recover()``, then every session is
   drained (queued runs started, requests committed until nothing is claimed, runs finished),
   after which each stored message was consumed exactly once and nothing is pending.
 
 The store is reused across kills, so state (and the worker's replay history) accumulates;
-the campaign moves to a fresh store every ``per_store`` kills to keep each check short.
+the campaign moves to a fresh store every ``per_store`` kills to keep each check short. With
+``mixed``, every other store's workers commit in groups (``TREEMAIL_CRASH_GROUP``), so kills
+land inside group-commit batches too. ``assert_campaign_sound`` is what every campaign test
+asserts of its tally. ``tests.crash.daemon_campaign`` runs the same checks on a daemon's
+store.
 """
 
 from __future__ import annotations
@@ -33,16 +39,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.crash.worker import CONFIG, complete_lines, parse_context
+from tests.crash.worker import complete_lines, config, parse_context
 from treemail.adapters.codec import decode
 from treemail.adapters.lmdb_store import LmdbStore
+from treemail.core.config import MessagingConfig
 from treemail.core.delivery import message_event
 from treemail.core.engine import Engine
 from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import CountingIds
-from treemail.core.records import Event, IdempotencyKey, Message, Owner, Session
+from treemail.core.records import Event, IdempotencyKey, Message, MessageState, Owner, Session
 
-__all__ = ["Tally", "run_campaign"]
+__all__ = ["Tally", "assert_campaign_sound", "check_store", "drain_and_verify", "opened",
+           "run_campaign"]
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
@@ -61,6 +69,11 @@ class Tally:
     drains: int = 0
     stale_readers: int = 0
     seconds: float = 0.0
+    # The fullest inbox and pair seen in a recount: a soak shows its caps were reached.
+    peak_inbox: int = 0
+    peak_pair: int = 0
+    cut_requests: int = 0  # requests a daemon kill left unanswered (the daemon campaign)
+    drain_every: int = 1  # a recovery and a drain every so many kills, and at each store's end
     # Per store directory: what its last check found.
     acks: dict[str, int] = field(default_factory=dict)
     replays: dict[str, int] = field(default_factory=dict)
@@ -71,7 +84,8 @@ class Tally:
                 f"sends, {sum(self.replays.values())} replays, {self.killed_mid_run} kills "
                 f"mid-run, {self.killed_with_claims} with mail claimed, {self.drains} drains "
                 f"consuming {sum(self.consumed.values())} messages, "
-                f"{self.stale_readers} stale readers")
+                f"{self.stale_readers} stale readers, fullest inbox {self.peak_inbox}, "
+                f"fullest pair {self.peak_pair}")
 
 
 @dataclass
@@ -86,16 +100,33 @@ class Snapshot:
     counters: dict[str, int]
 
 
+def assert_campaign_sound(tally: Tally, kills: int, *, replays: bool = True,
+                          claims: bool = True) -> None:
+    """What every campaign must show besides its per-kill checks (which raise at once): all
+    kills done, no reader slot left behind, and that it was not vacuous: sends got through
+    (``replays``: some were retried), kills hit runs in the middle of work (``claims``: with
+    mail claimed), and the drains ran."""
+    assert tally.kills == kills, tally.summary()
+    assert tally.stale_readers == 0, tally.summary()
+    assert sum(tally.acks.values()) >= kills, tally.summary()
+    assert not replays or sum(tally.replays.values()) > 0, tally.summary()
+    assert tally.killed_mid_run >= kills // 2, tally.summary()
+    assert not claims or tally.killed_with_claims > 0, tally.summary()
+    assert tally.drains >= kills // tally.drain_every, tally.summary()
+
+
 def run_campaign(base: Path, kills: int, *, per_store: int, drain_every: int,
-                 seed: int) -> Tally:
+                 seed: int, mixed: bool = False) -> Tally:
     rng = random.Random(seed)
-    tally = Tally()
+    tally = Tally(drain_every=drain_every)
     started = time.monotonic()
     for kill in range(kills):
         store_dir = base / f"store{kill // per_store}"
         acks = store_dir.with_suffix(".acks")
         ready = base / f"ready{kill}"
-        kill_worker(store_dir, seed * 1_000_000 + kill, acks, ready, rng.uniform(*RUN_MS))
+        group = mixed and (kill // per_store) % 2 == 1
+        kill_worker(store_dir, seed * 1_000_000 + kill, acks, ready, rng.uniform(*RUN_MS),
+                    group=group)
         tally.kills += 1
         last_of_store = (kill + 1) % per_store == 0 or kill + 1 == kills
         with opened(store_dir, tally) as engine:
@@ -106,12 +137,15 @@ def run_campaign(base: Path, kills: int, *, per_store: int, drain_every: int,
     return tally
 
 
-def kill_worker(store_dir: Path, seed: int, acks: Path, ready: Path, run_ms: float) -> None:
+def kill_worker(store_dir: Path, seed: int, acks: Path, ready: Path, run_ms: float, *,
+                group: bool = False) -> None:
     errors = ready.with_suffix(".stderr")
     command = [sys.executable, "-m", "tests.crash.worker", str(store_dir), str(seed),
                str(acks), str(ready)]
+    env = dict(os.environ, TREEMAIL_CRASH_GROUP="1") if group else None
     with errors.open("wb") as stderr:
-        worker = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
+        worker = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr,
+                                  env=env)
     try:
         deadline = time.monotonic() + READY_TIMEOUT
         while not ready.exists():
@@ -128,14 +162,15 @@ def kill_worker(store_dir: Path, seed: int, acks: Path, ready: Path, run_ms: flo
 
 
 @contextmanager
-def opened(store_dir: Path, tally: Tally) -> Iterator[Engine]:
+def opened(store_dir: Path, tally: Tally,
+           limits: MessagingConfig | None = None) -> Iterator[Engine]:
     """The store of ``store_dir`` in this process, while no worker runs."""
     store = LmdbStore.open(store_dir, sync=True)
     try:
         # A killed worker's reader slot must not survive; LMDB clears the lock table when
         # the first process opens the environment, so nothing stale should be found.
         tally.stale_readers += store._env.reader_check()
-        yield Engine(store, CountingIds(namespace=0xC0FFEE), CONFIG)
+        yield Engine(store, CountingIds(namespace=0xC0FFEE), limits or config())
     finally:
         store.close()
 
@@ -188,11 +223,25 @@ def verify(engine: Engine, acks: Path, tally: Tally) -> Snapshot:
     assert isinstance(engine.store, LmdbStore)
     shot = snapshot(engine.store)
     check_acks(engine, acks, tally)
+    check_store(engine, shot, tally)
+    return shot
+
+
+def check_store(engine: Engine, shot: Snapshot, tally: Tally) -> None:
+    """Everything a kill must leave whole, whoever was killed."""
     check_logs(shot)
     check_messages(engine, shot)
-    check_counters(shot)
+    check_counters(shot, engine.config, tally)
     check_runs(engine, shot, tally)
-    return shot
+    twice = {mid: n for mid, n in consumed(shot).items() if n > 1}
+    assert not twice, f"consumed more than once: {twice}"
+
+
+def consumed(shot: Snapshot) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for log in shot.logs.values():
+        counts.update(str(e.data["message_id"]) for e in log if e.kind == CONSUMED)
+    return counts
 
 
 def check_acks(engine: Engine, acks: Path, tally: Tally) -> None:
@@ -242,15 +291,30 @@ def check_messages(engine: Engine, shot: Snapshot) -> None:
         assert listed == {mid for r, _, mid in pending if r == session_id}, session_id
 
 
-def check_counters(shot: Snapshot) -> None:
+_STATE_OF = {message_event(state): state for state in MessageState}
+
+
+def check_counters(shot: Snapshot, limits: MessagingConfig, tally: Tally) -> None:
+    """The guard counters against a recount of pending agent mail, each message's state
+    taken from its last lifecycle event in the log (not from the message record), and that
+    recount against the caps."""
+    kinds = message_kinds(shot)
     recount: Counter[str] = Counter()
     for m in shot.messages.values():
-        if m.pending and m.owner is Owner.AGENT and m.sender is not None:
+        if _STATE_OF[kinds[m.message_id][-1]].pending and m.owner is Owner.AGENT \
+                and m.sender is not None:
             recount[inbox_counter(m.recipient)] += 1
             recount[pair_counter(m.sender, m.recipient)] += 1
     stored = {name: n for name, n in shot.counters.items()
               if name.startswith(("inbox/", "pair/"))}
     assert stored == dict(recount), f"guard counters {stored} != recount {dict(recount)}"
+    inboxes = [n for name, n in recount.items() if name.startswith("inbox/")]
+    pairs = [n for name, n in recount.items() if name.startswith("pair/")]
+    tally.peak_inbox = max([tally.peak_inbox, *inboxes])
+    tally.peak_pair = max([tally.peak_pair, *pairs])
+    assert max(inboxes, default=0) <= limits.max_pending_per_session, f"inbox cap broken: {recount}"
+    assert limits.max_inflight_per_pair <= 0 or max(pairs, default=0) <= \
+        limits.max_inflight_per_pair, f"pair cap broken: {recount}"
 
 
 def check_runs(engine: Engine, shot: Snapshot, tally: Tally) -> None:
@@ -270,18 +334,12 @@ def drain_and_verify(engine: Engine, tally: Tally) -> None:
     engine.recover()
     drain(engine)
     shot = snapshot(engine.store)
-    check_logs(shot)
-    check_messages(engine, shot)
-    check_counters(shot)
-    consumed: Counter[str] = Counter()
-    for log in shot.logs.values():
-        consumed.update(str(e.data["message_id"]) for e in log if e.kind == CONSUMED)
-    assert set(consumed) == set(shot.messages), "a message was never consumed, or a ghost was"
-    twice = {mid: n for mid, n in consumed.items() if n != 1}
-    assert not twice, f"consumed more than once: {twice}"
+    check_store(engine, shot, tally)
+    counts = consumed(shot)
+    assert set(counts) == set(shot.messages), "a message was never consumed, or a ghost was"
     assert not shot.pending_index, "mail left pending after the drain"
     tally.drains += 1
-    tally.consumed[engine.store._path] = sum(consumed.values())
+    tally.consumed[engine.store._path] = sum(counts.values())
 
 
 def drain(engine: Engine) -> None:

@@ -34,6 +34,9 @@ from treemail.core.records import AgentSpec, Owner, Session, ToolContext
 
 # Sends succeed unless a rule denies them: no inbox or pair cap gets in the way.
 CONFIG = MessagingConfig(max_pending_per_session=1_000_000, max_inflight_per_pair=0)
+# The soak's load (``TREEMAIL_CRASH_CAPS=1``): tight caps, so inbox_full and inflight_full
+# refusals happen too, and the check after each kill finds every cap held.
+CAPPED = MessagingConfig(max_pending_per_session=6, max_inflight_per_pair=2)
 ROOT = AgentSpec("lead", "delegates", Rules.of({"child": "allow"}))
 PEERS = Rules.of({"parent": "allow", "sibling": "allow"})
 CHILDREN = (
@@ -45,6 +48,12 @@ CHILDREN = (
 )
 REPLAY_MISMATCH = 3
 GROUP = os.environ.get("TREEMAIL_CRASH_GROUP") == "1"
+
+
+def config() -> MessagingConfig:
+    """The limits a worker runs under, and the checks recount against (read at call time:
+    a test sets the variable its workers inherit)."""
+    return CAPPED if os.environ.get("TREEMAIL_CRASH_CAPS") == "1" else CONFIG
 
 
 def context_text(ctx: ToolContext) -> str:
@@ -88,7 +97,7 @@ class Worker:
         self.rng = random.Random(seed)
         store = LmdbStore.open(store_dir, sync=True)
         self.group = GroupStore(store) if GROUP else None
-        self.engine = Engine(self.group or store, SeededIds(seed + (1 << 64)), CONFIG)
+        self.engine = Engine(self.group or store, SeededIds(seed + (1 << 64)), config())
         # Acks of the open batch: written once it commits (never, if the kill comes first).
         self.unacked: list[tuple[str, bool]] | None = None
         self.calls = 0

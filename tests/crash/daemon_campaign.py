@@ -1,0 +1,176 @@
+"""The kill campaign against a real daemon (``treemail daemon``), for ``just soak``.
+
+Each round starts a daemon on a data directory, drives it for a random 150-600 ms over its
+socket from this process with mixed load, and SIGKILLs it while requests are in flight:
+
+* users submit and steer (queue and steer mail), plugins send mail, the tree grows by
+  delegation, and running sessions call ``send_message`` through ``tool.call`` (the daemon as
+  tool executor) to their parent and siblings, by handle, under tight caps
+  (``max_pending_per_session`` 6, ``max_inflight_per_pair`` 2), so inbox_full and
+  inflight_full refusals are part of the load;
+* the scripted model holds each run in flight for a moment, so kills find runs mid-request
+  and mail claimed; the runtime commits in groups, so kills land inside group-commit batches.
+
+A message counts as acknowledged once its answer (a ``message_id``) reached this process.
+After every kill, with no daemon alive, the store is checked from this process by
+``harness.check_store`` (logs whole, every acknowledged message stored, counters equal to a
+recount from the log and within the caps, nothing consumed twice); every few kills, and at
+each store's end, recovery plus a drain must consume every message exactly once. Every
+request the daemon answered with an error must carry a stable treemail code; an internal
+error (``rpc:internal``) fails the campaign.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.crash.harness import Tally, check_store, drain_and_verify, opened, snapshot
+from tests.daemon.conftest import DaemonProcess
+from tests.daemon.test_scenario import LEAD
+from tests.daemon.test_scenario import WORKER as SCENARIO_WORKER
+from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.lmdb_store import LmdbStore
+from treemail.core.config import MessagingConfig
+
+__all__ = ["LIMITS", "run_daemon_campaign"]
+
+LIMITS = MessagingConfig(max_pending_per_session=6, max_inflight_per_pair=2)
+CONFIG_TOML = f"""[messaging]
+max_pending_per_session = {LIMITS.max_pending_per_session}
+max_inflight_per_pair = {LIMITS.max_inflight_per_pair}
+
+[daemon.scripted]
+delay = 0.04
+"""
+# The scenario's worker, with siblings allowed outright (no approval holds the soak up).
+WORKER = SCENARIO_WORKER.replace("sibling: ask", "sibling: allow")
+assert "sibling: allow" in WORKER
+RUN_MS = (150, 600)
+LANES = 4  # concurrent request loops, so several requests are in flight at the kill
+MAX_SESSIONS = 8
+
+
+def run_daemon_campaign(base: Path, kills: int, *, per_store: int, drain_every: int,
+                        seed: int) -> Tally:
+    rng = random.Random(seed)
+    tally = Tally(drain_every=drain_every)
+    started = time.monotonic()
+    acked: dict[str, set[str]] = {}
+    for kill in range(kills):
+        data = base / f"data{kill // per_store}"
+        prepare(data)
+        sent = acked.setdefault(str(data), set())
+        daemon = DaemonProcess(data)
+        asyncio.run(Load(daemon, random.Random(rng.random()), sent, tally).drive(
+            rng.uniform(*RUN_MS) / 1000))
+        tally.kills += 1
+        last_of_store = (kill + 1) % per_store == 0 or kill + 1 == kills
+        with opened(data / "store", tally, LIMITS) as engine:
+            assert isinstance(engine.store, LmdbStore)
+            shot = snapshot(engine.store)
+            lost = sent - set(shot.messages)
+            assert not lost, f"acknowledged but not stored after kill {kill}: {sorted(lost)}"
+            check_store(engine, shot, tally)
+            tally.acks[str(data)] = len(sent)
+            if last_of_store or (kill + 1) % drain_every == 0:
+                drain_and_verify(engine, tally)
+    tally.seconds = time.monotonic() - started
+    return tally
+
+
+def prepare(data: Path) -> None:
+    if (data / "config.toml").exists():
+        return
+    (data / "agents").mkdir(parents=True)
+    (data / "agents" / "lead.md").write_text(LEAD)
+    (data / "agents" / "worker.md").write_text(WORKER)
+    (data / "config.toml").write_text(CONFIG_TOML)
+
+
+class Load:
+    """One round of traffic against one daemon, ended by its SIGKILL."""
+
+    def __init__(self, daemon: DaemonProcess, rng: random.Random, acked: set[str],
+                 tally: Tally) -> None:
+        self.daemon = daemon
+        self.rng = rng
+        self.acked = acked
+        self.tally = tally
+        self.calls = 0
+        self.round = f"{rng.getrandbits(32):08x}"  # tool-call ids unique across rounds
+        self.sessions: list[dict[str, Any]] = []
+
+    async def drive(self, seconds: float) -> None:
+        client = await self.daemon.client()
+        try:
+            await self.tree(client)
+            lanes = [asyncio.create_task(self.lane(client)) for _ in range(LANES)]
+            await asyncio.sleep(seconds)
+            os.kill(self.daemon.proc.pid, signal.SIGKILL)
+            await asyncio.gather(*lanes)
+        finally:
+            await client.close()
+            self.daemon.kill()
+        assert self.daemon.proc.returncode == -signal.SIGKILL, self.daemon.proc.returncode
+
+    async def tree(self, client: DaemonClient) -> None:
+        listed = (await client.call("session.list"))["sessions"]
+        if not listed:
+            listed = [await client.call("session.create", {"agent": "lead"})]
+        self.sessions = listed
+
+    async def lane(self, client: DaemonClient) -> None:
+        """Requests until the daemon dies under them."""
+        try:
+            while True:
+                await self.step(client)
+        except ConnectionError:
+            self.tally.cut_requests += 1  # its request was in flight when the daemon died
+
+    async def step(self, client: DaemonClient) -> None:
+        session = self.rng.choice(self.sessions)
+        sid, roll = session["session_id"], self.rng.random()
+        self.calls += 1
+        try:
+            if roll < 0.1 and len(self.sessions) < MAX_SESSIONS:
+                parent = self.sessions[0]["session_id"]
+                self.sessions.append(await client.call("session.delegate", {
+                    "parent_session_id": parent, "agent": "worker",
+                    "task": f"part {self.calls}"}))
+            elif roll < 0.3:
+                self.ack(await client.call("run.submit", {"session_id": sid,
+                                                          "text": f"turn {self.calls}"}))
+            elif roll < 0.4:
+                self.ack(await client.call("run.steer", {"session_id": sid,
+                                                         "text": f"steer {self.calls}"}))
+            elif roll < 0.5:
+                self.ack(await client.call("plugin/producer/send", {
+                    "session_id": sid, "body": f"plugin {self.calls}"}))
+            else:
+                await self.send(client, sid)
+        except RpcFailure as refused:
+            assert refused.data_code not in (None, "rpc:internal"), refused
+
+    async def send(self, client: DaemonClient, sid: str) -> None:
+        peers = [s for s in self.sessions if s["session_id"] != sid]
+        if not peers:
+            return
+        peer = self.rng.choice(peers)
+        answer = await client.call("tool.call", {
+            "session_id": sid, "tool_call_id": f"soak-{self.round}-{self.calls}",
+            "name": "send_message",
+            "arguments": {"to": peer["handle"] or peer["session_id"], "body": f"note {self.calls}",
+                          "mode": self.rng.choice(("steer", "queue"))}})
+        result = json.loads(answer["content"])
+        if isinstance(result, dict) and "message_id" in result:
+            self.ack(result)
+
+    def ack(self, answer: dict[str, Any]) -> None:
+        self.acked.add(str(answer["message_id"]))
