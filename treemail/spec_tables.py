@@ -1,7 +1,8 @@
 """The generated half of ``spec/``: tables and diagrams derived from the code they describe.
 
 Every table here is a pure function of ``treemail.core``: the lifecycles come from the
-flattened machine classes, the errors from walking ``TreemailError``, the event payloads from
+flattened machine classes, the errors from walking ``TreemailError`` (each with its JSON-RPC
+code from ``treemail.protocol.errors``, the one wire mapping), the event payloads from
 ``treemail.core.events``, the settings from
 ``MessagingConfig``, ``DEFAULTS`` and ``RANGES``, the guards from ``sending.GUARDS``.
 The tool schemas of ``spec/schemas`` are written here too, from ``treemail.core.tools``.
@@ -43,6 +44,7 @@ from treemail.core.records import AgentSpec, Session
 from treemail.core.runs import REQUEST_LOG
 from treemail.core.sending import GUARDS, _recipient_state
 from treemail.core.tools import schema_files
+from treemail.protocol.errors import jsonrpc_code
 
 __all__ = [
     "REGENERATE",
@@ -141,6 +143,7 @@ _FAMILIES = (
     ("storage", errors.StorageError),
     ("model", errors.ModelError),
     ("note", errors.ToolNote),
+    ("protocol", errors.ProtocolError),
 )
 
 
@@ -245,7 +248,8 @@ def _family(cls: type[errors.TreemailError]) -> str:
 def errors_table() -> Table:
     rows = [
         {"code": cls.code, "class": cls.__name__, "family": _family(cls),
-         "base": cls.__bases__[0].__name__, "meaning": " ".join((cls.__doc__ or "").split())}
+         "base": cls.__bases__[0].__name__, "jsonrpc_code": jsonrpc_code(cls),
+         "meaning": " ".join((cls.__doc__ or "").split())}
         for cls in _error_classes()
     ]
     return {"root": errors.TreemailError.__name__, "errors": sorted(rows, key=lambda r: r["code"])}

@@ -255,10 +255,11 @@ export interface ToolCallParams {
   arguments: Record<string, unknown>;
 }
 
-/** The tool result the model should see (JSON text); ``approval_id`` when an ``ask`` rule holds the call until ``approval.answer``. */
+/** The tool result the model should see (JSON text); ``approval_id`` when an ``ask`` rule holds the call until ``approval.answer``. ``accepted``: the mail a ``send_message`` call put in the recipient's log, as the daemon records it (with its internal ``agent_hop``, which the tool result the model sees leaves out). */
 export interface ToolCallResult {
   content: string;
   approval_id?: string | null;
+  accepted?: ProducerAccepted | null;
 }
 
 /** ``plugin/tool_before_call``: the server asks a gating plugin before a tool call runs. */

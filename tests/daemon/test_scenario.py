@@ -14,6 +14,7 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.core.envelope import render_envelope
 
 WORKER = """---
 name: worker
@@ -127,6 +128,67 @@ def test_a_tree_of_four_with_both_modes_a_wake_an_approval_and_a_steer(
     assert owners == ["agent", "delegation", "user"]  # the approved sibling mail arrived
     assert all(m["state"] == "consumed" for m in r["b_mail"]["messages"])
     assert len(r["b_runs"]["runs"]) >= 2  # its task, then the wake
+
+
+async def _log(client: DaemonClient, sid: str) -> list[dict[str, Any]]:
+    page = await client.call("events.read", {"after": 0, "session_id": sid, "limit": 256})
+    views: list[dict[str, Any]] = page["events"]
+    return views
+
+
+def test_agent_hop_is_on_the_wire_and_in_the_log_but_never_in_the_envelope(
+    slow: DaemonProcess,
+) -> None:
+    body = "the parser breaks on nested quotes"
+
+    async def go() -> dict[str, Any]:
+        client = await slow.client()
+        try:
+            lead = await client.call("session.create", {"agent_doc": LEAD})
+            lid = lead["session_id"]
+            sub = await client.call("events.subscribe", {"after": 0, "session_id": lid})
+            child = await client.call("session.delegate", {
+                "parent_session_id": lid, "agent": "worker", "task": "find the bug"})
+            await _until(client, child["session_id"], "running")
+            call = await client.call("tool.call", {
+                "session_id": child["session_id"], "tool_call_id": "hop-1",
+                "name": "send_message", "arguments": {"to": lid, "body": body}})
+            user = await client.call("run.submit", {"session_id": lid, "text": "status?"})
+            await _quiet(client)
+            live = []
+            while not any(n["event"]["kind"] == "ModelOutput" for n in live):
+                note = await client.next_notification("events/event")
+                if note.params["subscription_id"] == sub["subscription_id"]:
+                    live.append(note.params)
+            return dict(call=call, user=user, child=child, live=live,
+                        log=await _log(client, lid))
+        finally:
+            await client.close()
+
+    r = run(go(), timeout=90)
+    accepted = r["call"]["accepted"]
+    message_id = accepted["message_id"]
+    assert accepted["owner"] == "agent" and isinstance(accepted["agent_hop"], int)
+    assert accepted["agent_hop"] >= 1
+    assert "agent_hop" not in r["call"]["content"]  # the sending model's tool result
+    assert r["user"]["agent_hop"] is None  # user mail has no hop
+    # The durable event, read back and streamed live, carries the same hop.
+    accepts = {v["data"]["message_id"]: v["data"] for v in r["log"]
+               if v["kind"] == "ProducerMessageAccepted"}
+    assert accepts[message_id]["agent_hop"] == accepted["agent_hop"]
+    assert accepts[r["user"]["message_id"]]["agent_hop"] is None
+    streamed = [n["event"]["data"] for n in r["live"]
+                if n["event"]["kind"] == "ProducerMessageAccepted"
+                and n["event"]["data"]["message_id"] == message_id]
+    assert [d["agent_hop"] for d in streamed] == [accepted["agent_hop"]]
+    # What the lead's model read for that mail: the envelope alone, no hop, no id.
+    begun = next(v["data"] for v in r["log"] if v["kind"] == "RequestBegun"
+                 and message_id in v["data"]["message_ids"])
+    output = next(v["data"] for v in r["log"] if v["kind"] == "ModelOutput"
+                  and v["data"]["request_id"] == begun["request_id"])
+    envelope = next(text for text in output["inputs"] if body in text)
+    assert envelope == render_envelope(r["child"]["handle"], body, reply_hint=True)
+    assert "hop" not in envelope and message_id not in envelope
 
 
 def test_tool_call_needs_a_run_in_flight(slow: DaemonProcess) -> None:

@@ -7,6 +7,7 @@ import ast
 import importlib
 import json
 import pkgutil
+import re
 from pathlib import Path
 
 import treemail
@@ -18,11 +19,20 @@ REGISTRY = PACKAGE / "core" / "errors.py"
 SPEC = PACKAGE.parent / "spec" / "errors.json"
 
 
+_CODE = re.compile(r"[a-z][a-z_]*:[a-z][a-z0-9_]*")
+_NAMESPACES = {cls.code.split(":")[0] for cls in spec_tables._error_classes()}
+
+
 def _stray_codes(source: str) -> list[tuple[int, str]]:
-    """Codes declared outside the registry: a class attribute ``code = "..."``, or the
-    ``"error"`` of a dict literal (a tool result built by hand)."""
+    """Codes declared outside the registry: a class attribute ``code = "..."``, the
+    ``"error"`` of a dict literal (a tool result built by hand), or any string that is a code
+    of a registry namespace (``"rpc:overloaded"`` handed to the wire by hand)."""
     found = []
     for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and _CODE.fullmatch(node.value) and node.value.split(":")[0] in _NAMESPACES):
+            found.append((node.lineno, node.value))
+            continue
         if isinstance(node, ast.ClassDef):
             for item in node.body:
                 target = item.targets[0] if isinstance(item, ast.Assign) else (
@@ -48,9 +58,11 @@ def test_no_code_is_declared_outside_the_registry() -> None:
     assert offenders == {}, "declare error classes in treemail/core/errors.py"
 
 
-def test_the_scan_finds_a_class_code_and_a_hand_built_result() -> None:
-    source = 'class X:\n    code = "x:y"\nr = {"error": "tool:oops", "message": "m"}\n'
-    assert _stray_codes(source) == [(2, "x:y"), (3, "tool:oops")]
+def test_the_scan_finds_a_class_code_a_hand_built_result_and_a_wire_code() -> None:
+    source = ('class X:\n    code = "x:y"\nr = {"error": "tool:oops", "message": "m"}\n'
+              'wire(-32001, "rpc:overloaded")\nnote = "at 10:30 or ratio 3:4"\n')
+    assert sorted(set(_stray_codes(source))) == [
+        (2, "x:y"), (3, "tool:oops"), (4, "rpc:overloaded")]
 
 
 def _all_error_classes() -> set[type[errors.TreemailError]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from treemail import spec_tables
 from treemail.core import errors as core
 from treemail.protocol import errors
 from treemail.protocol.framing import FrameSplitter, Oversized
@@ -84,6 +85,28 @@ def test_error_details_travel_as_plain_json() -> None:
     assert isinstance(mapped.data.details["obj"], str)
 
 
-def test_every_family_code_is_documented() -> None:
-    for code in (errors.OVERLOADED, errors.REFUSED, -32700, -32600, -32601, -32602):
-        assert code in errors.WIRE_CODES
+def test_every_registered_code_maps_to_a_documented_wire_code() -> None:
+    for row in spec_tables.errors_table()["errors"]:
+        assert row["jsonrpc_code"] in errors.WIRE_CODES, row["code"]
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (core.FrameNotJson("x"), -32700),
+    (core.FrameNotUtf8("x"), -32700),
+    (core.NotJsonRpc("x"), -32600),
+    (core.FrameTooLarge("x"), -32600),
+    (core.UnknownMethod("x"), -32601),
+    (core.InvalidParams("x"), -32602),
+    (core.InternalError("x"), -32603),
+    (core.Overloaded("x"), -32001),
+    (core.NotInitialized("x"), -32002),
+    (core.UnsupportedVersion("x"), -32003),
+    (core.Unauthorized("x"), -32004),
+])
+def test_the_wire_codes_are_registry_classes_on_the_standard_codes(
+    error: core.ProtocolError, code: int
+) -> None:
+    mapped = errors.rpc_error(error)
+    assert mapped.code == code
+    assert mapped.data is not None and mapped.data.code == error.code
+    assert error.code.startswith("rpc:")

@@ -11,6 +11,8 @@ Three families are kept apart, as the user must react to each differently:
 A fourth root, ``ModelError``, is a failed model call: no one's fault in treemail, retried or
 reported by the runtime's failure policy. ``ToolNote``s are never raised: they stand in for a
 tool result the log does not hold (a call still waiting for approval, a run that died first).
+A fifth, ``ProtocolError``, is a client that spoke the daemon's wire protocol wrongly (a bad
+frame, an unknown method, no handshake): the ``rpc:`` codes, which only the daemon raises.
 
 Every code a model, a user or a plugin can see is declared here, and only here;
 ``spec/errors.json`` lists them all, and ``tests/unit/test_error_registry.py`` fails on a code
@@ -31,25 +33,34 @@ __all__ = [
     "DataDirLocked",
     "DefinitionError",
     "EngineShutdown",
+    "FrameNotJson",
+    "FrameNotUtf8",
+    "FrameTooLarge",
     "IdempotencyConflict",
     "IllegalTransition",
     "InboxFull",
     "InflightFull",
+    "InternalError",
     "InvalidArguments",
     "InvalidBody",
+    "InvalidParams",
     "InvalidRequest",
     "InvalidToolArguments",
     "InvalidToolContext",
     "MaxHopsExceeded",
     "MessagingDisabled",
     "ModelError",
+    "NotInitialized",
+    "NotJsonRpc",
     "NotTreePeer",
     "OutcomeUnknown",
+    "Overloaded",
     "PermissionDenied",
     "PluginBodyTooLarge",
     "PluginFailed",
     "PluginLoadError",
     "PluginRefusal",
+    "ProtocolError",
     "Refusal",
     "ScriptExhausted",
     "SelfSend",
@@ -65,11 +76,14 @@ __all__ = [
     "ToolInterrupted",
     "ToolNote",
     "TreemailError",
+    "Unauthorized",
     "UnknownApproval",
+    "UnknownMethod",
     "UnknownSession",
     "UnknownSubagentReference",
     "UnknownTarget",
     "UnknownTool",
+    "UnsupportedVersion",
 ]
 
 
@@ -385,3 +399,78 @@ class OutcomeUnknown(StorageError):
     """An I/O error came after the commit point: retry with the same tool-call id."""
 
     code = "store:outcome_unknown"
+
+
+# -- the wire (protocol 19) -----------------------------------------------------------------
+
+
+class ProtocolError(TreemailError):
+    """A client spoke the daemon's protocol wrongly; fix the client (nothing was done)."""
+
+    code = "rpc:error"
+
+
+class FrameNotUtf8(ProtocolError):
+    """A frame was not UTF-8; send one UTF-8 JSON object per line."""
+
+    code = "rpc:invalid_utf8"
+
+
+class FrameNotJson(ProtocolError):
+    """A frame was not JSON; send one JSON object per line."""
+
+    code = "rpc:parse_error"
+
+
+class NotJsonRpc(ProtocolError):
+    """A frame was JSON but not a JSON-RPC 2.0 request, notification or response."""
+
+    code = "rpc:invalid_request"
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame was over the daemon's size limit and was dropped unread; send smaller frames."""
+
+    code = "rpc:frame_too_large"
+
+
+class UnknownMethod(ProtocolError):
+    """No method of that name in this protocol; spec/bindings lists them."""
+
+    code = "rpc:method_not_found"
+
+
+class InvalidParams(ProtocolError):
+    """The params do not match the method's schema; the message names the field."""
+
+    code = "rpc:invalid_params"
+
+
+class NotInitialized(ProtocolError):
+    """A request came before ``initialize``; send initialize first."""
+
+    code = "rpc:not_initialized"
+
+
+class UnsupportedVersion(ProtocolError):
+    """The client asked for a protocol version this daemon does not speak."""
+
+    code = "rpc:unsupported_version"
+
+
+class Unauthorized(ProtocolError):
+    """A TCP client did not present the daemon's bearer token, or presented a wrong one."""
+
+    code = "rpc:unauthorized"
+
+
+class Overloaded(ProtocolError):
+    """Too many requests are in flight on the connection; wait for answers, then retry."""
+
+    code = "rpc:overloaded"
+
+
+class InternalError(ProtocolError):
+    """The daemon failed while serving a request: a bug; the message says what failed."""
+
+    code = "rpc:internal"

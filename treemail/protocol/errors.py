@@ -2,55 +2,87 @@
 
 The JSON-RPC ``code`` says which family an error belongs to, so a generic client can react
 (retry an overload, fix its params, give up on a refusal); ``data.code`` is treemail's stable
-code (``send_message:inbox_full`` ...), what a client that knows treemail branches on.
+code (``send_message:inbox_full``, ``rpc:overloaded`` ...), what a client that knows treemail
+branches on. Every stable code is a class of the registry (``treemail.core.errors``), the
+wire's own ``rpc:`` codes included, and reaches the wire only through ``rpc_error``;
+``spec/errors.json`` lists each code's JSON-RPC code, from ``jsonrpc_code``.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
-from treemail.core.errors import DefinitionError, Refusal, StorageError, TreemailError
-from treemail.protocol.jsonrpc import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    ErrorData,
-    RpcError,
-)
+import msgspec
+
+from treemail.core import errors as e
 
 __all__ = [
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
     "OVERLOADED",
+    "PARSE_ERROR",
     "REFUSED",
     "WIRE_CODES",
-    "invalid_params",
-    "invalid_request",
-    "method_not_found",
-    "not_initialized",
-    "overloaded",
+    "ErrorData",
+    "RpcError",
+    "jsonrpc_code",
     "rpc_error",
-    "unexpected",
-    "unsupported_version",
 ]
 
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
 OVERLOADED: Final = -32001
 NOT_INITIALIZED: Final = -32002
 UNSUPPORTED_VERSION: Final = -32003
+UNAUTHORIZED: Final = -32004
 REFUSED: Final = -32010
 INVALID: Final = -32011
 STORAGE: Final = -32012
 FAILED: Final = -32013
 
-# Most specific family first: a class is matched by the first entry it is a subclass of.
-_FAMILIES: Final[tuple[tuple[type[TreemailError], int], ...]] = (
-    (Refusal, REFUSED),
-    (DefinitionError, INVALID),
-    (StorageError, STORAGE),
-    (TreemailError, FAILED),
+
+class ErrorData(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a client branches on: treemail's stable error code, and the error's details."""
+
+    code: str
+    details: dict[str, Any] = {}
+
+
+class RpcError(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A JSON-RPC error object; ``data.code`` is the stable treemail code."""
+
+    code: int
+    message: str
+    data: ErrorData | None = None
+
+
+# Most specific first: a class takes the code of the first entry it is a subclass of.
+_MAPPING: Final[tuple[tuple[type[e.TreemailError], int], ...]] = (
+    (e.FrameNotUtf8, PARSE_ERROR),
+    (e.FrameNotJson, PARSE_ERROR),
+    (e.NotJsonRpc, INVALID_REQUEST),
+    (e.FrameTooLarge, INVALID_REQUEST),
+    (e.UnknownMethod, METHOD_NOT_FOUND),
+    (e.InvalidParams, INVALID_PARAMS),
+    (e.InternalError, INTERNAL_ERROR),
+    (e.Overloaded, OVERLOADED),
+    (e.NotInitialized, NOT_INITIALIZED),
+    (e.UnsupportedVersion, UNSUPPORTED_VERSION),
+    (e.Unauthorized, UNAUTHORIZED),
+    (e.ProtocolError, INVALID_REQUEST),
+    (e.Refusal, REFUSED),
+    (e.DefinitionError, INVALID),
+    (e.StorageError, STORAGE),
+    (e.TreemailError, FAILED),
 )
 
 WIRE_CODES: Final[dict[int, str]] = {
-    -32700: "parse error: the frame is not UTF-8 JSON",
+    PARSE_ERROR: "parse error: the frame is not UTF-8 JSON",
     INVALID_REQUEST: "invalid request: not a JSON-RPC 2.0 message, or a frame over the limit",
     METHOD_NOT_FOUND: "unknown method",
     INVALID_PARAMS: "invalid params: the params do not match the method's schema",
@@ -58,6 +90,7 @@ WIRE_CODES: Final[dict[int, str]] = {
     OVERLOADED: "overloaded: too many requests in flight on this connection; retry later",
     NOT_INITIALIZED: "not initialized: send initialize first",
     UNSUPPORTED_VERSION: "unsupported protocol version",
+    UNAUTHORIZED: "unauthorized: a TCP connection must present the daemon's bearer token",
     REFUSED: "refused: treemail refused the operation; the store is unchanged",
     INVALID: "invalid: the operation names something that does not exist or is malformed",
     STORAGE: "storage: the store failed",
@@ -65,11 +98,15 @@ WIRE_CODES: Final[dict[int, str]] = {
 }
 
 
-def rpc_error(error: TreemailError) -> RpcError:
-    """The error object for a treemail error: its family's code and its stable code."""
-    code = next(code for family, code in _FAMILIES if isinstance(error, family))
+def jsonrpc_code(cls: type[e.TreemailError]) -> int:
+    """The JSON-RPC code of an error class: its entry in the one mapping."""
+    return next(code for family, code in _MAPPING if issubclass(cls, family))
+
+
+def rpc_error(error: e.TreemailError) -> RpcError:
+    """The error object for a treemail error: its JSON-RPC code and its stable code."""
     details = {key: _plain(value) for key, value in error.details.items()}
-    return RpcError(code=code, message=error.message,
+    return RpcError(code=jsonrpc_code(type(error)), message=error.message,
                     data=ErrorData(code=error.code, details=details))
 
 
@@ -81,43 +118,3 @@ def _plain(value: object) -> object:
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     return str(value)
-
-
-def _wire(code: int, stable: str, message: str) -> RpcError:
-    return RpcError(code=code, message=message, data=ErrorData(code=stable))
-
-
-def overloaded(limit: int) -> RpcError:
-    return _wire(OVERLOADED, "rpc:overloaded",
-                 f"{limit} requests are already in flight on this connection; "
-                 "wait for answers before sending more")
-
-
-def not_initialized(method: str) -> RpcError:
-    return _wire(NOT_INITIALIZED, "rpc:not_initialized",
-                 f"{method} before initialize: send initialize first")
-
-
-def unsupported_version(asked: int, supported: int) -> RpcError:
-    return _wire(UNSUPPORTED_VERSION, "rpc:unsupported_version",
-                 f"protocol version {asked} is not supported; this daemon speaks "
-                 f"protocol_version {supported}")
-
-
-def method_not_found(method: str) -> RpcError:
-    return _wire(METHOD_NOT_FOUND, "rpc:method_not_found",
-                 f"no method {method!r}; see spec/bindings for the methods of this protocol")
-
-
-def invalid_params(method: str, problem: str) -> RpcError:
-    return _wire(INVALID_PARAMS, "rpc:invalid_params", f"{method}: {problem}")
-
-
-def invalid_request(stable: str, message: str) -> RpcError:
-    return _wire(INVALID_REQUEST, stable, message)
-
-
-def unexpected(method: str, exc: BaseException) -> RpcError:
-    return _wire(INTERNAL_ERROR, "rpc:internal",
-                 f"{method} failed inside the daemon ({type(exc).__name__}: {exc}); "
-                 "this is a bug, please report it")

@@ -7,9 +7,21 @@ the id when one could be read, so the connection goes on serving its next frame.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import msgspec
+
+from treemail.core.errors import FrameNotJson, FrameNotUtf8, NotJsonRpc, ProtocolError
+from treemail.protocol.errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    ErrorData,
+    RpcError,
+    rpc_error,
+)
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -32,28 +44,7 @@ __all__ = [
     "encode_result",
 ]
 
-PARSE_ERROR: Final = -32700
-INVALID_REQUEST: Final = -32600
-METHOD_NOT_FOUND: Final = -32601
-INVALID_PARAMS: Final = -32602
-INTERNAL_ERROR: Final = -32603
-
 RequestId = int | str
-
-
-class ErrorData(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """What a client branches on: treemail's stable error code, and the error's details."""
-
-    code: str
-    details: dict[str, Any] = {}
-
-
-class RpcError(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A JSON-RPC error object; ``data.code`` is the stable treemail code."""
-
-    code: int
-    message: str
-    data: ErrorData | None = None
 
 
 class Request(msgspec.Struct, frozen=True):
@@ -85,46 +76,41 @@ class Failure(msgspec.Struct, frozen=True):
 Incoming = Request | Notification | Reply | Failure
 
 
-def _failure(code: int, stable: str, message: str, id: RequestId | None = None) -> Failure:
-    return Failure(id, RpcError(code=code, message=message, data=ErrorData(code=stable)))
+def _failure(error: ProtocolError, id: RequestId | None = None) -> Failure:
+    return Failure(id, rpc_error(error))
 
 
 def decode_frame(frame: bytes) -> Incoming:
     try:
         text = frame.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return _failure(PARSE_ERROR, "rpc:invalid_utf8",
-                        f"frame is not UTF-8 ({exc.reason} at byte {exc.start}); "
-                        "send one UTF-8 JSON object per line")
+        return _failure(FrameNotUtf8(
+            f"frame is not UTF-8 ({exc.reason} at byte {exc.start}); "
+            "send one UTF-8 JSON object per line"))
     try:
         message = msgspec.json.decode(text)
     except msgspec.DecodeError as exc:
-        return _failure(PARSE_ERROR, "rpc:parse_error",
-                        f"frame is not JSON ({exc}); send one JSON object per line")
+        return _failure(FrameNotJson(
+            f"frame is not JSON ({exc}); send one JSON object per line"))
     return _classify(message)
 
 
 def _classify(message: object) -> Incoming:
     if not isinstance(message, dict):
-        return _failure(INVALID_REQUEST, "rpc:invalid_request",
-                        "a JSON-RPC message is a JSON object")
+        return _failure(NotJsonRpc("a JSON-RPC message is a JSON object"))
     raw_id = message.get("id")
     id = raw_id if _valid_id(raw_id) else None
     if message.get("jsonrpc") != "2.0":
-        return _failure(INVALID_REQUEST, "rpc:invalid_request",
-                        'the message must carry "jsonrpc": "2.0"', id)
+        return _failure(NotJsonRpc('the message must carry "jsonrpc": "2.0"'), id)
     if "method" not in message:
         return _reply(message, id)
     if "id" in message and not _valid_id(raw_id):
-        return _failure(INVALID_REQUEST, "rpc:invalid_request",
-                        "id must be an integer or a string")
+        return _failure(NotJsonRpc("id must be an integer or a string"))
     method, params = message.get("method"), message.get("params", {})
     if not isinstance(method, str) or not method:
-        return _failure(INVALID_REQUEST, "rpc:invalid_request",
-                        "method must be a non-empty string", id)
+        return _failure(NotJsonRpc("method must be a non-empty string"), id)
     if not isinstance(params, dict):
-        return _failure(INVALID_REQUEST, "rpc:invalid_request",
-                        "params must be a JSON object (by-name parameters)", id)
+        return _failure(NotJsonRpc("params must be a JSON object (by-name parameters)"), id)
     if id is None:
         return Notification(method, params)
     return Request(id, method, params)
@@ -133,16 +119,14 @@ def _classify(message: object) -> Incoming:
 def _reply(message: dict[str, Any], id: RequestId | None) -> Incoming:
     """A response. An error answer may have a null id: the answer to an unreadable frame."""
     if ("result" in message) == ("error" in message) or (id is None and "result" in message):
-        return _failure(INVALID_REQUEST, "rpc:invalid_request",
-                        "a message without a method is a response: an id and exactly one "
-                        "of result and error", id)
+        return _failure(NotJsonRpc("a message without a method is a response: an id and "
+                                   "exactly one of result and error"), id)
     if "result" in message and id is not None:
         return Reply(id, result=message["result"])
     try:
         error = msgspec.convert(message["error"], RpcError)
     except msgspec.ValidationError as exc:
-        return _failure(INVALID_REQUEST, "rpc:invalid_request",
-                        f"error object is malformed: {exc}", id)
+        return _failure(NotJsonRpc(f"error object is malformed: {exc}"), id)
     return Reply(id, error=error) if id is not None else Failure(None, error)
 
 

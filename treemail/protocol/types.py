@@ -271,10 +271,13 @@ class ToolCallParams(Params):
 
 class ToolCallResult(Result):
     """The tool result the model should see (JSON text); ``approval_id`` when an ``ask`` rule
-    holds the call until ``approval.answer``."""
+    holds the call until ``approval.answer``. ``accepted``: the mail a ``send_message`` call
+    put in the recipient's log, as the daemon records it (with its internal ``agent_hop``,
+    which the tool result the model sees leaves out)."""
 
     content: str
     approval_id: str | None = None
+    accepted: ProducerAccepted | None = None
 
 
 class ApprovalView(Result):

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from treemail.core.errors import InternalError, UnknownMethod
+from treemail.protocol.errors import rpc_error
 from treemail.protocol.framing import FrameSplitter, Oversized
 from treemail.protocol.jsonrpc import (
     Failure,
@@ -173,13 +175,15 @@ class DaemonClient:
 
     async def _serve(self, request: Request) -> None:
         if self.on_request is None:
-            reply = encode_error(request.id, RpcError(
-                code=-32601, message=f"this client serves no {request.method}"))
+            reply = encode_error(request.id, rpc_error(UnknownMethod(
+                f"this client serves no {request.method}", method=request.method)))
         else:
             try:
                 reply = encode_result(request.id, await self.on_request(request.method,
                                                                         request.params))
             except Exception as exc:
-                reply = encode_error(request.id, RpcError(code=-32603, message=str(exc)))
+                reply = encode_error(request.id, rpc_error(InternalError(
+                    f"{request.method} failed in the client ({type(exc).__name__}: {exc})",
+                    method=request.method)))
         with contextlib.suppress(ConnectionError):
             await self.send_raw(reply)

@@ -6,6 +6,7 @@ store, and a read never blocks the event loop.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from treemail import __name__ as _package
@@ -13,12 +14,16 @@ from treemail.adapters.agent_docs import build_agents
 from treemail.adapters.daemon.connection import Connection
 from treemail.adapters.models import ToolCall
 from treemail.core.agents import parse_agent_doc
-from treemail.core.errors import InvalidRequest, InvalidToolContext, PluginBodyTooLarge
+from treemail.core.errors import (
+    InvalidRequest,
+    InvalidToolContext,
+    PluginBodyTooLarge,
+    UnsupportedVersion,
+)
 from treemail.core.events import EventKind
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import Approval, Event, Message, Mode, Owner, Run, Session, ToolContext
 from treemail.core.sending import REPORTED
-from treemail.protocol import errors
 from treemail.protocol import types as t
 from treemail.protocol.methods import METHODS, NOTIFICATIONS, PROTOCOL_VERSION
 
@@ -51,6 +56,14 @@ def run_view(run: Run) -> t.RunView:
                      status=run.status.value, base_hop=run.base_hop)
 
 
+def accepted_view(message: Message, mode: str, recipient_state: str) -> t.ProducerAccepted:
+    """An accept as its sender sees it; ``agent_hop`` only for agent mail."""
+    return t.ProducerAccepted(
+        message_id=message.message_id, session_id=message.recipient,
+        owner=message.owner.value, mode=mode, recipient_state=recipient_state,
+        agent_hop=message.hop if message.owner is Owner.AGENT else None)
+
+
 def approval_view(a: Approval) -> t.ApprovalView:
     return t.ApprovalView(
         approval_id=a.approval_id, session_id=a.session_id, run_id=a.run_id,
@@ -71,9 +84,10 @@ class Methods:
 
     async def initialize(self, conn: Connection, p: t.InitializeParams) -> t.InitializeResult:
         if p.protocol_version != PROTOCOL_VERSION:
-            from treemail.adapters.daemon.server import WireError
-
-            raise WireError(errors.unsupported_version(p.protocol_version, PROTOCOL_VERSION))
+            raise UnsupportedVersion(
+                f"protocol version {p.protocol_version} is not supported; this daemon speaks "
+                f"protocol_version {PROTOCOL_VERSION}", asked=p.protocol_version,
+                supported=PROTOCOL_VERSION)
         if conn.initialized:
             raise InvalidRequest("this connection is already initialized; initialize once")
         conn.initialized = True
@@ -147,11 +161,7 @@ class Methods:
         the mail joined a run in flight."""
         message: Message = await self.read(self.engine.message, message_id)
         joined = message.mode is Mode.STEER and message.run_id is not None
-        return t.ProducerAccepted(
-            message_id=message_id, session_id=message.recipient, owner=message.owner.value,
-            mode="steer" if joined else "queue",
-            recipient_state=REPORTED[state].value,
-            agent_hop=message.hop if message.owner is Owner.AGENT else None)
+        return accepted_view(message, "steer" if joined else "queue", REPORTED[state].value)
 
     async def session_delegate(self, conn: Connection,
                                p: t.SessionDelegateParams) -> t.SessionView:
@@ -207,12 +217,22 @@ class Methods:
         for target in outcome.poke:
             self.rt.poke(target)
         if outcome.approval is None:
-            return t.ToolCallResult(content=outcome.content)
+            return t.ToolCallResult(content=outcome.content,
+                                    accepted=await self._sent(p.name, outcome.content))
         ctx = ToolContext(session.session_id, session.run_id, p.tool_call_id)
         held: Approval = await self.rt.writer(
             self.engine.hold_for_approval, ctx, p.name, p.arguments,
             str(outcome.approval.details.get("label")))
         return t.ToolCallResult(content=outcome.content, approval_id=held.approval_id)
+
+    async def _sent(self, tool: str, content: str) -> t.ProducerAccepted | None:
+        """The mail a successful send_message call accepted, read back from the store."""
+        result = _json(content) if tool == "send_message" else None
+        if result is None or not isinstance(result.get("message_id"), str):
+            return None  # refused: the content is the tool error, nothing was accepted
+        message: Message = await self.read(self.engine.message, result["message_id"])
+        return accepted_view(message, str(result.get("mode")),
+                             str(result.get("recipient_state")))
 
     async def approval_list(self, conn: Connection,
                             p: t.ApprovalListParams) -> t.ApprovalListResult:
@@ -258,6 +278,14 @@ class Methods:
 
 # The kinds that record a message's lifecycle steps: its receipt's history.
 _MAIL_KINDS = frozenset(k for k in EventKind if k.name.startswith("PRODUCER_MESSAGE_"))
+
+
+def _json(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _text(data: object, key: str) -> str | None:

@@ -25,35 +25,35 @@ from treemail.adapters.daemon.connection import Connection, Limits, PeerGone
 from treemail.adapters.daemon.feeds import Subscriptions
 from treemail.adapters.daemon.lock import DataDirLock
 from treemail.adapters.runtime import Runtime
-from treemail.core.errors import EngineShutdown, TreemailError
+from treemail.core.errors import (
+    EngineShutdown,
+    FrameTooLarge,
+    InternalError,
+    InvalidParams,
+    NotInitialized,
+    Overloaded,
+    TreemailError,
+    UnknownMethod,
+)
 from treemail.core.store import Store
-from treemail.protocol import errors
+from treemail.protocol.errors import rpc_error
 from treemail.protocol.framing import FrameSplitter, Oversized
 from treemail.protocol.jsonrpc import (
     Failure,
     Reply,
     Request,
-    RpcError,
     decode_frame,
     encode_error,
     encode_result,
 )
 from treemail.protocol.methods import METHODS, Method, ParamsError, decode_params
 
-__all__ = ["Daemon", "Handler", "WireError"]
+__all__ = ["Daemon", "Handler"]
 
 Handler = Callable[[Connection, Any], Awaitable[msgspec.Struct]]
 
 # Methods that still answer while the daemon stops; every other one is refused.
 _WHILE_STOPPING = frozenset({"initialize", "shutdown"})
-
-
-class WireError(Exception):
-    """A handler's refusal that is a protocol matter, not a treemail error."""
-
-    def __init__(self, error: RpcError) -> None:
-        super().__init__(error.message)
-        self.error = error
 
 
 class Daemon:
@@ -125,10 +125,10 @@ class Daemon:
 
     async def _frame(self, conn: Connection, frame: bytes | Oversized) -> None:
         if isinstance(frame, Oversized):
-            await conn.send(encode_error(None, errors.invalid_request(
-                "rpc:frame_too_large",
+            await conn.send(encode_error(None, rpc_error(FrameTooLarge(
                 f"frame of {frame.size} bytes is over the limit of "
-                f"{self.limits.max_frame_bytes} bytes; it was dropped")))
+                f"{self.limits.max_frame_bytes} bytes; it was dropped unread",
+                size=frame.size, limit=self.limits.max_frame_bytes))))
             return
         message = decode_frame(frame)
         if isinstance(message, Failure):
@@ -141,8 +141,10 @@ class Daemon:
 
     async def _request(self, conn: Connection, request: Request) -> None:
         if conn.in_flight >= self.limits.max_in_flight:
-            await conn.send(encode_error(request.id,
-                                         errors.overloaded(self.limits.max_in_flight)))
+            limit = self.limits.max_in_flight
+            await conn.send(encode_error(request.id, rpc_error(Overloaded(
+                f"{limit} requests are already in flight on this connection; "
+                "wait for answers before sending more", limit=limit))))
             return
         conn.in_flight += 1
         conn.spawn(self._answer(conn, request), f"{conn.name} {request.method}", request=True)
@@ -157,24 +159,26 @@ class Daemon:
     async def _outcome(self, conn: Connection, request: Request) -> bytes:
         try:
             result = await self._dispatch(conn, request)
-        except WireError as refused:
-            return encode_error(request.id, refused.error)
         except TreemailError as error:
-            return encode_error(request.id, errors.rpc_error(error))
+            return encode_error(request.id, rpc_error(error))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             print(f"treemail daemon: {request.method} failed: {exc!r}", file=sys.stderr)
-            return encode_error(request.id, errors.unexpected(request.method, exc))
+            return encode_error(request.id, rpc_error(InternalError(
+                f"{request.method} failed inside the daemon ({type(exc).__name__}: {exc}); "
+                "this is a bug, please report it", method=request.method)))
         return encode_result(request.id, result)
 
     async def _dispatch(self, conn: Connection, request: Request) -> msgspec.Struct:
         method = METHODS.get(request.method)
         handler = self.handlers.get(request.method)
         if method is None or handler is None:
-            raise WireError(errors.method_not_found(request.method))
+            raise UnknownMethod(f"no method {request.method!r}; see spec/bindings for the "
+                                "methods of this protocol", method=request.method)
         if not conn.initialized and method.name != "initialize":
-            raise WireError(errors.not_initialized(method.name))
+            raise NotInitialized(f"{method.name} before initialize: send initialize first",
+                                 method=method.name)
         params = _params(method, request.params)
         if self.stopping and method.name not in _WHILE_STOPPING:
             raise EngineShutdown("the daemon is shutting down; nothing was accepted; "
@@ -222,4 +226,4 @@ def _params(method: Method, raw: Any) -> msgspec.Struct:
     try:
         return decode_params(method, raw)
     except ParamsError as exc:
-        raise WireError(errors.invalid_params(method.name, str(exc))) from None
+        raise InvalidParams(f"{method.name}: {exc}", method=method.name) from None
