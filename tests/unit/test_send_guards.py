@@ -719,3 +719,23 @@ def test_inbox_full_names_the_limit_not_the_count_as_the_limit(world: World, fam
     error = _refused(world, fam.b, arguments(fam.root), "send_message:inbox_full")
     assert "its limit" not in str(error)
     assert "at most 2 (max_pending_per_session)" in str(error)
+
+
+@pytest.mark.parametrize("call_id", ["😀" * 130, "é" * 129, "x" * 257])
+def test_a_call_id_is_bounded_in_bytes_not_characters(
+    world: World, fam: Family, call_id: str
+) -> None:
+    # 130 emoji are 130 characters but 520 bytes: counted in characters they passed the
+    # bound and then overflowed LMDB's 511-byte key as a bare store:failure.
+    ctx = ToolContext(fam.a.session_id, world.activate(fam.a).run_id, call_id)
+    before = world.snapshot()  # the call's own counters cannot be keyed by this id
+    with pytest.raises(TreemailError) as caught:
+        world.engine.send_message(ctx, arguments(fam.b))
+    assert caught.value.code == "engine:invalid_tool_context", str(caught.value)
+    assert "256 bytes" in str(caught.value)
+    assert world.snapshot() == before
+
+
+def test_a_call_id_of_256_bytes_is_accepted(world: World, fam: Family) -> None:
+    ctx = ToolContext(fam.a.session_id, world.activate(fam.a).run_id, "é" * 128)
+    world.engine.send_message(ctx, arguments(fam.b))

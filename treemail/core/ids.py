@@ -43,15 +43,19 @@ class CountingIds:
         return f"{n:08x}-0000-4000-8000-{self._namespace:012x}"
 
 
-# Longest reference worth a lookup: handles are short, UUIDs 36 characters.
+# Longest reference worth a lookup, in UTF-8 bytes: handles are short, UUIDs 36 bytes. It is
+# counted in bytes, not characters, because ids become parts of store keys and LMDB bounds a
+# key at 511 bytes: 130 emoji are 130 characters but 520 bytes.
 MAX_REFERENCE = 256
 
 
 def storable(reference: str) -> bool:
     """Whether ``reference`` could name anything stored: printable (no NUL, no control
-    character, no lone surrogate) and not absurdly long. Anything else names nothing, so it is
-    answered without a store lookup, the same on every store."""
-    return 0 < len(reference) <= MAX_REFERENCE and reference.isprintable()
+    character, no lone surrogate) and at most ``MAX_REFERENCE`` bytes of UTF-8. Anything else
+    names nothing, so it is answered without a store lookup, the same on every store."""
+    # isprintable() first: it refuses lone surrogates, which UTF-8 cannot encode.
+    return (bool(reference) and reference.isprintable()
+            and len(reference.encode("utf-8")) <= MAX_REFERENCE)
 
 
 def canonical_uuid(reference: str) -> str | None:

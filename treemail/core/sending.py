@@ -289,7 +289,7 @@ def _tool_context(tx: ReadTxn, ctx: ToolContext) -> tuple[Session, Run]:
     if not all(storable(part) for part in (ctx.session_id, ctx.run_id, ctx.tool_call_id)):
         raise InvalidToolContext(
             "a tool context's session, run and tool call ids must be printable and at most "
-            f"{MAX_REFERENCE} characters; got {ctx!r}"
+            f"{MAX_REFERENCE} bytes of UTF-8; got {ctx!r}"
         )
     sender = tx.session(ctx.session_id)
     run = tx.run(ctx.run_id)
