@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tests.daemon.conftest import DaemonProcess
@@ -74,3 +74,31 @@ def mail(kind: type[events.MessagePayload], message_id: str,
          ) -> Callable[[events.Payload | events.UnknownEvent], bool]:
     """A condition: message ``message_id`` entered the state ``kind`` records."""
     return lambda p: isinstance(p, kind) and p.message_id == message_id
+
+
+async def until(check: Callable[[], bool], pause: Callable[[], Awaitable[None]],
+                what: str, timeout: float = 30.0) -> None:
+    """Wait for ``check`` to hold, letting the app run (``pause``) in between."""
+    try:
+        async with asyncio.timeout(timeout):
+            while not check():
+                await pause()
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+def assert_snapshot(text: str, path: Path) -> None:
+    """``text`` equals the snapshot at ``path``; TREEMAIL_SNAPSHOTS=update rewrites it (then
+    read the diff before committing it)."""
+    import difflib
+    import os
+
+    if os.environ.get("TREEMAIL_SNAPSHOTS") == "update" or not path.exists():
+        path.write_text(text + "\n", encoding="utf-8")
+        if os.environ.get("TREEMAIL_SNAPSHOTS") != "update":
+            raise AssertionError(f"no snapshot at {path}; wrote one, review it and re-run")
+    expected = path.read_text(encoding="utf-8").rstrip("\n")
+    if text != expected:
+        diff = "\n".join(difflib.unified_diff(expected.split("\n"), text.split("\n"),
+                                              "snapshot", "now", lineterm=""))
+        raise AssertionError(f"{path.name} differs:\n{diff}")

@@ -65,11 +65,17 @@ def _discard_offline(store: Path, message_id: str) -> None:
         opened.close()
 
 
-async def _after_restart(daemon: DaemonProcess, rec: Recorder, crashed: str) -> None:
+async def _after_restart(daemon: DaemonProcess, rec: Recorder, ids: dict[str, Any]) -> None:
     client: DaemonClient = await daemon.client()
     await rec.follow(LiveFeed(client), after=rec.last)
-    await rec.until(mail(events.ProducerMessageReleased, crashed))
-    await rec.until(mail(events.ProducerMessageConsumed, crashed))
+    await rec.until(mail(events.ProducerMessageReleased, ids["crashed"]))
+    await rec.until(mail(events.ProducerMessageConsumed, ids["crashed"]))
+    async with asyncio.timeout(30):  # the run that read it ends; then the feed is still
+        while (await client.call("session.get", {"session_id": ids["lead"]}))["state"] not in (
+                "finished", "idle"):
+            await asyncio.sleep(0.02)
+    head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
+    await rec.until(lambda _: rec.last >= head)
     await rec.stop()
     await client.close()
 
@@ -81,7 +87,7 @@ def test_the_rows_of_a_live_scenario_are_the_rows_of_its_replay(
     ids = asyncio.run(_first_part(slow_daemon(tmp_path), rec))
     _discard_offline(tmp_path / "store", ids["dropped"])
     restarted = slow_daemon(tmp_path)
-    asyncio.run(_after_restart(restarted, rec, ids["crashed"]))
+    asyncio.run(_after_restart(restarted, rec, ids))
     code, err = restarted.terminate()
     assert code == 0, err
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from treemail.adapters.daemon import commands as daemon_commands
@@ -44,6 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "verify", help="check every record's checksum and every index of a store")
     verify.add_argument("path", help="the store directory")
     daemon_commands.register(commands)
+    tui = commands.add_parser(
+        "tui", help="watch sessions converse and answer approvals (read-only on a store)")
+    tui.add_argument("--data-dir", type=Path, default=Path("./.treemail"),
+                     help="its daemon if one runs, else a read-only replay of DIR/store")
+    tui.add_argument("--connect", type=Path, metavar="SOCKET", help="a daemon's Unix socket")
+    tui.set_defaults(run=_tui)
     args = parser.parse_args(argv)
     if hasattr(args, "run"):  # a subcommand registered from its own module
         return int(args.run(args))
@@ -66,6 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_main(args.bounds, args.config, args.messaging, args.plant,
                           history=args.history, quiet=args.quiet)
     return show_log(args.path, args.session, follow=args.follow, interval=args.interval)
+
+
+def _tui(args: argparse.Namespace) -> int:
+    from treemail.adapters.tui.app import main as tui_main  # Textual loads only for the TUI
+
+    return tui_main(args)
 
 
 def _seconds(text: str) -> float:

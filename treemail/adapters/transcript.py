@@ -276,6 +276,9 @@ class Transcript:
         for event in log:
             self.add(event)
 
+    def row(self, key: str) -> Row | None:
+        return self._rows.get(key)
+
     def rows(self, session_id: str | None = None) -> list[Row]:
         """The rows in the order they first appeared (one session's, when given)."""
         return [r for r in self._rows.values() if session_id in (None, r.session_id)]

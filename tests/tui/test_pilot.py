@@ -1,0 +1,138 @@
+"""The TUI driven headlessly (``App.run_test`` and its pilot) against a real daemon
+subprocess: selecting a session, a steer row appearing and turning consumed in place, and an
+approval answered with the tree scope from the approvals pane. Every wait is on a condition
+the screen or the daemon shows, never a fixed sleep."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from textual.widgets import DataTable, Tree
+
+from tests.daemon.conftest import DaemonProcess
+from tests.daemon.test_scenario import WORKER
+from tests.tui.conftest import slow_daemon, until
+from treemail.adapters.daemon.client import DaemonClient
+from treemail.adapters.tui.app import TreemailTui, pane_text
+from treemail.adapters.tui.sources import LiveSource
+
+SIZE = (150, 40)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    data = tmp_path_factory.mktemp("tui")
+    (data / "agents").mkdir()
+    (data / "agents" / "worker.md").write_text(WORKER)
+    process = slow_daemon(data, delay=0.8)
+    yield process
+    code, err = process.terminate()
+    assert code == 0, err
+
+
+async def _state(client: DaemonClient, sid: str, *states: str) -> None:
+    async with asyncio.timeout(30):
+        while (await client.call("session.get", {"session_id": sid}))["state"] not in states:
+            await asyncio.sleep(0.02)
+
+
+def _cell(app: TreemailTui, table: str, key: str) -> str:
+    grid = app.query_one(table, DataTable)
+    return str(grid.get_row(key)[-1]) if key in grid.rows else ""
+
+
+async def _tree(client: DaemonClient, agent: str, children: int) -> tuple[str, list[str]]:
+    lead = (await client.call("session.create", {"agent": "lead"}))["session_id"]
+    kids = [(await client.call("session.delegate", {
+        "parent_session_id": lead, "agent": agent, "task": f"part {i}"}))["session_id"]
+        for i in range(children)]
+    return lead, kids
+
+
+def test_a_steer_row_appears_in_the_selected_session_and_turns_consumed(
+    daemon: DaemonProcess,
+) -> None:
+    async def scenario() -> None:
+        client = await daemon.client()
+        lead, (child,) = await _tree(client, "default", 1)
+        app = TreemailTui(LiveSource(daemon.socket))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(lambda: child in app.nodes and app.selected == lead, pilot.pause,
+                        "both sessions in the tree, the first selected")
+            app.query_one("#sessions").focus()
+            await pilot.press("down")  # from the lead to its child
+            await until(lambda: app.selected == child, pilot.pause, "the child selected")
+            assert "child of lead_" in pane_text(app, "#transcript")
+
+            await _state(client, child, "running")
+            steer = await client.call("run.steer", {"session_id": child,
+                                                    "text": "Look at the tokenizer first."})
+            key = f"mail:{steer['message_id']}"
+            seen: list[str] = []
+
+            def consumed() -> bool:
+                text = _cell(app, "#transcript", key)
+                if text and (not seen or seen[-1] != text.split()[0]):
+                    seen.append(text.split()[0])
+                return text.startswith("consumed")
+
+            await until(consumed, pilot.pause, "the steer row consumed")
+            assert seen[0] != "consumed" and seen[-1] == "consumed", seen
+            row = _cell(app, "#transcript", key)
+            assert row == 'consumed  user mail (mode=steer): "Look at the tokenizer first."'
+            assert sum(key == k.value for k in app.query_one("#transcript", DataTable).rows) == 1
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_approval_answered_for_the_tree_lets_the_send_through(
+    daemon: DaemonProcess,
+) -> None:
+    async def scenario() -> None:
+        client = await daemon.client()
+        _, (a, b) = await _tree(client, "worker", 2)
+        app = TreemailTui(LiveSource(daemon.socket))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(lambda: b in app.nodes, pilot.pause, "the tree shown")
+            await _state(client, a, "running")
+            handle_b = app.board.sessions[b].handle
+            call = await client.call("tool.call", {
+                "session_id": a, "tool_call_id": "tui-1", "name": "send_message",
+                "arguments": {"to": handle_b, "body": "I took the lexer.", "mode": "queue"}})
+            held = call["approval_id"]
+            assert held
+            await until(lambda: _row(app, held) is not None, pilot.pause, "the approval shown")
+            assert _row(app, held) == [app.board.sessions[a].handle, handle_b, "sibling",
+                                       "I took the lexer."]
+            app.query_one("#approvals").focus()
+            await pilot.press("t")
+            await until(lambda: _row(app, held) is None, pilot.pause, "the approval answered")
+            answered = await _approval(client, held)
+            assert (answered["state"], answered["scope"]) == ("approved", "tree")
+            app.query_one("#sessions", Tree).move_cursor(app.nodes[b])
+            await until(lambda: any('agent mail from' in str(r[-1]) and "I took the lexer."
+                                    in str(r[-1]) for r in _rows(app)), pilot.pause,
+                        "the send accepted into the sibling's transcript")
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+def _rows(app: TreemailTui) -> list[list[Any]]:
+    grid = app.query_one("#transcript", DataTable)
+    return [grid.get_row(key) for key in grid.rows]
+
+
+def _row(app: TreemailTui, approval_id: str) -> list[str] | None:
+    grid = app.query_one("#approvals", DataTable)
+    return [str(c) for c in grid.get_row(approval_id)] if approval_id in grid.rows else None
+
+
+async def _approval(client: DaemonClient, approval_id: str) -> dict[str, Any]:
+    every = (await client.call("approval.list", {"pending_only": False}))["approvals"]
+    found: dict[str, Any] = next(a for a in every if a["approval_id"] == approval_id)
+    return found

@@ -1,0 +1,83 @@
+"""The TUI on a store with no daemon: a read-only replay. The embedded demo's store has fixed
+ids, so the transcript pane of one of its sessions is compared as text with a snapshot; the
+store's files are byte for byte the same afterwards, and answering an approval is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Tree
+
+from tests.tui.conftest import assert_snapshot, until
+from treemail.adapters.cli import main
+from treemail.adapters.tui.app import TreemailTui, pane_text
+from treemail.adapters.tui.sources import StoreSource, choose
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    store = tmp_path_factory.mktemp("demo") / "store"
+    assert main(["demo", "--path", str(store)]) == 0
+    return store
+
+
+def _digest(store: Path) -> dict[str, str]:
+    """Every file of the store by its content, but LMDB's lock file, whose reader table any
+    reader updates (shared memory beside the store, not the store)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.name != "lock.mdb" else ""
+            for p in sorted(store.iterdir())}
+
+
+def test_a_replay_shows_the_demo_and_writes_nothing(
+    demo_store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    before = _digest(demo_store)
+    source = choose(demo_store.parent, None)  # no daemon there: the stored store, read-only
+    assert isinstance(source, StoreSource) and source.read_only
+
+    async def scenario() -> tuple[str, str]:
+        app = TreemailTui(source)
+        async with app.run_test(size=(150, 40)) as pilot:
+            await until(app.ready.is_set, pilot.pause, "the replay loaded")
+            explore = next(s for s in app.board.sessions.values()
+                           if s.handle.startswith("explore_"))
+            app.query_one("#sessions", Tree).move_cursor(app.nodes[explore.session_id])
+            await until(lambda: app.selected == explore.session_id, pilot.pause,
+                        "explore selected")
+            await pilot.pause()
+            shown = pane_text(app, "#transcript")
+            app.query_one("#approvals", DataTable).focus()
+            await pilot.press("t")
+            await pilot.pause()
+            return shown, str(app.query_one("#status").render())
+
+    shown, status = asyncio.run(scenario())
+    assert_snapshot(shown, SNAPSHOTS / "demo_explore_transcript.txt")
+    assert "no send waits for approval" in status or "read-only" in status
+    assert _digest(demo_store) == before
+
+
+def test_search_moves_to_the_matching_rows(demo_store: Path) -> None:
+    async def scenario() -> list[str]:
+        app = TreemailTui(StoreSource(demo_store))
+        found = []
+        async with app.run_test(size=(150, 40)) as pilot:
+            await until(app.ready.is_set, pilot.pause, "the replay loaded")
+            await pilot.press("slash", *"consumed", "enter")
+            table = app.query_one("#transcript", DataTable)
+            for _ in range(3):
+                found.append(str(table.get_row_at(table.cursor_row)[-1]))
+                await pilot.press("n")
+            found.append(str(app.query_one("#status").render()))
+        return found
+
+    first, second, third, status = asyncio.run(scenario())
+    assert all(row.startswith("consumed ") for row in (first, second, third))
+    assert len({first, second, third}) == 3
+    assert status.startswith("match 4 of ")

@@ -1,0 +1,260 @@
+"""``treemail tui``: watch a tree of agents converse, and answer their approvals.
+
+Three panes: the sessions of the tree (by parent links: handle, agent, state, pending mail,
+whether its actor is resident), the transcript of the selected session (one row per message,
+its lifecycle state updated in place, model output and tool calls in log order), and the
+``ask`` sends held for the user. Everything shown is folded from the feed by ``Board``, the
+same rows ``treemail tail`` and ``treemail replay`` print. On a store with no daemon it is a
+read-only replay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from typing import Any, ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Header, Input, Static, Tree
+from textual.widgets.tree import TreeNode
+
+from treemail.adapters.daemon.client import RpcFailure
+from treemail.adapters.styles import styled_text
+from treemail.adapters.transcript import Row
+from treemail.adapters.tui.board import Board
+from treemail.adapters.tui.sources import Source, choose
+from treemail.core import events
+from treemail.core.errors import TreemailError
+from treemail.core.records import Event
+
+__all__ = ["TreemailTui", "main", "pane_text", "screen_text"]
+
+_APPROVAL_KINDS = (events.ApprovalRequested, events.ApprovalAnswered)
+
+
+class TreemailTui(App[None]):
+    TITLE = "treemail"
+    CSS = """
+    #left { width: 40%; }
+    #sessions { height: 2fr; border: round $primary; }
+    #approvals { height: 1fr; border: round $warning; }
+    #right { width: 60%; }
+    #transcript { height: 1fr; border: round $secondary; }
+    #search { dock: bottom; }
+    #status { height: 1; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "answer('once')", "Approve once"),
+        Binding("s", "answer('session')", "Approve session"),
+        Binding("t", "answer('tree')", "Approve tree"),
+        Binding("d", "deny", "Deny"),
+        Binding("slash", "search", "Search"),
+        Binding("n", "next_match", "Next match"),
+        Binding("tab", "focus_next", "Next pane", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, source: Source) -> None:
+        super().__init__()
+        self.source = source
+        self.board = Board()
+        self.selected: str | None = None
+        self.nodes: dict[str, TreeNode[str]] = {}
+        self.held: list[dict[str, Any]] = []
+        self.query_text = ""
+        self.ready = asyncio.Event()  # the backlog is shown (tests wait on it)
+        self.sub_title = ("replay (read-only): " if source.read_only else "live: ") + source.where
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal():
+            with Vertical(id="left"):
+                yield Tree[str]("sessions", id="sessions")
+                yield DataTable(id="approvals", cursor_type="row")
+            with Vertical(id="right"):
+                yield DataTable(id="transcript", cursor_type="row")
+                yield Static("", id="status")
+                yield Input(placeholder="/ search the transcript", id="search")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#sessions", Tree).root.expand()
+        self.query_one("#sessions", Tree).show_root = False
+        self.query_one("#transcript", DataTable).add_columns("#", "row")
+        self.query_one("#approvals", DataTable).add_columns(
+            "sender", "recipient", "label", "body")
+        self.run_worker(self._follow(), name="follow", exit_on_error=False)
+
+    # -- the feed ------------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        try:
+            await self.source.open()
+            sessions = await self.source.sessions()
+            await self._refresh_approvals()
+            head = await self.source.subscribe()
+            if head == 0:
+                self._caught_up(sessions)
+            async for number, event in self.source.events():
+                self._fold(number, event)
+                if number >= head and not self.ready.is_set():
+                    self._caught_up(sessions)
+                if isinstance(events.read(event), _APPROVAL_KINDS):
+                    await self._refresh_approvals()
+        except (OSError, RpcFailure, TreemailError) as exc:
+            self._say(f"{type(exc).__name__}: {exc}")
+        self.ready.set()
+
+    def _caught_up(self, sessions: list[dict[str, Any]]) -> None:
+        """The backlog is shown: residency flags from the session list, then polled live."""
+        for session_id in self.board.mark_live(sessions):
+            self._show_session(session_id)
+        if not self.source.read_only:
+            self.set_interval(1.0, self._poll_live)
+        self.ready.set()
+
+    def _fold(self, number: int, event: Event) -> None:
+        row = self.board.add(number, event)
+        self._show_session(event.session_id)
+        if row is not None and row.session_id == self.selected:
+            self._show_row(row)
+
+    async def _poll_live(self) -> None:
+        with contextlib.suppress(OSError, RpcFailure, ConnectionError):
+            for session_id in self.board.mark_live(await self.source.sessions()):
+                self._show_session(session_id)
+
+    # -- the sessions pane -----------------------------------------------------------------
+
+    def _show_session(self, session_id: str) -> None:
+        line = self.board.sessions.get(session_id)
+        if line is None:
+            return
+        node = self.nodes.get(session_id)
+        if node is None:
+            tree = self.query_one("#sessions", Tree)
+            parent = self.nodes.get(line.parent or "", tree.root)
+            node = parent.add(line.label(), data=session_id, expand=True, allow_expand=False)
+            parent.allow_expand = True
+            self.nodes[session_id] = node
+            if self.selected is None:
+                self._select(session_id)
+                tree.move_cursor(node)  # the keys move on from the session shown
+        else:
+            node.set_label(line.label())
+        if session_id == self.selected:
+            self._say(f"{line.handle} ({line.agent}): {line.state.value}, "
+                      f"{line.pending} pending")
+
+    def on_tree_node_highlighted(self, message: Tree.NodeHighlighted[str]) -> None:
+        if message.node.data is not None:
+            self._select(message.node.data)
+
+    def _select(self, session_id: str) -> None:
+        if session_id == self.selected:
+            return
+        self.selected = session_id
+        table = self.query_one("#transcript", DataTable)
+        table.clear()
+        for row in self.board.transcript.rows(session_id):
+            self._show_row(row)
+        self._show_session(session_id)
+
+    # -- the transcript pane ---------------------------------------------------------------
+
+    def _show_row(self, row: Row) -> None:
+        table = self.query_one("#transcript", DataTable)
+        if row.key in table.rows:
+            table.update_cell(row.key, table.ordered_columns[1].key, styled_text(row))
+        else:
+            table.add_row(str(row.seq), styled_text(row), key=row.key)
+
+    def action_search(self) -> None:
+        self.query_one("#search", Input).focus()
+
+    def on_input_submitted(self, message: Input.Submitted) -> None:
+        self.query_text = message.value.strip()
+        self.query_one("#transcript", DataTable).focus()
+        self.action_next_match(start=0)
+
+    def action_next_match(self, start: int | None = None) -> None:
+        if not self.query_text or self.selected is None:
+            return
+        table = self.query_one("#transcript", DataTable)
+        rows = self.board.transcript.rows(self.selected)
+        hits = [i for i, row in enumerate(rows) if self.query_text.lower() in row.text.lower()]
+        if not hits:
+            self._say(f"no row matches {self.query_text!r}")
+            return
+        after = table.cursor_row + 1 if start is None else start
+        index = next((i for i in hits if i >= after), hits[0])
+        table.move_cursor(row=index)
+        self._say(f"match {hits.index(index) + 1} of {len(hits)} for {self.query_text!r}")
+
+    # -- the approvals pane ----------------------------------------------------------------
+
+    async def _refresh_approvals(self) -> None:
+        self.held = await self.source.approvals()
+        table = self.query_one("#approvals", DataTable)
+        table.clear()
+        for held in self.held:
+            arguments = held.get("arguments") or {}
+            sender = self.board.sessions.get(held["session_id"])
+            table.add_row(sender.handle if sender else held["session_id"],
+                          str(arguments.get("to", "?")), held["label"],
+                          str(arguments.get("body", "")), key=held["approval_id"])
+
+    async def action_answer(self, scope: str) -> None:
+        await self._answer(True, scope)
+
+    async def action_deny(self) -> None:
+        await self._answer(False, "once")
+
+    async def _answer(self, approve: bool, scope: str) -> None:
+        table = self.query_one("#approvals", DataTable)
+        if not self.held:
+            self._say("no send waits for approval")
+            return
+        held = self.held[min(table.cursor_row, len(self.held) - 1)]
+        try:
+            answered = await self.source.answer(held["approval_id"], approve, scope)
+        except (RpcFailure, TreemailError, OSError) as exc:
+            self._say(f"not answered: {exc}")
+            return
+        self._say(f"{answered['state']} (scope {answered['scope']}): {answered['outcome']}")
+        await self._refresh_approvals()
+
+    def _say(self, text: str) -> None:
+        self.query_one("#status", Static).update(text)
+
+    async def on_unmount(self) -> None:
+        await self.source.close()
+
+
+def screen_text(app: App[Any]) -> str:
+    """The whole screen as plain text. Textual exports screenshots only as SVG; this renders
+    the same composition (its compositor's strips) as text instead."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join(strip.text.rstrip() for strip in strips)
+
+
+def pane_text(app: App[Any], selector: str) -> str:
+    """One pane, border included, as plain text: its region of the screen (for snapshots)."""
+    box = app.query_one(selector).region
+    lines = screen_text(app).split("\n")[box.y: box.y + box.height]
+    return "\n".join(line[box.x: box.x + box.width].rstrip() for line in lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    import sys
+
+    try:
+        source = choose(args.data_dir, args.connect)
+    except TreemailError as exc:
+        print(f"treemail tui: {exc}", file=sys.stderr)
+        return 2
+    TreemailTui(source).run()
+    return 0
