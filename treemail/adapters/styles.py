@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from rich.text import Text
 
 from treemail.adapters.transcript import Row, Tone
+from treemail.core.lifecycle import MessageState
 
 __all__ = ["MAIL_STYLES", "TONE_STYLES", "row_style", "styled_line", "styled_text"]
 
@@ -17,9 +18,10 @@ TONE_STYLES: Mapping[Tone, str] = {
     Tone.MODEL: "cyan", Tone.TOOL: "dim cyan", Tone.APPROVAL: "bold yellow",
     Tone.UNKNOWN: "red",
 }
+_M = MessageState
 MAIL_STYLES: Mapping[str, str] = {
-    "accepted": "bold white", "admitted": "white", "claimed": "yellow", "released": "magenta",
-    "consumed": "green", "discarded": "bold red",
+    _M.ACCEPTED: "bold white", _M.ADMITTED: "white", _M.CLAIMED: "yellow",
+    _M.RELEASED: "magenta", _M.CONSUMED: "green", _M.DISCARDED: "bold red",
 }
 
 
