@@ -13,10 +13,10 @@ demo *ARGS:
 test: lint check-bindings
     {{python}} -m pytest tests --ignore=tests/deep
 
-# ruff and mypy --strict.
+# ruff, and mypy --strict over the package and the benchmarks.
 lint:
     {{python}} -m ruff check treemail tests bench
-    {{python}} -m mypy --strict treemail
+    {{python}} -m mypy --strict treemail bench
 
 # spec/bindings against the wire types: regenerated and diffed, the fingerprint pinned per
 # PROTOCOL_VERSION, and the TypeScript type-checked (typescript installed from the npm registry

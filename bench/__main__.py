@@ -6,9 +6,9 @@ txn; (b) 32 concurrent senders through the runtime against the raw sequential ce
 against persist-queue put from 32 threads; (c) the full lifecycle against persist-queue
 put+get+ack; (d) a send's cost with long histories; (e) open and recover with a long history;
 (f) peak RSS with much pending mail and after a long history; (g) CPU per send, sync off;
-(h) the store's codec against msgspec on our records (when msgspec is installed).
+(i) the store's codec against the json + cattrs codec it replaced (cattrs: the bench extra).
 
-persist-queue and msgspec come from the ``bench`` extra: ``pip install -e '.[bench]'``.
+persist-queue and cattrs come from the ``bench`` extra: ``pip install -e '.[bench]'``.
 Results also go to ``bench/results.json``.
 
 Usage: python -m bench [--quick] [--only a,b,...]
@@ -76,13 +76,13 @@ def run(quick: bool, only: set[str], verbose: bool = False) -> list[Line]:
             "e": lambda: lines.reconcile(root, scale),
             "f": lambda: lines.memory(root, scale, big),
             "g": lambda: lines.cpu(root, scale),
-            "h": codec_line,
+            "i": codec_line,
         }
         for name, step in steps.items():
             if name in only:
                 rows += step()
                 took(name)
-    order = "abcdefgh"
+    order = "abcdefghi"
     return sorted(rows, key=lambda row: order.index(row.key[0]))
 
 
@@ -90,7 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
-    parser.add_argument("--only", default="abcdefgh", help="which lines, e.g. --only a,b")
+    parser.add_argument("--only", default="abcdefghi", help="which lines, e.g. --only a,b")
     parser.add_argument("--verbose", action="store_true", help="time each line")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args()

@@ -17,7 +17,8 @@ import lmdb
 
 from treemail.adapters.group_commit import GroupStore
 from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.runtime import Runtime
+from treemail.adapters.models import ScriptedModel
+from treemail.adapters.runtime import Agent, Runtime
 from treemail.core import events
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
@@ -188,7 +189,10 @@ class Crowd:
     single writer, as their tool calls do."""
 
     def __init__(self, store: Store, senders: int) -> None:
-        self.runtime = Runtime(store, CountingIds(), {}, UNLIMITED)
+        # Rules are read live from the agents' docs by name: the bench agent must be known.
+        # Its model never runs (no session here is driven by the runtime's loop).
+        agents = {SPEC.name: Agent(SPEC, ScriptedModel([]))}
+        self.runtime = Runtime(store, CountingIds(), agents, UNLIMITED)
         self.senders = senders
 
     async def setup(self) -> None:

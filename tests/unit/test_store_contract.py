@@ -791,7 +791,7 @@ class TestLmdbStore(StoreContract):
 
     @pytest.mark.parametrize(
         ("raw", "reason"),
-        [(b"\xff{not json", "decode byte 0xff"), (b'{"session_id": 5}', r"\$\.session_id")],
+        [(b"\xff{not json", "JSON is malformed"), (b'{"session_id": 5}', r"\$\.session_id")],
     )
     def test_damaged_record_raises_storage_error(
         self, directory: Path, raw: bytes, reason: str

@@ -1,10 +1,17 @@
-"""Records to bytes and back: attrs records through one cattrs converter, then compact JSON,
-then a 4-byte checksum.
+"""Records to bytes and back: attrs records as compact JSON through msgspec, then a 4-byte
+checksum.
+
+msgspec encodes and decodes attrs classes natively, so the records stay the domain types and
+no converter sits between them and the bytes; it is 10 to 30 times faster than the standard
+library's json plus a converter on our records (`just bench`). The JSON is the same document
+the earlier json-plus-cattrs codec wrote (one object per record, fields by name, enums by
+value; only the key order differs, which JSON ignores), so a store written by it reads as it
+is: the format marker stays ``treemail-store 2`` and nothing is migrated.
 
 JSON keeps stored records readable with ``mdb_dump`` and free of pickle's code execution.
-Enums are stored by value. Decoding is strict (a string field holding ``5`` is an error, not
-``"5"``), so a damaged record is reported instead of being quietly coerced; every decoding
-failure is a ``StorageError`` naming the database and key.
+Decoding is strict (a string field holding ``5`` is an error, not ``"5"``; ``true`` is not an
+int), so a damaged record is reported instead of being quietly coerced; every decoding
+failure is a ``StoreDamaged`` naming the database and key.
 
 The checksum: LMDB keeps none, so a flipped byte in a value would be read back as a different
 body. Every stored value ends in the big-endian CRC-32 of its key and payload (``zlib.crc32``:
@@ -17,49 +24,27 @@ were damaged fails where it is read instead of answering under another key. A mi
 
 from __future__ import annotations
 
-import json
 import zlib
 from typing import Any, TypeVar
 
-import cattrs
+import msgspec
 
 from treemail.core.errors import StorageError, StoreDamaged
-from treemail.core.records import Message, Run, SendResult, Session
 
 __all__ = ["CHECKSUM_BYTES", "decode", "encode", "payload"]
 
 T = TypeVar("T")
 
-_converter = cattrs.Converter()
-
-# Event.data is ``Mapping[str, object]``: its values are kept as JSON gave them.
-_converter.register_structure_hook_func(lambda t: t is object, lambda value, _: value)
-
-
-def _exact(kind: type[Any]) -> None:
-    def structure(value: object, target: type[Any]) -> object:
-        # ``type(...) is`` rather than isinstance: True must not pass for an int.
-        if type(value) is not kind:
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-        # The hook also serves subclasses such as the StrEnums, which must be rebuilt.
-        return value if target is kind else target(value)
-
-    _converter.register_structure_hook(kind, structure)
-
-
-for _kind in (str, int, bool):
-    _exact(_kind)
-
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
-
 CHECKSUM_BYTES = 4
+
+_encode = msgspec.json.Encoder().encode
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 
 def encode(value: object, key: bytes) -> bytes:
     """A record (or a plain str / int) as compact UTF-8 JSON, or bytes (a raw key) as they
     are, followed by the checksum of ``key`` and that payload."""
-    body = value if type(value) is bytes else _dumps(_converter.unstructure(value)).encode()
+    body = value if type(value) is bytes else _encode(value)
     return body + zlib.crc32(body, zlib.crc32(key)).to_bytes(CHECKSUM_BYTES, "big")
 
 
@@ -80,39 +65,13 @@ def decode(kind: type[T], raw: bytes, *, db: str, key: bytes) -> T:
     body = payload(raw, db=db, key=key)
     if kind is bytes:
         return body  # type: ignore[return-value]  # T is bytes here
-    if kind in _SHAREABLE:
-        try:
-            return _decode_shared(kind, body)
-        except cattrs.BaseValidationError as exc:
-            raise _undecodable(kind, db, key, "; ".join(cattrs.transform_error(exc))) from exc
-        except (ValueError, TypeError) as exc:
-            raise _undecodable(kind, db, key, str(exc)) from exc
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
     try:
-        return _converter.structure(json.loads(body), kind)
-    except cattrs.BaseValidationError as exc:
-        reason = "; ".join(cattrs.transform_error(exc))
-        raise _undecodable(kind, db, key, reason) from exc
-    except (ValueError, TypeError) as exc:  # bad UTF-8 or JSON, or a wrong top-level type
+        value: T = decoder.decode(body)
+    except msgspec.DecodeError as exc:  # bad UTF-8 or JSON, a wrong type, a bad enum value
         raise _undecodable(kind, db, key, str(exc)) from exc
-
-
-# Records whose every field is immutable: one decoded instance may be shared by every read of
-# the same bytes. A send reads the same session and run records several times; decoding each
-# once is most of the saving. Records holding a dict (Event, Approval) are never shared.
-_SHAREABLE: frozenset[type[Any]] = frozenset({str, int, Session, Run, Message, SendResult})
-
-
-_shared: dict[tuple[type[Any], bytes], Any] = {}
-_SHARED_LIMIT = 512
-
-
-def _decode_shared(kind: type[T], raw: bytes) -> T:
-    found = _shared.get((kind, raw))
-    if found is None:
-        if len(_shared) >= _SHARED_LIMIT:
-            _shared.clear()  # cheaper than LRU bookkeeping; hot records come straight back
-        found = _shared[(kind, raw)] = _converter.structure(json.loads(raw), kind)
-    value: T = found
     return value
 
 
