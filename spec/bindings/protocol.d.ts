@@ -91,10 +91,12 @@ export interface EventsUnsubscribeResult {
   unsubscribed: boolean;
 }
 
+/** ``auth_token``: the daemon's bearer token, which a TCP connection must present in its first frame (``DATA_DIR/daemon.token``); the Unix socket and stdio ignore it. */
 export interface InitializeParams {
   protocol_version: number;
   client_info: ClientInfo;
   capabilities?: ClientCapabilities;
+  auth_token?: string | null;
 }
 
 export interface InitializeResult {

@@ -47,11 +47,13 @@ __all__ = [
     "InvalidRequest",
     "InvalidToolArguments",
     "InvalidToolContext",
+    "ListenFailed",
     "MaxHopsExceeded",
     "MessagingDisabled",
     "ModelError",
     "NotInitialized",
     "NotJsonRpc",
+    "NotLoopback",
     "NotTreePeer",
     "OutcomeUnknown",
     "Overloaded",
@@ -72,6 +74,7 @@ __all__ = [
     "StoreFull",
     "StoreLocked",
     "StoreMissing",
+    "TokenFileUnsafe",
     "ToolFailed",
     "ToolInterrupted",
     "ToolNote",
@@ -168,6 +171,24 @@ class DataDirLocked(DefinitionError):
     """Another daemon holds this data directory; stop it or choose another --data-dir."""
 
     code = "daemon:data_dir_locked"
+
+
+class ListenFailed(DefinitionError):
+    """The daemon could not bind its socket or TCP port (in use, or not permitted)."""
+
+    code = "daemon:listen_failed"
+
+
+class NotLoopback(DefinitionError):
+    """``--tcp`` named an address that is not loopback; the TCP listener binds loopback only."""
+
+    code = "daemon:not_loopback"
+
+
+class TokenFileUnsafe(DefinitionError):
+    """The TCP token file is not a private file of the daemon's user; delete it to renew."""
+
+    code = "daemon:token_unsafe"
 
 
 # -- refusals ----------------------------------------------------------------------------

@@ -94,9 +94,13 @@ class ClientCapabilities(Params):
 
 
 class InitializeParams(Params):
+    """``auth_token``: the daemon's bearer token, which a TCP connection must present in its
+    first frame (``DATA_DIR/daemon.token``); the Unix socket and stdio ignore it."""
+
     protocol_version: int
     client_info: ClientInfo
     capabilities: ClientCapabilities = msgspec.field(default_factory=ClientCapabilities)
+    auth_token: str | None = None
 
 
 class ServerInfo(Result):

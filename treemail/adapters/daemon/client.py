@@ -1,6 +1,7 @@
 """The async client of protocol 19, used by the CLI and the tests.
 
-``DaemonClient.connect`` opens the Unix socket and performs the ``initialize`` handshake.
+``DaemonClient.connect`` opens the Unix socket (or ``tcp://HOST:PORT`` with a bearer token)
+and performs the ``initialize`` handshake.
 ``call`` sends a request and returns its result as plain JSON data (or decoded into a wire
 type with ``call_as``); an error answer raises ``RpcFailure``, whose ``data_code`` is
 treemail's stable code. Notifications land in a bounded queue (``notifications``); a server
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from treemail.adapters.daemon.tcp import parse_address
 from treemail.core.errors import InternalError, UnknownMethod
 from treemail.protocol.errors import rpc_error
 from treemail.protocol.framing import FrameSplitter, Oversized
@@ -58,6 +60,7 @@ class DaemonClient:
         self.server: dict[str, Any] = {}
         self.notifications: asyncio.Queue[Notification] = asyncio.Queue(maxsize=queue)
         self.on_request: OnRequest | None = None
+        self.token: str | None = None  # the bearer token initialize presents (TCP)
         # Errors the daemon could not tie to a request (a malformed or oversized frame).
         self.stray_errors: asyncio.Queue[RpcError] = asyncio.Queue(maxsize=queue)
         self._ids = itertools.count(1)
@@ -68,18 +71,31 @@ class DaemonClient:
 
     @classmethod
     async def connect(cls, socket: str | Path, *, name: str = "treemail-client",
-                      initialize: bool = True, **capabilities: bool) -> DaemonClient:
-        reader, writer = await asyncio.open_unix_connection(str(socket), limit=1 << 20)
+                      initialize: bool = True, token: str | None = None,
+                      **capabilities: bool) -> DaemonClient:
+        """``socket`` is the daemon's Unix socket, or ``tcp://HOST:PORT`` for its loopback
+        TCP listener, where ``token`` (the daemon's bearer token) is presented in the
+        ``initialize`` handshake."""
+        address = str(socket)
+        if address.startswith("tcp://"):
+            host, port = parse_address(address)
+            reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
+        else:
+            reader, writer = await asyncio.open_unix_connection(
+                address.removeprefix("unix://"), limit=1 << 20)
         client = cls(reader, writer)
+        client.token = token
         if initialize:
             client.server = await client.initialize(name, **capabilities)
         return client
 
     async def initialize(self, name: str, version: int = PROTOCOL_VERSION,
                          **capabilities: bool) -> dict[str, Any]:
-        result: dict[str, Any] = await self.call("initialize", {
-            "protocol_version": version, "client_info": {"name": name},
-            "capabilities": capabilities})
+        params: dict[str, Any] = {"protocol_version": version, "client_info": {"name": name},
+                                  "capabilities": capabilities}
+        if self.token is not None:
+            params["auth_token"] = self.token
+        result: dict[str, Any] = await self.call("initialize", params)
         return result
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:

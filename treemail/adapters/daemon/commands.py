@@ -1,7 +1,8 @@
 """The daemon's subcommands of the ``treemail`` command line, registered from ``cli.py``.
 
 ``daemon`` serves a data directory; the others are clients of a running daemon, found by
-``--data-dir`` (its ``daemon.sock``) or ``--socket``. A daemon that is not there, or an
+``--data-dir`` (its ``daemon.sock``), ``--socket``, or ``--connect tcp://HOST:PORT`` (with
+the daemon's bearer token, see ``tcp.py``). A daemon that is not there, or an
 error answer, is one line on stderr and exit status 1; a bad command line is argparse's
 usage error (status 2); never a traceback.
 """
@@ -10,18 +11,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeAlias
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
 from treemail.adapters.transcript import render_event
 from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
 from treemail.core.records import Event
 
-__all__ = ["connected_demo", "extend_demo", "register", "row"]
+__all__ = ["TokenMissing", "connected_demo", "extend_demo", "register", "row", "target"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -33,6 +36,9 @@ def register(commands: Sub) -> None:
     _where(daemon)
     daemon.add_argument("--stdio", action="store_true",
                         help="also serve one client over stdin/stdout")
+    daemon.add_argument("--tcp", metavar="HOST:PORT", type=_tcp,
+                        help="also listen on TCP, loopback only, with a bearer token kept in "
+                             "DATA_DIR/daemon.token (mode 0600)")
     daemon.set_defaults(run=_daemon)
     _client(commands, "sessions", "list the daemon's sessions as a table", _sessions)
     send = _client(commands, "send", "send agent mail as a session's running run (operators)",
@@ -58,16 +64,54 @@ def register(commands: Sub) -> None:
 
 
 def extend_demo(demo: argparse.ArgumentParser) -> None:
-    """``treemail demo --connect``: the demo's options for driving a running daemon."""
-    demo.add_argument("--connect", action="store_true",
-                      help="drive a demo through a running daemon (see --data-dir, --socket)")
+    """``treemail demo --connect [ADDRESS]``: the demo's options for driving a daemon."""
+    demo.add_argument("--connect", nargs="?", const=True, default=False, metavar="ADDRESS",
+                      help="drive a demo through a running daemon: its socket (see "
+                           "--data-dir, --socket), or ADDRESS, tcp://HOST:PORT or a socket")
     _where(demo)
+    _token_option(demo)
 
 
 def connected_demo(args: argparse.Namespace) -> int:
     from treemail.adapters.daemon.demo_connect import main as connected
 
-    return connected(args.socket or args.data_dir / "daemon.sock")
+    try:
+        address, token = target(args)
+    except TokenMissing as missing:
+        print(f"treemail demo: {missing}", file=sys.stderr)
+        return 1
+    return connected(address, token)
+
+
+class TokenMissing(Exception):
+    """A TCP address was given, and no token found for it."""
+
+
+def target(args: argparse.Namespace) -> tuple[str, str | None]:
+    """Where a client command connects, and the token it presents: ``--connect ADDRESS``
+    (``tcp://HOST:PORT`` or a socket path), else ``--socket``, else DATA_DIR's socket. A TCP
+    address takes its token from ``TREEMAIL_TOKEN``, else ``--token-file`` (by default
+    DATA_DIR/daemon.token); a token is never given on the command line, where ``ps`` shows
+    it to everyone."""
+    connect = args.connect if isinstance(args.connect, str) else None
+    address = connect or str(args.socket or args.data_dir / "daemon.sock")
+    if not address.startswith("tcp://"):
+        return address, None
+    if token := os.environ.get("TREEMAIL_TOKEN", "").strip():
+        return address, token
+    path = args.token_file or args.data_dir / TOKEN_FILE
+    try:
+        return address, path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenMissing(f"{address} needs the daemon's token: set TREEMAIL_TOKEN, or "
+                           f"point --token-file at it (cannot read {path}: {exc})") from None
+
+
+def _tcp(text: str) -> tuple[str, int]:
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _where(parser: argparse.ArgumentParser) -> None:
@@ -77,9 +121,18 @@ def _where(parser: argparse.ArgumentParser) -> None:
                         help="the Unix socket (default: DATA_DIR/daemon.sock)")
 
 
+def _token_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--token-file", type=Path,
+                        help="the TCP bearer token's file (default: DATA_DIR/daemon.token; "
+                             "TREEMAIL_TOKEN overrides it)")
+
+
 def _client(commands: Sub, name: str, help: str, command: Command) -> argparse.ArgumentParser:
     parser = commands.add_parser(name, help=help)
     _where(parser)
+    parser.add_argument("--connect", metavar="ADDRESS",
+                        help="the daemon's address: tcp://HOST:PORT, or a socket path")
+    _token_option(parser)
     parser.set_defaults(run=lambda args: _connect_and(command, args))
     return parser
 
@@ -88,21 +141,28 @@ def _daemon(args: argparse.Namespace) -> int:
     from treemail.adapters.daemon.host import run_daemon
 
     try:
-        return asyncio.run(run_daemon(args.data_dir, args.socket, args.stdio))
+        return asyncio.run(run_daemon(args.data_dir, args.socket, args.stdio, args.tcp))
     except TreemailError as error:
         print(f"treemail daemon: {error}", file=sys.stderr)
         return 2
 
 
 def _connect_and(command: Command, args: argparse.Namespace) -> int:
-    socket = args.socket or args.data_dir / "daemon.sock"
-
     async def go() -> int:
         try:
-            client = await DaemonClient.connect(socket, name=f"treemail {args.command}")
+            address, token = target(args)
+            client = await DaemonClient.connect(address, name=f"treemail {args.command}",
+                                                token=token)
+        except TokenMissing as missing:
+            print(f"treemail {args.command}: {missing}", file=sys.stderr)
+            return 1
         except OSError as exc:
-            print(f"treemail {args.command}: no daemon at {socket} ({exc.strerror}); start "
+            print(f"treemail {args.command}: no daemon at {address} ({exc.strerror}); start "
                   "one with `treemail daemon`", file=sys.stderr)
+            return 1
+        except RpcFailure as failure:
+            print(f"treemail {args.command}: {failure.data_code}: {failure.error.message}",
+                  file=sys.stderr)
             return 1
         try:
             return await command(client, args)

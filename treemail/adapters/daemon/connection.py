@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from treemail.adapters.daemon.tcp import AUTH_TIMEOUT, Token
 from treemail.protocol.jsonrpc import RpcError, encode_request
 from treemail.protocol.types import ClientCapabilities
 
@@ -29,6 +30,7 @@ class Limits:
     out_frames: int = 256
     read_chunk: int = 1 << 16
     peer_timeout: float = 30.0  # how long a server->client request waits for its answer
+    auth_timeout: float = AUTH_TIMEOUT  # how long a TCP peer has to present its token
 
 
 class PeerGone(Exception):
@@ -36,10 +38,14 @@ class PeerGone(Exception):
 
 
 class Connection:
-    def __init__(self, writer: asyncio.StreamWriter, limits: Limits, name: str) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, limits: Limits, name: str,
+                 token: Token | None = None) -> None:
         self.writer = writer
         self.limits = limits
         self.name = name
+        self.token = token  # set on TCP: its first frame must present it (see tcp.py)
+        self.authenticated = token is None
+        self.hung_up = False
         self.initialized = False
         self.capabilities = ClientCapabilities()
         self.in_flight = 0
@@ -53,9 +59,15 @@ class Connection:
 
     async def send(self, frame: bytes) -> None:
         """Queue a frame; waits while the queue is full (the client is not reading)."""
-        if self.closed:
+        if self.closed or self.hung_up:
             raise PeerGone(f"connection {self.name} is closed")
         await self._out.put(frame)
+
+    async def hang_up(self, last: bytes) -> None:
+        """Send ``last``, then close the socket: nothing more is read or sent."""
+        await self.send(last)
+        self.hung_up = True
+        await self._out.put(b"")  # the pump closes the socket when it reaches this
 
     async def ask(self, method: str, params: object) -> Any:
         """A server -> client request; its result, or ``PeerGone``/``RpcError`` raised."""
@@ -101,6 +113,9 @@ class Connection:
     async def _write_out(self) -> None:
         while True:
             frame = await self._out.get()
+            if not frame:
+                self.writer.close()
+                return
             self.writer.write(frame)
             await self.writer.drain()
 

@@ -123,13 +123,17 @@ class Connected:
         return exact
 
 
-def main(socket: Path) -> int:
+def main(address: str | Path, token: str | None = None) -> int:
     async def go() -> int:
         try:
-            client = await DaemonClient.connect(socket, name="treemail demo")
+            client = await DaemonClient.connect(address, name="treemail demo", token=token)
         except OSError as exc:
-            print(f"treemail demo: no daemon at {socket} ({exc.strerror}); start one with "
+            print(f"treemail demo: no daemon at {address} ({exc.strerror}); start one with "
                   "`treemail daemon`", file=sys.stderr)
+            return 1
+        except RpcFailure as failure:
+            print(f"treemail demo: {failure.data_code}: {failure.error.message}",
+                  file=sys.stderr)
             return 1
         try:
             return 0 if await Connected(client).play() else 1

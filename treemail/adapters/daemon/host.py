@@ -1,7 +1,8 @@
 """Hosting the runtime in a data directory: what ``treemail daemon`` runs.
 
 The data directory holds ``store/`` (the LMDB store), ``daemon.sock``, ``daemon.lock``,
-an optional ``config.toml`` and an optional ``agents/`` directory of agent docs. The config's
+``daemon.token`` (once ``--tcp`` was used; see ``tcp.py``), an optional ``config.toml`` and
+an optional ``agents/`` directory of agent docs. The config's
 ``[messaging]`` table sets the limits; ``[daemon] model`` names the model adapter:
 
 * ``scripted`` (the default): a deterministic model that answers each turn with one line
@@ -30,12 +31,13 @@ from treemail.adapters.daemon.feeds import FeedSignal, Subscriptions, WireGate
 from treemail.adapters.daemon.handlers import install
 from treemail.adapters.daemon.lock import DataDirLock
 from treemail.adapters.daemon.server import Daemon
+from treemail.adapters.daemon.tcp import TOKEN_FILE, Token, loopback
 from treemail.adapters.ids import UuidIds
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.adapters.models import ChatMessage, Model, ModelReply, OpenAICompatibleModel
 from treemail.adapters.runtime import Runtime
 from treemail.core.config import MessagingConfig
-from treemail.core.errors import ConfigError
+from treemail.core.errors import ConfigError, ListenFailed
 
 __all__ = ["DEFAULT_DATA_DIR", "ScriptedEcho", "Settings", "open_daemon", "run_daemon"]
 
@@ -98,13 +100,19 @@ class Settings:
                                      doc_model or str(self.openai.get("model", "")))
 
 
-async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None) -> Daemon:
+async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None,
+                      tcp: tuple[str, int] | None = None) -> Daemon:
     """Take the data directory's lock, open the store, start the runtime (recovering what a
-    crash left), and bind the socket. Raises ``DataDirLocked`` if another daemon holds it."""
+    crash left), and bind the socket (and ``tcp``, a loopback ``(host, port)``, with the data
+    directory's bearer token). Raises ``DataDirLocked`` if another daemon holds it,
+    ``NotLoopback`` for a TCP address off loopback, ``ListenFailed`` if a bind fails."""
+    if tcp is not None:
+        loopback(*tcp)  # refused before anything is touched
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataDirLock(data_dir)
     lock.acquire(str(socket))
     try:
+        token = Token.load_or_create(data_dir) if tcp is not None else None
         settings = Settings.load(data_dir)
         agents_dir = data_dir / "agents"
         docs = load_agent_docs(agents_dir) if agents_dir.is_dir() else {}
@@ -120,17 +128,30 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
     gate.connections = lambda: daemon.connections
     install(daemon)
     await runtime.start()
-    await daemon.listen_unix(socket)
+    where = str(socket)
+    try:
+        await daemon.listen_unix(socket)
+        if tcp is not None and token is not None:
+            where = f"tcp {tcp[0]}:{tcp[1]}"
+            daemon.tcp = await daemon.listen_tcp(*tcp, token)
+    except OSError as exc:
+        daemon.request_stop()
+        await daemon.stopped.wait()
+        raise ListenFailed(f"cannot listen on {where}: {exc.strerror or exc}; free it or "
+                           "choose another address", address=where) from None
     return daemon
 
 
-async def run_daemon(data_dir: Path, socket: Path | None, stdio: bool) -> int:
+async def run_daemon(data_dir: Path, socket: Path | None, stdio: bool,
+                     tcp: tuple[str, int] | None = None) -> int:
     socket = socket or data_dir / "daemon.sock"
-    daemon = await open_daemon(data_dir, socket)
+    daemon = await open_daemon(data_dir, socket, tcp=tcp)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, daemon.request_stop)
-    print(f"treemail daemon: serving {data_dir} on {socket} (pid {os.getpid()})",
+    extra = (f" and tcp://{daemon.tcp} (token in {data_dir / TOKEN_FILE})"
+             if daemon.tcp else "")
+    print(f"treemail daemon: serving {data_dir} on {socket}{extra} (pid {os.getpid()})",
           file=sys.stderr, flush=True)
     if stdio:
         stdio_task = asyncio.create_task(daemon.serve_stdio(), name="stdio")

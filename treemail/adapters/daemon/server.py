@@ -24,6 +24,7 @@ from treemail.adapters.agent_docs import ModelFor
 from treemail.adapters.daemon.connection import Connection, Limits, PeerGone
 from treemail.adapters.daemon.feeds import Subscriptions
 from treemail.adapters.daemon.lock import DataDirLock
+from treemail.adapters.daemon.tcp import Token, loopback, refusal
 from treemail.adapters.runtime import Runtime
 from treemail.core.errors import (
     EngineShutdown,
@@ -40,6 +41,7 @@ from treemail.protocol.errors import rpc_error
 from treemail.protocol.framing import FrameSplitter, Oversized
 from treemail.protocol.jsonrpc import (
     Failure,
+    Incoming,
     Reply,
     Request,
     decode_frame,
@@ -74,6 +76,7 @@ class Daemon:
         self._names = iter(range(1, 1 << 62))
         self._stop_task: asyncio.Task[None] | None = None
         self._socket: Path | None = None
+        self.tcp: str | None = None  # HOST:PORT of the TCP listener, when there is one
 
     # -- listening -----------------------------------------------------------------------
 
@@ -104,16 +107,28 @@ class Daemon:
 
     # -- one connection --------------------------------------------------------------------
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(writer, self.limits, f"c{next(self._names)}")
+    async def listen_tcp(self, host: str, port: int, token: Token) -> str:
+        """A TCP listener on a loopback address; each connection must present ``token``
+        (see ``tcp.py``). Returns the address bound, ``HOST:PORT`` (port 0 picks one)."""
+        server = await asyncio.start_server(
+            lambda r, w: self.serve(r, w, token), host=loopback(host, port), port=port)
+        self._servers.append(server)
+        bound = server.sockets[0].getsockname()
+        return f"[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"{bound[0]}:{bound[1]}"
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    token: Token | None = None) -> None:
+        conn = Connection(writer, self.limits, f"c{next(self._names)}", token)
         self.connections.add(conn)
         splitter = FrameSplitter(self.limits.max_frame_bytes)
+        deadline = asyncio.get_running_loop().time() + self.limits.auth_timeout
         try:
-            while not conn.closed:
-                chunk = await reader.read(self.limits.read_chunk)
+            while not (conn.closed or conn.hung_up):
+                chunk = await self._read(conn, reader, deadline)
                 frames = splitter.feed(chunk) if chunk else splitter.end()
                 for frame in frames:
-                    await self._frame(conn, frame)
+                    if not conn.hung_up:
+                        await self._frame(conn, frame)
                 if not chunk:
                     await conn.settle(self.limits.peer_timeout)
                     break
@@ -123,15 +138,42 @@ class Daemon:
             self.connections.discard(conn)
             await conn.close()
 
+    async def _read(self, conn: Connection, reader: asyncio.StreamReader,
+                    deadline: float) -> bytes:
+        if conn.authenticated:
+            return await reader.read(self.limits.read_chunk)
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await reader.read(self.limits.read_chunk)
+        except TimeoutError:
+            await conn.hang_up(encode_error(None, rpc_error(refusal(
+                f"no initialize within {self.limits.auth_timeout:g}s"))))
+            return b""
+
+    async def _admit(self, conn: Connection, message: Incoming | Oversized) -> bool:
+        """On TCP, the first frame must be an initialize that presents the token; any other
+        frame is refused and the connection closed. True once the connection is admitted."""
+        asks = isinstance(message, Request) and message.method == "initialize"
+        token = message.params.get("auth_token") if isinstance(message, Request) else None
+        if asks and conn.token is not None and conn.token.admits(token):
+            conn.authenticated = True
+            return True
+        why = ("the first frame was not initialize" if not asks else
+               "initialize carried no auth_token" if token is None else "wrong auth_token")
+        id = message.id if isinstance(message, Request | Failure) else None
+        await conn.hang_up(encode_error(id, rpc_error(refusal(why))))
+        return False
+
     async def _frame(self, conn: Connection, frame: bytes | Oversized) -> None:
-        if isinstance(frame, Oversized):
-            await conn.send(encode_error(None, rpc_error(FrameTooLarge(
-                f"frame of {frame.size} bytes is over the limit of "
-                f"{self.limits.max_frame_bytes} bytes; it was dropped unread",
-                size=frame.size, limit=self.limits.max_frame_bytes))))
+        message = frame if isinstance(frame, Oversized) else decode_frame(frame)
+        if not conn.authenticated and not await self._admit(conn, message):
             return
-        message = decode_frame(frame)
-        if isinstance(message, Failure):
+        if isinstance(message, Oversized):
+            await conn.send(encode_error(None, rpc_error(FrameTooLarge(
+                f"frame of {message.size} bytes is over the limit of "
+                f"{self.limits.max_frame_bytes} bytes; it was dropped unread",
+                size=message.size, limit=self.limits.max_frame_bytes))))
+        elif isinstance(message, Failure):
             await conn.send(encode_error(message.id, message.error))
         elif isinstance(message, Reply):
             conn.answered(message.id, message.result, message.error)
