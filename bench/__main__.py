@@ -29,6 +29,7 @@ from bench import lines
 from bench.codec import codec_line
 from bench.lines import Line, Scale
 from bench.rigs import env_note
+from treemail.adapters.console import steps
 
 RESULTS = Path(__file__).with_name("results.json")
 
@@ -47,7 +48,8 @@ def table(rows: list[Line]) -> str:
     return "\n".join(out)
 
 
-def run(quick: bool, only: set[str], verbose: bool = False) -> list[Line]:
+def run(quick: bool, only: set[str], verbose: bool = False,
+        done: Callable[[str], None] = lambda name: None) -> list[Line]:
     scale = Scale.of(quick)
     rows: list[Line] = []
     clock = time.perf_counter()
@@ -57,6 +59,7 @@ def run(quick: bool, only: set[str], verbose: bool = False) -> list[Line]:
         if verbose:
             print(f"  {name}: {time.perf_counter() - clock:.1f} s", flush=True)
         clock = time.perf_counter()
+        done(name)
 
     with tempfile.TemporaryDirectory(prefix="treemail-bench-") as tmp:
         root = Path(tmp)
@@ -95,7 +98,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args()
     start = time.perf_counter()
-    rows = run(args.quick, set(args.only.replace(",", "")), args.verbose)
+    only = set(args.only.replace(",", ""))
+    ran = only | ({"a"} if only & {"a", "b"} else set()) | ({"d"} if only & {"d", "f"} else set())
+    with steps(len(ran & set("abcdefgh")), "bench") as bar:  # a bar on a terminal only
+
+        def done(name: str) -> None:
+            if bar is not None:
+                bar.update(bar.task_ids[0], advance=1, step=f"line {name} done")
+
+        rows = run(args.quick, only, args.verbose, done)
     elapsed = time.perf_counter() - start
     print(table(rows))
     print(f"\n{'quick' if args.quick else 'full'} run in {elapsed:.0f} s")

@@ -49,7 +49,8 @@ def test_sessions_status_replay_steer_and_approve(
                for line in out.splitlines())
     code, out, _ = _cli(capsys, daemon, "status", seeded["message_id"])
     assert code == 0 and "consumed" in out.splitlines()[0]
-    assert [line.split()[1] for line in out.splitlines()[1:]] == [
+    assert out.splitlines()[1].split() == ["SEQ", "KIND", "RUN", "REQUEST", "REASON"]
+    assert [line.split()[1] for line in out.splitlines()[2:]] == [
         "ProducerMessageAccepted", "ProducerMessageAdmitted", "ProducerMessageClaimed",
         "ProducerMessageConsumed"]
     code, out, _ = _cli(capsys, daemon, "replay", sid)

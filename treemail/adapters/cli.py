@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from treemail.adapters.console import console, print_row
 from treemail.adapters.daemon import commands as daemon_commands
-from treemail.adapters.transcript import render_event
+from treemail.adapters.transcript import event_row
 
 if TYPE_CHECKING:
     from treemail.core.engine import Engine
@@ -127,6 +128,7 @@ def show_log(path: str, session: str | None, *, follow: bool, interval: float) -
         print(f"treemail log: {exc}", file=sys.stderr)
         return 2
     engine = Engine(store, CountingIds())  # read-only use: no id is ever minted
+    out = console()
     seen = 0
     try:
         wanted = None if session is None else _session_id(engine, session)
@@ -143,7 +145,7 @@ def show_log(path: str, session: str | None, *, follow: bool, interval: float) -
             for number, event in engine.feed(seen):
                 seen = number
                 if wanted is None or event.session_id == wanted:
-                    print(render_event(event, name))
+                    print_row(event_row(event, name), out)
             if not follow:
                 return 0
             time.sleep(interval)

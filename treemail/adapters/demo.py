@@ -19,7 +19,7 @@ import json
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -100,6 +100,7 @@ class Demo:
         self.stage = Stage()
         self.agents = demo_agents(self.stage)
         self.transcript = Transcript(out)
+        self.scene: Callable[[str], None] = lambda heading: None  # progress, on a terminal
         self.store = LmdbStore.open(path)
         self.rt = self._runtime()
 
@@ -115,6 +116,7 @@ class Demo:
 
     def say(self, heading: str) -> None:
         print(f"\n== {heading}", file=self.out)
+        self.scene(heading)
 
     def note(self, text: str) -> None:
         print(f"    {text}", file=self.out)
@@ -258,15 +260,34 @@ def _verify(demo: Demo) -> bool:
     return exact and pending == 0
 
 
-def run_demo(path: Path, out: TextIO) -> bool:
+SCENES = 7  # the headings the demo says, Check included
+
+
+def run_demo(path: Path, out: TextIO, scene: Callable[[str], None] | None = None) -> bool:
     async def play() -> bool:
-        return await _play(Demo(path, out))
+        demo = Demo(path, out)
+        if scene is not None:
+            demo.scene = scene
+        return await _play(demo)
 
     return asyncio.run(play())
 
 
+def _shown(path: Path) -> bool:
+    """The demo, with a bar over its scenes on a terminal's stderr (the transcript, on stdout,
+    is the same either way)."""
+    from treemail.adapters.console import steps
+
+    with steps(SCENES, "demo") as bar:
+        def scene(heading: str) -> None:
+            if bar is not None:
+                bar.update(bar.task_ids[0], advance=1, step=heading[:40])
+
+        return run_demo(path, sys.stdout, scene)  # inside: a bar redirects sys.stdout
+
+
 def main(path: str | None = None) -> int:
     if path is not None:
-        return 0 if run_demo(Path(path), sys.stdout) else 1
+        return 0 if _shown(Path(path)) else 1
     with tempfile.TemporaryDirectory(prefix="treemail-demo-") as tmp:
-        return 0 if run_demo(Path(tmp) / "store", sys.stdout) else 1
+        return 0 if _shown(Path(tmp) / "store") else 1

@@ -419,13 +419,20 @@ def main(bounds: str = "", config: str | None = None, messaging: str = "",
     print(f"treemail check: bounds {shown}; [messaging] {_config_line(settings)}"
           + (f"; planted bug: {plant}" if plant else ""))
     with planted(plant):
-        result = check(settings, limits_, None if quiet else sys.stderr, history)
+        result = check(settings, limits_, None if quiet else _progress(), history)
     code = 0 if result.counterexample is None else 1
     try:
         report(result)
     except BrokenPipeError:  # `treemail check | head`: the exit code still tells
         sys.stdout = None  # nothing left to flush at exit
     return code
+
+
+def _progress() -> TextIO:
+    """States explored and the rate: live on a terminal (rich), the final line elsewhere."""
+    from treemail.adapters.console import ProgressLine
+
+    return ProgressLine(sys.stderr, "check")
 
 
 def _config_line(config: MessagingConfig) -> str:

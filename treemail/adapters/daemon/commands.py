@@ -19,7 +19,7 @@ from typing import Any, TypeAlias
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
-from treemail.adapters.transcript import render_event
+from treemail.adapters.transcript import Row, event_row
 from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
 from treemail.core.records import Event
@@ -180,13 +180,12 @@ def _connect_and(command: Command, args: argparse.Namespace) -> int:
 
 
 async def _sessions(client: DaemonClient, args: argparse.Namespace) -> int:
+    from treemail.adapters.console import print_table
+
     sessions = (await client.call("session.list"))["sessions"]
-    rows = [("SESSION", "HANDLE", "AGENT", "STATE", "PARENT")]
-    rows += [(s["session_id"], s["handle"] or "-", s["agent"], s["state"],
-              s["parent_session_id"] or "-") for s in sessions]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    print_table(("SESSION", "HANDLE", "AGENT", "STATE", "PARENT"),
+                [(s["session_id"], s["handle"] or "-", s["agent"], s["state"],
+                  s["parent_session_id"] or "-") for s in sessions])
     return 0
 
 
@@ -213,12 +212,14 @@ async def _steer(client: DaemonClient, args: argparse.Namespace) -> int:
 async def _status(client: DaemonClient, args: argparse.Namespace) -> int:
     receipt = await client.call("message.get", {"message_id": args.message_id})
     message = receipt["message"]
+    from treemail.adapters.console import print_table
+
     print(f"message {message['message_id']} to {message['recipient']}: {message['state']} "
-          f"({message['owner']}, {message['mode']})")
-    for step in receipt["history"]:
-        extra = "  ".join(f"{k}={step[k]}" for k in ("run_id", "request_id", "reason")
-                          if step.get(k))
-        print(f"  #{step['seq']:<4} {step['kind']}  {extra}".rstrip())
+          f"({message['owner']}, {message['mode']})", flush=True)
+    print_table(("SEQ", "KIND", "RUN", "REQUEST", "REASON"),
+                [(f"#{step['seq']}", step["kind"], step.get("run_id") or "-",
+                  step.get("request_id") or "-", step.get("reason") or "-")
+                 for step in receipt["history"]])
     return 0
 
 
@@ -228,18 +229,25 @@ async def _names(client: DaemonClient) -> dict[str, str]:
 
 
 def row(view: dict[str, Any], names: dict[str, str]) -> str:
+    return _row(view, names).line()
+
+
+def _row(view: dict[str, Any], names: dict[str, str]) -> Row:
     event = Event(view["session_id"], view["seq"], view["kind"], view["data"])
-    return render_event(event, lambda sid: names.get(sid or "", sid or "?"))
+    return event_row(event, lambda sid: names.get(sid or "", sid or "?"))
 
 
 async def _print_events(client: DaemonClient, sub: dict[str, Any], until: int | None) -> None:
+    from treemail.adapters.console import console, print_row
+
+    out = console()
     names = await _names(client)
     while True:
         note = await client.next_notification("events/event", timeout=3600)
         view = note.params["event"]
         if view["kind"] == EventKind.SESSION_CREATED or view["session_id"] not in names:
             names = await _names(client)
-        print(row(view, names), flush=True)
+        print_row(_row(view, names), out)
         if until is not None and view["number"] >= until:
             return
 
@@ -255,12 +263,15 @@ async def _tail(client: DaemonClient, args: argparse.Namespace) -> int:
 
 
 async def _replay(client: DaemonClient, args: argparse.Namespace) -> int:
+    from treemail.adapters.console import console, print_row
+
+    out = console()
     names = await _names(client)
     after = 0
     while True:
         page = await client.call("events.read", {"after": after, "session_id": args.session})
         for view in page["events"]:
-            print(row(view, names))
+            print_row(_row(view, names), out)
         after = page["next"]
         if after >= page["head"]:
             return 0

@@ -1,0 +1,111 @@
+"""The CLI's output: rich tables, coloured rows and progress on a terminal, plain otherwise.
+
+Whether a stream is a terminal decides everything, and nothing else does: written to a pipe
+or a file, tables are aligned plain columns, rows are exactly ``Row.line()`` and progress
+prints only its final line, so scripts (and tests) read a stable form. ``NO_COLOR`` is
+honoured by rich on a terminal.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from treemail.adapters.styles import styled_line
+from treemail.adapters.transcript import Row
+
+__all__ = ["ProgressLine", "console", "print_row", "print_table", "steps"]
+
+
+def console(stream: TextIO | None = None) -> Console:
+    """A rich console on ``stream`` (stdout by default); ``is_terminal`` says which form."""
+    return Console(file=stream or sys.stdout, soft_wrap=True, highlight=False)
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
+                stream: TextIO | None = None, title: str | None = None) -> None:
+    """A table: rich on a terminal; plain, two-space aligned columns otherwise."""
+    out = console(stream)
+    if out.is_terminal:
+        table = Table(*headers, title=title, header_style="bold", box=None, pad_edge=False)
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
+        return
+    every = [list(headers), *[list(row) for row in rows]]
+    widths = [max(len(row[i]) for row in every) for i in range(len(headers))]
+    for row in every:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(),
+              file=out.file, flush=True)
+
+
+def print_row(row: Row, out: Console) -> None:
+    """A transcript row: coloured by what it is about on a terminal, else ``Row.line()``."""
+    if out.is_terminal:
+        out.print(styled_line(row), overflow="ellipsis", no_wrap=True, crop=True)
+    else:
+        print(row.line(), file=out.file, flush=True)
+
+
+class ProgressLine(io.StringIO):
+    """A stream for code that redraws one progress line with ``\\r`` (the model checker): on a
+    terminal the line is shown live by rich; otherwise only finished lines pass (no ``\\r``
+    noise in a log). A ``StringIO`` only so it types as the ``TextIO`` such code takes;
+    nothing is buffered in it."""
+
+    def __init__(self, stream: TextIO, label: str) -> None:
+        super().__init__()
+        self.out = Console(file=stream, highlight=False)
+        self.label = label
+        self._live: Live | None = None
+        self._started = time.monotonic()
+
+    def write(self, text: str) -> int:
+        line = text.replace("\r", "")
+        if self.out.is_terminal:
+            self._draw(line)
+        elif line.endswith("\n"):
+            print(line.rstrip("\n"), file=self.out.file)
+        return len(text)
+
+    def _draw(self, line: str) -> None:
+        shown = Text(f"{self.label} ", style="bold cyan")
+        shown.append(line.strip())
+        shown.append(f"  {time.monotonic() - self._started:.1f}s", style="dim")
+        if self._live is None:
+            self._live = Live(shown, console=self.out, refresh_per_second=5, transient=False)
+            self._live.start()
+        else:
+            self._live.update(shown)
+        if line.endswith("\n"):
+            self._live.stop()
+            self._live = None
+
+    def flush(self) -> None:
+        self.out.file.flush()
+
+
+@contextmanager
+def steps(total: int, label: str, stream: TextIO | None = None) -> Iterator[Progress | None]:
+    """A progress bar over ``total`` steps on a terminal (``advance`` it); None elsewhere,
+    where the caller's own lines are the record."""
+    out = Console(file=stream or sys.stderr)
+    if not out.is_terminal:
+        yield None
+        return
+    bar = Progress(TextColumn("[bold cyan]{task.description}"), BarColumn(),
+                   MofNCompleteColumn(), TextColumn("{task.fields[step]}"),
+                   TimeElapsedColumn(), console=out, transient=True)
+    with bar:
+        bar.add_task(label, total=total, step="")
+        yield bar
