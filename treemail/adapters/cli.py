@@ -50,8 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tui", help="watch sessions converse and answer approvals (read-only on a store)")
     tui.add_argument("--data-dir", type=Path, default=Path("./.treemail"),
                      help="its daemon if one runs, else a read-only replay of DIR/store")
-    tui.add_argument("--connect", type=Path, metavar="SOCKET", help="a daemon's Unix socket")
-    tui.set_defaults(run=_tui)
+    tui.add_argument("--connect", metavar="ADDRESS",
+                     help="a daemon's address: tcp://HOST:PORT, or a socket path")
+    tui.add_argument("--token-file", type=Path,
+                     help="the TCP bearer token's file (default: DATA_DIR/daemon.token; "
+                          "TREEMAIL_TOKEN overrides it)")
+    tui.set_defaults(run=_tui, socket=None)
     args = parser.parse_args(argv)
     if hasattr(args, "run"):  # a subcommand registered from its own module
         return int(args.run(args))

@@ -251,9 +251,12 @@ def pane_text(app: App[Any], selector: str) -> str:
 def main(args: argparse.Namespace) -> int:
     import sys
 
+    from treemail.adapters.daemon.commands import TokenMissing, target
+
     try:
-        source = choose(args.data_dir, args.connect)
-    except TreemailError as exc:
+        address, token = target(args) if args.connect else (None, None)
+        source = choose(args.data_dir, address, token)
+    except (TreemailError, TokenMissing) as exc:
         print(f"treemail tui: {exc}", file=sys.stderr)
         return 2
     TreemailTui(source).run()

@@ -52,14 +52,16 @@ class Source:
 class LiveSource(Source):
     read_only = False
 
-    def __init__(self, socket: Path) -> None:
-        self.socket = socket
-        self.where = str(socket)
+    def __init__(self, address: str | Path, token: str | None = None) -> None:
+        self.address = str(address)  # a Unix socket's path, or tcp://HOST:PORT
+        self.token = token
+        self.where = self.address
         self.client: DaemonClient | None = None
         self.feed: LiveFeed | None = None
 
     async def open(self) -> None:
-        self.client = await DaemonClient.connect(self.socket, name="treemail tui")
+        self.client = await DaemonClient.connect(self.address, name="treemail tui",
+                                                 token=self.token)
 
     async def close(self) -> None:
         if self.client is not None:
@@ -130,12 +132,13 @@ def _accepts(path: Path) -> bool:
     return True
 
 
-def choose(data_dir: Path, connect: Path | None) -> Source:
-    """``--connect SOCKET``: that daemon. ``--data-dir DIR``: its daemon when one answers on
-    ``DIR/daemon.sock``, else a read-only replay of ``DIR/store`` (or of DIR itself, when it
-    is a store). Raises ``InvalidRequest`` saying what to start when there is neither."""
+def choose(data_dir: Path, connect: str | None, token: str | None = None) -> Source:
+    """``--connect ADDRESS`` (a socket path or tcp://HOST:PORT, with ``token``): that daemon.
+    ``--data-dir DIR``: its daemon when one answers on ``DIR/daemon.sock``, else a read-only
+    replay of ``DIR/store`` (or of DIR itself, when it is a store). Raises ``InvalidRequest``
+    saying what to start when there is neither."""
     if connect is not None:
-        return LiveSource(connect)
+        return LiveSource(connect, token)
     socket = data_dir / "daemon.sock"
     if socket.exists() and _accepts(socket):
         return LiveSource(socket)
@@ -144,4 +147,4 @@ def choose(data_dir: Path, connect: Path | None) -> Source:
             return StoreSource(store)
     raise InvalidRequest(f"no daemon answers at {socket} and there is no store at "
                          f"{data_dir / 'store'}; start one with `treemail daemon --data-dir "
-                         f"{data_dir}`, or give --connect SOCKET")
+                         f"{data_dir}`, or give --connect ADDRESS")
