@@ -8,23 +8,28 @@ not hold what they describe, with a message instead of a signal.
 The owner lock: LMDB's own lock file lets many processes share a store, but treemail's
 recovery assumes one owner (it treats every run it did not start as dead). A writer therefore
 holds an exclusive ``flock`` on ``owner.lock`` for as long as the store is open, and writes
-its pid there so that a second opener can say who holds it. The kernel drops the lock when
-the holder dies, however it dies, so a stale file never locks anyone out.
+its pid there so that a second opener can say who holds it (a daemon adds what it is and
+where it serves: treemail has one lock, this one; see ``adapters/daemon/host.py``). The
+kernel drops the lock when the holder dies, however it dies, so a stale file never locks
+anyone out.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
 
 from treemail.core.errors import StoreDamaged, StoreLocked, StoreMissing
 
-__all__ = ["DATA_FILE", "LOCK_FILE", "OWNER_FILE", "Header", "OwnerLock", "check_data_file"]
+__all__ = ["DATA_FILE", "LOCK_FILE", "OWNER_FILE", "Header", "OwnerLock", "check_data_file",
+           "owner_of"]
 
 DATA_FILE = "data.mdb"
 LOCK_FILE = "lock.mdb"  # LMDB's reader table
@@ -98,7 +103,8 @@ def _damaged(path: Path, why: str) -> StoreDamaged:
 
 
 class OwnerLock:
-    """An exclusive, non-blocking ``flock`` on ``directory/owner.lock`` holding our pid."""
+    """An exclusive, non-blocking ``flock`` on ``directory/owner.lock`` holding our pid, and
+    optionally what we are (``describe``: a daemon writes its role and socket there)."""
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / OWNER_FILE
@@ -106,17 +112,23 @@ class OwnerLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            holder = _holder(fd)
+            pid, holder = _holder(fd)
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
                 raise
             raise StoreLocked(
-                f"the store at {str(directory)!r} is in use by another process (pid {holder}); "
+                f"the store at {str(directory)!r} is in use by {_who(pid, holder)}; "
                 "stop it first, or open the store read-only to look at it",
-                path=str(directory), pid=holder) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                path=str(directory), pid=pid, holder=holder) from None
         self._fd: int | None = fd
+        self.describe({})
+
+    def describe(self, holder: Mapping[str, str]) -> None:
+        """Record our pid and ``holder`` (what a refused opener is told about us)."""
+        if self._fd is not None:
+            text = f"{os.getpid()}\n" + (json.dumps(dict(holder)) + "\n" if holder else "")
+            os.pwrite(self._fd, text.encode(), 0)  # then cut: a reader never sees it empty
+            os.ftruncate(self._fd, len(text.encode()))
 
     def release(self) -> None:
         if self._fd is not None:
@@ -124,9 +136,34 @@ class OwnerLock:
             os.close(fd)  # closing the last descriptor drops the flock
 
 
-def _holder(fd: int) -> str:
+def owner_of(directory: Path) -> tuple[str, dict[str, str]]:
+    """Who last held the store's owner lock (pid, holder description), whether or not it
+    still holds it; ``("unknown", {})`` when the file says nothing."""
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        fd = os.open(directory / OWNER_FILE, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        text = ""
-    return text if text.isdigit() else "unknown"
+        return "unknown", {}
+    try:
+        return _holder(fd)
+    finally:
+        os.close(fd)
+
+
+def _who(pid: str, holder: Mapping[str, str]) -> str:
+    role = holder.get("role", "another process")
+    where = ", ".join(f"{k} {v}" for k, v in holder.items() if k != "role")
+    return f"{role} (pid {pid}{', ' + where if where else ''})"
+
+
+def _holder(fd: int) -> tuple[str, dict[str, str]]:
+    try:
+        lines = os.pread(fd, 4096, 0).decode("utf-8", "replace").splitlines()
+    except OSError:
+        lines = []
+    pid = lines[0].strip() if lines and lines[0].strip().isdigit() else "unknown"
+    try:
+        info = json.loads(lines[1]) if len(lines) > 1 else {}
+    except ValueError:
+        info = {}
+    holder = {str(k): str(v) for k, v in info.items()} if isinstance(info, dict) else {}
+    return pid, holder

@@ -472,6 +472,11 @@ class LmdbStore:
             except lmdb.Error as exc:
                 raise _failure(exc, "grow the map") from exc
 
+    def describe_owner(self, holder: Mapping[str, str]) -> None:
+        """Tell a refused second opener who holds the store (a daemon: its role, socket)."""
+        if self._owner is not None:
+            self._owner.describe(holder)
+
     def close(self) -> None:
         """Close the environment; later use of the store raises ``StorageError``."""
         self._check_not_writing("close", "close it after transact returns")

@@ -1,9 +1,10 @@
 """Hosting the runtime in a data directory: what ``treemail daemon`` runs.
 
-The data directory holds ``store/`` (the LMDB store), ``daemon.sock``, ``daemon.lock``,
-``daemon.token`` (once ``--tcp`` was used; see ``tcp.py``), an optional ``config.toml`` and
-an optional ``agents/`` directory of agent docs. The config's
-``[messaging]`` table sets the limits; ``[daemon] model`` names the model adapter:
+The data directory holds ``store/`` (the LMDB store, whose owner lock is the daemon's hold
+on the directory: see ``lock.py``), ``daemon.sock``, ``daemon.token`` (once ``--tcp`` was
+used; see ``tcp.py``), an optional ``config.toml`` and an optional ``agents/`` directory of
+agent docs. The config's ``[messaging]`` table sets the limits; ``[daemon] model`` names the
+model adapter:
 
 * ``scripted`` (the default): a deterministic model that answers each turn with one line
   naming what it read, so a daemon works with no network and no key;
@@ -29,11 +30,10 @@ from treemail.adapters.agent_docs import build_agents, load_agent_docs
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.feeds import FeedSignal, Subscriptions, WireGate
 from treemail.adapters.daemon.handlers import install
-from treemail.adapters.daemon.lock import DataDirLock
+from treemail.adapters.daemon.lock import DAEMON_ROLE, hold
 from treemail.adapters.daemon.server import Daemon
 from treemail.adapters.daemon.tcp import TOKEN_FILE, Token, loopback
 from treemail.adapters.ids import UuidIds
-from treemail.adapters.lmdb_store import LmdbStore
 from treemail.adapters.models import ChatMessage, Model, ModelReply, OpenAICompatibleModel
 from treemail.adapters.runtime import Runtime
 from treemail.core.config import MessagingConfig
@@ -102,28 +102,26 @@ class Settings:
 
 async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None,
                       tcp: tuple[str, int] | None = None) -> Daemon:
-    """Take the data directory's lock, open the store, start the runtime (recovering what a
-    crash left), and bind the socket (and ``tcp``, a loopback ``(host, port)``, with the data
-    directory's bearer token). Raises ``DataDirLocked`` if another daemon holds it,
-    ``NotLoopback`` for a TCP address off loopback, ``ListenFailed`` if a bind fails."""
+    """Take the data directory (open its store as its one writer: ``lock.py``), start the
+    runtime (recovering what a crash left), and bind the socket (and ``tcp``, a loopback
+    ``(host, port)``, with the data directory's bearer token). Raises ``DataDirLocked`` if
+    another process holds it, ``NotLoopback`` for a TCP address off loopback, and
+    ``ListenFailed`` if a bind fails."""
     if tcp is not None:
         loopback(*tcp)  # refused before anything is touched
-    data_dir.mkdir(parents=True, exist_ok=True)
-    lock = DataDirLock(data_dir)
-    lock.acquire(str(socket))
+    store = hold(data_dir, socket)  # the one lock (see lock.py): first, before anything else
     try:
         token = Token.load_or_create(data_dir) if tcp is not None else None
         settings = Settings.load(data_dir)
         agents_dir = data_dir / "agents"
         docs = load_agent_docs(agents_dir) if agents_dir.is_dir() else {}
-        store = LmdbStore.open(str(data_dir / "store"))
     except BaseException:
-        lock.release()
+        store.close()
         raise
     signal, gate = FeedSignal(), WireGate()
     runtime = Runtime(store, UuidIds(), build_agents(docs, settings.model_for),
                       settings.messaging, plugins=[signal, gate], feed_interval=0.02)
-    daemon = Daemon(runtime, store, lock, settings.model_for, Subscriptions(runtime, signal),
+    daemon = Daemon(runtime, store, settings.model_for, Subscriptions(runtime, signal),
                     limits)
     gate.connections = lambda: daemon.connections
     install(daemon)
@@ -134,6 +132,8 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
         if tcp is not None and token is not None:
             where = f"tcp {tcp[0]}:{tcp[1]}"
             daemon.tcp = await daemon.listen_tcp(*tcp, token)
+            store.describe_owner({"role": DAEMON_ROLE, "socket": str(socket),
+                                  "tcp": daemon.tcp})
     except OSError as exc:
         daemon.request_stop()
         await daemon.stopped.wait()

@@ -4,8 +4,8 @@ Frames come in through ``FrameSplitter`` (a size limit), are decoded by the pure
 layer, and each request runs as its own task, capped per connection. The order of shutdown
 (SIGTERM or the ``shutdown`` method): stop accepting connections, refuse new requests with
 ``send_message:engine_shutdown``, let the requests in flight finish, shut the runtime down
-(runs stop at a boundary; claimed mail released), close the connections, close the store,
-drop the data-directory lock.
+(runs stop at a boundary; claimed mail released), close the connections, unlink the socket,
+close the store (which drops the data directory's one lock, see ``lock.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import msgspec
 from treemail.adapters.agent_docs import ModelFor
 from treemail.adapters.daemon.connection import Connection, Limits, PeerGone
 from treemail.adapters.daemon.feeds import Subscriptions
-from treemail.adapters.daemon.lock import DataDirLock
 from treemail.adapters.daemon.tcp import Token, loopback, refusal
 from treemail.adapters.runtime import Runtime
 from treemail.core.errors import (
@@ -59,14 +58,12 @@ _WHILE_STOPPING = frozenset({"initialize", "shutdown"})
 
 
 class Daemon:
-    def __init__(self, runtime: Runtime, store: Store, lock: DataDirLock,
-                 model_for: ModelFor, subscriptions: Subscriptions,
-                 limits: Limits | None = None) -> None:
+    def __init__(self, runtime: Runtime, store: Store, model_for: ModelFor,
+                 subscriptions: Subscriptions, limits: Limits | None = None) -> None:
         self.runtime = runtime
         self.subscriptions = subscriptions
         self.model_for = model_for
         self.store = store
-        self.lock = lock
         self.limits = limits or Limits()
         self.handlers: dict[str, Handler] = {}
         self.connections: set[Connection] = set()
@@ -84,7 +81,7 @@ class Daemon:
         """A Unix socket only its user can open: created under umask 0177, then chmod 0600,
         so there is no moment at which another user could connect."""
         with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # stale: the data-dir lock proves no live daemon serves it
+            path.unlink()  # stale: we hold the store's lock, so no live daemon serves it
         old = os.umask(0o177)
         try:
             server = await asyncio.start_unix_server(self.serve, path=str(path))
@@ -245,11 +242,10 @@ class Daemon:
         await self.runtime.shutdown()
         await asyncio.gather(*(c.close() for c in list(self.connections)),
                              return_exceptions=True)
-        self.store.close()
-        if self._socket is not None:
+        if self._socket is not None:  # before the lock goes: a next daemon's socket stays
             with contextlib.suppress(FileNotFoundError):
                 self._socket.unlink()
-        self.lock.release()
+        self.store.close()  # drops the data directory's one lock (lock.py)
         self.stopped.set()
 
     async def _drain_requests(self, timeout: float) -> None:
