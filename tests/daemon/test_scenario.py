@@ -1,4 +1,4 @@
-"""Protocol 19 end to end, on a daemon whose scripted model holds each run in flight for a
+"""Protocol 19 end to end, on a daemon whose echo model holds each run in flight for a
 moment (``[daemon.scripted] delay``): a tree of 4 sessions, both modes, a wake, an approval
 answered over the wire, a user steer, receipts, plugins, and subscriptions replayed and then
 followed live with the seam checked."""
@@ -43,7 +43,9 @@ def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     data = tmp_path_factory.mktemp("slow")
     (data / "agents").mkdir()
     (data / "agents" / "worker.md").write_text(WORKER)
-    (data / "config.toml").write_text("[daemon.scripted]\ndelay = 0.6\n")
+    # The echo model only notes what it read: this scenario drives every send itself.
+    (data / "config.toml").write_text('[daemon]\nmodel = "echo"\n[daemon.scripted]\n'
+                                      'delay = 0.6\n')
     process = DaemonProcess(data)
     yield process
     code, err = process.terminate()

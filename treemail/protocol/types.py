@@ -142,10 +142,13 @@ class SessionView(Result):
 
 class SessionCreateParams(Params):
     """A new tree whose root runs ``agent`` (a known agent's name), or the agent that
-    ``agent_doc`` (an agent doc's full text: YAML frontmatter and prompt) defines."""
+    ``agent_doc`` (an agent doc's full text: YAML frontmatter and prompt) defines.
+    ``agent_docs`` define more agents first, for the tree to delegate to; an agent doc
+    replaces a daemon agent of the same name."""
 
     agent: str | None = None
     agent_doc: str | None = None
+    agent_docs: list[str] = msgspec.field(default_factory=list)
 
 
 class SessionDelegateParams(Params):

@@ -255,6 +255,9 @@ async def _print_events(client: DaemonClient, sub: dict[str, Any], until: int | 
 async def _tail(client: DaemonClient, args: argparse.Namespace) -> int:
     head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
     sub = await client.call("events.subscribe", {"after": head, "session_id": args.session})
+    # On stderr, so the rows on stdout stay the feed alone; it says tail is now following.
+    print(f"treemail tail: following the feed after #{head}; Ctrl-C stops", file=sys.stderr,
+          flush=True)
     try:
         await _print_events(client, sub, None)
     except (ConnectionError, TimeoutError):

@@ -1,10 +1,13 @@
 """``treemail demo --connect``: a short demo driven through a running daemon, over protocol 19.
 
-A user asks a lead; the lead's tree grows to four sessions by delegation; the user steers one
-child and writes to another; every step is printed as the daemon's feed shows it (run
+A user asks a lead. With the daemon's default scripted model (``scripted.py``) the agents
+act on the directives in their docs below: the lead delegates explore and tester, steers
+explore, explore answers it, tester delegates a reviewer, and each child's result comes back
+to its parent: a tree of four sessions talking in both modes. Then the user steers one child
+and writes to another. Every step is printed as the daemon's feed shows it (run
 ``treemail tail`` beside it to watch the same rows live), and at the end every accepted
-message is checked to have been consumed exactly once. The daemon's own model runs the
-agents (the scripted one by default), so what they say depends on its config.
+message is checked to have been consumed exactly once. With another model (``openai``) the
+same docs are prompts, and what the agents say is up to it.
 """
 
 from __future__ import annotations
@@ -36,7 +39,43 @@ permissions:
   message:
     child: allow
 ---
-You lead the parser fix.
+You lead the parser fix. Split the work, steer your children, and report.
+delegate demo_explore: Find where the parser breaks.
+delegate demo_tester: Write a failing test for the parser bug.
+steer demo_explore: Look at the tokenizer first, then the nesting rules.
+"""
+
+EXPLORE = """---
+name: demo_explore
+description: Maps the code base and reports to its parent
+permissions:
+  message:
+    parent: allow
+    sibling: ask
+---
+You explore code and report what you find to your parent.
+"""
+
+TESTER = """---
+name: demo_tester
+description: Writes the failing test, has it reviewed
+permissions:
+  message:
+    parent: allow
+    child: allow
+---
+You write tests, and have each one reviewed before you report.
+delegate demo_review: Review the new parser test.
+"""
+
+REVIEW = """---
+name: demo_review
+description: Reviews tests
+permissions:
+  message:
+    parent: allow
+---
+You review tests and report to your parent.
 """
 
 
@@ -71,24 +110,20 @@ class Connected:
 
     async def play(self) -> bool:
         self.shown = (await self.call("events.read", {"after": 0, "limit": 1}))["head"]
-        self.say("A user asks the lead; it delegates explore, tester and review")
-        lead = await self.call("session.create", {"agent_doc": LEAD})
+        self.say("A user asks the lead; its model delegates, steers a child, reads replies")
+        lead = await self.call("session.create", {"agent_doc": LEAD,
+                                                  "agent_docs": [EXPLORE, TESTER, REVIEW]})
         lid = lead["session_id"]
         await self.call("run.submit", {"session_id": lid,
                                        "text": "Ship the parser fix, reviewed and tested."})
-        explore = await self.call("session.delegate", {
-            "parent_session_id": lid, "agent": "explore", "task": "Find where the parser breaks."})
-        tester = await self.call("session.delegate", {
-            "parent_session_id": lid, "agent": "default", "task": "Write a failing test."})
-        await self.call("session.delegate", {
-            "parent_session_id": tester["session_id"], "agent": "default",
-            "task": "Review the test."})
         await self.settle()
+        tree = {s["agent"]: s["session_id"]
+                for s in (await self.call("session.list", {"root_session_id": lid}))["sessions"]}
         self.say("The user steers explore and writes to tester")
-        steer = await self.call("run.steer", {"session_id": explore["session_id"],
+        steer = await self.call("run.steer", {"session_id": tree["demo_explore"],
                                               "text": "Look at the tokenizer first."})
         print(f"    steer: mode {steer['mode']}, recipient {steer['recipient_state']}")
-        await self.call("run.submit", {"session_id": tester["session_id"],
+        await self.call("run.submit", {"session_id": tree["demo_tester"],
                                        "text": "Run the suite again."})
         await self.settle()
         receipt = await self.call("message.get", {"message_id": steer["message_id"]})

@@ -13,7 +13,7 @@ from treemail import __name__ as _package
 from treemail.adapters.agent_docs import build_agents
 from treemail.adapters.daemon.connection import Connection
 from treemail.adapters.models import ToolCall
-from treemail.core.agents import parse_agent_doc
+from treemail.core.agents import AgentDoc, parse_agent_doc
 from treemail.core.errors import (
     InvalidRequest,
     InvalidToolContext,
@@ -112,21 +112,27 @@ class Methods:
         if (p.agent is None) == (p.agent_doc is None):
             raise InvalidRequest("session.create takes exactly one of agent (a known agent's "
                                  "name) and agent_doc (an agent doc's text)")
-        name = p.agent if p.agent is not None else self._register(p.agent_doc or "")
+        # Every doc is parsed before any is registered: a bad one changes nothing.
+        docs = [parse_agent_doc(text, source=f"session.create agent_docs[{index}]")
+                for index, text in enumerate(p.agent_docs)]
+        if p.agent_doc is not None:
+            docs.append(parse_agent_doc(p.agent_doc, source="session.create agent_doc"))
+        self._register(docs)
+        name = p.agent if p.agent is not None else docs[-1].spec.name
         if name not in self.rt.agents:
             raise InvalidRequest(f"no agent {name!r}; known agents: "
                                  f"{', '.join(sorted(self.rt.agents))}", agent=name)
         return session_view(await self.rt.create_root(name))
 
-    def _register(self, text: str) -> str:
-        """Add (or replace) the agent an agent doc defines, with the daemon's model."""
-        doc = parse_agent_doc(text, source="session.create agent_doc")
-        agents = build_agents({doc.spec.name: doc}, self.daemon.model_for)
-        self.rt.agents[doc.spec.name] = agents[doc.spec.name]
+    def _register(self, docs: list[AgentDoc]) -> None:
+        """Add (or replace) the agents the docs define, with the daemon's model; all built
+        before any is added."""
+        built = build_agents({doc.spec.name: doc for doc in docs}, self.daemon.model_for)
         tool_agents = self.rt.tools.agents
         assert isinstance(tool_agents, dict)  # the runtime built it as a dict of specs
-        tool_agents[doc.spec.name] = doc.spec
-        return doc.spec.name
+        for doc in docs:
+            self.rt.agents[doc.spec.name] = built[doc.spec.name]
+            tool_agents[doc.spec.name] = doc.spec
 
     async def session_get(self, conn: Connection, p: t.SessionGetParams) -> t.SessionView:
         return session_view(await self.read(self.engine.session, p.session_id))

@@ -6,8 +6,9 @@ used; see ``tcp.py``), an optional ``config.toml`` and an optional ``agents/`` d
 agent docs. The config's ``[messaging]`` table sets the limits; ``[daemon] model`` names the
 model adapter:
 
-* ``scripted`` (the default): a deterministic model that answers each turn with one line
-  naming what it read, so a daemon works with no network and no key;
+* ``scripted`` (the default): a deterministic agent that delegates, steers and answers its
+  mail as its agent doc's directives say (``scripted.py``), so a daemon's tree converses with
+  no network and no key; ``echo``: one that only notes what it read;
 * ``openai``: an OpenAI-compatible endpoint, from ``[daemon.openai]`` ``base_url``, ``model``
   and ``api_key_env`` (the name of the variable holding the key, never the key itself).
 """
@@ -20,7 +21,7 @@ import os
 import signal
 import sys
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,36 +32,22 @@ from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.feeds import FeedSignal, Subscriptions, WireGate
 from treemail.adapters.daemon.handlers import install
 from treemail.adapters.daemon.lock import DAEMON_ROLE, hold
+from treemail.adapters.daemon.scripted import ScriptedAgent, ScriptedEcho
 from treemail.adapters.daemon.server import Daemon
 from treemail.adapters.daemon.tcp import TOKEN_FILE, Token, loopback
 from treemail.adapters.ids import UuidIds
-from treemail.adapters.models import ChatMessage, Model, ModelReply, OpenAICompatibleModel
+from treemail.adapters.models import Model, OpenAICompatibleModel
 from treemail.adapters.runtime import Runtime
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import ConfigError, ListenFailed
 
-__all__ = ["DEFAULT_DATA_DIR", "ScriptedEcho", "Settings", "open_daemon", "run_daemon"]
+__all__ = ["DEFAULT_DATA_DIR", "ScriptedAgent", "ScriptedEcho", "Settings", "open_daemon",
+           "run_daemon"]
 
 DEFAULT_DATA_DIR = "./.treemail"
-
-
-class ScriptedEcho:
-    """The scripted model: it reads its last input and says so, then ends the run.
-    ``delay`` (``[daemon.scripted] delay``, seconds) keeps each run in flight that long, so a
-    client can steer it or call tools as it (``tool.call``)."""
-
-    def __init__(self, delay: float = 0.0) -> None:
-        self.delay = delay
-
-    async def complete(
-        self, messages: Sequence[ChatMessage], tools: Sequence[Mapping[str, Any]] = ()
-    ) -> ModelReply:
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        last = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"),
-                    None)
-        first = str(last or "").strip().splitlines()
-        return ModelReply(text=f"noted: {first[0] if first else '(nothing)'}")
+_SCRIPTED: dict[str, type[ScriptedAgent | ScriptedEcho]] = {
+    "scripted": ScriptedAgent, "echo": ScriptedEcho}
+_MODELS = (*_SCRIPTED, "openai")
 
 
 @attrs.frozen
@@ -81,8 +68,9 @@ class Settings:
             raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
         daemon = document.get("daemon", {})
         model = daemon.get("model", "scripted")
-        if model not in ("scripted", "openai"):
-            raise ConfigError(f"{path}: [daemon] model = {model!r}; use scripted or openai")
+        if model not in _MODELS:
+            raise ConfigError(f"{path}: [daemon] model = {model!r}; use one of "
+                              f"{', '.join(_MODELS)}")
         delay = daemon.get("scripted", {}).get("delay", 0.0)
         if not isinstance(delay, int | float) or delay < 0:
             raise ConfigError(f"{path}: [daemon.scripted] delay must be seconds >= 0")
@@ -90,8 +78,8 @@ class Settings:
                    dict(daemon.get("openai", {})), float(delay))
 
     def model_for(self, agent: str, doc_model: str | None) -> Model:
-        if self.model == "scripted":
-            return ScriptedEcho(self.delay)
+        if self.model in _SCRIPTED:
+            return _SCRIPTED[self.model](self.delay)
         key_env = str(self.openai.get("api_key_env", "OPENAI_API_KEY"))
         base_url = self.openai.get("base_url")
         if not base_url:

@@ -1,0 +1,92 @@
+"""The README's three-terminal recipe, run as written from a fresh directory: the daemon,
+``tail``, and ``demo --connect``; tail must show the demo tree's conversation live."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.unit.test_readme_daemon import section
+
+STEP = 60  # seconds any one step of the recipe may take
+
+
+def recipe() -> list[list[str]]:
+    """The commands of the section's ``sh`` block, in terminal order, after ``treemail``."""
+    [block] = re.findall(r"```sh\n(.*?)```", section(), flags=re.DOTALL)
+    lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    commands = [shlex.split(line) for line in lines if line]
+    assert all(words[0].endswith("/treemail") for words in commands), commands
+    return [words[1:] for words in commands]
+
+
+def _start(cwd: Path, args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "treemail", *args], cwd=cwd, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def _wait_for(path: Path) -> None:
+    import socket
+
+    deadline = time.monotonic() + STEP
+    while time.monotonic() < deadline:
+        with socket.socket(socket.AF_UNIX) as probe:
+            if path.exists() and probe.connect_ex(str(path)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing serves {path}")
+
+
+def test_the_three_terminal_recipe_shows_the_conversation_live(tmp_path: Path) -> None:
+    daemon_args, tail_args, demo_args = recipe()
+    assert (daemon_args[0], tail_args[0], demo_args[0]) == ("daemon", "tail", "demo")
+    daemon = _start(tmp_path, daemon_args)  # terminal 1
+    tail = None
+    try:
+        _wait_for(tmp_path / ".treemail" / "daemon.sock")  # the default data directory
+        tail = _start(tmp_path, tail_args)  # terminal 2
+        assert tail.stderr is not None
+        assert "following the feed" in tail.stderr.readline()  # subscribed: now it is live
+        demo = subprocess.run([sys.executable, "-m", "treemail", *demo_args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=STEP * 2)  # terminal 3
+        assert demo.returncode == 0, demo.stderr
+        assert "4 sessions" in demo.stdout and "each exactly once" in demo.stdout
+        time.sleep(0.5)  # the last rows reach tail
+        tail.send_signal(signal.SIGINT)
+        shown, _ = tail.communicate(timeout=STEP)
+    finally:
+        if tail is not None and tail.poll() is None:
+            tail.kill()
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=STEP)
+    assert daemon.returncode == 0, err
+    assert tail.returncode == 0
+    rows = shown.splitlines()
+    demo_rows = [line for line in demo.stdout.splitlines() if re.match(r"  \S+ +#\d+ ", line)]
+    assert demo_rows and set(demo_rows) <= set(rows)  # tail showed every row the demo did
+    _assert_a_conversation(rows)
+
+
+def _assert_a_conversation(rows: list[str]) -> None:
+    def some(pattern: str) -> list[str]:
+        return [row for row in rows if re.search(pattern, row)]
+
+    created = some(r"session created")
+    assert len(created) == 4 and len(some(r"session created \(child of")) == 3
+    # The lead's model delegates two children, one of them delegates the fourth.
+    assert len(some(r"demo_lead_\w+ .*calls delegate_subagent\(agent=demo_explore")) == 1
+    assert some(r"demo_tester_\w+ .*calls delegate_subagent\(agent=demo_review")
+    # The lead steers explore (steer mode), explore answers it (queue mode).
+    assert some(r"demo_explore_\w+ .*agent mail from demo_lead_\w+ \(mode=steer, hop=1\)")
+    assert some(r"demo_lead_\w+ .*agent mail from demo_explore_\w+ \(mode=queue, hop=2\): "
+                r'"Re: ')
+    # Every child's result goes back to its parent, who reads it.
+    assert len(some(r"delegation result sent to the parent")) >= 3
+    assert some(r'demo_lead_\w+ .*model says ".*demo_explore_\w+ reported')
+    assert some(r"user mail \(mode=steer\)")
