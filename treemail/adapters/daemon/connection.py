@@ -63,6 +63,12 @@ class Connection:
             raise PeerGone(f"connection {self.name} is closed")
         await self._out.put(frame)
 
+    @property
+    def buffered(self) -> tuple[int, int]:
+        """What waits to go out: frames in the queue, and bytes in the socket's buffer (the
+        writer waits once that passes its high-water mark)."""
+        return self._out.qsize(), self.writer.transport.get_write_buffer_size()
+
     async def hang_up(self, last: bytes) -> None:
         """Send ``last``, then close the socket: nothing more is read or sent."""
         await self.send(last)

@@ -1,0 +1,76 @@
+"""Back-pressure: a client that stops reading holds up only its own connection, and what
+the daemon keeps for it stays bounded (its queue of frames and the socket's buffer), never
+the feed it has yet to send; once it reads again it gets every event, in order.
+
+In-process (the daemon's connection objects are inspected), over a real Unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from tests.daemon.conftest import run
+from treemail.adapters.daemon.client import DaemonClient
+from treemail.adapters.daemon.connection import Limits
+from treemail.adapters.daemon.host import open_daemon
+
+OUT_FRAMES = 8
+HIGH_WATER = 64 * 1024  # asyncio's default high-water mark of a socket's write buffer
+
+
+async def _feed(data: Path, socket: Path) -> tuple[list[tuple[int, int]], int, list[int], float]:
+    daemon = await open_daemon(data, socket, Limits(out_frames=OUT_FRAMES))
+    try:
+        busy = await DaemonClient.connect(socket, name="busy")
+        root = await busy.call("session.create", {"agent": "default"})
+        for batch in range(12):  # in batches below the in-flight cap: each one is served
+            answers = await busy.call_many([
+                ("plugin/producer/send",
+                 {"session_id": root["session_id"], "body": f"m{batch}-{i} " + "x" * 200})
+                for i in range(50)])
+            assert all(isinstance(a, dict) for a in answers), answers
+        head = (await busy.call("events.read", {"after": 0, "limit": 1}))["head"]
+        # The stalled client: it subscribes from the start, then reads nothing for a while.
+        reader, writer = await asyncio.open_unix_connection(str(socket))
+        for id, method, params in ((1, "initialize", {"protocol_version": 19,
+                                                      "client_info": {"name": "stalled"}}),
+                                   (2, "events.subscribe", {"after": 0})):
+            writer.write(json.dumps({"jsonrpc": "2.0", "id": id, "method": method,
+                                     "params": params}).encode() + b"\n")
+        await writer.drain()
+        seen: list[tuple[int, int]] = []
+        for _ in range(20):
+            await asyncio.sleep(0.05)
+            seen += [c.buffered for c in daemon.connections if c.name != "c1"]
+        # Another client is served at once, while the stalled one is stuck.
+        started = asyncio.get_running_loop().time()
+        await busy.call("session.list")
+        others_wait = asyncio.get_running_loop().time() - started
+        numbers = await _read_all(reader, head)
+        writer.close()
+        await busy.close()
+        return seen, head, numbers, others_wait
+    finally:
+        daemon.request_stop()
+        await daemon.stopped.wait()
+
+
+async def _read_all(reader: asyncio.StreamReader, head: int) -> list[int]:
+    numbers: list[int] = []
+    while not numbers or numbers[-1] < head:
+        message = json.loads(await reader.readline())
+        if message.get("method") == "events/event":
+            numbers.append(message["params"]["event"]["number"])
+    return numbers
+
+
+def test_a_client_that_stops_reading_is_held_to_a_bounded_buffer(tmp_path: Path) -> None:
+    seen, head, numbers, others_wait = run(_feed(tmp_path / "data",
+                                                 tmp_path / "data" / "daemon.sock"), 120)
+    assert head > 1500  # far more than the queue, the socket and its buffer hold together
+    frames = [f for f, _ in seen]
+    assert max(frames) <= OUT_FRAMES and max(frames) == OUT_FRAMES  # full, never beyond
+    assert max(b for _, b in seen) <= HIGH_WATER + 4096  # one frame past the mark at most
+    assert others_wait < 5
+    assert numbers == list(range(1, head + 1))  # resumed: every event, once, in order
