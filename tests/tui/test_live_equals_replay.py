@@ -84,9 +84,9 @@ def test_the_rows_of_a_live_scenario_are_the_rows_of_its_replay(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rec = Recorder()
-    ids = asyncio.run(_first_part(slow_daemon(tmp_path), rec))
+    ids = asyncio.run(_first_part(slow_daemon(tmp_path, delay=0.8), rec))
     _discard_offline(tmp_path / "store", ids["dropped"])
-    restarted = slow_daemon(tmp_path)
+    restarted = slow_daemon(tmp_path, delay=0.8)
     asyncio.run(_after_restart(restarted, rec, ids))
     code, err = restarted.terminate()
     assert code == 0, err

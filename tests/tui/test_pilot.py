@@ -16,7 +16,7 @@ from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import WORKER
 from tests.tui.conftest import slow_daemon, until
 from treemail.adapters.daemon.client import DaemonClient
-from treemail.adapters.tui.app import TreemailTui, pane_text
+from treemail.adapters.tui.app import ALL, TreemailTui, pane_text
 from treemail.adapters.tui.sources import LiveSource
 
 SIZE = (150, 40)
@@ -33,10 +33,13 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     assert code == 0, err
 
 
-async def _state(client: DaemonClient, sid: str, *states: str) -> None:
+async def _in_flight(client: DaemonClient, sid: str) -> None:
+    """Give the session a run and wait until it is in flight: its first run may be over by
+    now, and each model turn holds the next one in flight for the daemon's delay."""
+    await client.call("run.submit", {"session_id": sid, "text": "Start."})
     async with asyncio.timeout(30):
-        while (await client.call("session.get", {"session_id": sid}))["state"] not in states:
-            await asyncio.sleep(0.02)
+        while (await client.call("session.get", {"session_id": sid}))["state"] != "running":
+            await asyncio.sleep(0.01)
 
 
 def _cell(app: TreemailTui, table: str, key: str) -> str:
@@ -60,14 +63,16 @@ def test_a_steer_row_appears_in_the_selected_session_and_turns_consumed(
         lead, (child,) = await _tree(client, "default", 1)
         app = TreemailTui(LiveSource(daemon.socket))
         async with app.run_test(size=SIZE) as pilot:
-            await until(lambda: child in app.nodes and app.selected == lead, pilot.pause,
-                        "both sessions in the tree, the first selected")
+            await until(lambda: child in app.nodes, pilot.pause, "both sessions in the tree")
+            assert app.selected == ALL  # every session's rows, until one is chosen
             app.query_one("#sessions").focus()
+            await pilot.press("down")
+            await until(lambda: app.selected == lead, pilot.pause, "the lead selected")
             await pilot.press("down")  # from the lead to its child
             await until(lambda: app.selected == child, pilot.pause, "the child selected")
             assert "child of lead_" in pane_text(app, "#transcript")
 
-            await _state(client, child, "running")
+            await _in_flight(client, child)
             steer = await client.call("run.steer", {"session_id": child,
                                                     "text": "Look at the tokenizer first."})
             key = f"mail:{steer['message_id']}"
@@ -98,7 +103,7 @@ def test_an_approval_answered_for_the_tree_lets_the_send_through(
         app = TreemailTui(LiveSource(daemon.socket))
         async with app.run_test(size=SIZE) as pilot:
             await until(lambda: b in app.nodes, pilot.pause, "the tree shown")
-            await _state(client, a, "running")
+            await _in_flight(client, a)
             handle_b = app.board.sessions[b].handle
             call = await client.call("tool.call", {
                 "session_id": a, "tool_call_id": "tui-1", "name": "send_message",

@@ -30,7 +30,9 @@ from treemail.core import events
 from treemail.core.errors import TreemailError
 from treemail.core.records import Event
 
-__all__ = ["TreemailTui", "main", "pane_text", "screen_text"]
+__all__ = ["ALL", "TreemailTui", "main", "pane_text", "screen_text"]
+
+ALL = ""  # the tree's root: the transcript pane shows every session's rows
 
 _APPROVAL_KINDS = (events.ApprovalRequested, events.ApprovalAnswered)
 
@@ -61,7 +63,7 @@ class TreemailTui(App[None]):
         super().__init__()
         self.source = source
         self.board = Board()
-        self.selected: str | None = None
+        self.selected = ALL
         self.nodes: dict[str, TreeNode[str]] = {}
         self.held: list[dict[str, Any]] = []
         self.query_text = ""
@@ -72,7 +74,7 @@ class TreemailTui(App[None]):
         yield Header()
         with Horizontal():
             with Vertical(id="left"):
-                yield Tree[str]("sessions", id="sessions")
+                yield Tree[str]("all sessions", ALL, id="sessions")
                 yield DataTable(id="approvals", cursor_type="row")
             with Vertical(id="right"):
                 yield DataTable(id="transcript", cursor_type="row")
@@ -82,8 +84,7 @@ class TreemailTui(App[None]):
 
     def on_mount(self) -> None:
         self.query_one("#sessions", Tree).root.expand()
-        self.query_one("#sessions", Tree).show_root = False
-        self.query_one("#transcript", DataTable).add_columns("#", "row")
+        self.query_one("#transcript", DataTable).add_columns("session", "#", "row")
         self.query_one("#approvals", DataTable).add_columns(
             "sender", "recipient", "label", "body")
         self.run_worker(self._follow(), name="follow", exit_on_error=False)
@@ -119,7 +120,7 @@ class TreemailTui(App[None]):
     def _fold(self, number: int, event: Event) -> None:
         row = self.board.add(number, event)
         self._show_session(event.session_id)
-        if row is not None and row.session_id == self.selected:
+        if row is not None and self.selected in (ALL, row.session_id):
             self._show_row(row)
 
     async def _poll_live(self) -> None:
@@ -140,9 +141,6 @@ class TreemailTui(App[None]):
             node = parent.add(line.label(), data=session_id, expand=True, allow_expand=False)
             parent.allow_expand = True
             self.nodes[session_id] = node
-            if self.selected is None:
-                self._select(session_id)
-                tree.move_cursor(node)  # the keys move on from the session shown
         else:
             node.set_label(line.label())
         if session_id == self.selected:
@@ -159,8 +157,11 @@ class TreemailTui(App[None]):
         self.selected = session_id
         table = self.query_one("#transcript", DataTable)
         table.clear()
-        for row in self.board.transcript.rows(session_id):
+        for row in self._rows():
             self._show_row(row)
+        if session_id == ALL:
+            self._say(f"every session's rows, in feed order ({len(self.board.sessions)} "
+                      "sessions)")
         self._show_session(session_id)
 
     # -- the transcript pane ---------------------------------------------------------------
@@ -168,9 +169,13 @@ class TreemailTui(App[None]):
     def _show_row(self, row: Row) -> None:
         table = self.query_one("#transcript", DataTable)
         if row.key in table.rows:
-            table.update_cell(row.key, table.ordered_columns[1].key, styled_text(row))
+            table.update_cell(row.key, table.ordered_columns[2].key, styled_text(row))
         else:
-            table.add_row(str(row.seq), styled_text(row), key=row.key)
+            table.add_row(row.who, str(row.seq), styled_text(row), key=row.key)
+
+    def _rows(self) -> list[Row]:
+        """The transcript pane's rows: the selected session's, or every session's."""
+        return self.board.transcript.rows(self.selected or None)
 
     def action_search(self) -> None:
         self.query_one("#search", Input).focus()
@@ -181,10 +186,10 @@ class TreemailTui(App[None]):
         self.action_next_match(start=0)
 
     def action_next_match(self, start: int | None = None) -> None:
-        if not self.query_text or self.selected is None:
+        if not self.query_text:
             return
         table = self.query_one("#transcript", DataTable)
-        rows = self.board.transcript.rows(self.selected)
+        rows = self._rows()
         hits = [i for i, row in enumerate(rows) if self.query_text.lower() in row.text.lower()]
         if not hits:
             self._say(f"no row matches {self.query_text!r}")
