@@ -110,3 +110,11 @@ def test_the_wire_codes_are_registry_classes_on_the_standard_codes(
     assert mapped.code == code
     assert mapped.data is not None and mapped.data.code == error.code
     assert error.code.startswith("rpc:")
+
+
+@pytest.mark.parametrize("deep", [b"[" * 100_000, b'{"a":' * 5_000 + b"1" + b"}" * 5_000])
+def test_json_nested_past_the_recursion_limit_is_a_parse_error(deep: bytes) -> None:
+    # It used to raise RecursionError out of decode_frame, closing the daemon's connection.
+    failure = decode_frame(deep)
+    assert isinstance(failure, Failure) and failure.id is None
+    assert failure.error.data is not None and failure.error.data.code == core.FrameNotJson.code

@@ -225,6 +225,18 @@ class StoreContract:
         with MemoryStore().read() as empty:
             assert empty.feed_end() == 0
 
+    @pytest.mark.parametrize("record_id", ["", "x" * (MAX_KEY + 1), "é" * 300, "a\x00b",
+                                           "\ud800"])
+    def test_an_id_no_store_could_key_names_nothing(self, store: Store, record_id: str) -> None:
+        # A lookup by such an id (a daemon's message.get, approval.answer) failed with a
+        # storage error on LMDB (and for "" only there), instead of finding nothing.
+        store.transact(populate)
+        with store.read() as tx:
+            assert tx.session(record_id) is None
+            assert tx.run(record_id) is None
+            assert tx.message(record_id) is None
+            assert tx.approval(record_id) is None
+
     # -- pending -----------------------------------------------------------------------------
 
     def test_pending_is_in_seq_order_and_per_recipient(self, store: Store) -> None:

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol, TypeVar
 
 from treemail.core import keys
-from treemail.core.errors import StoreClosed, StoreDamaged
+from treemail.core.errors import StorageError, StoreClosed, StoreDamaged
 from treemail.core.keys import Table
 from treemail.core.records import (
     Approval,
@@ -132,10 +132,19 @@ class Indexed:
                                "run `treemail verify` on the store", db=table.value, key=key)
         return found
 
+    def _by_id(self, table: Table, record_id: str) -> Any:
+        """A record by its id. An id no store could key (empty, NUL, a lone surrogate, over
+        ``MAX_KEY`` bytes) names nothing: absent on every store, not a storage failure."""
+        try:
+            key = keys.identity(record_id)
+        except (StorageError, UnicodeEncodeError):
+            return None
+        return self._t.get(table, key) if key else None
+
     # -- reads ---------------------------------------------------------------------------
 
     def session(self, session_id: str) -> Session | None:
-        found: Session | None = self._t.get(Table.SESSIONS, keys.identity(session_id))
+        found: Session | None = self._by_id(Table.SESSIONS, session_id)
         return found
 
     def sessions(self) -> Iterator[Session]:
@@ -152,11 +161,11 @@ class Indexed:
         return found
 
     def run(self, run_id: str) -> Run | None:
-        found: Run | None = self._t.get(Table.RUNS, keys.identity(run_id))
+        found: Run | None = self._by_id(Table.RUNS, run_id)
         return found
 
     def message(self, message_id: str) -> Message | None:
-        found: Message | None = self._t.get(Table.MESSAGES, keys.identity(message_id))
+        found: Message | None = self._by_id(Table.MESSAGES, message_id)
         return found
 
     def pending(self, recipient: str) -> Iterator[Message]:
@@ -193,7 +202,7 @@ class Indexed:
         return self._t.size(Table.FEED)
 
     def approval(self, approval_id: str) -> Approval | None:
-        found: Approval | None = self._t.get(Table.APPROVALS, keys.identity(approval_id))
+        found: Approval | None = self._by_id(Table.APPROVALS, approval_id)
         return found
 
     def approvals(self) -> Iterator[Approval]:

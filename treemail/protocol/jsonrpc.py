@@ -92,6 +92,10 @@ def decode_frame(frame: bytes) -> Incoming:
     except msgspec.DecodeError as exc:
         return _failure(FrameNotJson(
             f"frame is not JSON ({exc}); send one JSON object per line"))
+    except RecursionError:
+        # The decoder recurses per nesting level; a frame nested past the interpreter's
+        # limit must not take the connection down with it.
+        return _failure(FrameNotJson("frame nests JSON too deeply to decode; flatten it"))
     return _classify(message)
 
 
