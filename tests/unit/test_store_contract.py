@@ -236,6 +236,9 @@ class StoreContract:
             assert tx.run(record_id) is None
             assert tx.message(record_id) is None
             assert tx.approval(record_id) is None
+            # Nor is a counter or a replay entry kept under it (World.snapshot reads both).
+            assert tx.count(f"inbox/{record_id}") == 0
+            assert tx.recall(IdempotencyKey(ROOT, RUN_IDS[0], record_id)) is None
 
     # -- pending -----------------------------------------------------------------------------
 

@@ -113,6 +113,14 @@ class Tables(Protocol):
     def size(self, table: Table) -> int: ...
 
 
+def _lookup_key(build: Callable[[Any], bytes], part: Any) -> bytes | None:
+    """The key ``build`` makes of ``part`` for a read, or None when no store could hold it."""
+    try:
+        return build(part)
+    except (StorageError, UnicodeEncodeError):
+        return None
+
+
 class Indexed:
     """The Store port's reads and writes, and the upkeep of every index, over ``Tables``.
 
@@ -135,10 +143,7 @@ class Indexed:
     def _by_id(self, table: Table, record_id: str) -> Any:
         """A record by its id. An id no store could key (empty, NUL, a lone surrogate, over
         ``MAX_KEY`` bytes) names nothing: absent on every store, not a storage failure."""
-        try:
-            key = keys.identity(record_id)
-        except (StorageError, UnicodeEncodeError):
-            return None
+        key = _lookup_key(keys.identity, record_id)
         return self._t.get(table, key) if key else None
 
     # -- reads ---------------------------------------------------------------------------
@@ -175,11 +180,13 @@ class Indexed:
         return (self._follow(Table.MESSAGES, keys.identity(mid)) for _, mid in ids)
 
     def count(self, name: str) -> int:
-        value: int = self._t.get(Table.COUNTERS, keys.counter(name)) or 0
+        key = _lookup_key(keys.counter, name)  # a name no store could key was never counted
+        value: int = (self._t.get(Table.COUNTERS, key) if key else None) or 0
         return value
 
     def recall(self, key: IdempotencyKey) -> SendResult | None:
-        found: SendResult | None = self._t.get(Table.REPLAY, keys.replay(key))
+        raw = _lookup_key(keys.replay, key)  # nor was a call whose ids no store could key
+        found: SendResult | None = self._t.get(Table.REPLAY, raw) if raw else None
         return found
 
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
