@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from treemail.core import events
+from treemail.core.errors import InvalidRequest
 from treemail.core.events import EventKind
 from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import IdSource
@@ -67,7 +68,9 @@ def new_mail(
     tx: WriteTxn, ids: IdSource, recipient: str, body: str, owner: Owner, sender: str | None,
     mode: Mode = Mode.QUEUE,
 ) -> Message:
-    """Accept non-agent mail (user, plugin, delegation, goal): no guard, no cap, no hop."""
+    """Accept non-agent mail (user, plugin, delegation, goal): no guard, no cap, no hop.
+    Only text every store can hold: a lone surrogate is refused, before anything is written."""
+    _check_text(body)
     message = Message(
         message_id=ids.new_id(),
         recipient=recipient,
@@ -79,6 +82,16 @@ def new_mail(
         seq=tx.add(f"seq/{recipient}", 1),
     )
     return accept(tx, message)
+
+
+def _check_text(body: str) -> None:
+    try:
+        body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequest(
+            f"the mail is not valid Unicode text: a lone surrogate (U+{ord(body[exc.start]):04X}) "
+            f"at character {exc.start}; replace it, for example with U+FFFD, and send again",
+            position=exc.start) from None
 
 
 def step_message(tx: WriteTxn, message: Message, event: str, **changes: Any) -> Message:

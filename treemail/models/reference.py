@@ -117,6 +117,8 @@ class Reference:
     def _accept(
         self, recipient: str, sender: str | None, owner: Owner, body: str, mode: Mode, hop: int
     ) -> MessageRecord:
+        if any("\ud800" <= char <= "\udfff" for char in body):
+            raise errors.InvalidRequest("mail holding a lone surrogate is not stored")
         message = MessageRecord(
             self.ids.new_id(), recipient, sender, owner, body, mode, hop,
             seq=self.world.next_seq(recipient),
