@@ -30,7 +30,7 @@ def load_agent_docs(directory: str | os.PathLike[str]) -> dict[str, AgentDoc]:
     root = Path(directory)
     if not root.is_dir():
         raise AgentDocError(f"{root}: agent docs directory does not exist or is not a directory",
-                            source=str(root), field="directory")
+                            source=str(root), field="directory", problem="no_directory")
     docs: dict[str, AgentDoc] = {}
     for path in sorted(root.glob("*.md")):
         doc = parse_agent_doc(_read(path), source=str(path))
@@ -38,7 +38,8 @@ def load_agent_docs(directory: str | os.PathLike[str]) -> dict[str, AgentDoc]:
         if clash is not None:
             raise AgentDocError(
                 f"{path}: name {doc.spec.name!r} is already defined by {clash.source}; "
-                "agent names must be unique", source=str(path), field="name")
+                "agent names must be unique", source=str(path), field="name",
+                problem="duplicate_name")
         docs[doc.spec.name] = doc
     return docs
 
@@ -48,10 +49,10 @@ def _read(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise AgentDocError(f"{path}: is not UTF-8 text ({exc})", source=str(path),
-                            field="encoding") from exc
+                            field="encoding", problem="not_utf8") from exc
     except OSError as exc:
         raise AgentDocError(f"{path}: cannot be read ({exc})", source=str(path),
-                            field="file") from exc
+                            field="file", problem="unreadable") from exc
 
 
 def agent_specs(docs: Mapping[str, AgentDoc]) -> dict[str, AgentSpec]:

@@ -48,15 +48,16 @@ def parse_agent_doc(text: str, source: str = "<agent doc>") -> AgentDoc:
     frontmatter, prompt = _split(text, source)
     meta = load_frontmatter(frontmatter, source)
     if not isinstance(meta, Mapping):
-        raise _field_error(source, "frontmatter", "must be a mapping of fields")
+        raise _field_error(source, "frontmatter", "must be a mapping of fields", "not_mapping")
     unknown = sorted(str(key) for key in meta if key not in _FIELDS)
     if unknown:
         raise _field_error(source, unknown[0],
-                           f"is not a known field; expected {', '.join(sorted(_FIELDS))}")
+                           f"is not a known field; expected {', '.join(sorted(_FIELDS))}",
+                           "unknown_field")
     name = _text(meta, "name", source, required=True)
     assert name is not None
     if not name.replace("-", "").replace("_", "").isalnum():
-        raise _field_error(source, "name", "must be letters, digits, '-' or '_'")
+        raise _field_error(source, "name", "must be letters, digits, '-' or '_'", "bad_name")
     permissions = _permissions(meta.get("permissions"), source)
     spec = AgentSpec(
         name=name,
@@ -71,11 +72,13 @@ def parse_agent_doc(text: str, source: str = "<agent doc>") -> AgentDoc:
 def _split(text: str, source: str) -> tuple[str, str]:
     lines = text.splitlines(keepends=True)
     if not lines or lines[0].strip() != "---":
-        raise _field_error(source, "frontmatter", "must open the file with a '---' line")
+        raise _field_error(source, "frontmatter", "must open the file with a '---' line",
+                           "no_frontmatter")
     for index, line in enumerate(lines[1:], start=1):
         if line.strip() == "---":
             return "".join(lines[1:index]), "".join(lines[index + 1:])
-    raise _field_error(source, "frontmatter", "has no closing '---' line")
+    raise _field_error(source, "frontmatter", "has no closing '---' line",
+                       "unclosed_frontmatter")
 
 
 def _text(meta: Mapping[object, object], field: str, source: str,
@@ -84,7 +87,7 @@ def _text(meta: Mapping[object, object], field: str, source: str,
     if value is None and not required:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise _field_error(source, field, "must be a non-empty string")
+        raise _field_error(source, field, "must be a non-empty string", "bad_text")
     return value.strip()
 
 
@@ -92,10 +95,12 @@ def _permissions(permissions: object, source: str) -> Mapping[object, object]:
     if permissions is None:
         return {}
     if not isinstance(permissions, Mapping):
-        raise _field_error(source, "permissions", "must be a mapping of action to rules")
+        raise _field_error(source, "permissions", "must be a mapping of action to rules",
+                           "bad_permissions")
     unknown = sorted(str(key) for key in permissions if key not in _PERMISSION_ACTIONS)
     if unknown:
-        raise _field_error(source, f"permissions.{unknown[0]}", "is not a known action")
+        raise _field_error(source, f"permissions.{unknown[0]}", "is not a known action",
+                           "unknown_action")
     return permissions
 
 
@@ -105,7 +110,8 @@ def _action_rules(
     rules = permissions.get(action)
     if rules is not None and not isinstance(rules, Mapping):
         shape = "label to allow|ask|deny" if action == "message" else "agent name to allow|deny"
-        raise _field_error(source, f"permissions.{action}", f"must be a mapping of {shape}")
+        raise _field_error(source, f"permissions.{action}", f"must be a mapping of {shape}",
+                           "bad_rules")
     return rules
 
 
@@ -135,12 +141,14 @@ def _delegate_rules(permissions: Mapping[object, object], source: str) -> Rules 
     for rule in rules.rules:
         if rule.action is Action.ASK:
             raise _field_error(source, f"permissions.delegate.{rule.pattern}",
-                               "must be allow or deny: delegation has no approval flow")
+                               "must be allow or deny: delegation has no approval flow",
+                               "ask_not_allowed")
     return rules
 
 
-def _field_error(source: str, field: str, problem: str) -> AgentDocError:
-    return AgentDocError(f"{source}: {field} {problem}", source=source, field=field)
+def _field_error(source: str, field: str, text: str, problem: str) -> AgentDocError:
+    return AgentDocError(f"{source}: {field} {text}", source=source, field=field,
+                         problem=problem)
 
 
 # No message rules: deny by default, and the tool stays hidden until a user adds one.

@@ -23,7 +23,7 @@ declared anywhere else. ``treemail.core.results`` turns any of them into a tool 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Final
 
 __all__ = [
     "AgentDocError",
@@ -119,10 +119,33 @@ class ConfigError(DefinitionError):
     code = "config:invalid"
 
 
+# What an agent doc got wrong: the ``problem`` detail of every AgentDocError, stable like
+# a code. One code for the whole family and a problem beside it: a caller that only needs
+# "the doc is bad" matches the code; one that reacts to the cause matches the problem.
+AGENT_DOC_PROBLEMS: Final = (
+    "no_directory", "unreadable", "not_utf8", "duplicate_name",  # the docs directory
+    "no_frontmatter", "unclosed_frontmatter", "too_large", "yaml_syntax", "bad_value",
+    "alias", "too_deep", "bad_key", "duplicate_key", "not_mapping",  # the YAML
+    "unknown_field", "bad_name", "bad_text",  # the fields
+    "bad_permissions", "unknown_action", "bad_rules", "bad_label", "bad_rule_action",
+    "unknown_label", "ask_not_allowed",  # the permissions
+)
+
+
 class AgentDocError(DefinitionError):
-    """An agent doc is malformed; the message names the file and the field."""
+    """An agent doc is malformed; the message names the file and the field, and the
+    ``problem`` detail names the cause, one of ``AGENT_DOC_PROBLEMS``: no_directory,
+    unreadable, not_utf8, duplicate_name, no_frontmatter, unclosed_frontmatter, too_large,
+    yaml_syntax, bad_value, alias, too_deep, bad_key, duplicate_key, not_mapping,
+    unknown_field, bad_name, bad_text, bad_permissions, unknown_action, bad_rules, bad_label,
+    bad_rule_action, unknown_label, ask_not_allowed."""
 
     code = "agent_doc:invalid"
+
+    def __init__(self, message: str, *, problem: str, **details: object) -> None:
+        if problem not in AGENT_DOC_PROBLEMS:
+            raise ValueError(f"agent doc problem {problem!r} is not in AGENT_DOC_PROBLEMS")
+        super().__init__(message, problem=problem, **details)
 
 
 class IllegalTransition(DefinitionError):

@@ -72,6 +72,7 @@ class Rules:
                 f"{source}: permissions.message must be a mapping of label to allow|ask|deny",
                 source=source,
                 field="permissions.message",
+                problem="bad_rules",
             )
         return cls(tuple(_parse_rule(pattern, action, source) for pattern, action in table.items()))
 
@@ -100,6 +101,7 @@ def _parse_rule(pattern: object, action: object, source: str) -> Rule:
             f"{source}: {field}: a rule's label must be a non-empty string",
             source=source,
             field=field,
+            problem="bad_label",
         )
     try:
         return Rule(pattern, Action(action if isinstance(action, str) else repr(action)))
@@ -108,6 +110,7 @@ def _parse_rule(pattern: object, action: object, source: str) -> Rule:
             f"{source}: {field}: action must be allow, ask or deny, got {action!r}",
             source=source,
             field=field,
+            problem="bad_rule_action",
         ) from None
 
 
