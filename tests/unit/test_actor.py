@@ -264,19 +264,20 @@ def test_an_unexpected_tool_error_is_a_typed_tool_result(
     assert rt.engine.session(root.session_id).state == "finished"
 
 
-def test_cancel_after_the_child_finished_meanwhile_answers_not_cancelled(store: Store) -> None:
+def test_cancel_after_a_run_ended_cancels_the_run_in_flight_now(store: Store) -> None:
     async def main() -> None:
         rt = tree_runtime(store, Once(ModelReply(text="done")))
         root = await rt.create_root("root")
         kid: Session = await rt.writer(rt.engine.delegate, root.session_id,
                                        rt.agent("kid").spec, "work")
-        looked_up = rt.engine.session(kid.session_id)  # the parent's lookup: a queued run
+        looked_up = rt.engine.session(kid.session_id)  # a queued run
         assert looked_up.run_id is not None
         rt.engine.cancel_run(kid.session_id, looked_up.run_id, "ended meanwhile")
-        outcome = await rt.tools._cancel(ToolCall("c1", "cancel_subagent", {}), looked_up)
-        # The run it saw ended; the unread task queued a new one, which is what it reports.
-        assert outcome.content == '{"cancelled": false, "status": "queued"}'
-        assert outcome.stop == ()
+        parent = rt.engine.session(root.session_id)
+        # The lookup and the cancel are one writer job: it finds the run queued after the
+        # ended one (the task is still unread) and cancels that one.
+        answer, stopped = await rt.writer(rt.tools._cancel, parent, kid.reference)
+        assert answer == {"cancelled": True} and stopped == (kid.session_id,)
         await rt.shutdown()
 
     run(main())

@@ -65,7 +65,7 @@ def test_toolbox_enforces_delegate_rules_and_hides_the_tools_when_all_denied() -
         return result
 
     assert "handle" in delegate("explore")
-    assert delegate("default")["error"] == "permission:denied"
+    assert delegate("default")["error"] == "delegation:denied"
     assert len(engine.sessions()) == 2  # the refused delegation created nothing
     closed = engine.create_root(parse_agent_doc(LEAD.replace("explore: allow", "explore: deny"),
                                                 "x.md").spec)

@@ -14,15 +14,22 @@ import attrs
 
 from treemail.adapters.models import ToolCall
 from treemail.core import events, results
-from treemail.core.addressing import resolve
+from treemail.core.addressing import MAX_CANDIDATES, describe_peer, resolve
 from treemail.core.engine import Engine
 from treemail.core.errors import (
     ApprovalRequired,
-    PermissionDenied,
+    DelegatingRunEnded,
+    DelegationDenied,
+    NotASubagent,
+    NotTreePeer,
     Refusal,
     ToolFailed,
-    UnknownTarget,
+    UnknownAgent,
+    UnknownSession,
+    UnknownSubagent,
+    UnknownSubagentReference,
 )
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import AgentSpec, SendResult, Session, ToolContext
 from treemail.core.results import CallOutcome
 from treemail.core.tools import InvalidToolArguments, check_keys, lookup_tool
@@ -110,37 +117,51 @@ class ToolBox:
         arguments = _object(call)
         check_keys(call.name, arguments)
         if call.name == "delegate_subagent":
-            return await self._delegate(session, call, arguments)
-        child = await self.call(self._child, session, _string(arguments, "to"))
+            return await self._delegate(session, run_id, call, arguments)
+        reference = _string(arguments, "to")
         if call.name == "cancel_subagent":
-            return await self._cancel(call, child)
-        return _ok(call, await self.call(self._result, child))
+            answer, stopped = await self.call(self._cancel, session, reference)
+            return attrs.evolve(_ok(call, answer), stop=stopped)
+        return _ok(call, await self.call(self._result, session, reference))
+
+    # Each delegation tool is one writer job: the lookup and the action see the same state,
+    # so a child that finishes, or a caller's run that ends, cannot fall between them.
 
     async def _delegate(
-        self, session: Session, call: ToolCall, arguments: Mapping[str, Any]
+        self, session: Session, run_id: str, call: ToolCall, arguments: Mapping[str, Any]
     ) -> ToolOutcome:
         name, task = _string(arguments, "agent"), _string(arguments, "task")
         spec = self.agents.get(name)
         if spec is None:
-            raise InvalidToolArguments(f"no agent {name!r}; known agents: {', '.join(self.agents)}")
+            raise UnknownAgent(f"no agent {name!r}; known agents: {', '.join(self.agents)}",
+                               agent=name, known=list(self.agents))
         if not session.agent.may_delegate(name):
-            raise PermissionDenied(
-                f"permission denied: your rules do not allow delegating to agent {name!r}")
-        child: Session = await self.call(self.engine.delegate, session.session_id, spec, task)
+            raise DelegationDenied(
+                f"permission denied: your rules do not allow delegating to agent {name!r}",
+                agent=name)
+        child: Session = await self.call(self._create_child, session.session_id, run_id,
+                                         spec, task)
         return _ok(call, {"session_id": child.session_id, "handle": child.reference},
                    child.session_id)
 
-    async def _cancel(self, call: ToolCall, child: Session) -> ToolOutcome:
+    def _create_child(self, parent_id: str, run_id: str, spec: AgentSpec, task: str) -> Session:
+        parent = self.engine.session(parent_id)
+        if parent.run_id != run_id or parent.state is not SessionState.RUNNING:
+            raise DelegatingRunEnded(
+                f"your run {run_id} ended before this delegation took effect (the session is "
+                f"{parent.state} now); no subagent was created", run_id=run_id,
+                state=parent.state)
+        return self.engine.delegate(parent_id, spec, task)
+
+    def _cancel(self, parent: Session, reference: str) -> tuple[dict[str, object],
+                                                               tuple[str, ...]]:
+        """Cancel the child's run in flight, if it has one: a child that already finished is
+        an answer (not cancelled, and its state), never an error."""
+        child = self._child(parent, reference)
         if child.run_id is None:
-            return _ok(call, {"cancelled": False, "status": child.state})
-        try:
-            await self.call(self.engine.cancel_run, child.session_id, child.run_id,
-                            "cancelled by parent")
-        except UnknownTarget:
-            # The run ended between the lookup and the cancel: an answer, not a failure.
-            now: Session = await self.call(self.engine.session, child.session_id)
-            return _ok(call, {"cancelled": False, "status": now.state})
-        return attrs.evolve(_ok(call, {"cancelled": True}), stop=(child.session_id,))
+            return {"cancelled": False, "status": child.state}, ()
+        self.engine.cancel_run(child.session_id, child.run_id, "cancelled by parent")
+        return {"cancelled": True}, (child.session_id,)
 
     def _send(self, ctx: ToolContext, arguments: object) -> tuple[SendResult, str]:
         # One writer job, not two: the recipient to poke is read right after the send.
@@ -159,13 +180,36 @@ class ToolBox:
             return resolve(tx, sender, reference)
 
     def _child(self, parent: Session, reference: str) -> Session:
-        child = self._peer(parent, reference)
-        if child.parent_session_id != parent.session_id:
-            raise InvalidToolArguments(f"{reference} is not one of your subagents")
+        """The direct child ``reference`` names, or a delegation refusal saying why not."""
+        try:
+            child = self._peer(parent, reference)
+        except (UnknownSession, UnknownSubagentReference):
+            raise UnknownSubagent(
+                f"unknown subagent {reference!r}: it names no session. "
+                f"{self._listing(parent)}", reference=reference) from None
+        except NotTreePeer:
+            child = None
+        if child is None or child.parent_session_id != parent.session_id:
+            raise NotASubagent(
+                f"{reference} is not one of your subagents: the delegation tools reach only "
+                f"the subagents you delegated to. {self._listing(parent)}",
+                reference=reference)
         return child
 
-    def _result(self, child: Session) -> dict[str, object]:
-        """The child's status, and the final reply of its delegated (first) run if it ended."""
+    def _listing(self, parent: Session) -> str:
+        with self.engine.store.read() as tx:
+            children = [s for s in tx.tree(parent.root_session_id)
+                        if s.parent_session_id == parent.session_id]
+        if not children:
+            return "You have no subagents; delegate_subagent creates one."
+        shown = "\n".join(f"- {describe_peer(child)}" for child in children[:MAX_CANDIDATES])
+        more = len(children) - MAX_CANDIDATES
+        return f"Your subagents:\n{shown}" + (f"\n... and {more} more" if more > 0 else "")
+
+    def _result(self, parent: Session, reference: str) -> dict[str, object]:
+        """The child's status, and the final reply of its delegated (first) run if it ended,
+        read together: a run finishing meanwhile is seen whole or not at all."""
+        child = self._child(parent, reference)
         answer: dict[str, object] = {"status": child.state, "result": None}
         for _, payload in events.typed(self.engine.events(child.session_id)):
             if isinstance(payload, events.ModelOutput) and not payload.tool_calls:

@@ -32,6 +32,9 @@ __all__ = [
     "ConfigError",
     "DataDirLocked",
     "DefinitionError",
+    "DelegatingRunEnded",
+    "DelegationDenied",
+    "DelegationRefusal",
     "EngineShutdown",
     "FrameNotJson",
     "FrameNotUtf8",
@@ -51,6 +54,7 @@ __all__ = [
     "MaxHopsExceeded",
     "MessagingDisabled",
     "ModelError",
+    "NotASubagent",
     "NotInitialized",
     "NotJsonRpc",
     "NotLoopback",
@@ -80,9 +84,11 @@ __all__ = [
     "ToolNote",
     "TreemailError",
     "Unauthorized",
+    "UnknownAgent",
     "UnknownApproval",
     "UnknownMethod",
     "UnknownSession",
+    "UnknownSubagent",
     "UnknownSubagentReference",
     "UnknownTarget",
     "UnknownTool",
@@ -335,6 +341,45 @@ class EngineShutdown(SendRefusal):
     """The send raced the engine's shutdown; nothing was accepted, retry after restart."""
 
     code = "send_message:engine_shutdown"
+
+
+class DelegationRefusal(Refusal):
+    """A delegation tool call (delegate_subagent, get_subagent_result, cancel_subagent) was
+    refused; nothing changed, and the code tells the model how to react."""
+
+    code = "delegation:refused"
+
+
+class UnknownAgent(DelegationRefusal):
+    """delegate_subagent named no known agent; the message lists the agents there are."""
+
+    code = "delegation:unknown_agent"
+
+
+class DelegationDenied(DelegationRefusal):
+    """The caller's ``permissions.delegate`` rules do not allow delegating to that agent."""
+
+    code = "delegation:denied"
+
+
+class UnknownSubagent(DelegationRefusal):
+    """The reference names no session at all; the message lists the caller's subagents."""
+
+    code = "delegation:unknown_subagent"
+
+
+class NotASubagent(DelegationRefusal):
+    """The reference names a session that is not one of the caller's own subagents (another
+    tree's, a sibling, a grandchild): the delegation tools reach only direct children."""
+
+    code = "delegation:not_a_subagent"
+
+
+class DelegatingRunEnded(DelegationRefusal):
+    """The caller's run ended (finished or cancelled) before its delegate_subagent call took
+    effect; no subagent was created."""
+
+    code = "delegation:run_ended"
 
 
 class PluginRefusal(Refusal):
