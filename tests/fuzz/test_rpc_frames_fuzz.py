@@ -1,7 +1,8 @@
 """JSON-RPC frames against a real daemon: arbitrary bytes, invalid UTF-8, deep JSON, huge and
 odd ids, and params generated from spec/bindings (valid ones, and ones with wrong types,
 unknown keys or missing keys). Every frame that is a request gets exactly one answer, a
-result or an error carrying a stable treemail code (never ``rpc:internal``); every other
+result or an error carrying a stable treemail code (never ``rpc:internal`` or a ``store:``
+failure); every other
 frame gets at most one answer; and after each frame the same connection still answers a
 probe, so the daemon keeps serving. At the end a second client is served too and the
 daemon's stderr holds no traceback.
@@ -128,6 +129,8 @@ def check(line: Line, frame: bytes) -> None:
             assert isinstance(error["code"], int) and isinstance(error["message"], str)
             code = error["data"]["code"]
             assert isinstance(code, str) and code != "rpc:internal", error
+            # A storage error means hostile params got past validation into a key.
+            assert not code.startswith("store:"), error
             TALLY[SURFACE][f"error {code}"] += 1
         else:
             TALLY[SURFACE]["result"] += 1

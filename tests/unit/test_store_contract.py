@@ -239,6 +239,9 @@ class StoreContract:
             # Nor is a counter or a replay entry kept under it (World.snapshot reads both).
             assert tx.count(f"inbox/{record_id}") == 0
             assert tx.recall(IdempotencyKey(ROOT, RUN_IDS[0], record_id)) is None
+            assert list(tx.events(record_id)) == []  # a daemon's run.list, events.read
+            assert list(tx.pending(record_id)) == []
+            assert list(tx.tree(record_id)) == []
 
     # -- pending -----------------------------------------------------------------------------
 

@@ -158,7 +158,8 @@ class Indexed:
         return iter(sorted(rows, key=lambda s: s.ordinal))
 
     def tree(self, root_session_id: str) -> Iterator[Session]:
-        ids = self._t.scan(Table.TREE, keys.tree_of(root_session_id))
+        prefix = _lookup_key(keys.tree_of, root_session_id)
+        ids = self._t.scan(Table.TREE, prefix) if prefix else []
         return (self._follow(Table.SESSIONS, keys.identity(sid)) for _, sid in ids)
 
     def handle_owner(self, root_session_id: str, handle: str) -> str | None:
@@ -176,7 +177,8 @@ class Indexed:
     def pending(self, recipient: str) -> Iterator[Message]:
         # The ids are read now, so the caller may rewrite messages while iterating
         # (consuming them drops their index entries under the scan).
-        ids = self._t.scan(Table.PENDING, keys.pending_of(recipient))
+        prefix = _lookup_key(keys.pending_of, recipient)
+        ids = self._t.scan(Table.PENDING, prefix) if prefix else []
         return (self._follow(Table.MESSAGES, keys.identity(mid)) for _, mid in ids)
 
     def count(self, name: str) -> int:
@@ -191,9 +193,10 @@ class Indexed:
 
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
         first = max(after + 1, 1)
-        if first >= keys.SEQ_LIMIT:
+        prefix = _lookup_key(keys.events_of, session_id)
+        if first >= keys.SEQ_LIMIT or prefix is None:
             return iter(())
-        rows = self._t.scan(Table.EVENTS, keys.events_of(session_id), keys.seq_bytes(first))
+        rows = self._t.scan(Table.EVENTS, prefix, keys.seq_bytes(first))
         return iter([event for _, event in rows])
 
     def feed(self, after: int = 0) -> Iterator[tuple[int, Event]]:
