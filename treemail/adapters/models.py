@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -235,7 +236,7 @@ class OpenAICompatibleModel:
             headers["Authorization"] = f"Bearer {self._api_key}"
         try:
             content = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError: a ValueError
             raise ModelError(
                 f"the request to {self.url} cannot be encoded as UTF-8 JSON "
                 f"({type(exc).__name__}: {_excerpt(str(exc))}); a message holds a lone "
@@ -259,11 +260,17 @@ class OpenAICompatibleModel:
             ) from exc
 
 
+# The longest a server's Retry-After may make one retry wait: "inf", "1e308" or a day would
+# otherwise hang the run; nan is no number at all.
+MAX_RETRY_AFTER = 60.0
+
+
 def _delay(response: httpx.Response, fallback: float) -> float:
     try:
-        return max(0.0, float(response.headers.get("Retry-After", "")))
+        asked = float(response.headers.get("Retry-After", ""))
     except ValueError:
         return fallback
+    return min(max(0.0, asked), MAX_RETRY_AFTER) if math.isfinite(asked) else fallback
 
 
 def _status_error(response: httpx.Response, url: str, attempts: int) -> ModelError:
@@ -271,16 +278,25 @@ def _status_error(response: httpx.Response, url: str, attempts: int) -> ModelErr
     hint = _HINTS.get(status, "the server failed; retry later" if status >= 500
                       else "check the request against the server's API")
     tries = f" after {attempts} attempts" if attempts > 1 else ""
-    body = _excerpt(response.text)
+    body = _excerpt(_text(response))
     return ModelError(f"{url} answered HTTP {status}{tries}: {hint}. Body: {body}",
                       status=status, body=body, url=url)
 
 
+def _text(response: httpx.Response) -> str:
+    """The body as text by its declared charset, or as UTF-8 with replacements when that
+    charset is unknown or does not decode it (the server's text is only ever reported)."""
+    try:
+        return response.text
+    except (UnicodeError, LookupError):
+        return response.content.decode("utf-8", "replace")
+
+
 def _json_body(response: httpx.Response, url: str) -> object:
     try:
-        return response.json()
-    except ValueError:
-        body = _excerpt(response.text)
+        return json.loads(_text(response))
+    except (ValueError, RecursionError):  # nested past the parser's limit is not JSON to us
+        body = _excerpt(_text(response))
         raise ModelError(
             f"{url} answered HTTP {response.status_code} with a body that is not JSON; check "
             f"base_url points at a chat-completions API. Body: {body}",
@@ -334,13 +350,16 @@ def _arguments(raw: object) -> dict[str, Any] | str:
     text = raw if isinstance(raw, str) else json.dumps(raw)
     try:
         parsed = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # the tool layer answers invalid_arguments to text
         return text
     return parsed if isinstance(parsed, dict) else text
 
 
 def _malformed(problem: str, body: object) -> ModelError:
-    excerpt = _excerpt(json.dumps(body, ensure_ascii=False, default=str))
+    try:
+        excerpt = _excerpt(json.dumps(body, ensure_ascii=False, default=str))
+    except (ValueError, RecursionError):
+        excerpt = "(nested too deeply to show)"
     return ModelError(
         f"malformed chat-completions response: {problem}; check the server speaks the "
         f"OpenAI chat-completions format. Body: {excerpt}",
