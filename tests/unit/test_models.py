@@ -373,3 +373,44 @@ def test_an_os_level_transport_failure_is_a_model_error() -> None:
 
     with pytest.raises(ModelError, match=r"could not reach"):
         run(mock_model(fail).complete(MESSAGES))
+
+
+# -- bodies and headers the reply fuzzer found (tests/fuzz/test_openai_fuzz.py) ----------
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 100_000 + b"]" * 100_000,  # RecursionError from the JSON parser
+    json.dumps({"choices": [{"message": {"tool_calls": [call_json(
+        "c1", "send_message", "[" * 100_000)]}}]}).encode(),  # ... from the arguments' one
+])
+def test_json_nested_past_the_parsers_limit_is_no_crash(body: bytes) -> None:
+    model = mock_model(lambda request: httpx.Response(200, content=body))
+    try:
+        reply = run(model.complete(MESSAGES))
+    except ModelError as error:
+        assert "not JSON" in error.message
+    else:  # deep arguments stay raw text, for the tool layer to refuse
+        assert isinstance(reply.tool_calls[0].arguments, str)
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_a_body_its_charset_cannot_decode_is_a_model_error(status: int) -> None:
+    answer = httpx.Response(status, content=b"\x00\x00",
+                            headers={"Content-Type": "application/json; charset=utf-16"})
+    with pytest.raises(ModelError):
+        run(mock_model(lambda request: answer).complete(MESSAGES))
+
+
+@pytest.mark.parametrize(("header", "delay"), [("inf", 0.5), ("1e308", 60.0), ("nan", 0.5),
+                                               ("-4", 0.0), ("7", 7.0)])
+def test_retry_after_is_bounded(header: str, delay: float) -> None:
+    answers = iter([httpx.Response(503, headers={"Retry-After": header}, text="busy"),
+                    httpx.Response(200, json=TEXT_REPLY)])
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+
+    model = mock_model(lambda request: next(answers), max_retries=1, backoff=0.5, sleep=sleep)
+    run(model.complete(MESSAGES))
+    assert delays == [delay]
