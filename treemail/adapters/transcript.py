@@ -100,7 +100,8 @@ def _call(call: events.RecordedCall) -> str:
     if not isinstance(arguments, dict):
         return f"{call.name}({_short(call.arguments, 40)})"
     body = arguments.pop("body", None) or arguments.pop("task", None)
-    shown = ", ".join(f"{key}={value}" for key, value in arguments.items())
+    shown = ", ".join(f"{key}={value}" for key, value in arguments.items()
+                      if value is not None)
     return f"{call.name}({shown})" + (f": \"{_short(body, 48)}\"" if body else "")
 
 

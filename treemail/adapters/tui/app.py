@@ -171,7 +171,10 @@ class TreemailTui(App[None]):
         if row.key in table.rows:
             table.update_cell(row.key, table.ordered_columns[2].key, styled_text(row))
         else:
+            following = table.cursor_row >= table.row_count - 1  # on the last row: follow
             table.add_row(row.who, str(row.seq), styled_text(row), key=row.key)
+            if following:
+                table.move_cursor(row=table.row_count - 1)
 
     def _rows(self) -> list[Row]:
         """The transcript pane's rows: the selected session's, or every session's."""

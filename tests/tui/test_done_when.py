@@ -1,0 +1,63 @@
+"""Issue 10's done-when, driven headlessly: in a fresh directory `treemail daemon`, then
+`treemail demo --connect`, with `treemail tui` (its app, under the pilot) open on the same
+data directory. The TUI shows the demo's tree and conversation live, answers any approval
+the demo waits on (tree scope), and the demo finishes with every message consumed once."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from textual.widgets import DataTable
+
+from tests.daemon.conftest import DaemonProcess
+from tests.tui.conftest import until
+from treemail.adapters.tui.app import TreemailTui
+from treemail.adapters.tui.sources import LiveSource, choose
+
+
+def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: Path) -> None:
+    daemon = DaemonProcess(tmp_path / ".treemail")  # `treemail daemon` in a fresh directory
+    source = choose(tmp_path / ".treemail", None)
+    assert isinstance(source, LiveSource)
+
+    async def scenario() -> tuple[int, str, TreemailTui, int]:
+        app = TreemailTui(source)
+        answered = 0
+        async with app.run_test(size=(160, 44)) as pilot:
+            await until(app.ready.is_set, pilot.pause, "the TUI connected")
+            demo = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "treemail", "demo", "--connect", cwd=tmp_path,
+                stdout=asyncio.subprocess.PIPE, stderr=subprocess.STDOUT)
+            finished = asyncio.create_task(demo.communicate())
+            deadline = time.monotonic() + 90
+            while not finished.done() and time.monotonic() < deadline:
+                if app.held:  # the demo waits on the user: answer it from the TUI
+                    app.query_one("#approvals", DataTable).focus()
+                    await pilot.press("t")
+                    await until(lambda: not app.held, pilot.pause, "the approval answered")
+                    answered += 1
+                await pilot.pause(0.02)
+            out = (await finished)[0].decode()
+            code = await demo.wait()
+            head = (await source._client().call("events.read", {"limit": 1}))["head"]
+            await until(lambda: app.board.last >= head, pilot.pause, "the TUI caught up")
+        return code, out, app, answered
+
+    code, out, app, answered = asyncio.run(scenario())
+    stopped, err = daemon.terminate()
+    assert code == 0 and "each exactly once" in out, out
+    assert stopped == 0, err
+    # The whole tree, by parent links, and the user's steer of explore, consumed in place.
+    lines = list(app.board.sessions.values())
+    assert len(lines) >= 4 and sum(line.parent is None for line in lines) == 1
+    assert all(line.state.value in ("idle", "finished") and line.pending == 0
+               for line in lines)
+    steer = [row for row in app.board.transcript.rows()
+             if row.state is not None and "Look at the tokenizer first." in row.text]
+    assert [row.state for row in steer] == ["consumed"]
+    assert "explore_" in steer[0].who and "(mode=steer)" in steer[0].text
+    print(f"approvals answered from the TUI: {answered}")
