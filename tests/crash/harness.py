@@ -41,6 +41,7 @@ from typing import Any
 
 from tests.crash.worker import complete_lines, config, parse_context
 from treemail.adapters.codec import decode
+from treemail.adapters.console import Ticker
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
 from treemail.core.delivery import message_event
@@ -120,6 +121,7 @@ def run_campaign(base: Path, kills: int, *, per_store: int, drain_every: int,
     rng = random.Random(seed)
     tally = Tally(drain_every=drain_every)
     started = time.monotonic()
+    tick = Ticker(kills, "SIGKILLs")  # on the controlling terminal only: pytest captures
     for kill in range(kills):
         store_dir = base / f"store{kill // per_store}"
         acks = store_dir.with_suffix(".acks")
@@ -133,6 +135,8 @@ def run_campaign(base: Path, kills: int, *, per_store: int, drain_every: int,
             verify(engine, acks, tally)
             if last_of_store or (kill + 1) % drain_every == 0:
                 drain_and_verify(engine, tally)
+        tick(f"store {kill // per_store}")
+    tick.close()
     tally.seconds = time.monotonic() - started
     return tally
 

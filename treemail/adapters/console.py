@@ -24,7 +24,8 @@ from rich.text import Text
 from treemail.adapters.styles import styled_line
 from treemail.adapters.transcript import Row
 
-__all__ = ["ProgressLine", "console", "print_row", "print_table", "steps"]
+__all__ = ["ProgressLine", "Ticker", "console", "controlling_terminal", "print_row",
+           "print_table", "steps"]
 
 
 def console(stream: TextIO | None = None) -> Console:
@@ -109,3 +110,38 @@ def steps(total: int, label: str, stream: TextIO | None = None) -> Iterator[Prog
     with bar:
         bar.add_task(label, total=total, step="")
         yield bar
+
+
+def controlling_terminal() -> TextIO | None:
+    """The process's terminal even when its output is captured (a long test campaign under
+    pytest), or None without one (CI, cron): progress for a person watching, never in logs."""
+    try:
+        return open("/dev/tty", "w", encoding="utf-8")
+    except OSError:
+        return None
+
+
+class Ticker:
+    """A bar over ``total`` steps for a loop that calls it once per step, then ``close``;
+    it draws only on a terminal (``stream``, by default the controlling terminal)."""
+
+    def __init__(self, total: int, label: str, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else controlling_terminal()
+        self.bar: Progress | None = None
+        if self.stream is not None and Console(file=self.stream).is_terminal:
+            self.bar = Progress(TextColumn("[bold cyan]{task.description}"), BarColumn(),
+                                MofNCompleteColumn(), TextColumn("{task.fields[step]}"),
+                                TimeElapsedColumn(), console=Console(file=self.stream),
+                                transient=True, redirect_stdout=False, redirect_stderr=False)
+            self.bar.add_task(label, total=total, step="")
+            self.bar.start()
+
+    def __call__(self, step: str = "") -> None:
+        if self.bar is not None:
+            self.bar.update(self.bar.task_ids[0], advance=1, step=step)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        if self.stream is not None and self.stream not in (sys.stdout, sys.stderr):
+            self.stream.close()
