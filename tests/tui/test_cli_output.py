@@ -38,6 +38,16 @@ def test_a_table_on_a_terminal_is_rich_with_the_same_cells(
         ["SESSION", "STATE"], ["s-1", "running"]]
 
 
+def test_a_table_on_a_narrow_terminal_keeps_whole_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "40")
+    uuid = "06c81374-a346-4932-b888-60df38a80eff"
+    out = io.StringIO()
+    print_table(("SESSION", "HANDLE", "PARENT"), [(uuid, "demo_lead_06c81374", uuid)], out)
+    assert ANSI.sub("", out.getvalue()).splitlines()[1].split() == [
+        uuid, "demo_lead_06c81374", uuid]
+
+
 def test_a_row_off_a_terminal_is_its_plain_line() -> None:
     out = io.StringIO()
     print_row(ROW, console(out))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -141,3 +142,19 @@ async def _approval(client: DaemonClient, approval_id: str) -> dict[str, Any]:
     every = (await client.call("approval.list", {"pending_only": False}))["approvals"]
     found: dict[str, Any] = next(a for a in every if a["approval_id"] == approval_id)
     return found
+
+
+def test_a_daemon_that_goes_away_is_shown_not_waited_on(tmp_path: Path) -> None:
+    own = slow_daemon(tmp_path, delay=0.0)
+
+    async def scenario() -> str:
+        app = TreemailTui(LiveSource(own.socket))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(app.ready.is_set, pilot.pause, "the TUI connected")
+            own.kill()
+            await until(lambda: app.sub_title.startswith("stopped"), pilot.pause,
+                        "the TUI noticing the daemon is gone")
+            return str(app.query_one("#status").render())
+
+    status = asyncio.run(scenario())
+    assert "the daemon closed the connection" in status, status

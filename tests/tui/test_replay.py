@@ -15,6 +15,7 @@ from tests.tui.conftest import assert_snapshot, until
 from treemail.adapters.cli import main
 from treemail.adapters.tui.app import TreemailTui, pane_text
 from treemail.adapters.tui.sources import StoreSource, choose
+from treemail.core.errors import InvalidRequest
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
@@ -81,3 +82,8 @@ def test_search_moves_to_the_matching_rows(demo_store: Path) -> None:
     assert all(row.startswith("consumed ") for row in (first, second, third))
     assert len({first, second, third}) == 3
     assert status.startswith("match 4 of ")
+
+
+def test_a_replay_refuses_to_answer_an_approval(demo_store: Path) -> None:
+    with pytest.raises(InvalidRequest, match="read-only"):
+        asyncio.run(StoreSource(demo_store).answer("any", True, "tree"))

@@ -38,10 +38,15 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
     """A table: rich on a terminal; plain, two-space aligned columns otherwise."""
     out = console(stream)
     if out.is_terminal:
-        table = Table(*headers, title=title, header_style="bold", box=None, pad_edge=False)
+        # Each column as wide as its cells, even past the terminal: ids are copied from it.
+        cells = [list(headers), *[list(row) for row in rows]]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+        table = Table(title=title, header_style="bold", box=None, pad_edge=False)
+        for header, width in zip(headers, widths, strict=True):
+            table.add_column(header, no_wrap=True, min_width=width)
         for row in rows:
             table.add_row(*row)
-        out.print(table)
+        out.print(table, width=max(out.width, sum(widths) + 2 * len(widths)), crop=False)
         return
     every = [list(headers), *[list(row) for row in rows]]
     widths = [max(len(row[i]) for row in every) for i in range(len(headers))]

@@ -105,8 +105,9 @@ class TreemailTui(App[None]):
                     self._caught_up(sessions)
                 if isinstance(events.read(event), _APPROVAL_KINDS):
                     await self._refresh_approvals()
-        except (OSError, RpcFailure, TreemailError) as exc:
-            self._say(f"{type(exc).__name__}: {exc}")
+        except (OSError, RpcFailure, TreemailError) as exc:  # ConnectionError is an OSError
+            self._say(f"not following {self.source.where}: {exc}")
+            self.sub_title = f"stopped: {self.source.where}"
         self.ready.set()
 
     def _caught_up(self, sessions: list[dict[str, Any]]) -> None:
@@ -224,19 +225,25 @@ class TreemailTui(App[None]):
     async def _answer(self, approve: bool, scope: str) -> None:
         table = self.query_one("#approvals", DataTable)
         if not self.held:
-            self._say("no send waits for approval")
+            self._tell("no send waits for approval")
             return
         held = self.held[min(table.cursor_row, len(self.held) - 1)]
         try:
             answered = await self.source.answer(held["approval_id"], approve, scope)
         except (RpcFailure, TreemailError, OSError) as exc:
-            self._say(f"not answered: {exc}")
+            self._tell(f"not answered: {exc}", error=True)
             return
-        self._say(f"{answered['state']} (scope {answered['scope']}): {answered['outcome']}")
+        self._tell(f"{answered['state']} (scope {answered['scope']}): {answered['outcome']}")
         await self._refresh_approvals()
 
     def _say(self, text: str) -> None:
         self.query_one("#status", Static).update(text)
+
+    def _tell(self, text: str, error: bool = False) -> None:
+        """An answer's outcome: a notification, which the next event's status line would
+        otherwise overwrite, and the status line too."""
+        self.notify(text, severity="error" if error else "information")
+        self._say(text)
 
     async def on_unmount(self) -> None:
         await self.source.close()

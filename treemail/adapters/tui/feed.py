@@ -35,9 +35,16 @@ class LiveFeed:
         self.subscription = str(result["subscription_id"])
         return int(result["head"])
 
-    async def next(self, timeout: float = 3600.0) -> tuple[int, Event]:
+    async def next(self) -> tuple[int, Event]:
+        """The next event; ``ConnectionError`` once the daemon has closed the connection
+        (looked at every second, so a watcher learns the daemon went away)."""
         while True:
-            note = await self.client.next_notification("events/event", timeout=timeout)
+            try:
+                note = await self.client.next_notification("events/event", timeout=1.0)
+            except TimeoutError:
+                if self.client.reader.at_eof():
+                    raise ConnectionError("the daemon closed the connection") from None
+                continue
             if note.params.get("subscription_id") == self.subscription:
                 return event_of(note.params["event"])
 
