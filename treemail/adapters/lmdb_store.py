@@ -54,24 +54,38 @@ def _failure(exc: lmdb.Error, doing: str) -> StorageError:
     return StorageError(f"lmdb failed to {doing}: {exc}")
 
 
+_UNSEEN: Any = object()
+
+
 class _LmdbTables:
     """``Tables`` over the innermost transaction of ``stack`` (a write txn nests savepoints):
     the only place lmdb is called inside a transaction. ``map_full`` records that LMDB ran out
     of map at any depth, even if the work swallowed the error, so that ``transact`` retries
-    instead of committing half."""
+    instead of committing half.
+
+    ``seen`` keeps each row this transaction read or wrote, decoded, so that nothing is read
+    and decoded twice: a send reads its guard counters and then adds to them, and every event
+    appended to a session reads and rewrites its last seq. Writes go through it to LMDB at
+    once, so LMDB stays the truth (scans read it); a savepoint undone forgets it all."""
 
     map_full = False
 
     def __init__(self, stack: list[_Txn], dbs: _Dbs) -> None:
         self.stack = stack
         self._dbs = dbs
+        self.seen: dict[tuple[Table, bytes], Any] = {}
 
     def get(self, table: Table, key: bytes) -> Any:
+        found = self.seen.get((table, key), _UNSEEN)
+        if found is not _UNSEEN:
+            return found
         try:
             raw = self.stack[-1].get(key, db=self._dbs[table])
         except lmdb.Error as exc:
             raise _failure(exc, f"read {table}") from exc
-        return None if raw is None else decode(VALUE_KINDS[table], raw, db=table, key=key)
+        found = None if raw is None else decode(VALUE_KINDS[table], raw, db=table, key=key)
+        self.seen[(table, key)] = found
+        return found
 
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
         rows: list[tuple[bytes, Any]] = []
@@ -97,9 +111,11 @@ class _LmdbTables:
 
     def put(self, table: Table, key: bytes, value: object) -> None:
         self._write(table, key, encode(value, key))
+        self.seen[(table, key)] = value
 
     def delete(self, table: Table, key: bytes) -> None:
         self._write(table, key, None)
+        self.seen[(table, key)] = None
 
     def _write(self, table: Table, key: bytes, raw: bytes | None) -> None:
         txn, db = self.stack[-1], self._dbs[table]
@@ -141,6 +157,7 @@ class _LmdbTxn(Indexed):
         except BaseException:
             stack.pop()
             _abort(child)
+            self.tables.seen.clear()  # it may hold rows of the undone block
             raise
         stack.pop()
         _commit(child, self.tables)
