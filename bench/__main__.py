@@ -6,7 +6,8 @@ txn; (b) 32 concurrent senders through the runtime against the raw sequential ce
 against persist-queue put from 32 threads; (c) the full lifecycle against persist-queue
 put+get+ack; (d) a send's cost with long histories; (e) open and recover with a long history;
 (f) peak RSS with much pending mail and after a long history; (g) CPU per send, sync off;
-(i) the store's codec against the json + cattrs codec it replaced (cattrs: the bench extra).
+(h) the model checker's states per second, and `treemail check` at its default bounds
+against its target; (i) the store's codec against the json + cattrs codec it replaced.
 
 persist-queue and cattrs come from the ``bench`` extra: ``pip install -e '.[bench]'``.
 Results also go to ``bench/results.json``.
@@ -26,6 +27,7 @@ from pathlib import Path
 import attrs
 
 from bench import lines
+from bench.checker import checker_lines
 from bench.codec import codec_line
 from bench.lines import Line, Scale
 from bench.rigs import env_note
@@ -79,6 +81,7 @@ def run(quick: bool, only: set[str], verbose: bool = False,
             "e": lambda: lines.reconcile(root, scale),
             "f": lambda: lines.memory(root, scale, big),
             "g": lambda: lines.cpu(root, scale),
+            "h": lambda: checker_lines(quick),
             "i": codec_line,
         }
         for name, step in steps.items():

@@ -22,6 +22,7 @@ from treemail.core import engine, runs, sending
 from treemail.core.config import MessagingConfig
 from treemail.core.ids import CountingIds
 from treemail.core.records import AgentSpec, Message, Owner
+from treemail.models import checker
 from treemail.models.checker import (
     INVARIANTS,
     Bounds,
@@ -43,7 +44,9 @@ def test_the_engine_passes_and_the_search_is_real() -> None:
     assert result.counterexample is None
     assert result.capped == 0 and result.depth > 10  # the whole space, down to its bottom
     assert result.states > 1500 and result.transitions > 5 * result.states
-    assert result.drain_steps > result.states
+    # Every state's drain is checked: run through from the states whose first drain step
+    # leaves the explored space, the rest chained into an explored successor's drain.
+    assert 0 < result.drained < result.states and result.drain_steps >= result.drained
     # The limits are reached, and the hostile forms are refused, within these bounds.
     for code in ("send_message:inflight_full", "send_message:max_hops_exceeded",
                  "send_message:self_send",
@@ -144,3 +147,35 @@ def test_copied_world_is_independent() -> None:
     next(iter(twin.messages.values())).state = "discarded"
     assert next(iter(model.world.sessions.values())).state != "finished"
     assert all(m.state != "discarded" for m in model.world.messages.values())
+
+
+def test_a_drain_failure_at_the_bottom_is_found_through_chained_drains(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most drains are chained (see ``Checker.expand``): a quiet state must still be
+    judged. A planted verdict refuses any quiet state where agent mail was consumed."""
+    original = checker.settled
+
+    def settled(tx: Any) -> Any:
+        for session in tx.sessions():
+            for event in tx.events(session.session_id):
+                if event.kind == "ProducerMessageConsumed" and event.data["owner"] == "agent":
+                    return ("INV7", "planted: agent mail consumed")
+        return original(tx)
+
+    monkeypatch.setattr(checker, "settled", settled)
+    found = check(WINDOWED, attrs.evolve(SMALL, restarts=0, depth=6)).counterexample
+    assert found is not None and found.detail == "planted: agent mail consumed"
+    assert any(label.startswith("send_message") for label in found.trace)
+
+
+def test_coverage_names_what_was_reached_and_what_was_not() -> None:
+    result = check(WINDOWED, Bounds(sessions=2, messages=2, restarts=1, depth=6))
+    coverage = result.coverage
+    assert {"recipient_resolution", "self_send", "invalid_arguments", "invalid_body",
+            "inflight_full"} <= coverage.guards
+    # Two sessions cannot fill an inbox (one sender meets the pair window first), every
+    # peer is trusted, and messaging is on.
+    assert {"inbox_full", "permission", "disabled"} <= set(coverage.missing_guards())
+    line = coverage.line()
+    assert f"guards {len(coverage.guards)}/10 reached" in line and "inbox_full" in line
+    assert ("MessageLifecycle", "claimed", "consume") in coverage.transitions

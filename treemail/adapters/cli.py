@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     check = commands.add_parser(
         "check", help="bounded exhaustive model check of the engine against the reference model")
     check.add_argument("--bounds", default="",
-                       help="sessions=3,messages=3,restarts=1,approvals=0,depth=N (any subset)")
+                       help="sessions=3,messages=4,restarts=1,approvals=1,depth=N (any subset)")
     check.add_argument("--config", help="a TOML file whose [messaging] table sets the limits")
     check.add_argument("--messaging", default="",
                        help="limits inline, after --config: max_pending_per_session=2,...")

@@ -5,8 +5,8 @@ bounds, with the engine (``MemoryStore``, ``CountingIds``) and the ``Reference``
 in lockstep. Each explored state keeps its own (model, engine store) pair: a transition
 copies both, applies the action to each, and compares the answers (value or error code), the
 whole observable state, and the invariants. Copying beats replaying the trace: a copy costs
-less than one model operation (see ``CopyableWorld`` and ``_clone``), a replay one operation
-per step of the trace, and the checker spends its time at depth 8 to 10.
+less than one model operation (see ``snapshots``), a replay one operation per step of the
+trace, and the checker spends its time at its deepest levels.
 
 States are deduplicated on a canonical form (``canonical``): every id (session, run, message,
 request) is renamed by its order of first appearance in a traversal of the model's world that
@@ -18,18 +18,21 @@ Checked after every transition (ids from spec/invariants.json; ``invariants`` sa
 (engine/model agreement), INV1, INV2, INV3, INV11 on the events the transition appended, INV4,
 INV5, INV6, INV10, INV13, INV14 on a recount of the engine's store, INV12 after a restart; and
 from every explored state a drain of a copy of the engine (start, claim, commit, finish until
-quiet) must settle everything accepted, each message exactly once (INV7, INV1).
+quiet) must settle everything accepted, each message exactly once (INV7, INV1). A drain's
+first step is usually a transition the search takes anyway: then the state's drain is that
+step plus its successor's drain, and is not run again (``Checker.expand``).
+
+Coverage (``coverage``): the send guards that answered and the lifecycle transitions the
+engine took, printed beside the state count.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import hashlib
 import sys
 import time
 from collections import Counter, deque
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import attrs
 
@@ -38,8 +41,9 @@ from treemail.core.engine import Engine
 from treemail.core.errors import TreemailError
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import MessageState
-from treemail.core.records import Owner, SendResult
+from treemail.core.records import Owner
 from treemail.core.store import MemoryStore
+from treemail.models.coverage import REPLAY, Coverage, guard_of, recording
 from treemail.models.explore import Action, Bounds, alphabet, drain_step, outcome, perform
 from treemail.models.invariants import (
     INVARIANTS,
@@ -53,7 +57,7 @@ from treemail.models.invariants import (
 )
 from treemail.models.plants import PLANTS, planted
 from treemail.models.reference import Reference
-from treemail.models.world import World
+from treemail.models.snapshots import CopyableWorld, Lockstep, Node, clone, model_step
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -71,23 +75,12 @@ __all__ = [
     "report",
 ]
 
-# Limits that are reached within the default bounds: the pair window (two sends to one peer)
-# and the hop limit (a relay of relayed mail). The inbox cap of 2 would need a fourth message.
+# Limits that are reached within the default bounds: the pair window (two sends to one peer),
+# the inbox cap (two children writing to their parent: four messages with their tasks) and
+# the hop limit (a relay of relayed mail).
 DEFAULT_CONFIG = MessagingConfig(max_hops=1, max_pending_per_session=2, max_inflight_per_pair=1)
 DRAIN_LIMIT = 200
-
-
-@attrs.define
-class Node:
-    """A state: the model and the engine's store (with its id source) side by side."""
-
-    model: Reference
-    store: MemoryStore
-    ids: CountingIds
-    restarts: int
-    depth: int
-    feed: int  # events in the engine's global feed: a transition's own events follow it
-    key: bytes = b""
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -108,46 +101,8 @@ class Result:
     seconds: float
     outcomes: dict[str, int]
     counterexample: Counterexample | None
-
-
-class CopyableWorld(World):
-    """The model's ``World`` with a deep copy that knows its shape: each record is copied
-    field by field, and the immutable values inside (strings, enums, frozen agent specs and
-    send results) are shared instead of rebuilt. The model snapshots its world on every
-    operation and the search copies it on every transition: this halves the checker's time.
-    Containers held by a record (an approval's arguments) are copied too."""
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> CopyableWorld:
-        twin = copy.copy(self)
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, dict):
-                value = {k: _copy_record(v, memo) for k, v in value.items()}
-            elif isinstance(value, set | list):
-                value = copy.copy(value)  # of tuples and strings
-            else:
-                value = copy.deepcopy(value, memo)
-            setattr(twin, field.name, value)
-        return twin
-
-
-def _copy_record(record: Any, memo: dict[int, Any]) -> Any:
-    if isinstance(record, SendResult):  # frozen, of strings and enums
-        return record
-    if not dataclasses.is_dataclass(record) or not hasattr(record, "__dict__"):
-        return copy.deepcopy(record, memo)
-    twin = object.__new__(type(record))
-    vars(twin).update({k: copy.copy(v) if isinstance(v, dict | list | set) else v
-                       for k, v in vars(record).items()})
-    return twin
-
-
-def _clone(node: Node, with_model: bool = True
-           ) -> tuple[Reference | None, MemoryStore, CountingIds]:
-    store = node.store.fork()  # table by table, sharing the frozen records: ~35x a deepcopy
-    memo: dict[int, Any] = {id(node.model.config): node.model.config}  # frozen: shared
-    model = copy.deepcopy(node.model, memo) if with_model else None
-    return model, store, copy.copy(node.ids)
+    coverage: Coverage = attrs.Factory(Coverage)
+    drained: int = 0  # states whose drain was run through; the others chained into one
 
 
 # -- canonical form -----------------------------------------------------------------------------
@@ -223,33 +178,47 @@ class Checker:
     """One search: the parent links of every state found, and the counts it reports."""
 
     def __init__(self, config: MessagingConfig, bounds: Bounds, progress: TextIO | None = None,
-                 history: bool = False) -> None:
+                 history: bool = False, shortcuts: bool = True) -> None:
         self.config, self.bounds, self.progress = config, bounds, progress
         self.history = history
+        # Off: every drain run through, the model's snapshots always on: the search before
+        # those two savings, kept as `just bench`'s baseline for line (h).
+        self.shortcuts = shortcuts
         self.parents: dict[bytes, tuple[bytes, str] | None] = {}
         self.outcomes: Counter[str] = Counter()
         self.transitions = self.drain_steps = self.pruned = self.depth = self.capped = 0
+        self.drained = 0  # states whose drain ran to the end (the others chain into it)
+        self.coverage = Coverage()
         self._shown = 0.0
 
-    def step(self, node: Node, action: Action) -> tuple[Node, Failure | None]:
-        """Apply ``action`` to copies of both sides; compare answers, states, invariants."""
-        model, store, ids = _clone(node)
-        assert model is not None
+    def step(self, node: Node, action: Action) -> tuple[Node, Failure | None, bool]:
+        """Apply ``action`` to copies of both sides; compare answers, states, invariants.
+        Also says whether the engine accepted the action."""
+        model, store, ids = clone(node)
+        assert isinstance(model, Lockstep)
         got = outcome(lambda: perform(action, Engine(store, ids, self.config)))
-        want = outcome(lambda: perform(action, model))
+        model, want = model_step(node, model, action)
         with store.read() as tx:
             events = list(tx.feed(node.feed))
             child = Node(model, store, ids, node.restarts + (action.kind == "restart"),
                          node.depth + 1, events[-1][0] if events else node.feed)
             if got != want:
                 return child, ("AGREE", f"{action.kind} answered differently\n"
-                                        f"    engine: {got!r}\n    model:  {want!r}")
+                                        f"    engine: {got!r}\n    model:  {want!r}"), False
             self.outcomes["ok" if want[0] == "ok" else str(want[1])] += 1
+            if action.kind == "send_message":
+                self._reached(action, want)
             failure = (agreement(tx, ids, model) or limits(tx, self.config)
                        or mail_shape(tx, model.world, self.config)
                        or log_follows(tx, node.model.world, model.world, [e for _, e in events])
                        or (recovered(tx) if action.kind == "restart" else None))
-        return child, failure
+        return child, failure, got[0] == "ok"
+
+    def _reached(self, action: Action, answer: tuple[Any, ...]) -> None:
+        guard = REPLAY if answer[0] == "ok" and action.label.endswith(" retry)") else (
+            guard_of(str(answer[1])) if answer[0] == "error" else None)
+        if guard is not None:
+            self.coverage.guards.add(guard)
 
     def trace(self, key: bytes) -> tuple[str, ...]:
         steps: list[str] = []
@@ -263,8 +232,10 @@ class Checker:
     def drain(self, node: Node, prefix: tuple[str, ...]) -> Counterexample | None:
         """INV7 and INV1 from ``node`` (reached by ``prefix``): run a copy of the engine's store
         until quiet. The drain drives the engine alone (no model step to compare): it checks
-        a property of the engine, and it costs a hundredth of a lockstep step."""
-        _, store, ids = _clone(node, with_model=False)
+        a property of the engine, at a fifth of a lockstep step's cost. (Drains stepped in
+        lockstep could stop where another drain passed, but drains from different states
+        rarely meet: measured, that saved a fifth of the steps at five times their cost.)"""
+        _, store, ids = clone(node, with_model=False)
         engine, steps = Engine(store, ids, self.config), list(prefix)
         for _ in range(DRAIN_LIMIT):
             with store.read() as tx:
@@ -281,26 +252,44 @@ class Checker:
         return Counterexample("INV7", f"no quiet state after {DRAIN_LIMIT} drain steps",
                               tuple(steps))
 
-    def expand(self, node: Node, queue: deque[Node]) -> Counterexample | None:
+    def expand(self, node: Node, queue: deque[Node]) -> tuple[Counterexample | None, bool]:
+        """Every successor of ``node``, checked and queued when new. Also says whether the
+        first step of ``node``'s drain was among them, accepted, into a state that is explored
+        (so drained itself): then ``node``'s drain is that step plus its successor's drain,
+        and need not be run again (see ``run``)."""
+        with node.store.read() as tx:
+            first = drain_step(tx)
+        chained = False
         for action in alphabet(node.model, self.bounds, node.restarts):
-            child, failure = self.step(node, action)
+            child, failure, accepted = self.step(node, action)
             self.transitions += 1
+            trace = (*self.trace(node.key), action.label)
             if failure is not None:
-                return Counterexample(*failure, (*self.trace(node.key), action.label))
+                return Counterexample(*failure, trace), chained
+            drains = first is not None and (action.kind, action.args) == (first.kind, first.args)
+            if drains and not accepted:
+                return Counterexample("INV7", "the drain was refused", trace), chained
             cw = child.model.world
             if (len(cw.sessions) > self.bounds.sessions or len(cw.messages) > self.bounds.messages
                     or len(cw.approvals) > self.bounds.approvals):
                 self.pruned += 1  # checked above, not explored further
                 continue
+            chained = chained or drains
             child.key = canonical(child.model, child.restarts, self.history)
             if child.key not in self.parents:
                 self.parents[child.key] = (node.key, action.label)
                 queue.append(child)
-        return None
+        return None, chained
 
     def run(self) -> Result:
+        with recording(self.coverage):
+            return self._search()
+
+    def _search(self) -> Result:
         started = time.monotonic()
-        root = Node(Reference(self.config, CountingIds()), MemoryStore(), CountingIds(), 0, 0, 0)
+        model = Lockstep(self.config, CountingIds())
+        model.guarded = not self.shortcuts
+        root = Node(model, MemoryStore(), CountingIds(), 0, 0, 0)
         root.model.world = CopyableWorld()
         root.key = canonical(root.model, 0, self.history)
         self.parents[root.key] = None
@@ -311,18 +300,25 @@ class Checker:
                 break  # nothing shorter is left to find
             self.depth = max(self.depth, node.depth)
             self._show(len(queue), started)
-            found = [self.drain(node, self.trace(node.key))]
             expand = node.depth < self.bounds.depth
             self.capped += not expand
+            found: list[Counterexample | None] = []
+            chained = False
             if expand and (best is None or node.depth + 1 < len(best.trace)):
-                found.append(self.expand(node, queue))
+                failure, chained = self.expand(node, queue)
+                found.append(failure)
+            # A drain is a path of the search's own transitions: when its first step is one
+            # the search took into an explored state, the rest is that state's drain.
+            if not (chained and self.shortcuts):
+                found.append(self.drain(node, self.trace(node.key)))
+                self.drained += 1
             for failure in found:
                 if failure is not None and (best is None or len(failure.trace) < len(best.trace)):
                     best = failure
         self._show(len(queue), started, final=True)
         return Result(len(self.parents), self.transitions, self.drain_steps, self.pruned,
                       self.depth, self.capped, time.monotonic() - started, dict(self.outcomes),
-                      best)
+                      best, self.coverage, self.drained)
 
     def _show(self, queued: int, started: float, final: bool = False) -> None:
         """A single progress line on stderr, redrawn at most five times a second."""
@@ -347,9 +343,11 @@ def check(config: MessagingConfig = DEFAULT_CONFIG, bounds: Bounds | None = None
 def report(result: Result, out: TextIO | None = None) -> None:
     out = out if out is not None else sys.stdout  # looked up late: tests capture it
     print(f"explored {result.states} states, {result.transitions} transitions "
-          f"(+{result.drain_steps} drain steps; {result.pruned} successors beyond the size "
+          f"(+{result.drain_steps} drain steps in {result.drained} drains run through; "
+          f"{result.pruned} successors beyond the size "
           f"bounds checked, not explored), depth {result.depth}, {result.seconds:.1f} s",
           file=out)
+    print(f"coverage: {result.coverage.line()}", file=out)
     if result.capped:
         print(f"depth cap reached: {result.capped} states at depth {result.depth} were drained "
               "but not expanded", file=out)
@@ -377,7 +375,7 @@ def _pairs(text: str, what: str) -> dict[str, str]:
 
 
 def parse_bounds(text: str) -> Bounds:
-    """``sessions=3,messages=3,restarts=1,approvals=0,depth=N``; omitted keys keep defaults."""
+    """``sessions=3,messages=4,restarts=1,approvals=1,depth=N``; omitted keys keep defaults."""
     given = _pairs(text, "--bounds")
     known = {field.name for field in attrs.fields(Bounds)}
     unknown = sorted(set(given) - known)

@@ -42,10 +42,13 @@ __all__ = [
 
 # Every agent trusts every peer, so no call is ever held for approval...
 TRUSTING = AgentSpec("worker", "does the work", Rules.of({"*": "allow"}))
-# ...unless approvals are in the bounds: then a child asks before writing to its parent, and
-# siblings are denied, so allow, ask and deny all occur.
+# ...unless approvals are in the bounds: then siblings ask before writing to each other and
+# the rest of the tree (a grandparent, say) is denied, so allow, ask and deny all occur.
+# Parent and child write freely, so two children can fill their parent's inbox (the cap
+# needs two senders: the pair window stops one sender first) and mail can be relayed past
+# the hop limit.
 ASKING = AgentSpec("worker", "does the work",
-                   Rules.of({"child": "allow", "parent": "ask", "sibling": "deny"}))
+                   Rules.of({"parent": "allow", "child": "allow", "sibling": "ask", "*": "deny"}))
 UNKNOWN_HANDLE = "nobody_00000000"
 
 
@@ -54,13 +57,13 @@ class Bounds:
     """How far the search goes. Successors beyond a size bound are checked, not explored."""
 
     sessions: int = 3  # including the root
-    messages: int = 3  # accepted, of every owner
+    messages: int = 4  # accepted, of every owner: two tasks and two sends fill an inbox
     restarts: int = 1
-    approvals: int = 0  # held calls; 0: every agent allows every peer, nothing is ever held
-    # Actions from the empty world. Within the other defaults the space goes on past depth 11
-    # (over 90,000 states there, still growing about 2.5 times a level); depth 10 is about
-    # 47,000 states in 2 minutes on one core, so `treemail check` stays under 5 minutes.
-    depth: int = 10
+    approvals: int = 1  # held calls; 0: every agent allows every peer, nothing is ever held
+    # Actions from the empty world. Within the other defaults every send guard but
+    # ``disabled`` (messaging is on) and every lifecycle transition is reached by depth 8
+    # (the hop limit last: a relay of relayed mail); each level is about four times the last.
+    depth: int = 8
 
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(Bounds):
@@ -221,7 +224,8 @@ def _run_actions(world: World, session: SessionRecord) -> list[Action]:
 
 def _sends(world: World, sender: SessionRecord) -> list[Action]:
     """From a running run: to every live peer in both modes; then the hostile forms: a
-    self-send, an unknown handle, and a retry of the run's last accepted call."""
+    self-send, an unknown handle, a stray argument, a blank body, and a retry of the run's
+    last accepted call."""
     if sender.state != SessionState.RUNNING or sender.run_id is None:
         return []
     sid, rid = sender.session_id, sender.run_id
@@ -237,6 +241,10 @@ def _sends(world: World, sender: SessionRecord) -> list[Action]:
             actions.append(_send_action(fresh, args, f"-> {short(peer.session_id)} {mode}"))
     for to, what in ((sender.reference, "self-send"), (UNKNOWN_HANDLE, "unknown handle")):
         actions.append(_send_action(fresh, {"to": to, "body": "hi"}, what))
+    if peers:  # arguments the first guards refuse: a stray field, and a blank body
+        to = peers[0].reference
+        actions.append(_send_action(fresh, {"to": to, "body": "hi", "cc": to}, "stray field"))
+        actions.append(_send_action(fresh, {"to": to, "body": " "}, "blank body"))
     if calls:
         last = max(calls, key=lambda call: (len(call), call))
         original = world.calls.get((sid, rid, last))

@@ -1,0 +1,83 @@
+"""What a model-checker run reached: the send guards that answered, and the lifecycle
+transitions the engine took, beside the whole of each.
+
+Transitions are read where the engine takes them: while a search runs, ``recording`` wraps
+``Lifecycle.step`` (the one function every engine state change goes through) to note each
+(machine, state, event) it allows. Guards are read from the answers: a guard is reached when
+a send is refused with a code only it raises, or, for the idempotent replay, when a retried
+call is answered with its original result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+from treemail.core.lifecycle import MESSAGE, REQUEST, RUN, SESSION, Lifecycle
+from treemail.core.sending import GUARDS
+
+__all__ = ["ALL_TRANSITIONS", "Coverage", "guard_of", "recording"]
+
+Transition = tuple[str, str, str]  # (machine, from state, event)
+
+ALL_TRANSITIONS: frozenset[Transition] = frozenset(
+    (table.name, str(state), event)
+    for table in (MESSAGE, SESSION, RUN, REQUEST) for state, event in table.transitions)
+ALL_GUARDS: tuple[str, ...] = tuple(guard.name for guard in GUARDS)
+REPLAY = "idempotent_replay"
+
+# A code raised by one guard only names it; a code two guards share names neither.
+_raisers: dict[str, list[str]] = {}
+for _guard in GUARDS:
+    for _error in _guard.errors:
+        _raisers.setdefault(_error.code, []).append(_guard.name)
+_GUARD_OF_CODE = {code: names[0] for code, names in _raisers.items() if len(names) == 1}
+
+
+def guard_of(code: str) -> str | None:
+    return _GUARD_OF_CODE.get(code)
+
+
+@attrs.define
+class Coverage:
+    guards: set[str] = attrs.Factory(set)
+    transitions: set[Transition] = attrs.Factory(set)
+
+    def missing_guards(self) -> list[str]:
+        return [name for name in ALL_GUARDS if name not in self.guards]
+
+    def missing_transitions(self) -> list[Transition]:
+        return sorted(ALL_TRANSITIONS - self.transitions)
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing_guards() and not self.missing_transitions()
+
+    def line(self) -> str:
+        guards = f"guards {len(self.guards & set(ALL_GUARDS))}/{len(ALL_GUARDS)}"
+        taken = f"transitions {len(self.transitions & ALL_TRANSITIONS)}/{len(ALL_TRANSITIONS)}"
+        gaps = [*self.missing_guards(),
+                *(f"{machine}.{state}--{event}" for machine, state, event
+                  in self.missing_transitions())]
+        return f"{guards} reached, {taken} taken" + (f"; not reached: {', '.join(gaps)}"
+                                                      if gaps else "")
+
+
+@contextmanager
+def recording(into: Coverage) -> Iterator[None]:
+    """Note every lifecycle step the engine takes while the block runs."""
+    original = Lifecycle.step
+
+    def step(self: Lifecycle[Any], subject: str, state: Any, event: str) -> Any:
+        target = original(self, subject, state, event)  # raises on an illegal step: not noted
+        into.transitions.add((self.name, str(state), event))
+        return target
+
+    Lifecycle.step = step  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Lifecycle.step = original  # type: ignore[method-assign]
