@@ -28,14 +28,14 @@ def checker_lines(quick: bool) -> list[Line]:
     fast = Checker(DEFAULT_CONFIG, small).run()
     slow = Checker(DEFAULT_CONFIG, small, shortcuts=False).run()
     assert fast.states == slow.states, "the savings must not change the states explored"
-    bounds = attrs.evolve(Bounds(), depth=7) if quick else Bounds()
+    bounds = attrs.evolve(Bounds(), depth=6) if quick else Bounds()
     full = Checker(DEFAULT_CONFIG, bounds).run()
     assert full.counterexample is None, full.counterexample
     # Only the disabled guard is out of reach: messaging is on in the checked config.
     reached = full.coverage.missing_guards() == ["disabled"] and \
         not full.coverage.missing_transitions()
     met = full.states >= TARGET_STATES and full.seconds < TARGET_SECONDS and reached
-    what = f"(h) check at {'depth 7' if quick else 'default bounds'}: {full.states:,} states"
+    what = f"(h) check at {'depth 6' if quick else 'default bounds'}: {full.states:,} states"
     return [
         Line("h_speedup", f"(h) checker states/s, depth {small.depth}", _rate(fast),
              _rate(slow), "/s", "same search, drains run through, model snapshots", "-",
