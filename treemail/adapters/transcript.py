@@ -199,10 +199,12 @@ def _tone_and_text(payload: events.Payload, name: Namer) -> tuple[Tone, str]:
     return Tone.MAIL, f"delegation result sent to the parent (message {payload.message_id[:8]})"
 
 
-def event_row(event: Event, name: Namer) -> Row:
-    """The row of one stored event. An entry this version cannot read is shown as such,
-    with its kind and why, and the transcript goes on."""
-    payload = events.read(event)
+def event_row(event: Event, name: Namer,
+              payload: events.Payload | events.UnknownEvent | None = None) -> Row:
+    """The row of one stored event (``payload``: its payload, when already read). An entry
+    this version cannot read is shown as such, with its kind and why, and the transcript
+    goes on."""
+    payload = events.read(event) if payload is None else payload
     key = f"event:{event.session_id}:{event.seq}"
     who = name(event.session_id)
     if isinstance(payload, events.UnknownEvent):
@@ -248,19 +250,16 @@ class Transcript:
     def name(self, session_id: str | None) -> str:
         return self.names.get(session_id or "", session_id or "?")
 
-    def learn(self, event: Event) -> None:
-        """Take a session's name from its creation event (before it is rendered)."""
-        payload = events.read(event)
-        if isinstance(payload, events.SessionCreated):
+    def add(self, event: Event,
+            payload: events.Payload | events.UnknownEvent | None = None) -> Row | None:
+        """Fold one event (``payload``: its payload, when already read); the row it added or
+        updated, or None for a hidden event."""
+        payload = events.read(event) if payload is None else payload
+        if isinstance(payload, events.SessionCreated):  # named before it is rendered
             self.names[event.session_id] = payload.handle or event.session_id
-
-    def add(self, event: Event) -> Row | None:
-        """Fold one event; the row it added or updated, or None for a hidden event."""
-        self.learn(event)
-        row = event_row(event, self.name)
+        row = event_row(event, self.name, payload)
         if row.tone is Tone.REQUEST:
             return None
-        payload = events.read(event)
         if isinstance(payload, events.ProducerMessageAccepted):
             self._said[row.key] = _accepted_text("", payload, self.name).lstrip()
         earlier = self._rows.get(row.key)

@@ -65,7 +65,7 @@ class Board:
         if line is not None and state is not None:
             line.state = state
         was = self._pending(event, payload)
-        row = self.transcript.add(event)
+        row = self.transcript.add(event, payload)
         if line is not None:
             line.pending += self._pending(event, payload) - was
         return row
