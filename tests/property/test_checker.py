@@ -30,6 +30,7 @@ from treemail.models.checker import (
     canonical,
     check,
 )
+from treemail.models.plants import planted
 from treemail.models.reference import Reference
 
 # Small enough to be exhausted (no state left at the depth cap) in a few seconds.
@@ -179,3 +180,11 @@ def test_coverage_names_what_was_reached_and_what_was_not() -> None:
     line = coverage.line()
     assert f"guards {len(coverage.guards)}/10 reached" in line and "inbox_full" in line
     assert ("MessageLifecycle", "claimed", "consume") in coverage.transitions
+
+
+def test_a_reused_call_id_with_other_arguments_is_caught() -> None:
+    with planted("digest-ignored"):  # the reused id is taken for a retry: replayed
+        found = check(WINDOWED, SMALL).counterexample
+    assert found is not None and found.invariant == "AGREE"
+    assert "send_message:idempotency_conflict" in found.detail
+    assert found.trace[-1].endswith("reused call id)")

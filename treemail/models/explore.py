@@ -225,7 +225,7 @@ def _run_actions(world: World, session: SessionRecord) -> list[Action]:
 def _sends(world: World, sender: SessionRecord) -> list[Action]:
     """From a running run: to every live peer in both modes; then the hostile forms: a
     self-send, an unknown handle, a stray argument, a blank body, and a retry of the run's
-    last accepted call."""
+    last accepted call, exact and with another body."""
     if sender.state != SessionState.RUNNING or sender.run_id is None:
         return []
     sid, rid = sender.session_id, sender.run_id
@@ -253,6 +253,9 @@ def _sends(world: World, sender: SessionRecord) -> list[Action]:
             retry = ToolContext(sid, rid, last)
             actions.append(_send_action(retry, {"to": to, "body": body, "mode": mode.value},
                                         "retry"))
+            # The same call id with other arguments: a conflict, never a replay.
+            actions.append(_send_action(retry, {"to": to, "body": body + "!",
+                                                "mode": mode.value}, "reused call id"))
     return actions
 
 
