@@ -16,15 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz.conftest import TALLY
+from tests.fuzz.conftest import TALLY, budget
 from tests.fuzz.fake_server import FakeServer, Plan, serving
-from tests.fuzz.replies import assert_sound, run_reply
+from tests.fuzz.replies import REPLIES, assert_sound, run_reply
 from tests.fuzz.strategies import JSON, TEXT
 from treemail.adapters.failures import FailurePolicy
 from treemail.adapters.models import ModelError, ModelReply, OpenAICompatibleModel
 from treemail.core.store import MemoryStore
 
-TIMEOUT = 0.3  # the adapter's timeout; a slow plan waits longer than this
+TIMEOUT = 0.15  # the adapter's timeout; a slow plan waits longer than this
 BOUND = 15.0  # a call that takes longer than this is a hang
 
 CALL = st.fixed_dictionaries({
@@ -51,7 +51,7 @@ BODIES = st.one_of(
     st.integers(1, 200_000).map(lambda n: b"[" * n + b"]" * n),  # deep
     st.integers(1, 10_000).map(lambda n: b'{"choices": [{"message": ' * n),  # cut short
 )
-PLANS = st.builds(
+HOSTILE_PLANS = st.builds(
     Plan,
     status=st.sampled_from((200, 200, 200, 200, 204, 302, 400, 401, 404, 429, 500, 503, 599)),
     body=BODIES,
@@ -61,7 +61,12 @@ PLANS = st.builds(
     delay=st.sampled_from((0.0, 0.0, 0.0, 0.0, TIMEOUT * 2)),
     mode=st.sampled_from(("normal", "normal", "normal", "truncate", "close")),
 )
-PROMPTS = st.lists(st.one_of(TEXT, st.just("a\ud800b")), min_size=1, max_size=3)
+# A well-formed answer carrying a hostile reply, as often as every hostile plan together.
+REPLY_PLANS = st.builds(Plan, body=REPLIES.map(
+    lambda reply: _encode({"choices": [{"message": reply.as_message()}]})))
+PLANS = st.one_of(REPLY_PLANS, HOSTILE_PLANS)
+PROMPTS = st.lists(st.one_of(st.text(max_size=30), st.text(max_size=30), TEXT),
+                   min_size=1, max_size=3)
 
 
 class Naps:
@@ -84,7 +89,7 @@ def outcome_of(reply: ModelReply | ModelError) -> str:
     return f"reply with {len(reply.tool_calls)} tool calls"
 
 
-@settings(max_examples=150)
+@settings(max_examples=budget(120))
 @given(plans=st.lists(PLANS, min_size=1, max_size=3), retries=st.integers(0, 2),
        prompts=PROMPTS)
 def test_the_adapter_ends_in_a_reply_or_a_model_error(
@@ -110,7 +115,7 @@ def test_the_adapter_ends_in_a_reply_or_a_model_error(
         json.loads(request.decode("utf-8"))  # what it sent was UTF-8 JSON
 
 
-@settings(max_examples=40)
+@settings(max_examples=budget(30))
 @given(plan=PLANS)
 def test_the_adapter_through_the_actor(server: FakeServer, plan: Plan) -> None:
     server.answer_with([plan])

@@ -10,12 +10,13 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.fuzz.conftest import budget
 from tests.fuzz.replies import REPLIES, assert_sound, run_reply
 from tests.unit.conftest import open_store
 from treemail.adapters.models import ModelReply
 
 
-@settings(max_examples=60)
+@settings(max_examples=budget(50))
 @given(reply=REPLIES, kind=st.sampled_from(("memory", "lmdb")))
 def test_whole_replies_through_the_actor(reply: ModelReply, kind: str) -> None:
     with tempfile.TemporaryDirectory() as directory:
