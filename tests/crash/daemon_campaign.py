@@ -35,6 +35,7 @@ from tests.crash.harness import Tally, check_store, drain_and_verify, opened, sn
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import LEAD
 from tests.daemon.test_scenario import WORKER as SCENARIO_WORKER
+from treemail.adapters.console import Ticker
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
@@ -63,6 +64,7 @@ def run_daemon_campaign(base: Path, kills: int, *, per_store: int, drain_every: 
     tally = Tally(drain_every=drain_every)
     started = time.monotonic()
     acked: dict[str, set[str]] = {}
+    tick = Ticker(kills, "daemon SIGKILLs")  # on the controlling terminal only
     for kill in range(kills):
         data = base / f"data{kill // per_store}"
         prepare(data)
@@ -81,6 +83,8 @@ def run_daemon_campaign(base: Path, kills: int, *, per_store: int, drain_every: 
             tally.acks[str(data)] = len(sent)
             if last_of_store or (kill + 1) % drain_every == 0:
                 drain_and_verify(engine, tally)
+        tick(f"store {kill // per_store}")
+    tick.close()
     tally.seconds = time.monotonic() - started
     return tally
 
