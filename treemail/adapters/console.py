@@ -58,7 +58,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
 def print_row(row: Row, out: Console) -> None:
     """A transcript row: coloured by what it is about on a terminal, else ``Row.line()``."""
     if out.is_terminal:
-        out.print(styled_line(row), overflow="ellipsis", no_wrap=True, crop=True)
+        out.print(styled_line(row))  # soft-wrapped: the terminal folds a long row, nothing cut
     else:
         print(row.line(), file=out.file, flush=True)
 

@@ -23,12 +23,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from treemail.adapters.console import console, print_row
 from treemail.adapters.demo_agents import REVIEW, Stage, demo_agents
 from treemail.adapters.ids import SeededIds
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.adapters.runtime import Runtime
 from treemail.adapters.transcript import brief_result as _brief
-from treemail.adapters.transcript import render_event
+from treemail.adapters.transcript import event_row
 from treemail.core import events
 from treemail.core.engine import Engine
 from treemail.core.lifecycle import MessageState, SessionState
@@ -45,6 +46,7 @@ class Transcript:
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
+        self.console = console(out)  # coloured rows on a terminal, the plain lines elsewhere
         self.last = 0  # the last feed number shown
         self._names: dict[str, str] = {}
         self._tools: dict[str, str] = {}  # tool call id -> tool name
@@ -56,7 +58,7 @@ class Transcript:
         payload = events.read(event)
         if isinstance(payload, events.SessionCreated):
             self._names[event.session_id] = payload.handle or event.session_id
-        print(render_event(event, self.name), file=self.out)
+        print_row(event_row(event, self.name, payload), self.console)
         for line in self._details(payload):
             print(_PAD + line, file=self.out)
         self.last = number

@@ -38,7 +38,8 @@ def styled_text(row: Row) -> Text:
 
 def styled_line(row: Row) -> Text:
     """``Row.line()``, coloured: the session dim, the text by its tone or mail state."""
-    line = Text(f"  {row.who:<22} ", style="dim")
+    line = Text()  # no base style: it would mix into every span appended
+    line.append(f"  {row.who:<22} ", style="dim")
     line.append(f"#{row.seq:<3} ", style="dim")
     line.append_text(styled_text(row))
     return line
