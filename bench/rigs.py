@@ -57,7 +57,7 @@ class Pair:
         self.store = store
         self.engine = Engine(store, CountingIds(start=first_id), UNLIMITED)
         self.sender = self.engine.create_root(SPEC)
-        self.engine.produce(self.sender.session_id, "go", Owner.USER)
+        self.engine.accept(self.sender.session_id, "go", Owner.USER)
         self.run = self.engine.start_run(self.sender.session_id)
         self.recipient: Session = self.engine.delegate(self.sender.session_id, SPEC, "listen")
         self.recipient_run = self.engine.start_run(self.recipient.session_id)
@@ -198,7 +198,7 @@ class Crowd:
     async def setup(self) -> None:
         rt, engine = self.runtime, self.runtime.engine
         self.root: Session = await rt.writer(engine.create_root, SPEC)
-        await rt.writer(engine.produce, self.root.session_id, "go", Owner.USER)
+        await rt.writer(engine.accept, self.root.session_id, "go", Owner.USER)
         self.root_run = await rt.writer(engine.start_run, self.root.session_id)
         self.contexts = []
         for n in range(self.senders):

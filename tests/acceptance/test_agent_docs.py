@@ -91,7 +91,7 @@ def test_tool_visibility_follows_the_rules_and_steer_subagent_is_unknown(
         await rt.start()
         for name in ("default", "lead"):
             root = await rt.create_root(name)
-            await rt.submit(root.session_id, "go")
+            await rt.accept(root.session_id, "go")
         await rt.quiesce()
         delegation = ["delegate_subagent", "get_subagent_result", "cancel_subagent"]
         assert brains["default"].tools_offered(0) == delegation

@@ -139,7 +139,7 @@ def test_a_pending_approval_survives_a_restart_and_the_answer_sends_once(
         assert consumed.data["message_id"] == answered.outcome.as_result()["message_id"]
 
         # The sender's next run sees the outcome where its call was made.
-        await rt.submit(ids["x"], "anything new?")
+        await rt.accept(ids["x"], "anything new?")
         await rt.quiesce()
         history = x2.requests[-1][0]
         held_call = [m for m in history if m["role"] == "tool"

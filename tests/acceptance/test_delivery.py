@@ -49,7 +49,7 @@ def test_steer_joins_the_next_boundary_of_a_running_child(tmp_path: Path) -> Non
         kid = await delegate(rt, root, "worker", "explore src/")
         ids["child"] = kid.session_id
         await child.held.wait()  # the child is running, inside its first model request
-        await rt.submit(root.session_id, "steer your child")
+        await rt.accept(root.session_id, "steer your child")
         await until(lambda: rt.engine.session(root.session_id).state == "finished")
         [sent] = results(lead.requests[-1][0])
         assert (sent["mode"], sent["recipient_state"]) == ("steer", "running")
@@ -84,7 +84,7 @@ def test_a_queued_child_claims_the_message_when_its_run_starts(tmp_path: Path) -
         kid = await delegate(rt, root, "worker", "explore src/", start=False)
         ids["child"] = kid.session_id
         assert rt.engine.session(kid.session_id).state == "queued"
-        await rt.submit(root.session_id, "tell the child")
+        await rt.accept(root.session_id, "tell the child")
         await rt.quiesce()
 
         [sent] = results(lead.requests[-1][0])
@@ -133,13 +133,13 @@ def test_a_finished_child_wakes_with_the_message_and_its_delegation_stays_done(
                      idle_timeout=0.05)
         await rt.start()
         root = await rt.create_root("lead")
-        await rt.submit(root.session_id, "start")
+        await rt.accept(root.session_id, "start")
         await rt.quiesce()
         [kid] = [s for s in rt.engine.sessions() if s.parent_session_id == root.session_id]
         assert rt.engine.session(kid.session_id).state == "finished"
         await until(lambda: not rt.resident(kid.session_id))  # evicted while finished
 
-        await rt.submit(root.session_id, "follow up")
+        await rt.accept(root.session_id, "follow up")
         await rt.quiesce()
         sent = [r for r in results(lead.requests[-1][0]) if "recipient_state" in r][-1]
         assert (sent["mode"], sent["recipient_state"]) == ("queue", "waking_finished")
@@ -150,7 +150,7 @@ def test_a_finished_child_wakes_with_the_message_and_its_delegation_stays_done(
         notices = [e for e in events(rt, root, "ProducerMessageAccepted")
                    if e.data["owner"] == "delegation"]
         assert len(notices) == 1 and "report 1" in str(notices[0].data["body"])
-        await rt.submit(root.session_id, "check the child")
+        await rt.accept(root.session_id, "check the child")
         await rt.quiesce()
         assert results(lead.requests[-1][0])[-1] == {"status": "finished", "result": "report 1"}
         await rt.shutdown()

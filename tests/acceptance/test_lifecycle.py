@@ -57,7 +57,7 @@ def test_a_restart_before_delivery_still_delivers_exactly_once(tmp_path: Path) -
         root = await rt.create_root("lead")
         ids["child"] = (await delegate(rt, root, "worker", "map the repo")).session_id
         await rt.quiesce()
-        await rt.submit(root.session_id, "go")
+        await rt.accept(root.session_id, "go")
         await worker.held.wait()  # the message is claimed into a request that never commits
         await rt.abandon()
 
@@ -103,7 +103,7 @@ def test_a_send_racing_shutdown_is_refused_and_accepted_mail_survives(tmp_path: 
         root = await rt.create_root("lead")
         ids["child"] = (await delegate(rt, root, "worker", "map the repo")).session_id
         await stuck.held.wait()
-        await rt.submit(root.session_id, "go")
+        await rt.accept(root.session_id, "go")
         await until(lambda: bool(stopping))
         await stopping[0]
         first, second = [r for e in events(rt, root, "ToolResults") for r in e.data["results"]]
@@ -133,13 +133,13 @@ def test_idle_actors_are_evicted_and_mail_spawns_them_again(tmp_path: Path) -> N
         rt = runtime(store, _pair(lead, Brain(lambda m: _says("ok"))), idle_timeout=0.05)
         await rt.start()
         root = await rt.create_root("lead")
-        await rt.submit(root.session_id, "hello")
+        await rt.accept(root.session_id, "hello")
         await rt.quiesce()
         assert rt.resident(root.session_id)
         await until(lambda: not rt.resident(root.session_id))
         assert rt.evictions == 1
 
-        await rt.submit(root.session_id, "still there?")
+        await rt.accept(root.session_id, "still there?")
         assert rt.resident(root.session_id)  # the mail spawned it again
         await rt.quiesce()
         # The respawned actor rebuilt the conversation from the durable log.
@@ -181,7 +181,7 @@ def test_a_run_killed_mid_tools_leaves_a_transcript_the_next_run_can_trust(
         root = await rt.create_root("lead")
         ids["root"] = root.session_id
         ids["child"] = (await delegate(rt, root, "worker", "wait", start=False)).session_id
-        await rt.submit(root.session_id, "go")
+        await rt.accept(root.session_id, "go")
         await stall.stalled.wait()  # part a is accepted, its result not yet recorded
         await rt.abandon()
 
@@ -190,7 +190,7 @@ def test_a_run_killed_mid_tools_leaves_a_transcript_the_next_run_can_trust(
     async def second_life(store: LmdbStore) -> None:
         rt = runtime(store, _pair(lead2, Brain(lambda m: _says("ok"))))
         await rt.start()
-        await rt.submit(ids["root"], "where were we?")
+        await rt.accept(ids["root"], "where were we?")
         await rt.quiesce()
         sent, lost = results(lead2.requests[-1][0])
         [message_id] = feed_kinds(rt, "ProducerMessageAccepted")
@@ -221,11 +221,11 @@ def test_cancelling_a_running_child_stops_its_actor_cleanly(tmp_path: Path) -> N
         kid = await delegate(rt, root, "worker", "map the repo")
         ids["child"] = kid.session_id
         await worker.held.wait()
-        await rt.submit(root.session_id, "cancel it")
+        await rt.accept(root.session_id, "cancel it")
         await until(lambda: rt.engine.session(root.session_id).state == "finished")
         assert results(lead.requests[-1][0]) == [{"cancelled": True}]
         worker.release.set()
-        await rt.submit(root.session_id, "status?")
+        await rt.accept(root.session_id, "status?")
         await rt.quiesce()  # raises if the child's actor crashed on its dead run
         assert results(lead.requests[-1][0])[-1] == {"status": "idle", "result": None}
         [stopped] = events(rt, kid, "RunInterrupted")

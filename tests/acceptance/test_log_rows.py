@@ -37,7 +37,7 @@ def _scenario(path: Path) -> tuple[list[str], str, str]:
     engine = open_engine(str(path))
     tail = LiveTail(engine)
     lead = engine.create_root(AgentSpec("lead", "plans", Rules.of({"child": "allow"})))
-    engine.produce(lead.session_id, "Plan the work.", Owner.USER)
+    engine.accept(lead.session_id, "Plan the work.", Owner.USER)
     lead_run = engine.start_run(lead.session_id)
     child = engine.delegate(lead.session_id, AgentSpec("worker", "works"), "Do it.")
     child_run = engine.start_run(child.session_id)

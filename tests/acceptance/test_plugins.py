@@ -82,7 +82,7 @@ def test_an_observer_sees_every_feed_event_once_in_order(tmp_path: Path) -> None
         await rt.start()
         root = await rt.create_root("lead")
         ids["child"] = (await delegate(rt, root, "worker", "map it")).session_id
-        await rt.submit(root.session_id, "go")
+        await rt.accept(root.session_id, "go")
         await rt.quiesce()
         stored = rt.engine.feed()
         assert live.seen == stored and awaited.seen == stored  # caught up at quiesce
@@ -118,7 +118,7 @@ def test_a_tool_gate_refuses_a_send_and_the_model_sees_its_code(tmp_path: Path) 
         await rt.start()
         root = await rt.create_root("lead")
         ids["child"] = (await delegate(rt, root, "worker", "wait", start=False)).session_id
-        await rt.submit(root.session_id, "go")
+        await rt.accept(root.session_id, "go")
         await rt.quiesce()
         refused, sent = results(lead.requests[1][0])
         assert refused["error"] == "plugin:refused" and "secrets" in refused["message"]
@@ -131,7 +131,7 @@ def test_a_tool_gate_refuses_a_send_and_the_model_sees_its_code(tmp_path: Path) 
     run(main)
 
 
-def test_producer_send_injects_plugin_mail_outside_the_inbox_cap(tmp_path: Path) -> None:
+def test_plugin_accept_injects_plugin_mail_outside_the_inbox_cap(tmp_path: Path) -> None:
     ids: dict[str, str] = {}
     lead = Brain(on_user({"go": lambda: reply(send(ids["child"], "one"),
                                               send(ids["child"], "two"))}))
@@ -150,11 +150,11 @@ def test_producer_send_injects_plugin_mail_outside_the_inbox_cap(tmp_path: Path)
         kid = await delegate(rt, root, "worker", "map it")
         ids["child"] = kid.session_id
         await worker.held.wait()
-        await rt.submit(root.session_id, "go")
+        await rt.accept(root.session_id, "go")
         await until(lambda: rt.engine.session(root.session_id).state == "finished")
         one, two = results(lead.requests[-1][0])
         assert "message_id" in one and two["error"] == "send_message:inbox_full"
-        notes = [await injector.handle.producer_send(kid.session_id, f"note {i}")
+        notes = [await injector.handle.accept(kid.session_id, f"note {i}")
                  for i in range(3)]
         assert len(set(notes)) == 3  # accepted although the agent inbox is full
         worker.release.set()

@@ -63,7 +63,7 @@ def test_sends_between_tree_peers_follow_the_relationship_labels(tmp_path: Path)
         ids.update({n: s.session_id for n, s in sessions.items()})
         for session in (x, y, g):
             rt.poke(session.session_id)
-        await rt.submit(r.session_id, "start")
+        await rt.accept(r.session_id, "start")
         await rt.quiesce()
 
         for name, plan in PLAN.items():

@@ -164,7 +164,7 @@ class Worker:
         elif session.state == "running":
             self.act(session, sessions)
         elif self.rng.random() < 0.3:
-            self.engine.produce(session.session_id, f"user turn {self.calls}", Owner.USER)
+            self.engine.accept(session.session_id, f"user turn {self.calls}", Owner.USER)
 
     def act(self, session: Session, sessions: list[Session]) -> None:
         assert session.run_id is not None

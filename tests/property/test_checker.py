@@ -124,7 +124,7 @@ def _world_after(ids_from: int, delegate_first: bool) -> Reference:
     model.world = CopyableWorld()
     root = model.create_root(AgentSpec("worker"))
     steps = [lambda: model.delegate(root, AgentSpec("worker"), "task"),
-             lambda: model.produce(root, "note", Owner.USER)]
+             lambda: model.accept(root, "note", Owner.USER)]
     for do in steps if delegate_first else steps[::-1]:
         do()
     return model

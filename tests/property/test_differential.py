@@ -99,7 +99,7 @@ bodies = st.one_of(
 tasks = st.sampled_from(("explore the repo", "review the patch", "go"))
 reasons = st.sampled_from(("operator decision", "plugin: spam", "", "  "))
 MISUSES = ("start", "begin", "commit", "abort", "finish", "cancel", "discard", "delegate",
-           "produce", "grant")
+           "accept", "grant")
 SHAPES = ("ok",) * 4 + (
     "recipient_session_id", "extra", "no_to", "no_body", "to_type", "mode_bad", "not_object",
 )
@@ -172,8 +172,8 @@ class DifferentialMachine(RuleBasedStateMachine):
         # A first tree with a run, so every rule is enabled from the first step on.
         root = self.both(lambda e: e.create_root(agent, legacy=legacy),
                          lambda m: m.create_root(agent, legacy=legacy), _session_id)[1]
-        self.both(lambda e: e.produce(root, "start", Owner.USER),
-                  lambda m: m.produce(root, "start", Owner.USER))
+        self.both(lambda e: e.accept(root, "start", Owner.USER),
+                  lambda m: m.accept(root, "start", Owner.USER))
         for child, parent in children:
             pid = self.sessions()[min(parent, len(self.sessions()) - 1)].session_id
             self.both(lambda e: e.delegate(pid, child, "task"),  # noqa: B023 - called at once
@@ -260,13 +260,13 @@ class DifferentialMachine(RuleBasedStateMachine):
                   lambda m: m.delegate(parent, agent, task, legacy=legacy), _session_id)
 
     @rule(data=st.data(), owner=st.sampled_from([o for o in Owner if o is not Owner.AGENT]))
-    def produce(self, data: st.DataObject, owner: Owner) -> None:
+    def accept(self, data: st.DataObject, owner: Owner) -> None:
         """User, plugin, delegation or goal mail; it wakes the recipient."""
         ids = [s.session_id for s in self.sessions()]
         recipient = data.draw(st.sampled_from(ids), label="recipient")
         sender = data.draw(st.sampled_from([None, *ids]), label="sender")
-        self.both(lambda e: e.produce(recipient, "note", owner, sender=sender),
-                  lambda m: m.produce(recipient, "note", owner, sender=sender))
+        self.both(lambda e: e.accept(recipient, "note", owner, sender=sender),
+                  lambda m: m.accept(recipient, "note", owner, sender=sender))
 
     # -- runs and requests ----------------------------------------------------------------------
 
@@ -354,7 +354,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             "cancel": (lambda x: x.cancel_run(sid, rid), _same),
             "discard": (lambda x: x.discard(message_id, "operator"), _same),
             "delegate": (lambda x: x.delegate(target, self.sessions()[0].agent, ""), _session_id),
-            "produce": (lambda x: x.produce(target, body, owner), _same),
+            "accept": (lambda x: x.accept(target, body, owner), _same),
             "grant": (lambda x: x.grant("forever", sid, "child"), _same),
         }
         call, normalize = calls[op]
@@ -477,8 +477,8 @@ class DifferentialMachine(RuleBasedStateMachine):
     def _activate(self, sid: str) -> str:
         """Bring the session to a running run (user mail wakes it, then the run starts)."""
         if self.model.world.sessions[sid].state in ("idle", "finished"):
-            self.both(lambda e: e.produce(sid, "go on", Owner.USER),
-                      lambda m: m.produce(sid, "go on", Owner.USER))
+            self.both(lambda e: e.accept(sid, "go on", Owner.USER),
+                      lambda m: m.accept(sid, "go on", Owner.USER))
         if self.model.world.sessions[sid].state == "queued":
             self.both(lambda e: e.start_run(sid), lambda m: m.start_run(sid), _run_id)
         session = self.model.world.sessions[sid]
@@ -694,7 +694,7 @@ def test_lmdb_unstorable_reference(reference: str, tmp_path: Path) -> None:
         engine = Engine(store, CountingIds())
         root = engine.create_root(AgentSpec("root", rules=Rules.of({"*": "allow"})))
         engine.delegate(root.session_id, AgentSpec("kid"), "task")
-        engine.produce(root.session_id, "go", Owner.USER)
+        engine.accept(root.session_id, "go", Owner.USER)
         run = engine.start_run(root.session_id)
         with pytest.raises(UnknownSubagentReference):
             engine.send_message(ToolContext(root.session_id, run.run_id, "call"),

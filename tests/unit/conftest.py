@@ -148,7 +148,7 @@ class World:
         if current.state == "running" and current.run_id is not None:
             return self.engine.run(current.run_id)
         if current.state in ("idle", "finished"):
-            self.engine.produce(session.session_id, "go on", Owner.USER)
+            self.engine.accept(session.session_id, "go on", Owner.USER)
         return self.engine.start_run(session.session_id)
 
     def ctx(self, session: Session, call: str | None = None) -> ToolContext:

@@ -82,7 +82,7 @@ def test_a_model_that_always_fails_is_tried_limit_times_then_the_session_waits_f
         rt = runtime(store, model, naps)
         await rt.start()
         root = await rt.create_root("root")
-        await rt.submit(root.session_id, "hello")
+        await rt.accept(root.session_id, "hello")
         await rt.quiesce(timeout=10)
         assert model.calls == 3
         assert naps.taken == [2.0, 3.0]  # before the 2nd and 3rd tries, none before the 1st
@@ -94,7 +94,7 @@ def test_a_model_that_always_fails_is_tried_limit_times_then_the_session_waits_f
         assert [m.body for m in rt.engine.pending(root.session_id)] == ["hello"]
         # New input wakes it again, with the full count; a healed model reads both messages.
         model.failing = False
-        await rt.submit(root.session_id, "again")
+        await rt.accept(root.session_id, "again")
         await rt.quiesce(timeout=10)
         assert model.calls == 4
         assert rt.engine.session(root.session_id).state == "finished"
@@ -133,7 +133,7 @@ def test_an_unexpected_error_interrupts_the_run_and_the_actor_lives_on(store: St
         rt = runtime(store, model, naps)
         await rt.start()
         root = await rt.create_root("root")
-        await rt.submit(root.session_id, "hello")
+        await rt.accept(root.session_id, "hello")
         await rt.quiesce(timeout=10)
         assert model.calls == 1  # a bug is not retried: it would fail the same way
         assert rt.crashes == []
@@ -144,7 +144,7 @@ def test_an_unexpected_error_interrupts_the_run_and_the_actor_lives_on(store: St
         assert reason.startswith("actor error: RuntimeError: bug in ? the adapter")
         # Still deliverable: new mail wakes the same session.
         model.failing = False
-        await rt.submit(root.session_id, "again")
+        await rt.accept(root.session_id, "again")
         await rt.quiesce(timeout=10)
         assert rt.engine.session(root.session_id).state == "finished"
         await rt.shutdown()
@@ -196,7 +196,7 @@ def bad_reply_outcome(store: Store, make: Any) -> tuple[Runtime, Session, Sessio
                                        rt.agent("kid").spec, "work")
         rt.poke(kid.session_id)
         model.first = make(kid)
-        await rt.submit(root.session_id, "go")
+        await rt.accept(root.session_id, "go")
         await rt.quiesce(timeout=10)
         holder.extend([rt, root, kid, model])
         await rt.shutdown()

@@ -54,7 +54,7 @@ def test_toolbox_enforces_delegate_rules_and_hides_the_tools_when_all_denied() -
     agents = {"explore": AgentSpec("explore"), "default": AgentSpec("default")}
     box = ToolBox(engine, _direct, agents)
     lead = engine.create_root(lead_spec)
-    engine.produce(lead.session_id, "go", Owner.USER)
+    engine.accept(lead.session_id, "go", Owner.USER)
     run = engine.start_run(lead.session_id)
 
     def delegate(agent: str) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def test_delegation_tools_refuse_unknown_arguments_by_name(
     engine = Engine(MemoryStore(), CountingIds())
     box = ToolBox(engine, _direct, {"explore": AgentSpec("explore")})
     lead = engine.create_root(parse_agent_doc(LEAD, "lead.md").spec)
-    engine.produce(lead.session_id, "go", Owner.USER)
+    engine.accept(lead.session_id, "go", Owner.USER)
     run = engine.start_run(lead.session_id)
     outcome = asyncio.run(box.execute(lead, run.run_id, ToolCall("c1", name, arguments)))
     result = json.loads(outcome.content)

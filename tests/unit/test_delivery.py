@@ -271,7 +271,7 @@ def test_consumed_mail_is_never_delivered_again(world: World, pair: Pair) -> Non
     sent = world.send(pair.root, pair.child)
     assert sent.message_id in [d.message_id for d in world.consume_all(pair.child)]
     world.restart().recover()
-    world.engine.produce(pair.child.session_id, "next task", Owner.USER)
+    world.engine.accept(pair.child.session_id, "next task", Owner.USER)
     assert [d.owner for d in world.consume_all(pair.child)] == [Owner.USER]
     assert _times_delivered(world, pair.child, sent.message_id) == 1
     assert world.pending_agent_mail(pair.child) == 0
@@ -421,7 +421,7 @@ def test_the_body_is_kept_exactly_and_metadata_stays_out(world: World, pair: Pai
 
 
 def test_non_agent_mail_is_delivered_bare(world: World, pair: Pair) -> None:
-    world.engine.produce(pair.child.session_id, "plugin says hi", Owner.PLUGIN)
+    world.engine.accept(pair.child.session_id, "plugin says hi", Owner.PLUGIN)
     texts = {d.owner: d.text for d in world.consume_all(pair.child)}
     assert texts == {Owner.DELEGATION: "task for kid", Owner.PLUGIN: "plugin says hi"}
 

@@ -32,7 +32,7 @@ def _busy_log(world: World) -> list[Event]:
     ctx = world.ctx(root)
     held = world.engine.hold_for_approval(ctx, "send_message", {"to": kid.reference}, "child")
     world.engine.answer_approval(held.approval_id, approve=False)
-    message = world.engine.produce(kid.session_id, "to drop", Owner.PLUGIN)
+    message = world.engine.accept(kid.session_id, "to drop", Owner.PLUGIN)
     world.engine.discard(message, "operator")
     world.engine.cancel_run(root.session_id, ctx.run_id, "stop")
     world.engine.fork(kid.session_id)

@@ -43,7 +43,7 @@ def test_a_fork_remembers_the_source_conversation_up_to_the_fork(world: World) -
     later = world.engine.begin_request(root.session_id, run.run_id)
     world.engine.commit_request(root.session_id, run.run_id, later.request_id,
                                 Reply(text="after the fork"))
-    world.engine.produce(fork.session_id, "a question for the fork", Owner.USER)
+    world.engine.accept(fork.session_id, "a question for the fork", Owner.USER)
     fork_run = world.engine.start_run(fork.session_id)
     asked = world.engine.begin_request(fork.session_id, fork_run.run_id)
     world.engine.commit_request(fork.session_id, fork_run.run_id, asked.request_id,

@@ -38,7 +38,7 @@ def _setup(store: Store, config: MessagingConfig | None = None,
     group = GroupStore(store)
     engine = Engine(group, CountingIds(), config or ROOMY)
     root = engine.create_root(agent("root", OPEN))
-    engine.produce(root.session_id, "go", Owner.USER)
+    engine.accept(root.session_id, "go", Owner.USER)
     engine.start_run(root.session_id)
     contexts = []
     for n in range(senders):

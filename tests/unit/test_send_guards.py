@@ -583,19 +583,19 @@ def test_non_agent_mail_does_not_count(world: World) -> None:
     root = world.root("root", PEER_RULES)
     kids = _children(world, root, 3)
     for owner in (Owner.PLUGIN, Owner.USER, Owner.DELEGATION, Owner.GOAL):
-        world.engine.produce(root.session_id, f"{owner} mail", owner)
-        world.engine.produce(root.session_id, f"more {owner} mail", owner)
+        world.engine.accept(root.session_id, f"{owner} mail", owner)
+        world.engine.accept(root.session_id, f"more {owner} mail", owner)
     world.send(kids[0], root)
     world.send(kids[1], root)
     _refused(world, kids[2], arguments(root), "send_message:inbox_full")
     assert len(world.engine.pending(root.session_id)) == 10
 
 
-def test_produce_refuses_agent_mail(world: World) -> None:
+def test_accept_refuses_agent_mail(world: World) -> None:
     root = world.root("root")
     before = world.snapshot()
     with pytest.raises(TreemailError):
-        world.engine.produce(root.session_id, "sneaky", Owner.AGENT)
+        world.engine.accept(root.session_id, "sneaky", Owner.AGENT)
     assert world.snapshot() == before
 
 

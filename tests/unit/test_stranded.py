@@ -25,7 +25,7 @@ def test_a_child_whose_run_died_after_reading_its_task_is_stranded(world: World)
     world.restart()
     assert world.engine.recover() == 1
     assert _stranded(world) == [child.session_id]
-    world.engine.produce(child.session_id, "resume", Owner.GOAL)
+    world.engine.accept(child.session_id, "resume", Owner.GOAL)
     assert _stranded(world) == []  # pending mail will wake it
 
 
@@ -57,7 +57,7 @@ def test_a_later_crash_after_a_finished_run_still_strands_an_unreported_child(
     root = world.root("root", {"child": "allow"})
     child = world.child(root, "kid")
     world.engine.finish_run(child.session_id, _consume_task(world, child))  # no result
-    world.engine.produce(child.session_id, "more work", Owner.USER)
+    world.engine.accept(child.session_id, "more work", Owner.USER)
     _consume_task(world, child)
     world.restart()
     world.engine.recover()
@@ -66,11 +66,11 @@ def test_a_later_crash_after_a_finished_run_still_strands_an_unreported_child(
 
 def test_a_root_or_a_reported_child_is_never_stranded(world: World) -> None:
     root = world.root("root", {"child": "allow"})
-    world.engine.produce(root.session_id, "work", Owner.USER)
+    world.engine.accept(root.session_id, "work", Owner.USER)
     _consume_task(world, root)  # the root read its mail, then died: no parent to report to
     child = world.child(root, "kid")
     world.engine.finish_run(child.session_id, _consume_task(world, child), "reported")
-    world.engine.produce(child.session_id, "one more thing", Owner.USER)
+    world.engine.accept(child.session_id, "one more thing", Owner.USER)
     _consume_task(world, child)  # a later run of a reported child dies too
     world.restart()
     assert world.engine.recover() == 2
@@ -85,6 +85,6 @@ def test_a_resumed_child_that_finishes_without_result_is_not_stranded_again(
     _consume_task(world, child)
     world.restart()
     world.engine.recover()
-    world.engine.produce(child.session_id, "resume", Owner.GOAL)
+    world.engine.accept(child.session_id, "resume", Owner.GOAL)
     world.engine.finish_run(child.session_id, _consume_task(world, child))
     assert _stranded(world) == []

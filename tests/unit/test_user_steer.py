@@ -1,4 +1,4 @@
-"""User steering (``produce`` with mode steer): it joins the in-flight run at its next safe
+"""User steering (``accept`` with mode steer): it joins the in-flight run at its next safe
 boundary, needs no message rule, and waits for the next run when none is in flight; the
 engine and the reference model agree on every step."""
 
@@ -20,7 +20,7 @@ def test_a_user_steer_joins_the_running_run_at_its_next_boundary() -> None:
     sid = engine.create_root(NO_RULES).session_id
     assert model.create_root(NO_RULES) == sid
     for world in (engine, model):
-        world.produce(sid, "start", Owner.USER)
+        world.accept(sid, "start", Owner.USER)
     run = engine.start_run(sid)
     assert model.start_run(sid) == run.run_id
     first = engine.begin_request(sid, run.run_id)
@@ -29,11 +29,11 @@ def test_a_user_steer_joins_the_running_run_at_its_next_boundary() -> None:
     engine.commit_request(sid, run.run_id, first.request_id)
     model.commit_request(sid, run.run_id, first.request_id)
 
-    steer = engine.produce(sid, "look at X too", Owner.USER, mode=Mode.STEER)
-    assert model.produce(sid, "look at X too", Owner.USER, mode=Mode.STEER) == steer
+    steer = engine.accept(sid, "look at X too", Owner.USER, mode=Mode.STEER)
+    assert model.accept(sid, "look at X too", Owner.USER, mode=Mode.STEER) == steer
     assert engine.message(steer).run_id == run.run_id  # bound to the run in flight
-    queued = engine.produce(sid, "later", Owner.USER)
-    assert model.produce(sid, "later", Owner.USER) == queued
+    queued = engine.accept(sid, "later", Owner.USER)
+    assert model.accept(sid, "later", Owner.USER) == queued
     assert engine.message(queued).run_id is None  # queue mode waits for the next run
 
     second = engine.begin_request(sid, run.run_id)
@@ -45,7 +45,7 @@ def test_a_user_steer_joins_the_running_run_at_its_next_boundary() -> None:
 def test_a_user_steer_to_a_session_without_a_run_waits_for_the_next_run() -> None:
     engine = Engine(MemoryStore(), CountingIds())
     sid = engine.create_root(NO_RULES).session_id
-    steer = engine.produce(sid, "steer while idle", Owner.USER, mode=Mode.STEER)
+    steer = engine.accept(sid, "steer while idle", Owner.USER, mode=Mode.STEER)
     assert engine.message(steer).state == "admitted" and engine.message(steer).run_id is None
     run = engine.start_run(sid)
     request = engine.begin_request(sid, run.run_id)

@@ -172,7 +172,7 @@ class Demo:
         self.say("A user asks the lead; it delegates explore and tester, review waits queued")
         await self.rt.start()
         lead = await self.rt.create_root("lead")
-        await self.rt.submit(lead.session_id, "Ship the parser fix, reviewed and tested.",
+        await self.rt.accept(lead.session_id, "Ship the parser fix, reviewed and tested.",
                              Owner.USER)
         await self.settle()
         await self.go("lead")

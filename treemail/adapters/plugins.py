@@ -11,7 +11,7 @@ object with at least one of these hooks (plain or ``async`` functions):
   included. Raising a ``Refusal`` (``PluginRefusal`` is there for that) refuses the call; its
   code is the tool result the model sees. Any other exception refuses it too, as
   ``plugin:failed``: a gate that breaks must not wave calls through.
-* ``attach(handle)``: once at start, with a ``PluginHandle`` whose ``producer_send`` injects
+* ``attach(handle)``: once at start, with a ``PluginHandle`` whose ``accept`` injects
   plugin-owned mail into a session. Plugin mail never counts against the agent inbox cap.
 
 Plugins load from the ``treemail.plugins`` entry-point group and from ``module:attr`` specs
@@ -70,20 +70,20 @@ class Attachable(Protocol):
 
 
 Plugin: TypeAlias = EventObserver | ToolGate | Attachable
-Submit = Callable[[str, str, Owner], Awaitable[str]]
+AcceptMail = Callable[[str, str, Owner], Awaitable[str]]
 
 
 class PluginHandle:
     """What the runtime gives a plugin: a way to inject mail, as the plugin."""
 
-    def __init__(self, name: str, submit: Submit) -> None:
+    def __init__(self, name: str, accept: AcceptMail) -> None:
         self.name = name
-        self._submit = submit
+        self._accept = accept
 
-    async def producer_send(self, session_id: str, body: str) -> str:
+    async def accept(self, session_id: str, body: str) -> str:
         """Durably accept ``body`` as plugin mail for ``session_id`` and wake it; returns the
         message id. Raises ``EngineShutdown`` once the runtime is shutting down."""
-        return await self._submit(session_id, body, Owner.PLUGIN)
+        return await self._accept(session_id, body, Owner.PLUGIN)
 
 
 async def _settle(result: Hooked) -> None:
@@ -106,10 +106,10 @@ class PluginHost:
         # on, since one broken plugin must not stop every other observer.
         self.errors: list[tuple[str, BaseException]] = []
 
-    async def attach(self, submit: Submit) -> None:
+    async def attach(self, accept: AcceptMail) -> None:
         for plugin in self.plugins:
             if isinstance(plugin, Attachable):
-                await _settle(plugin.attach(PluginHandle(_name(plugin), submit)))
+                await _settle(plugin.attach(PluginHandle(_name(plugin), accept)))
 
     async def tool_before_call(self, session: Session, call: ToolCall) -> None:
         for gate in self.gates:

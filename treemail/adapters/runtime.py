@@ -265,8 +265,8 @@ class Runtime:
         # A delegated run that died after consuming its task has no mail left to wake it:
         # resume it with goal mail (auditable, outside the agent inbox cap).
         for stranded in await self.writer(self.engine.stranded_delegations):
-            await self.writer(self.engine.produce, stranded.session_id, RESUME, Owner.GOAL)
-        await self.plugins.attach(self.submit)
+            await self.writer(self.engine.accept, stranded.session_id, RESUME, Owner.GOAL)
+        await self.plugins.attach(self.accept)
         for session in await self.writer(self.engine.sessions):
             if session.state is SessionState.QUEUED:
                 self.poke(session.session_id)
@@ -333,11 +333,11 @@ class Runtime:
         session: Session = await self.writer(self.engine.create_root, self.agent(agent).spec)
         return session
 
-    async def submit(self, session_id: str, text: str, owner: Owner = Owner.USER) -> str:
+    async def accept(self, session_id: str, text: str, owner: Owner = Owner.USER) -> str:
         """User or plugin input: durable mail that wakes the session."""
         if self.closing:
             raise EngineShutdown("the runtime is shutting down; nothing was accepted")
-        message_id: str = await self.writer(self.engine.produce, session_id, text, owner)
+        message_id: str = await self.writer(self.engine.accept, session_id, text, owner)
         self.poke(session_id)
         return message_id
 

@@ -28,7 +28,6 @@ __all__ = [
     "admit_accepted",
     "bound_to",
     "message_event",
-    "new_mail",
     "session_event",
     "step_message",
     "step_run",
@@ -56,20 +55,13 @@ def _track(tx: WriteTxn, message: Message, delta: int) -> None:
         tx.add(pair_counter(message.sender, message.recipient), delta)
 
 
-def accept(tx: WriteTxn, message: Message) -> Message:
-    """Persist a new message in its initial state and log ProducerMessageAccepted."""
-    tx.put_message(message)
-    _track(tx, message, +1)
-    events.record(tx, message.recipient, events.message_payload(message))
-    return message
-
-
-def new_mail(
+def accept(
     tx: WriteTxn, ids: IdSource, recipient: str, body: str, owner: Owner, sender: str | None,
-    mode: Mode = Mode.QUEUE,
+    mode: Mode = Mode.QUEUE, hop: int = 0,
 ) -> Message:
-    """Accept non-agent mail (user, plugin, delegation, goal): no guard, no cap, no hop.
-    Only text every store can hold: a lone surrogate is refused, before anything is written."""
+    """Mail enters ``recipient``: persist it in its initial state, keep the guard counters and
+    log ProducerMessageAccepted. Agent mail passed its guards before; here none applies. Only
+    text every store can hold: a lone surrogate is refused, before anything is written."""
     _check_text(body)
     message = Message(
         message_id=ids.new_id(),
@@ -78,10 +70,13 @@ def new_mail(
         owner=owner,
         body=body,
         mode=mode,
-        hop=0,
+        hop=hop,
         seq=tx.add(f"seq/{recipient}", 1),
     )
-    return accept(tx, message)
+    tx.put_message(message)
+    _track(tx, message, +1)
+    events.record(tx, message.recipient, events.message_payload(message))
+    return message
 
 
 def _check_text(body: str) -> None:

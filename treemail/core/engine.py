@@ -24,7 +24,7 @@ import attrs
 
 from treemail.core import approvals, events, runs
 from treemail.core.config import MessagingConfig
-from treemail.core.delivery import new_mail, step_message
+from treemail.core.delivery import accept, step_message
 from treemail.core.errors import EngineShutdown, InvalidRequest, UnknownTarget
 from treemail.core.ids import IdSource, make_handle
 from treemail.core.lifecycle import SessionState
@@ -79,7 +79,7 @@ class Engine:
         def work(tx: WriteTxn) -> Session:
             parent = need_session(tx, parent_id)
             child = self._create(tx, agent, parent, legacy)
-            new_mail(tx, self.ids, child.session_id, task, Owner.DELEGATION, parent.session_id)
+            accept(tx, self.ids, child.session_id, task, Owner.DELEGATION, parent.session_id)
             return child
 
         child = self._transact(work)
@@ -110,7 +110,7 @@ class Engine:
 
     # -- mail from outside the agents ------------------------------------------------------
 
-    def produce(
+    def accept(
         self, recipient: str, body: str, owner: Owner, *, sender: str | None = None,
         mode: Mode = Mode.QUEUE,
     ) -> str:
@@ -120,13 +120,14 @@ class Engine:
         steering: it joins the recipient's in-flight run at its next safe boundary (no message
         permission applies: the user is not an agent of the tree), else the next run."""
         if owner is Owner.AGENT:
-            raise InvalidRequest("agent mail is sent with send_message, not produce")
+            raise InvalidRequest(
+                "agent mail enters only through send_message, which runs the guards")
         if not body.strip():
-            raise InvalidRequest("mail body is empty; produce needs text for the recipient")
+            raise InvalidRequest("mail body is empty; give the recipient some text")
 
         def work(tx: WriteTxn) -> str:
             recipient_id = need_session(tx, recipient).session_id
-            return new_mail(tx, self.ids, recipient_id, body, owner, sender, mode).message_id
+            return accept(tx, self.ids, recipient_id, body, owner, sender, mode).message_id
 
         message_id = self._transact(work)
         self.reconcile(recipient)

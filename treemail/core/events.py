@@ -131,7 +131,7 @@ class UserOwner:
 
 @attrs.frozen
 class PluginOwner:
-    """Mail a plugin injected with producer_send."""
+    """Mail a plugin injected with accept."""
 
     OWNER: ClassVar[Owner] = Owner.PLUGIN
 

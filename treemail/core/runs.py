@@ -18,9 +18,9 @@ import attrs
 
 from treemail.core import events
 from treemail.core.delivery import (
+    accept,
     admit_accepted,
     bound_to,
-    new_mail,
     step_message,
     step_run,
     step_session,
@@ -238,7 +238,7 @@ def complete_delegation(tx: WriteTxn, ids: IdSource, child: Session, result: str
         return False
     tx.add(delegation_counter(child.session_id), 1)
     notice = render_subagent_result(child.reference, result)
-    message = new_mail(tx, ids, child.parent_session_id, notice, Owner.DELEGATION,
+    message = accept(tx, ids, child.parent_session_id, notice, Owner.DELEGATION,
                        child.session_id)
     events.record(tx, child.session_id, events.DelegationCompleted(message.message_id))
     reconcile(tx, ids, child.parent_session_id)
@@ -252,7 +252,7 @@ def report_interruption(tx: WriteTxn, ids: IdSource, child: Session, reason: str
         return False
     notice = (f'<subagent_result from="{child.reference}">\n(no result: the run was '
               f"interrupted: {reason})\n</subagent_result>")
-    new_mail(tx, ids, child.parent_session_id, notice, Owner.DELEGATION, child.session_id)
+    accept(tx, ids, child.parent_session_id, notice, Owner.DELEGATION, child.session_id)
     reconcile(tx, ids, child.parent_session_id)
     return True
 

@@ -58,7 +58,6 @@ from treemail.core.permissions import Action, Rules, relationship
 from treemail.core.records import (
     AgentSpec,
     IdempotencyKey,
-    Message,
     Mode,
     Owner,
     RecipientState,
@@ -355,15 +354,5 @@ def _accept(
 ) -> SendResult:
     state = _recipient_state(recipient)
     effective = mode if state is RecipientState.RUNNING else Mode.QUEUE
-    message = Message(
-        message_id=ids.new_id(),
-        recipient=recipient.session_id,
-        sender=sender.session_id,
-        owner=Owner.AGENT,
-        body=body,
-        mode=mode,
-        hop=hop,
-        seq=tx.add(f"seq/{recipient.session_id}", 1),
-    )
-    accept(tx, message)
+    message = accept(tx, ids, recipient.session_id, body, Owner.AGENT, sender.session_id, mode, hop)
     return SendResult(message.message_id, effective, state)

@@ -111,7 +111,7 @@ def _restart(target: Any) -> Any:
 _CALLS: dict[str, Callable[..., Any]] = {
     "create_root": lambda t, agent: t.create_root(agent),
     "delegate": lambda t, parent, agent: t.delegate(parent, agent, "task"),
-    "produce": lambda t, to, owner: t.produce(to, "note", owner),
+    "accept": lambda t, to, owner: t.accept(to, "note", owner),
     "start_run": lambda t, sid: t.start_run(sid),
     "begin_request": lambda t, sid, rid: t.begin_request(sid, rid),
     "commit_request": lambda t, sid, rid, req: t.commit_request(sid, rid, req),
@@ -184,7 +184,7 @@ def alphabet(model: Reference, bounds: Bounds, restarts: int) -> list[Action]:
 
 
 def _outside(world: World, session: SessionRecord, bounds: Bounds) -> list[Action]:
-    """Delegation and produced mail; only within the bounds, since both always accept."""
+    """Delegation and outside mail; only within the bounds, since both always accept."""
     if len(world.messages) >= bounds.messages:
         return []
     sid = session.session_id
@@ -194,7 +194,7 @@ def _outside(world: World, session: SessionRecord, bounds: Bounds) -> list[Actio
     # The user talks to the root, plugins to the others: the engine treats both owners alike
     # (outside mail, never capped), so one owner per session keeps the space small.
     owner = Owner.USER if session.parent_session_id is None else Owner.PLUGIN
-    actions.append(Action("produce", (sid, owner), f"produce({owner.value} mail -> {short(sid)})"))
+    actions.append(Action("accept", (sid, owner), f"accept({owner.value} mail -> {short(sid)})"))
     return actions
 
 

@@ -7,7 +7,7 @@ delivery are re-stated (here and in ``world``) from the contract and design.md, 
 limit is checked by recounting the world.
 
 Ids are minted from the model's own ``CountingIds`` in the order the engine mints them
-(session; child then delegation mail; produced mail; woken run; request; sent mail), so the
+(session; child then delegation mail; outside mail; woken run; request; sent mail), so the
 two can be compared id for id. Every operation is all or nothing: on an error the world is put
 back as it was (ids already minted stay spent, as in the engine).
 """
@@ -83,7 +83,7 @@ class Reference:
         self.reconcile(child_id)
         return child_id
 
-    def produce(self, recipient: str, body: str, owner: Owner, *, sender: str | None = None,
+    def accept(self, recipient: str, body: str, owner: Owner, *, sender: str | None = None,
                 mode: Mode = Mode.QUEUE) -> str:
         if owner is Owner.AGENT:
             raise errors.InvalidRequest("agent mail goes through send_message")

@@ -145,22 +145,22 @@ class Methods:
             if p.root_session_id is None or s.root_session_id == p.root_session_id])
 
     async def run_submit(self, conn: Connection, p: t.RunSubmitParams) -> t.ProducerAccepted:
-        return await self.produce(p.session_id, p.text, Owner.USER, Mode.QUEUE)
+        return await self.accept(p.session_id, p.text, Owner.USER, Mode.QUEUE)
 
-    async def produce(self, sid: str, text: str, owner: Owner,
+    async def accept(self, sid: str, text: str, owner: Owner,
                       mode: Mode) -> t.ProducerAccepted:
         """Accept mail and wake the session. The recipient's state is read in the same
         writer job as the accept, so it is the state the mail found, not a later one."""
         def work() -> tuple[str, SessionState]:
             state = self.engine.session(sid).state
-            return self.engine.produce(sid, text, owner, mode=mode), state
+            return self.engine.accept(sid, text, owner, mode=mode), state
 
         message_id, state = await self.rt.writer(work)
         self.rt.poke(sid)
         return await self.accepted(message_id, state)
 
     async def run_steer(self, conn: Connection, p: t.RunSteerParams) -> t.ProducerAccepted:
-        return await self.produce(p.session_id, p.text, Owner.USER, Mode.STEER)
+        return await self.accept(p.session_id, p.text, Owner.USER, Mode.STEER)
 
     async def accepted(self, message_id: str, state: SessionState) -> t.ProducerAccepted:
         """The accept as the sender sees it; ``mode`` is the effective one: steer only when
@@ -279,7 +279,7 @@ class Methods:
                 f"plugin mail of {size} bytes is over the cap of {PLUGIN_BODY_MAX_BYTES} "
                 "bytes (256 KiB); nothing was accepted", size=size,
                 limit=PLUGIN_BODY_MAX_BYTES)
-        return await self.produce(p.session_id, p.body, Owner.PLUGIN, Mode.QUEUE)
+        return await self.accept(p.session_id, p.body, Owner.PLUGIN, Mode.QUEUE)
 
 
 # The kinds that record a message's lifecycle steps: its receipt's history.
