@@ -126,9 +126,9 @@ def run_reply(store: Store, first: ModelReply | Model,
             model.first = aim(first, kid.reference)
         await rt.quiesce(timeout=QUIET)
         before = len(list(rt.engine.feed()))
-        await rt.submit(root.session_id, "go")
+        await rt.accept(root.session_id, "go")
         await rt.quiesce(timeout=QUIET)  # a TimeoutError here is a hang
-        again = await rt.submit(root.session_id, "still there?")
+        again = await rt.accept(root.session_id, "still there?")
         await rt.quiesce(timeout=QUIET)
         holder.append(Outcome(rt, root, model, before, again))
         await rt.shutdown()

@@ -60,7 +60,7 @@ class Tree:
         self.writer = Racing()
         self.box = ToolBox(self.engine, self.writer, AGENTS)
         self.lead = self.engine.create_root(LEAD)
-        self.engine.produce(self.lead.session_id, "go", Owner.USER)
+        self.engine.accept(self.lead.session_id, "go", Owner.USER)
         self.run_id = self.engine.start_run(self.lead.session_id).run_id
 
     def call(self, name: str, **arguments: object) -> dict[str, Any]:

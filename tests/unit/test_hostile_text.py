@@ -21,7 +21,7 @@ def test_mail_with_a_lone_surrogate_is_refused_typed(world: World, owner: Owner,
     root = world.root("root", {"child": "allow"})
     before = world.snapshot()
     with pytest.raises(InvalidRequest) as refused:
-        world.engine.produce(root.session_id, text, owner)
+        world.engine.accept(root.session_id, text, owner)
     assert "lone surrogate" in refused.value.message
     assert world.snapshot() == before
 
@@ -37,5 +37,5 @@ def test_a_delegation_task_with_a_lone_surrogate_is_refused_typed(world: World) 
 
 def test_paired_astral_text_is_stored_unchanged(world: World) -> None:
     root = world.root("root", {"child": "allow"})
-    message_id = world.engine.produce(root.session_id, "ok 😀 \U0010fffd", Owner.USER)
+    message_id = world.engine.accept(root.session_id, "ok 😀 \U0010fffd", Owner.USER)
     assert world.engine.message(message_id).body == "ok 😀 \U0010fffd"
