@@ -317,6 +317,7 @@ export interface SessionCreatedData {
   parent_session_id: string | null;
   handle: string | null;
   agent: string;
+  description?: string;
 }
 
 /** The session became a ghost: the branch created by session ``branch`` was reverted. */

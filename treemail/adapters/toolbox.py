@@ -139,19 +139,21 @@ class ToolBox:
             raise DelegationDenied(
                 f"permission denied: your rules do not allow delegating to agent {name!r}",
                 agent=name)
+        description = _optional_string(arguments, "description")
         child: Session = await self.call(self._create_child, session.session_id, run_id,
-                                         spec, task)
+                                         spec, task, description)
         return _ok(call, {"session_id": child.session_id, "handle": child.reference},
                    child.session_id)
 
-    def _create_child(self, parent_id: str, run_id: str, spec: AgentSpec, task: str) -> Session:
+    def _create_child(self, parent_id: str, run_id: str, spec: AgentSpec, task: str,
+                      description: str) -> Session:
         parent = self.engine.session(parent_id)
         if parent.run_id != run_id or parent.state is not SessionState.RUNNING:
             raise DelegatingRunEnded(
                 f"your run {run_id} ended before this delegation took effect (the session is "
                 f"{parent.state} now); no subagent was created", run_id=run_id,
                 state=parent.state)
-        return self.engine.delegate(parent_id, spec, task)
+        return self.engine.delegate(parent_id, spec, task, description=description)
 
     def _cancel(self, parent: Session, reference: str) -> tuple[dict[str, object],
                                                                tuple[str, ...]]:
@@ -222,6 +224,20 @@ def _object(call: ToolCall) -> Mapping[str, Any]:
     if not isinstance(call.arguments, dict):
         raise InvalidToolArguments(f"{call.name} takes a JSON object of arguments")
     return call.arguments
+
+
+def _optional_string(arguments: object, key: str) -> str:
+    """An optional string argument: absent or null is empty; any other non-string is refused."""
+    value = arguments.get(key) if isinstance(arguments, dict) else None
+    if value is not None and not isinstance(value, str):
+        raise InvalidToolArguments(f"argument {key!r} must be a string when given")
+    try:
+        (value or "").encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate cannot be stored: the session would not be written.
+        raise InvalidToolArguments(f"argument {key!r} is not valid Unicode text; "
+                                   "replace its lone surrogates and call again") from None
+    return value or ""
 
 
 def _string(arguments: object, key: str) -> str:

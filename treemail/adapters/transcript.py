@@ -161,7 +161,8 @@ def _session_text(payload: events.SessionCreated | events.SessionReverted
                   | events.SessionForked, name: Namer) -> str:
     if isinstance(payload, events.SessionCreated):
         parent = payload.parent_session_id
-        return f"session created ({'child of ' + name(parent) if parent else 'tree root'})"
+        text = f"session created ({'child of ' + name(parent) if parent else 'tree root'})"
+        return f"{text}: {payload.description}" if payload.description else text
     if isinstance(payload, events.SessionForked):
         return f"session forked from {name(payload.source)} at #{payload.upto}"
     return f"session reverted (branch of {name(payload.branch)})"

@@ -51,8 +51,8 @@ def describe_peer(peer: Session) -> str:
     status = peer.state
     if peer.handle is None:
         # A session stored before handles existed is named by its UUID, printed once.
-        return f"{peer.session_id} — {peer.agent.description} — {status}"
-    return f"{peer.handle} — {peer.agent.description} — {status} (session_id {peer.session_id})"
+        return f"{peer.session_id} — {peer.summary} — {status}"
+    return f"{peer.handle} — {peer.summary} — {status} (session_id {peer.session_id})"
 
 
 # A miss lists at most this many peers: with a thousand peers the full list was a 291 KB tool

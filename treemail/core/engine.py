@@ -72,13 +72,15 @@ class Engine:
         return self._transact(lambda tx: self._create(tx, agent, None, legacy))
 
     def delegate(
-        self, parent_id: str, agent: AgentSpec, task: str, *, legacy: bool = False
+        self, parent_id: str, agent: AgentSpec, task: str, *, description: str = "",
+        legacy: bool = False,
     ) -> Session:
-        """A child of ``parent_id`` in the same tree; its task arrives as delegation mail."""
+        """A child of ``parent_id`` in the same tree; its task arrives as delegation mail.
+        ``description`` says what this child does, shown to its tree peers."""
 
         def work(tx: WriteTxn) -> Session:
             parent = need_session(tx, parent_id)
-            child = self._create(tx, agent, parent, legacy)
+            child = self._create(tx, agent, parent, legacy, description)
             accept(tx, self.ids, child.session_id, task, Owner.DELEGATION, parent.session_id)
             return child
 
@@ -87,7 +89,8 @@ class Engine:
         return child
 
     def _create(
-        self, tx: WriteTxn, agent: AgentSpec, parent: Session | None, legacy: bool
+        self, tx: WriteTxn, agent: AgentSpec, parent: Session | None, legacy: bool,
+        description: str = "",
     ) -> Session:
         session_id = self.ids.new_id()
         handle = None if legacy else make_handle(agent.name, session_id)
@@ -102,10 +105,11 @@ class Engine:
             agent=agent,
             handle=handle,
             ordinal=tx.add("sessions", 1),
+            description=description,
         )
         tx.put_session(session)
         events.record(tx, session_id, events.SessionCreated(
-            root, session.parent_session_id, handle, agent.name))
+            root, session.parent_session_id, handle, agent.name, description))
         return session
 
     # -- mail from outside the agents ------------------------------------------------------

@@ -214,6 +214,7 @@ class SessionCreated:
     parent_session_id: str | None
     handle: str | None
     agent: str
+    description: str = ""  # the delegation's own description, when one was given
 
 
 @attrs.frozen

@@ -97,6 +97,14 @@ class Session:
     run_id: str | None = None
     # False once the branch that created it was reverted: reachable by UUID, not by handle.
     live: bool = True
+    # What the delegating model said this child does (delegate_subagent's ``description``):
+    # it tells two workers of one agent doc apart. Empty for roots and when none was given.
+    description: str = ""
+
+    @property
+    def summary(self) -> str:
+        """How the session is described to its peers: its own description, else its doc's."""
+        return self.description or self.agent.description
 
     @property
     def reference(self) -> str:
