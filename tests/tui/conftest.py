@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from tests.daemon.conftest import DaemonProcess
@@ -102,3 +102,15 @@ def assert_snapshot(text: str, path: Path) -> None:
         diff = "\n".join(difflib.unified_diff(expected.split("\n"), text.split("\n"),
                                               "snapshot", "now", lineterm=""))
         raise AssertionError(f"{path.name} differs:\n{diff}")
+
+
+@contextlib.contextmanager
+def reaped(process: DaemonProcess) -> Iterator[DaemonProcess]:
+    """``process``, SIGKILLed on the way out if a failed test left it running (a stopped or
+    killed one is left as it is)."""
+    try:
+        yield process
+    finally:
+        if process.proc.poll() is None:
+            process.proc.kill()
+            process.proc.wait(timeout=20)

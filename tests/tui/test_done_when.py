@@ -14,17 +14,13 @@ from pathlib import Path
 from textual.widgets import DataTable
 
 from tests.daemon.conftest import DaemonProcess
-from tests.tui.conftest import until
+from tests.tui.conftest import reaped, until
 from treemail.adapters.tui.app import TreemailTui
 from treemail.adapters.tui.sources import LiveSource, choose
 
 
 def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: Path) -> None:
-    daemon = DaemonProcess(tmp_path / ".treemail")  # `treemail daemon` in a fresh directory
-    source = choose(tmp_path / ".treemail", None)
-    assert isinstance(source, LiveSource)
-
-    async def scenario() -> tuple[int, str, TreemailTui, int]:
+    async def scenario(source: LiveSource) -> tuple[int, str, TreemailTui, int]:
         app = TreemailTui(source)
         answered = 0
         async with app.run_test(size=(160, 44)) as pilot:
@@ -47,8 +43,12 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
             await until(lambda: app.board.last >= head, pilot.pause, "the TUI caught up")
         return code, out, app, answered
 
-    code, out, app, answered = asyncio.run(scenario())
-    stopped, err = daemon.terminate()
+    # `treemail daemon` in a fresh directory; the TUI finds it by the data directory.
+    with reaped(DaemonProcess(tmp_path / ".treemail")) as daemon:
+        source = choose(tmp_path / ".treemail", None)
+        assert isinstance(source, LiveSource)
+        code, out, app, answered = asyncio.run(scenario(source))
+        stopped, err = daemon.terminate()
     assert code == 0 and "each exactly once" in out, out
     assert stopped == 0, err
     # The whole tree, by parent links, and the user's steer of explore, consumed in place.

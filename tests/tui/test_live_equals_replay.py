@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.daemon.conftest import DaemonProcess
-from tests.tui.conftest import Recorder, mail, slow_daemon
+from tests.tui.conftest import Recorder, mail, reaped, slow_daemon
 from treemail.adapters.cli import main
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.adapters.transcript import Transcript, render_event
@@ -84,11 +84,12 @@ def test_the_rows_of_a_live_scenario_are_the_rows_of_its_replay(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rec = Recorder()
-    ids = asyncio.run(_first_part(slow_daemon(tmp_path, delay=0.8), rec))
+    with reaped(slow_daemon(tmp_path, delay=0.8)) as first:
+        ids = asyncio.run(_first_part(first, rec))
     _discard_offline(tmp_path / "store", ids["dropped"])
-    restarted = slow_daemon(tmp_path, delay=0.8)
-    asyncio.run(_after_restart(restarted, rec, ids))
-    code, err = restarted.terminate()
+    with reaped(slow_daemon(tmp_path, delay=0.8)) as restarted:
+        asyncio.run(_after_restart(restarted, rec, ids))
+        code, err = restarted.terminate()
     assert code == 0, err
 
     live = Transcript()

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Tree
 
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import WORKER
-from tests.tui.conftest import slow_daemon, until
+from tests.tui.conftest import reaped, slow_daemon, until
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.adapters.tui.app import ALL, TreemailTui, pane_text
 from treemail.adapters.tui.sources import LiveSource
@@ -145,9 +145,7 @@ async def _approval(client: DaemonClient, approval_id: str) -> dict[str, Any]:
 
 
 def test_a_daemon_that_goes_away_is_shown_not_waited_on(tmp_path: Path) -> None:
-    own = slow_daemon(tmp_path, delay=0.0)
-
-    async def scenario() -> str:
+    async def scenario(own: DaemonProcess) -> str:
         app = TreemailTui(LiveSource(own.socket))
         async with app.run_test(size=SIZE) as pilot:
             await until(app.ready.is_set, pilot.pause, "the TUI connected")
@@ -156,5 +154,6 @@ def test_a_daemon_that_goes_away_is_shown_not_waited_on(tmp_path: Path) -> None:
                         "the TUI noticing the daemon is gone")
             return str(app.query_one("#status").render())
 
-    status = asyncio.run(scenario())
+    with reaped(slow_daemon(tmp_path, delay=0.0)) as own:
+        status = asyncio.run(scenario(own))
     assert "the daemon closed the connection" in status, status
