@@ -30,6 +30,7 @@ from treemail.core.errors import (
 )
 from treemail.core.events import RecordedResult, Reply
 from treemail.core.lifecycle import (
+    SESSION,
     Lifecycle,
     MessageLifecycle,
     MessageState,
@@ -246,7 +247,9 @@ def test_illegal_transition_message_and_details() -> None:
         "cannot finish run r in state 'request open'; "
         "from 'request open' only commit_request, abort_request is allowed"
     )
-    assert error.details == {"subject": "run r", "event": "finish", "state": "request open"}
+    assert error.details == {"subject": "run r", "event": "finish", "state": "request open",
+                             "allowed": ["commit_request", "abort_request"]}
+    assert error.allowed == allowed
     nothing = IllegalTransition("session s", "start", "running", ())
     assert nothing.message == (
         "cannot start session s in state 'running'; from 'running' only no event is allowed"
@@ -407,6 +410,9 @@ def test_start_run_outside_queued_is_illegal(world: World) -> None:
         f"cannot start session {root.session_id} in state 'idle'; "
         "from 'idle' only enqueue is allowed"
     )
+    # The allowed events are the table's, not a hand-kept list.
+    assert caught.value.allowed == SESSION.allowed(SessionState.IDLE) == ("enqueue",)
+    assert caught.value.details["allowed"] == ["enqueue"]
 
 
 def test_unknown_targets_say_what_is_missing(world: World) -> None:

@@ -166,10 +166,13 @@ class IllegalTransition(DefinitionError):
             subject=subject,
             event=event,
             state=state,
+            allowed=list(allowed),
         )
         self.subject = subject
         self.event = event
         self.state = state
+        # The events the lifecycle table allows from ``state``, in the table's order.
+        self.allowed = allowed
 
 
 class InvalidToolContext(DefinitionError):
