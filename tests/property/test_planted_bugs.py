@@ -70,35 +70,5 @@ def test_without_a_plant_the_same_hunt_passes() -> None:
     _hunt()
 
 
-def _retry_then_reuse(plant: str | None) -> tuple[int, str]:
-    """A direct probe of the two idempotency plants: a true retry, then the same call id with
-    another body. Returns (messages accepted, what the reused id answered)."""
-    from treemail.core.engine import Engine
-    from treemail.core.errors import TreemailError
-    from treemail.core.ids import CountingIds
-    from treemail.core.permissions import Rules
-    from treemail.core.records import AgentSpec, Owner, ToolContext
-    from treemail.core.store import MemoryStore
-
-    with planted(plant):
-        engine = Engine(MemoryStore(), CountingIds())
-        agent = AgentSpec("a", rules=Rules.of({"*": "allow"}))
-        root = engine.create_root(agent)
-        kid = engine.delegate(root.session_id, agent, "task")
-        run = engine.start_run(kid.session_id)
-        ctx = ToolContext(kid.session_id, run.run_id, "call-1")
-        engine.send_message(ctx, {"to": root.session_id, "body": "hello"})
-        engine.send_message(ctx, {"to": root.session_id, "body": "hello"})
-        try:
-            engine.send_message(ctx, {"to": root.session_id, "body": "other"})
-            answer = "no error"
-        except TreemailError as refused:
-            answer = refused.code
-        pending = [m for m in engine.pending(root.session_id) if m.owner is Owner.AGENT]
-        return len(pending), answer
-
-
-def test_the_idempotency_plants_change_behaviour_on_every_call() -> None:
-    assert _retry_then_reuse(None) == (1, "send_message:idempotency_conflict")
-    assert _retry_then_reuse("idempotency-ignored") == (3, "no error")
-    assert _retry_then_reuse("digest-ignored") == (1, "no error")
+# Each plant's own direct probe (it changes behaviour, on every call) is in
+# tests/unit/test_plant_probes.py.

@@ -18,9 +18,10 @@ import attrs
 from treemail.core import delivery, engine, runs, sending
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import UnknownSubagentReference
+from treemail.core.guards import inbox_counter
 from treemail.core.lifecycle import MessageState
 from treemail.core.records import Message, Owner, Session
-from treemail.core.store import ReadTxn
+from treemail.core.store import ReadTxn, WriteTxn
 
 __all__ = ["PLANTS", "planted"]
 
@@ -93,12 +94,15 @@ def _digest_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _inbox_counts_plugin_mail(original: Callable[..., Any]) -> Callable[..., Any]:
-    """Plugin mail is counted against the agent inbox cap."""
+    """Plugin mail is counted against the agent inbox cap (every plugin message, with a
+    sender or without one)."""
 
-    def _counted(message: Message) -> bool:
-        return bool(original(message)) or message.owner is Owner.PLUGIN
+    def _track(tx: WriteTxn, message: Message, delta: int) -> None:
+        original(tx, message, delta)
+        if message.owner is Owner.PLUGIN:
+            tx.add(inbox_counter(message.recipient), delta)
 
-    return _counted
+    return _track
 
 
 def _handle_across_trees(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -156,7 +160,7 @@ PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., A
     "no-hop-limit": (sending, "check_hops", _no_hop_limit),
     "idempotency-ignored": (sending, "IdempotencyKey", _idempotency_ignored),
     "digest-ignored": (sending, "arguments_digest", _digest_ignored),
-    "inbox-counts-plugin-mail": (delivery, "_counted", _inbox_counts_plugin_mail),
+    "inbox-counts-plugin-mail": (delivery, "_track", _inbox_counts_plugin_mail),
     "handle-across-trees": (sending, "resolve", _handle_across_trees),
     "hop-wrong-base": (sending, "check_hops", _hop_wrong_base),
     "reply-hint-always": (runs, "render_envelope", _reply_hint_always),
