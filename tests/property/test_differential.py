@@ -40,7 +40,7 @@ from treemail.core.errors import TreemailError, UnknownSubagentReference
 from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import CountingIds
 from treemail.core.permissions import LABELS, Action, Rule, Rules
-from treemail.core.records import AgentSpec, Owner, Run, Session, ToolContext
+from treemail.core.records import AgentSpec, Mode, Owner, Run, Session, ToolContext
 from treemail.core.store import MemoryStore, Store
 from treemail.models.reference import Reference
 from treemail.models.world import FINAL, SessionRecord
@@ -98,8 +98,8 @@ bodies = st.one_of(
 )
 tasks = st.sampled_from(("explore the repo", "review the patch", "go"))
 reasons = st.sampled_from(("operator decision", "plugin: spam", "", "  "))
-MISUSES = ("start", "begin", "commit", "abort", "finish", "cancel", "discard", "delegate",
-           "accept", "grant")
+MISUSES = ("start", "begin", "commit", "abort", "finish", "cancel", "give_up", "discard",
+           "delegate", "accept", "grant")
 SHAPES = ("ok",) * 4 + (
     "recipient_session_id", "extra", "no_to", "no_body", "to_type", "mode_bad", "not_object",
 )
@@ -259,14 +259,16 @@ class DifferentialMachine(RuleBasedStateMachine):
         self.both(lambda e: e.delegate(parent, agent, task, legacy=legacy),
                   lambda m: m.delegate(parent, agent, task, legacy=legacy), _session_id)
 
-    @rule(data=st.data(), owner=st.sampled_from([o for o in Owner if o is not Owner.AGENT]))
-    def accept(self, data: st.DataObject, owner: Owner) -> None:
-        """User, plugin, delegation or goal mail; it wakes the recipient."""
+    @rule(data=st.data(), owner=st.sampled_from([o for o in Owner if o is not Owner.AGENT]),
+          mode=st.sampled_from(Mode))
+    def accept(self, data: st.DataObject, owner: Owner, mode: Mode) -> None:
+        """User, plugin, delegation or goal mail; it wakes the recipient. Mode steer is the
+        user's steering (the daemon's run.steer): it joins a running run, else the next."""
         ids = [s.session_id for s in self.sessions()]
         recipient = data.draw(st.sampled_from(ids), label="recipient")
         sender = data.draw(st.sampled_from([None, *ids]), label="sender")
-        self.both(lambda e: e.accept(recipient, "note", owner, sender=sender),
-                  lambda m: m.accept(recipient, "note", owner, sender=sender))
+        self.both(lambda e: e.accept(recipient, "note", owner, sender=sender, mode=mode),
+                  lambda m: m.accept(recipient, "note", owner, sender=sender, mode=mode))
 
     # -- runs and requests ----------------------------------------------------------------------
 
@@ -327,6 +329,15 @@ class DifferentialMachine(RuleBasedStateMachine):
             self.both(lambda e: e.cancel_run(sid, rid, "user cancelled"),
                       lambda m: m.cancel_run(sid, rid, "user cancelled"))
 
+    @precondition(lambda self: self._current())
+    @rule(data=st.data())
+    def give_up_run(self, data: st.DataObject) -> None:
+        """The failure policy's give-up: the run is interrupted and the session left idle with
+        its mail kept (no wake); a delegated session's parent is told why."""
+        sid, rid = data.draw(st.sampled_from(self._current()))
+        self.both(lambda e: e.give_up_run(sid, rid, "model failed 3 times"),
+                  lambda m: m.give_up_run(sid, rid, "model failed 3 times"))
+
     @precondition(lambda self: any(m.pending for m in self.model.world.messages.values()))
     @rule(data=st.data(), reason=reasons)
     def discard(self, data: st.DataObject, reason: str) -> None:
@@ -352,6 +363,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             "abort": (lambda x: x.abort_request(*request), _same),
             "finish": (lambda x: x.finish_run(sid, rid), _same),
             "cancel": (lambda x: x.cancel_run(sid, rid), _same),
+            "give_up": (lambda x: x.give_up_run(sid, rid, "gave up"), _same),
             "discard": (lambda x: x.discard(message_id, "operator"), _same),
             "delegate": (lambda x: x.delegate(target, self.sessions()[0].agent, ""), _session_id),
             "accept": (lambda x: x.accept(target, body, owner), _same),
@@ -581,13 +593,23 @@ class DifferentialMachine(RuleBasedStateMachine):
                   lambda m: m.grant(scope, subject, label))
 
     def drain(self) -> None:
-        """Run every session until no mail is deliverable, discarding nothing."""
+        """Run every session until no mail is deliverable, discarding nothing. A session a
+        give-up left idle with its mail runs again only on new input: it is given some."""
         for _ in range(500):
             busy = [s for s in self.sessions() if s.state in ("queued", "running")]
-            if not busy:
+            if busy:
+                self._advance(busy[0])
+                continue
+            kept = [s.session_id for s in self.sessions()
+                    if self.model.world.pending_of(s.session_id)]
+            if not kept:
                 return
-            self._advance(busy[0])
+            self._new_input(kept[0])
         raise AssertionError("drain did not settle in 500 steps")
+
+    def _new_input(self, sid: str) -> None:
+        self.both(lambda e: e.accept(sid, "new input", Owner.USER),
+                  lambda m: m.accept(sid, "new input", Owner.USER))
 
     def _advance(self, session: SessionRecord) -> None:
         """One step of a busy session towards idle: start, commit, claim more, or finish."""

@@ -341,6 +341,28 @@ class Reference:
     def cancel_run(self, session_id: str, run_id: str, reason: str = "cancelled") -> None:
         self._atomic(lambda: self._end_run(session_id, run_id, "interrupt"))
 
+    def give_up_run(self, session_id: str, run_id: str, reason: str) -> bool:
+        """The run is interrupted and, unlike a cancel, nothing wakes the session: it stays
+        idle with its mail until new input arrives. A delegated session's parent is told
+        why; the delegation stays open (a later finish still reports). Returns whether a
+        parent was told."""
+
+        def work() -> bool:
+            session = self._session(session_id)
+            if session.run_id != run_id:
+                raise errors.UnknownTarget("not the current run")
+            self._end(session, self.world.runs[run_id], "interrupt")
+            parent = session.parent_session_id
+            if parent is None:
+                return False
+            notice = (f'<subagent_result from="{session.reference}">\n(no result: the run was '
+                      f"interrupted: {reason})\n</subagent_result>")
+            self._accept(parent, session_id, Owner.DELEGATION, notice, Mode.QUEUE, 0)
+            self._reconcile(parent)
+            return True
+
+        return self._atomic(work)
+
     def _end_run(self, session_id: str, run_id: str, event: str) -> None:
         session = self._session(session_id)
         if session.run_id != run_id:
