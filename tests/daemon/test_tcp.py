@@ -198,3 +198,17 @@ def test_a_silent_tcp_peer_is_closed_after_the_auth_timeout(tmp_path: Path) -> N
     said, waited = run(go())
     assert b"rpc:unauthorized" in said and b"no initialize within 0.3s" in said
     assert waited < 10  # closed by the timeout, not by the test's end
+
+
+def test_the_demo_runs_over_tcp(
+    tcp: TcpDaemon, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TREEMAIL_TOKEN", tcp.token)
+    assert main(["demo", "--connect", tcp.address]) == 0
+    assert "each exactly once" in capsys.readouterr().out
+
+
+def test_a_second_daemon_is_told_the_first_ones_tcp_address(tcp: TcpDaemon) -> None:
+    done = _daemon(tcp.data_dir)
+    assert done.returncode == 2 and "daemon:data_dir_locked" in done.stderr
+    assert f"pid {tcp.proc.pid}" in done.stderr and f"tcp 127.0.0.1:{tcp.port}" in done.stderr
