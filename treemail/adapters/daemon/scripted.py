@@ -157,7 +157,7 @@ class Turn:
     def delegated_now(self) -> dict[str, str]:
         """The children the previous reply delegated, by agent name: their handles, from
         the tool results that just came back."""
-        asked = {call["id"]: json.loads(call["function"]["arguments"]).get("agent")
+        asked = {call["id"]: _json(str(call["function"]["arguments"])).get("agent")
                  for m in self.before[-1:] for call in m.get("tool_calls") or ()
                  if call["function"]["name"] == "delegate_subagent"}
         handles = {}
