@@ -83,3 +83,10 @@ def test_every_label_and_matching_pattern_is_accepted(label: str) -> None:
 def test_a_control_character_is_a_syntax_error_not_a_raw_reader_error() -> None:
     # Found by the fuzz suite: the YAML reader refuses it while the loader is being built.
     assert _refused("name: a\x0c").details["problem"] == "yaml_syntax"
+
+
+@pytest.mark.parametrize("value", ["!!timestamp nonsense", "!!timestamp 2020"])
+def test_an_explicit_timestamp_that_is_no_date_is_a_bad_value(value: str) -> None:
+    # Found by the deep fuzz run: the timestamp constructor raised AttributeError on text
+    # its pattern does not match.
+    assert _refused(f"name: a\ndescription: {value}").details["problem"] == "bad_value"

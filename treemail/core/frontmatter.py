@@ -27,8 +27,9 @@ MAX_FRONTMATTER_CHARS: Final = 65536
 MAX_DEPTH: Final = 16
 
 # What the loader's own constructors can raise on a value they cannot build (a code point
-# past U+10FFFF, an explicit ``!!float abc``), besides YAMLError.
-_VALUE_ERRORS = (ValueError, OverflowError, TypeError, RecursionError)
+# past U+10FFFF, an explicit ``!!float abc``, an explicit ``!!timestamp`` that is no date at
+# all: AttributeError from its unmatched pattern), besides YAMLError.
+_VALUE_ERRORS = (ValueError, OverflowError, TypeError, RecursionError, AttributeError)
 
 
 class _Refused(Exception):
