@@ -1,7 +1,10 @@
-"""AC8, as far as the event log goes: steer and queue deliveries are ProducerMessage* rows,
-the same rows whether the log is followed live or replayed from the stored store.
+"""AC8 for agent mail: a steer and a queued delivery are ProducerMessage* rows owned by the
+sending agent, the same rows whether followed live or replayed from the stored store, both as
+`treemail log` prints them and as the TUI's transcript pane folds them (one mail row per
+message, its lifecycle state updated in place).
 
-The TUI's own rendering of these rows is still to be built (see spec/acceptance.json).
+User mail, a wake, a release after a crash and a discard are covered through a real daemon in
+tests/tui/test_live_equals_replay.py.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import pytest
 
 from treemail import AgentSpec, Owner, Rules, ToolContext, open_engine
 from treemail.adapters.cli import main
-from treemail.adapters.transcript import render_event
+from treemail.adapters.transcript import Transcript, render_event
+from treemail.adapters.tui.feed import stored_feed
 from treemail.core.engine import Engine
 
 
@@ -23,16 +27,18 @@ class LiveTail:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.rows: list[str] = []
+        self.transcript = Transcript()  # the TUI's transcript pane, fed the same events live
         self.seen = 0
 
     def poll(self) -> None:
         names = {s.session_id: s.reference for s in self.engine.sessions()}
         for number, event in self.engine.feed(self.seen):
             self.seen = number
+            self.transcript.add(event)
             self.rows.append(render_event(event, lambda sid: names.get(sid or "", sid or "?")))
 
 
-def _scenario(path: Path) -> tuple[list[str], str, str]:
+def _scenario(path: Path) -> tuple[LiveTail, str, str]:
     """A lead steers its running child, then queues mail for the child's next run."""
     engine = open_engine(str(path))
     tail = LiveTail(engine)
@@ -60,7 +66,7 @@ def _scenario(path: Path) -> tuple[list[str], str, str]:
     engine.commit_request(child.session_id, next_run.run_id, request.request_id)
     tail.poll()
     engine.store.close()
-    return tail.rows, steered, queued
+    return tail, steered, queued
 
 
 def _verbs(rows: list[str], message_id: str) -> list[str]:
@@ -73,7 +79,8 @@ def test_steer_and_queue_are_the_same_mail_rows_live_and_replayed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = tmp_path / "store"
-    live, steered, queued = _scenario(store)
+    tail, steered, queued = _scenario(store)
+    live = tail.rows
     accepted = [row for row in live if " accepted " in row]
     assert len(accepted) >= 2
     steer_row = next(row for row in accepted if "tokenizer.py" in row)
@@ -91,3 +98,19 @@ def test_steer_and_queue_are_the_same_mail_rows_live_and_replayed(
     assert main(["log", str(store)]) == 0
     replay = capsys.readouterr().out.splitlines()
     assert replay == live
+
+
+def test_the_tuis_mail_rows_for_steer_and_queue_are_the_same_live_and_replayed(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    tail, steered, queued = _scenario(store)
+    live = tail.transcript
+    replay = Transcript()
+    replay.extend(event for _, event in stored_feed(store))
+    assert live.rows() == replay.rows()
+    for message_id, mode in ((steered, "steer"), (queued, "queue")):
+        row = live.row(f"mail:{message_id}")
+        assert row is not None and row.state == "consumed"
+        shown = rf"consumed +agent mail from lead_[0-9a-f]{{8}} \(mode={mode}"
+        assert re.match(shown, row.text), row
