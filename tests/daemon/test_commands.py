@@ -74,3 +74,25 @@ def test_errors_are_one_line_not_a_traceback(
         main(["steer", "--socket", str(daemon.socket)])
     assert usage.value.code == 2
     assert "usage: treemail steer" in capsys.readouterr().err
+
+
+def test_the_forms_the_rows_print_name_sessions_and_messages(
+    daemon: DaemonProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A handle and a short id, as tail and replay print them, work where a UUID does."""
+    seeded = _seed(daemon)
+    sid, handle = seeded["session"]["session_id"], seeded["session"]["handle"]
+    short = seeded["message_id"][:8]
+    code, out, err = _cli(capsys, daemon, "status", short)
+    assert code == 0 and out.startswith(f"message {seeded['message_id']} to {sid}"), err
+    for form in (handle, sid[:8]):
+        code, out, err = _cli(capsys, daemon, "replay", form)
+        assert code == 0 and '"hello cli"' in out, err
+    code, out, err = _cli(capsys, daemon, "steer", handle, "turn right")
+    assert code == 0 and "mode queue" in out, err
+    # A form too short to be safe, or one naming nothing, is refused without a guess.
+    code, _, err = _cli(capsys, daemon, "status", short[:3])
+    assert code == 1 and "engine:unknown_target" in err and "treemail replay" in err
+    code, _, err = _cli(capsys, daemon, "replay", "nobody_00000000")
+    assert code == 1 and "engine:unknown_target" in err and "treemail sessions" in err
+

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from treemail.adapters.daemon import lookup
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
 from treemail.adapters.transcript import Row, event_row
@@ -43,19 +44,21 @@ def register(commands: Sub) -> None:
     _client(commands, "sessions", "list the daemon's sessions as a table", _sessions)
     send = _client(commands, "send", "send agent mail as a session's running run (operators)",
                    _send)
-    send.add_argument("--as", dest="sender", required=True, help="the sending session (UUID)")
+    send.add_argument("--as", dest="sender", required=True,
+                      help="the sending session (UUID, handle or UUID prefix)")
     send.add_argument("to", help="the recipient: a handle or a session UUID")
     send.add_argument("body", help="the message")
     send.add_argument("--mode", choices=("steer", "queue"), default="queue")
     steer = _client(commands, "steer", "steer a session's run in flight as the user", _steer)
-    steer.add_argument("session", help="the session (UUID)")
+    steer.add_argument("session", help="the session (UUID, handle or UUID prefix)")
     steer.add_argument("text", help="what to tell it")
     status = _client(commands, "status", "a message's receipt: state and history", _status)
-    status.add_argument("message_id")
+    status.add_argument("message_id", help="the message (UUID, or a unique prefix of it)")
     tail = _client(commands, "tail", "follow the event feed live (all sessions or one)", _tail)
-    tail.add_argument("session", nargs="?", help="only this session (UUID)")
+    tail.add_argument("session", nargs="?",
+                      help="only this session (UUID, handle or UUID prefix)")
     replay = _client(commands, "replay", "print a session's whole event log", _replay)
-    replay.add_argument("session", help="the session (UUID)")
+    replay.add_argument("session", help="the session (UUID, handle or UUID prefix)")
     approve = _client(commands, "approve",
                       "list held tool calls, or answer one by its approval id", _approve)
     approve.add_argument("approval_id", nargs="?")
@@ -165,10 +168,14 @@ def _connect_and(command: Command, args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 1
         try:
+            await _resolve(client, args)
             return await command(client, args)
         except RpcFailure as failure:
             print(f"treemail {args.command}: {failure.data_code}: {failure.error.message}",
                   file=sys.stderr)
+            return 1
+        except TreemailError as error:  # a session or message form that names no one id
+            print(f"treemail {args.command}: {error}", file=sys.stderr)
             return 1
         finally:
             await client.close()
@@ -177,6 +184,15 @@ def _connect_and(command: Command, args: argparse.Namespace) -> int:
         return asyncio.run(go())
     except KeyboardInterrupt:
         return 0
+
+
+async def _resolve(client: DaemonClient, args: argparse.Namespace) -> None:
+    """The session and message forms an operator typed, as the ids the daemon takes."""
+    for name in ("sender", "session"):
+        if text := getattr(args, name, None):
+            setattr(args, name, await lookup.session_id(client, text))
+    if text := getattr(args, "message_id", None):
+        args.message_id = await lookup.message_id(client, text)
 
 
 async def _sessions(client: DaemonClient, args: argparse.Namespace) -> int:
