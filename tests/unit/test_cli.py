@@ -157,3 +157,23 @@ def test_log_of_an_unknown_session_is_an_error(
     root = next(sid for sid, parent in parents.items() if parent is None)
     assert main(["log", str(store), "--session", root]) == 0
     assert len(capsys.readouterr().out.splitlines()) == sum(e.session_id == root for e in events)
+
+
+def test_a_reader_that_goes_away_ends_the_log_quietly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`treemail log STORE | head`: the pipe closes under the log; no traceback, status 141."""
+    import os
+    import subprocess
+    import sys
+
+    store = tmp_path / "store"
+    _demo(store, capsys)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first row: every write meets EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "treemail", "log", str(store)],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and done.stderr == "", done.stderr

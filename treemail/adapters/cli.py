@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -20,6 +22,18 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`treemail log STORE | head`): stop quietly, as the shell's own
+        # tools do, with 128 + SIGPIPE; nothing more goes to the closed pipe, not even the
+        # interpreter's flush at exit.
+        with contextlib.suppress(OSError, ValueError):  # stdout may be no file (a capture)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="treemail", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run the demo on the embedded LMDB store")
@@ -153,7 +167,7 @@ def show_log(path: str, session: str | None, *, follow: bool, interval: float) -
             if not follow:
                 return 0
             time.sleep(interval)
-    except (KeyboardInterrupt, BrokenPipeError):  # ^C while following, or `| head`
+    except KeyboardInterrupt:  # ^C while following; `| head` is main's BrokenPipeError
         return 0
     finally:
         store.close()
