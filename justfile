@@ -43,9 +43,11 @@ deep:
 soak KILLS="500":
     TREEMAIL_KILLS={{KILLS}} {{python}} -m pytest tests/deep/test_soak.py -q -s
 
-# Long fuzz runs of every hostile-input surface (tests/fuzz) at the deep profile's budget.
-fuzz:
-    HYPOTHESIS_PROFILE=deep {{python}} -m pytest tests/fuzz -q
+# Long fuzz runs of every hostile-input surface (tests/fuzz): EXAMPLES per test at the deep
+# profile (2500 by default), surfaces that start a runtime or a server scaled down alike; the
+# inputs each surface tried and how each ended are printed at the end.
+fuzz EXAMPLES="2500":
+    HYPOTHESIS_PROFILE=deep TREEMAIL_EXAMPLES={{EXAMPLES}} {{python}} -m pytest tests/fuzz -q
 
 # Throughput and memory, as ratios against a baseline measured in the same run.
 bench *ARGS:

@@ -27,4 +27,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+_profile = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+# ``TREEMAIL_EXAMPLES`` sizes a run beyond its profile (``just fuzz 25000``): the fuzz
+# surfaces scale their budgets from ``max_examples``, so one number sets a long run's length.
+if examples := os.environ.get("TREEMAIL_EXAMPLES"):
+    settings.register_profile(
+        f"{_profile}-sized", settings.get_profile(_profile), max_examples=int(examples)
+    )
+    _profile = f"{_profile}-sized"
+settings.load_profile(_profile)
