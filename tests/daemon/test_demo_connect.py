@@ -1,18 +1,71 @@
-"""``treemail demo --connect`` drives a demo through a running daemon."""
+"""``treemail demo --connect`` drives a demo through a running daemon; its lead's steer is
+held under an ``ask`` rule, and the demo waits for the answer (or gives it, ``--approve``)."""
 
 from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.daemon.conftest import DaemonProcess
 from treemail.adapters.cli import main
 
+APPROVE = re.compile(r"run `treemail approve (\S+)`")
+
 
 def test_demo_connect_runs_through_the_daemon(
     daemon: DaemonProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["demo", "--connect", "--socket", str(daemon.socket)]) == 0
+    assert main(["demo", "--connect", "--socket", str(daemon.socket), "--approve"]) == 0
     out = capsys.readouterr().out
     assert "session created (tree root)" in out
+    assert re.search(r"send_message to demo_explore_\w+ waits for your approval "
+                     r"\(a child peer", out)
+    assert "--approve: the demo answers it itself" in out
+    assert "answered: approved (scope once)" in out
     assert 'user mail (mode=steer): "Look at the tokenizer first."' in out
     assert "4 sessions" in out and "each exactly once" in out
+
+
+def test_the_demo_waits_for_an_answer_given_elsewhere(daemon: DaemonProcess) -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "treemail", "demo", "--connect", "--socket", str(daemon.socket)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert demo.stdout is not None
+        held = next(m[1] for line in demo.stdout if (m := APPROVE.search(line)))
+        assert demo.poll() is None  # it waits: the tree cannot finish without the answer
+        answered = subprocess.run(
+            [sys.executable, "-m", "treemail", "approve", "--socket", str(daemon.socket), held,
+             "--scope", "session"], capture_output=True, text=True, timeout=60)
+        assert answered.returncode == 0 and "approved (scope session)" in answered.stdout
+        out, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 0, err
+    assert "answered: approved (scope session)" in out and "each exactly once" in out
+
+
+def test_nobody_answering_ends_the_demo_with_what_to_do(
+    daemon: DaemonProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--connect", "--socket", str(daemon.socket), "--wait", "0.3"]) == 1
+    done = capsys.readouterr()
+    [held] = APPROVE.findall(done.out)
+    assert "the demo waits 0.3s for it" in done.out and "Check" not in done.out
+    assert f"nobody answered approval {held} within 0.3s" in done.err
+    assert f"`treemail approve {held}`" in done.err and "--approve" in done.err
+
+
+@pytest.mark.parametrize("flags", [["--approve"], ["--wait", "5"]])
+def test_the_connected_demos_flags_are_refused_without_connect(
+    flags: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["demo", "--path", str(tmp_path / "store"), *flags])
+    assert done.value.code == 2
+    assert "go with --connect" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """The README's three-terminal recipe, run as written from a fresh directory: the daemon,
-``tail``, and ``demo --connect``; tail must show the demo tree's conversation live."""
+``tail``, and ``demo --connect``, whose held call is answered with the ``treemail approve ID``
+it prints, as the README says; tail must show the demo tree's conversation live."""
 
 from __future__ import annotations
 
@@ -43,32 +44,50 @@ def _wait_for(path: Path) -> None:
     raise TimeoutError(f"nothing serves {path}")
 
 
+def _answer_as_told(cwd: Path, demo: subprocess.Popen[str]) -> str:
+    """Read the demo's lines up to the ``treemail approve ID`` it asks for, and run that (the
+    demo waits on it); what it printed so far."""
+    assert demo.stdout is not None
+    lines = []
+    for line in demo.stdout:
+        lines.append(line)
+        if told := re.search(r"run `(treemail approve \S+)`", line):
+            answer = subprocess.run([sys.executable, "-m", *shlex.split(told[1])], cwd=cwd,
+                                    capture_output=True, text=True, timeout=STEP)
+            assert answer.returncode == 0 and "approved (scope once)" in answer.stdout, answer
+            return "".join(lines)
+    raise AssertionError(f"the demo asked for no approval:\n{''.join(lines)}")
+
+
 def test_the_three_terminal_recipe_shows_the_conversation_live(tmp_path: Path) -> None:
     daemon_args, tail_args, demo_args = recipe()
     assert (daemon_args[0], tail_args[0], demo_args[0]) == ("daemon", "tail", "demo")
     daemon = _start(tmp_path, daemon_args)  # terminal 1
-    tail = None
+    tail = demo = None
     try:
         _wait_for(tmp_path / ".treemail" / "daemon.sock")  # the default data directory
         tail = _start(tmp_path, tail_args)  # terminal 2
         assert tail.stderr is not None
         assert "following the feed" in tail.stderr.readline()  # subscribed: now it is live
-        demo = subprocess.run([sys.executable, "-m", "treemail", *demo_args], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=STEP * 2)  # terminal 3
-        assert demo.returncode == 0, demo.stderr
-        assert "4 sessions" in demo.stdout and "each exactly once" in demo.stdout
+        demo = _start(tmp_path, demo_args)  # terminal 3
+        printed = _answer_as_told(tmp_path, demo)
+        out, err = demo.communicate(timeout=STEP * 2)
+        printed += out
+        assert demo.returncode == 0, err
+        assert "4 sessions" in printed and "each exactly once" in printed
         time.sleep(0.5)  # the last rows reach tail
         tail.send_signal(signal.SIGINT)
         shown, _ = tail.communicate(timeout=STEP)
     finally:
-        if tail is not None and tail.poll() is None:
-            tail.kill()
+        for client in (tail, demo):
+            if client is not None and client.poll() is None:
+                client.kill()
         daemon.send_signal(signal.SIGTERM)
         _, err = daemon.communicate(timeout=STEP)
     assert daemon.returncode == 0, err
     assert tail.returncode == 0
     rows = shown.splitlines()
-    demo_rows = [line for line in demo.stdout.splitlines() if re.match(r"  \S+ +#\d+ ", line)]
+    demo_rows = [line for line in printed.splitlines() if re.match(r"  \S+ +#\d+ ", line)]
     assert demo_rows and set(demo_rows) <= set(rows)  # tail showed every row the demo did
     _assert_a_conversation(rows)
 

@@ -204,7 +204,7 @@ def test_the_demo_runs_over_tcp(
     tcp: TcpDaemon, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TREEMAIL_TOKEN", tcp.token)
-    assert main(["demo", "--connect", tcp.address]) == 0
+    assert main(["demo", "--connect", tcp.address, "--approve"]) == 0
     assert "each exactly once" in capsys.readouterr().out
 
 

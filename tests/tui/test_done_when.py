@@ -1,7 +1,8 @@
 """Issue 10's done-when, driven headlessly: in a fresh directory `treemail daemon`, then
 `treemail demo --connect`, with `treemail tui` (its app, under the pilot) open on the same
-data directory. The TUI shows the demo's tree and conversation live, answers any approval
-the demo waits on (tree scope), and the demo finishes with every message consumed once."""
+data directory. The TUI shows the demo's tree and conversation live; the demo waits on its
+lead's steer, held under an ``ask`` rule, until the TUI's approvals pane answers it (``t``,
+tree scope); then the demo finishes, with every message consumed once."""
 
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
         code, out, app, answered = asyncio.run(scenario(source))
         stopped, err = daemon.terminate()
     assert code == 0 and "each exactly once" in out, out
+    # It waited for the TUI: one held call, answered there, and nowhere else.
+    assert answered == 1, out
+    assert "waits for your approval" in out and "answered: approved (scope tree)" in out, out
     assert stopped == 0, err
     # The whole tree, by parent links, and the user's steer of explore, consumed in place.
     lines = list(app.board.sessions.values())
@@ -60,4 +64,9 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
              if row.state is not None and "Look at the tokenizer first." in row.text]
     assert [row.state for row in steer] == ["consumed"]
     assert "explore_" in steer[0].who and "(mode=steer)" in steer[0].text
+    # The lead's held steer reached explore once approved, and was consumed there too.
+    held = [row for row in app.board.transcript.rows() if row.state is not None
+            and 'agent mail from demo_lead_' in row.text
+            and '"Look at the tokenizer first, then the nesting rules."' in row.text]
+    assert [row.state for row in held] == ["consumed"] and "explore_" in held[0].who
     print(f"approvals answered from the TUI: {answered}")

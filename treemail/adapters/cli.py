@@ -43,7 +43,8 @@ def _main(argv: Sequence[str] | None) -> int:
     log.add_argument("path", help="the store directory")
     log.add_argument("--session", help="only this session (UUID or handle)")
     log.add_argument("--follow", action="store_true", help="keep printing new events")
-    log.add_argument("--interval", type=_seconds, default=0.5, help="seconds between polls")
+    log.add_argument("--interval", type=daemon_commands.seconds, default=0.5,
+                     help="seconds between polls")
     check = commands.add_parser(
         "check", help="bounded exhaustive model check of the engine against the reference model")
     check.add_argument("--bounds", default="",
@@ -82,6 +83,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "demo":
         from treemail.adapters.demo import main as demo_main
 
+        if args.approve or args.wait is not None:
+            parser.exit(2, "treemail demo: --approve and --wait go with --connect; the "
+                           "embedded demo answers its own approval\n")
         problem = _fresh_directory(args.path)
         if problem is not None:
             parser.exit(2, f"treemail demo: {problem}\n")
@@ -98,17 +102,6 @@ def _tui(args: argparse.Namespace) -> int:
     from treemail.adapters.tui.app import main as tui_main  # Textual loads only for the TUI
 
     return tui_main(args)
-
-
-def _seconds(text: str) -> float:
-    """A poll interval: a finite number of seconds above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < 86400:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"{text} must be above 0 and below 86400 seconds")
-    return value
 
 
 def _fresh_directory(path: str | None) -> str | None:

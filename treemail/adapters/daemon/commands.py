@@ -25,7 +25,8 @@ from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
 from treemail.core.records import Event
 
-__all__ = ["TokenMissing", "connected_demo", "extend_demo", "register", "row", "target"]
+__all__ = ["TokenMissing", "connected_demo", "extend_demo", "register", "seconds", "target",
+           "view_row"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -71,11 +72,18 @@ def extend_demo(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--connect", nargs="?", const=True, default=False, metavar="ADDRESS",
                       help="drive a demo through a running daemon: its socket (see "
                            "--data-dir, --socket), or ADDRESS, tcp://HOST:PORT or a socket")
+    demo.add_argument("--approve", action="store_true",
+                      help="with --connect: the demo answers its own approval (approve once) "
+                           "instead of waiting for you to, for unattended runs")
+    demo.add_argument("--wait", type=seconds, default=None, metavar="SECONDS",
+                      help="with --connect: how long the demo waits for its approval to be "
+                           "answered (default: 300)")
     _where(demo)
     _token_option(demo)
 
 
 def connected_demo(args: argparse.Namespace) -> int:
+    from treemail.adapters.daemon.demo_connect import WAIT
     from treemail.adapters.daemon.demo_connect import main as connected
 
     try:
@@ -83,7 +91,8 @@ def connected_demo(args: argparse.Namespace) -> int:
     except TokenMissing as missing:
         print(f"treemail demo: {missing}", file=sys.stderr)
         return 1
-    return connected(address, token)
+    return connected(address, token, approve=args.approve,
+                     wait=WAIT if args.wait is None else args.wait)
 
 
 class TokenMissing(Exception):
@@ -115,6 +124,17 @@ def _tcp(text: str) -> tuple[str, int]:
         return parse_address(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def seconds(text: str) -> float:
+    """A number of seconds (a poll interval, a wait): finite, above zero, below a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < 86400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text} must be above 0 and below 86400 seconds")
+    return value
 
 
 def _where(parser: argparse.ArgumentParser) -> None:
@@ -244,11 +264,8 @@ async def _names(client: DaemonClient) -> dict[str, str]:
     return {s["session_id"]: s["handle"] or s["session_id"] for s in sessions}
 
 
-def row(view: dict[str, Any], names: dict[str, str]) -> str:
-    return _row(view, names).line()
-
-
-def _row(view: dict[str, Any], names: dict[str, str]) -> Row:
+def view_row(view: dict[str, Any], names: dict[str, str]) -> Row:
+    """An event view of the wire as its transcript row, sessions named by ``names``."""
     event = Event(view["session_id"], view["seq"], view["kind"], view["data"])
     return event_row(event, lambda sid: names.get(sid or "", sid or "?"))
 
@@ -263,7 +280,7 @@ async def _print_events(client: DaemonClient, sub: dict[str, Any], until: int | 
         view = note.params["event"]
         if view["kind"] == EventKind.SESSION_CREATED or view["session_id"] not in names:
             names = await _names(client)
-        print_row(_row(view, names), out)
+        print_row(view_row(view, names), out)
         if until is not None and view["number"] >= until:
             return
 
@@ -290,7 +307,7 @@ async def _replay(client: DaemonClient, args: argparse.Namespace) -> int:
     while True:
         page = await client.call("events.read", {"after": after, "session_id": args.session})
         for view in page["events"]:
-            print_row(_row(view, names), out)
+            print_row(view_row(view, names), out)
         after = page["next"]
         if after >= page["head"]:
             return 0

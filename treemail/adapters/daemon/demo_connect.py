@@ -3,18 +3,23 @@
 A user asks a lead. With the daemon's default scripted model (``scripted.py``) the agents
 act on the directives in their docs below: the lead delegates explore and tester, steers
 explore, explore answers it, tester delegates a reviewer, and each child's result comes back
-to its parent: a tree of four sessions talking in both modes. Then the user steers one child
-and writes to another. Every step is printed as the daemon's feed shows it (run
-``treemail tail`` beside it to watch the same rows live), and at the end every accepted
-message is checked to have been consumed exactly once. With another model (``openai``) the
-same docs are prompts, and what the agents say is up to it.
+to its parent: a tree of four sessions talking in both modes. The lead's rules say
+``child: ask``, so its steer waits for the user: the demo names the held call and waits
+until someone answers it (``treemail tui``, or ``treemail approve``), or answers it itself
+with ``--approve``. Then the user steers one child and writes to another. Every step is
+printed as the daemon's feed shows it (``treemail tail`` or ``treemail tui`` beside it show
+the same rows live), and at the end every accepted message is checked to have been consumed
+exactly once. With another model (``openai``) the same docs are prompts, and what the agents
+say is up to it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +27,17 @@ from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.core.events import EventKind
 from treemail.core.lifecycle import SessionState
 
-__all__ = ["main"]
+__all__ = ["SCENES", "Unanswered", "main"]
 
 _QUIET = (SessionState.IDLE, SessionState.FINISHED)  # no run queued or running
-
-
-def _row(view: dict[str, Any], names: dict[str, str]) -> str:
-    from treemail.adapters.daemon.commands import row
-
-    return row(view, names)
+WAIT = 300.0  # seconds the demo waits for the user to answer its approval, by default
 
 LEAD = """---
 name: demo_lead
 description: Plans the fix and delegates its parts
 permissions:
   message:
-    child: allow
+    child: ask
 ---
 You lead the parser fix. Split the work, steer your children, and report.
 delegate demo_explore: Find where the parser breaks.
@@ -79,10 +79,22 @@ You review tests and report to your parent.
 """
 
 
+class Unanswered(Exception):
+    """Nobody answered the demo's approval in time."""
+
+
 class Connected:
-    def __init__(self, client: DaemonClient) -> None:
+    def __init__(self, client: DaemonClient, *, approve: bool = False,
+                 wait: float = WAIT) -> None:
+        from treemail.adapters.console import console
+
         self.client = client
+        self.approve = approve  # answer the held call itself (unattended runs)
+        self.wait = wait
+        self.out = console()  # coloured rows on a terminal, the plain lines elsewhere
+        self.scene: Callable[[str], None] = lambda heading: None  # progress, on a terminal
         self.shown = 0
+        self.root = ""  # the demo's tree, once created
         self.names: dict[str, str] = {}
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
@@ -90,30 +102,84 @@ class Connected:
 
     def say(self, text: str) -> None:
         print(f"\n== {text}", flush=True)
+        self.scene(text)
 
     async def settle(self, timeout: float = 60.0) -> None:
-        """Wait until no session has a run queued or running, then print the new rows."""
+        """Wait until no session has a run queued or running, but for runs held on an
+        approval, and print the new rows; then have each held call answered, and again."""
+        while True:
+            held = await self._quiet(timeout)
+            await self._show()
+            if not held:
+                return
+            for approval in held:
+                await self._answered(approval)
+
+    async def _quiet(self, timeout: float) -> list[dict[str, Any]]:
+        """The pending approvals, once every session is idle, finished, or held by one."""
         async with asyncio.timeout(timeout):
             while True:
                 sessions = (await self.call("session.list", {}))["sessions"]
+                approvals = (await self.call("approval.list", {"pending_only": True}))
                 self.names = {s["session_id"]: s["handle"] or s["session_id"] for s in sessions}
-                if all(s["state"] in _QUIET for s in sessions):
-                    break
+                tree = {s["session_id"]: s for s in sessions
+                        if s["root_session_id"] == self.root}  # not an earlier run's tree
+                held = [a for a in approvals["approvals"] if a["session_id"] in tree]
+                waiting = {a["session_id"] for a in held}
+                if all(s["state"] in _QUIET or sid in waiting for sid, s in tree.items()):
+                    return held
                 await asyncio.sleep(0.05)
+
+    async def _show(self) -> None:
+        from treemail.adapters.console import print_row
+        from treemail.adapters.daemon.commands import view_row
+
         while True:
             page = await self.call("events.read", {"after": self.shown})
             for view in page["events"]:
-                print(_row(view, self.names), flush=True)
+                print_row(view_row(view, self.names), self.out)
             self.shown = page["next"]
             if self.shown >= page["head"]:
                 return
+
+    async def _answered(self, approval: dict[str, Any]) -> None:
+        """Wait for the user's answer to ``approval`` (or give it, with ``approve``)."""
+        arguments = approval.get("arguments") or {}
+        sender = self.names.get(approval["session_id"], approval["session_id"])
+        self.say(f"{sender}'s {approval['tool']} to {arguments.get('to', '?')} waits for "
+                 f"your approval (a {approval['label']} peer, and its rules ask)")
+        print(f'    body: "{arguments.get("body", "")}"')
+        if self.approve:
+            print("    --approve: the demo answers it itself: approve, scope once", flush=True)
+            answer = await self.call("approval.answer", {
+                "approval_id": approval["approval_id"], "approve": True, "scope": "once"})
+        else:
+            print("    answer it in `treemail tui` (a: approve once, s: for the session, t: for "
+                  "the tree, d: deny),", flush=True)
+            print(f"    or run `treemail approve {approval['approval_id']}`; the demo waits "
+                  f"{self.wait:g}s for it", flush=True)
+            answer = await self._answer(approval["approval_id"])
+        print(f"    answered: {answer['state']} (scope {answer['scope'] or '-'})", flush=True)
+
+    async def _answer(self, approval_id: str) -> dict[str, Any]:
+        deadline = time.monotonic() + self.wait
+        while time.monotonic() < deadline:
+            every = (await self.call("approval.list", {"pending_only": False}))["approvals"]
+            answer = next((a for a in every if a["approval_id"] == approval_id), None)
+            if answer is not None and answer["state"] != "pending":
+                return dict(answer)
+            await asyncio.sleep(0.1)
+        raise Unanswered(
+            f"nobody answered approval {approval_id} within {self.wait:g}s; the call stays "
+            f"held and its tree waits: answer it with `treemail approve {approval_id}` (or in "
+            "`treemail tui`), or run the demo with --approve to have it answer itself")
 
     async def play(self) -> bool:
         self.shown = (await self.call("events.read", {"after": 0, "limit": 1}))["head"]
         self.say("A user asks the lead; its model delegates, steers a child, reads replies")
         lead = await self.call("session.create", {"agent_doc": LEAD,
                                                   "agent_docs": [EXPLORE, TESTER, REVIEW]})
-        lid = lead["session_id"]
+        lid = self.root = lead["session_id"]
         await self.call("run.submit", {"session_id": lid,
                                        "text": "Ship the parser fix, reviewed and tested."})
         await self.settle()
@@ -136,9 +202,10 @@ class Connected:
         consumed: Counter[str] = Counter()
         tree = (await self.call("session.list", {"root_session_id": root}))["sessions"]
         for session in tree:
-            page = await self.call("events.read", {"after": 0, "session_id": session["session_id"]})
             after = 0
             while True:
+                page = await self.call("events.read",
+                                       {"after": after, "session_id": session["session_id"]})
                 for view in page["events"]:
                     message_id = view["data"].get("message_id")
                     if view["kind"] == EventKind.PRODUCER_MESSAGE_ACCEPTED:
@@ -148,17 +215,35 @@ class Connected:
                 after = page["next"]
                 if after >= page["head"]:
                     break
-                page = await self.call("events.read",
-                                       {"after": after, "session_id": session["session_id"]})
         exact = set(consumed) == accepted and all(n == 1 for n in consumed.values())
         self.say("Check")
         print(f"    {len(tree)} sessions, {len(accepted)} messages accepted, "
               f"{sum(consumed.values())} consumed: "
-              f"{'each exactly once' if exact else 'MISMATCH'}")
+              f"{'each exactly once' if exact else 'MISMATCH'}", flush=True)
         return exact
 
 
-def main(address: str | Path, token: str | None = None) -> int:
+SCENES = 4  # the headings a run says with one approval, Check included
+
+
+async def _played(client: DaemonClient, approve: bool, wait: float) -> bool:
+    """The demo, with a bar over its scenes on a terminal's stderr (the rows, on stdout,
+    are the same either way)."""
+    from treemail.adapters.console import steps
+
+    with steps(SCENES, "demo --connect") as bar:
+        demo = Connected(client, approve=approve, wait=wait)  # inside: a bar redirects stdout
+
+        def scene(heading: str) -> None:
+            if bar is not None:
+                bar.update(bar.task_ids[0], advance=1, step=heading[:40])
+
+        demo.scene = scene
+        return await demo.play()
+
+
+def main(address: str | Path, token: str | None = None, *, approve: bool = False,
+         wait: float = WAIT) -> int:
     async def go() -> int:
         try:
             client = await DaemonClient.connect(address, name="treemail demo", token=token)
@@ -171,10 +256,13 @@ def main(address: str | Path, token: str | None = None) -> int:
                   file=sys.stderr)
             return 1
         try:
-            return 0 if await Connected(client).play() else 1
+            return 0 if await _played(client, approve, wait) else 1
         except RpcFailure as failure:
             print(f"treemail demo: {failure.data_code}: {failure.error.message}",
                   file=sys.stderr)
+            return 1
+        except Unanswered as unanswered:
+            print(f"treemail demo: {unanswered}", file=sys.stderr)
             return 1
         finally:
             await client.close()
