@@ -20,7 +20,8 @@ def test_demo_connect_runs_through_the_daemon(
     daemon: DaemonProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["demo", "--connect", "--socket", str(daemon.socket), "--approve"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert err == "" and "\x1b[" not in out  # off a terminal: plain rows, no progress bar
     assert "session created (tree root)" in out
     assert re.search(r"send_message to demo_explore_\w+ waits for your approval "
                      r"\(a child peer", out)

@@ -7,6 +7,7 @@ tree scope); then the demo finishes, with every message consumed once."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from textual.widgets import DataTable
 
 from tests.daemon.conftest import DaemonProcess
 from tests.tui.conftest import reaped, until
-from treemail.adapters.tui.app import TreemailTui
+from treemail.adapters.tui.app import TreemailTui, screen_text
 from treemail.adapters.tui.sources import LiveSource, choose
 
 
@@ -24,6 +25,7 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
     async def scenario(source: LiveSource) -> tuple[int, str, TreemailTui, int]:
         app = TreemailTui(source)
         answered = 0
+        captures: list[str] = []  # the screen while the demo waits on its approval
         async with app.run_test(size=(160, 44)) as pilot:
             await until(app.ready.is_set, pilot.pause, "the TUI connected")
             demo = await asyncio.create_subprocess_exec(
@@ -34,6 +36,8 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
             while not finished.done() and time.monotonic() < deadline:
                 if app.held:  # the demo waits on the user: answer it from the TUI
                     app.query_one("#approvals", DataTable).focus()
+                    await pilot.pause()
+                    captures.append(screen_text(app))
                     await pilot.press("t")
                     await until(lambda: not app.held, pilot.pause, "the approval answered")
                     answered += 1
@@ -42,6 +46,12 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
             code = await demo.wait()
             head = (await source._client().call("events.read", {"limit": 1}))["head"]
             await until(lambda: app.board.last >= head, pilot.pause, "the TUI caught up")
+        if capture := os.environ.get("TREEMAIL_TUI_CAPTURE"):
+            Path(capture).write_text("\n\n".join(captures) + "\n", encoding="utf-8")
+        assert len(captures) == answered
+        for screen in captures:  # the held steer in the approvals pane, the keys below
+            assert "Look at the tokenizer first, then" in screen and "child" in screen
+            assert "Approve tree" in screen and "demo_lead_" in screen, screen
         return code, out, app, answered
 
     # `treemail daemon` in a fresh directory; the TUI finds it by the data directory.

@@ -25,7 +25,7 @@ from treemail.adapters.styles import styled_line
 from treemail.adapters.transcript import Row
 
 __all__ = ["ProgressLine", "Ticker", "console", "controlling_terminal", "print_row",
-           "print_table", "steps"]
+           "print_table", "row_console", "steps"]
 
 
 def console(stream: TextIO | None = None) -> Console:
@@ -109,12 +109,23 @@ def steps(total: int, label: str, stream: TextIO | None = None) -> Iterator[Prog
     if not out.is_terminal:
         yield None
         return
+    # Lines printed to a terminal's stdout pass through the bar, above it; to a file or a
+    # pipe they go straight there, untouched by it.
     bar = Progress(TextColumn("[bold cyan]{task.description}"), BarColumn(),
                    MofNCompleteColumn(), TextColumn("{task.fields[step]}"),
-                   TimeElapsedColumn(), console=out, transient=True)
+                   TimeElapsedColumn(), console=out, transient=True,
+                   redirect_stdout=console().is_terminal)
     with bar:
         bar.add_task(label, total=total, step="")
         yield bar
+
+
+def row_console(bar: Progress | None) -> Console:
+    """Where a command that shows ``bar`` prints its rows: on the bar's console when stdout
+    is a terminal too, so they scroll above the bar (a console of its own would write
+    through the bar's line: rich unwraps the redirected stdout); else stdout's."""
+    out = console()
+    return bar.console if bar is not None and out.is_terminal else out
 
 
 def controlling_terminal() -> TextIO | None:

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from rich.console import Console
+
 from treemail.adapters.console import console, print_row
 from treemail.adapters.demo_agents import REVIEW, Stage, demo_agents
 from treemail.adapters.ids import SeededIds
@@ -44,9 +46,10 @@ class Transcript:
     """An observer plugin: every feed event as a log row, then what it means for the agents
     (what a model read and did, tool results, approvals)."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, rows: Console | None = None) -> None:
         self.out = out
-        self.console = console(out)  # coloured rows on a terminal, the plain lines elsewhere
+        # Coloured rows on a terminal, the plain lines elsewhere.
+        self.console = rows if rows is not None else console(out)
         self.last = 0  # the last feed number shown
         self._names: dict[str, str] = {}
         self._tools: dict[str, str] = {}  # tool call id -> tool name
@@ -95,13 +98,13 @@ class Transcript:
 
 
 class Demo:
-    def __init__(self, path: Path, out: TextIO) -> None:
+    def __init__(self, path: Path, out: TextIO, rows: Console | None = None) -> None:
         self.path = path
         self.out = out
         self.ids = SeededIds(7)
         self.stage = Stage()
         self.agents = demo_agents(self.stage)
-        self.transcript = Transcript(out)
+        self.transcript = Transcript(out, rows)
         self.scene: Callable[[str], None] = lambda heading: None  # progress, on a terminal
         self.store = LmdbStore.open(path)
         self.rt = self._runtime()
@@ -265,9 +268,12 @@ def _verify(demo: Demo) -> bool:
 SCENES = 7  # the headings the demo says, Check included
 
 
-def run_demo(path: Path, out: TextIO, scene: Callable[[str], None] | None = None) -> bool:
+def run_demo(path: Path, out: TextIO, scene: Callable[[str], None] | None = None,
+             rows: Console | None = None) -> bool:
+    """The demo, its narration on ``out`` and its rows on ``rows`` (by default a console on
+    ``out``)."""
     async def play() -> bool:
-        demo = Demo(path, out)
+        demo = Demo(path, out, rows)
         if scene is not None:
             demo.scene = scene
         return await _play(demo)
@@ -278,14 +284,15 @@ def run_demo(path: Path, out: TextIO, scene: Callable[[str], None] | None = None
 def _shown(path: Path) -> bool:
     """The demo, with a bar over its scenes on a terminal's stderr (the transcript, on stdout,
     is the same either way)."""
-    from treemail.adapters.console import steps
+    from treemail.adapters.console import row_console, steps
 
     with steps(SCENES, "demo") as bar:
         def scene(heading: str) -> None:
             if bar is not None:
                 bar.update(bar.task_ids[0], advance=1, step=heading[:40])
 
-        return run_demo(path, sys.stdout, scene)  # inside: a bar redirects sys.stdout
+        # Inside: a bar on the terminal redirects sys.stdout.
+        return run_demo(path, sys.stdout, scene, row_console(bar))
 
 
 def main(path: str | None = None) -> int:

@@ -21,11 +21,14 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.core.events import EventKind
 from treemail.core.lifecycle import SessionState
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 __all__ = ["SCENES", "Unanswered", "main"]
 
@@ -84,14 +87,14 @@ class Unanswered(Exception):
 
 
 class Connected:
-    def __init__(self, client: DaemonClient, *, approve: bool = False,
-                 wait: float = WAIT) -> None:
-        from treemail.adapters.console import console
+    def __init__(self, client: DaemonClient, *, approve: bool = False, wait: float = WAIT,
+                 bar: Progress | None = None) -> None:
+        from treemail.adapters.console import row_console
 
         self.client = client
         self.approve = approve  # answer the held call itself (unattended runs)
         self.wait = wait
-        self.out = console()  # coloured rows on a terminal, the plain lines elsewhere
+        self.out = row_console(bar)  # coloured rows on a terminal, the plain lines elsewhere
         self.scene: Callable[[str], None] = lambda heading: None  # progress, on a terminal
         self.shown = 0
         self.root = ""  # the demo's tree, once created
@@ -232,7 +235,7 @@ async def _played(client: DaemonClient, approve: bool, wait: float) -> bool:
     from treemail.adapters.console import steps
 
     with steps(SCENES, "demo --connect") as bar:
-        demo = Connected(client, approve=approve, wait=wait)  # inside: a bar redirects stdout
+        demo = Connected(client, approve=approve, wait=wait, bar=bar)
 
         def scene(heading: str) -> None:
             if bar is not None:

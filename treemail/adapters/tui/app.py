@@ -39,14 +39,14 @@ _APPROVAL_KINDS = (events.ApprovalRequested, events.ApprovalAnswered)
 
 class TreemailTui(App[None]):
     TITLE = "treemail"
+    # The approvals pane spans the width under both: a held send's body is the long cell.
     CSS = """
-    #left { width: 40%; }
-    #sessions { height: 2fr; border: round $primary; }
-    #approvals { height: 1fr; border: round $warning; }
+    #sessions { width: 40%; border: round $primary; }
     #right { width: 60%; }
     #transcript { height: 1fr; border: round $secondary; }
     #search { dock: bottom; }
     #status { height: 1; }
+    #approvals { height: 8; border: round $warning; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "answer('once')", "Approve once"),
@@ -73,20 +73,24 @@ class TreemailTui(App[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal():
-            with Vertical(id="left"):
-                yield Tree[str]("all sessions", ALL, id="sessions")
-                yield DataTable(id="approvals", cursor_type="row")
+            yield Tree[str]("all sessions", ALL, id="sessions")
             with Vertical(id="right"):
                 yield DataTable(id="transcript", cursor_type="row")
                 yield Static("", id="status")
                 yield Input(placeholder="/ search the transcript", id="search")
+        yield DataTable(id="approvals", cursor_type="row")
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#sessions", Tree).root.expand()
-        self.query_one("#transcript", DataTable).add_columns("session", "#", "row")
-        self.query_one("#approvals", DataTable).add_columns(
-            "sender", "recipient", "label", "body")
+        sessions = self.query_one("#sessions", Tree)
+        sessions.root.expand()
+        sessions.border_title = "sessions"
+        transcript = self.query_one("#transcript", DataTable)
+        transcript.add_columns("session", "#", "row")
+        transcript.border_title = "transcript"
+        approvals = self.query_one("#approvals", DataTable)
+        approvals.add_columns("sender", "recipient", "label", "body")
+        approvals.border_title = "approvals: held ask sends"
         self.run_worker(self._follow(), name="follow", exit_on_error=False)
 
     # -- the feed ------------------------------------------------------------------------
