@@ -57,7 +57,7 @@ from treemail.models.invariants import (
 )
 from treemail.models.plants import PLANTS, planted
 from treemail.models.reference import Reference
-from treemail.models.snapshots import CopyableWorld, Lockstep, Node, clone, model_step
+from treemail.models.snapshots import CopyableWorld, Lockstep, Node, clone, model_step, untouched
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -198,6 +198,14 @@ class Checker:
         assert isinstance(model, Lockstep)
         got = outcome(lambda: perform(action, Engine(store, ids, self.config)))
         model, want = model_step(node, model, action)
+        if got == want and want[0] == "error" and model is node.model and \
+                action.kind != "restart" and untouched(node, store, ids):
+            self._count(action, want)
+            # Refused alike, and neither side changed: the child is the parent, whose state
+            # passed every check already. (The store compared table by table is a stronger
+            # check than the invariants: a refusal must leave it exactly as it was.)
+            return Node(node.model, node.store, node.ids, node.restarts, node.depth + 1,
+                        node.feed, node.key), None, False
         with store.read() as tx:
             events = list(tx.feed(node.feed))
             child = Node(model, store, ids, node.restarts + (action.kind == "restart"),
@@ -205,14 +213,17 @@ class Checker:
             if got != want:
                 return child, ("AGREE", f"{action.kind} answered differently\n"
                                         f"    engine: {got!r}\n    model:  {want!r}"), False
-            self.outcomes["ok" if want[0] == "ok" else str(want[1])] += 1
-            if action.kind == "send_message":
-                self._reached(action, want)
+            self._count(action, want)
             failure = (agreement(tx, ids, model) or limits(tx, self.config)
                        or mail_shape(tx, model.world, self.config)
                        or log_follows(tx, node.model.world, model.world, [e for _, e in events])
                        or (recovered(tx) if action.kind == "restart" else None))
         return child, failure, got[0] == "ok"
+
+    def _count(self, action: Action, answer: tuple[Any, ...]) -> None:
+        self.outcomes["ok" if answer[0] == "ok" else str(answer[1])] += 1
+        if action.kind == "send_message":
+            self._reached(action, answer)
 
     def _reached(self, action: Action, answer: tuple[Any, ...]) -> None:
         guard = REPLAY if answer[0] == "ok" and action.label.endswith(" retry)") else (
@@ -275,7 +286,8 @@ class Checker:
                 self.pruned += 1  # checked above, not explored further
                 continue
             chained = chained or drains
-            child.key = canonical(child.model, child.restarts, self.history)
+            if not child.key:  # a refusal that changed nothing keeps its parent's key
+                child.key = canonical(child.model, child.restarts, self.history)
             if child.key not in self.parents:
                 self.parents[child.key] = (node.key, action.label)
                 queue.append(child)

@@ -18,13 +18,13 @@ import attrs
 
 from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.ids import CountingIds
-from treemail.core.records import SendResult
+from treemail.core.keys import Table
 from treemail.core.store import MemoryStore
 from treemail.models.explore import Action, outcome, perform
 from treemail.models.reference import Reference
-from treemail.models.world import World
+from treemail.models.world import ApprovalRecord, World
 
-__all__ = ["CopyableWorld", "Lockstep", "Node", "clone", "model_step"]
+__all__ = ["CopyableWorld", "Lockstep", "Node", "clone", "model_step", "untouched"]
 
 T = TypeVar("T")
 
@@ -43,24 +43,29 @@ class Node:
 
 
 class CopyableWorld(World):
-    """The model's ``World`` with a deep copy that knows its shape: each record is copied
-    field by field, and the immutable values inside (strings, enums, frozen agent specs and
+    """The model's ``World`` with a copy that knows its shape: each record is copied by its
+    attribute dict, and the immutable values inside (strings, enums, frozen agent specs and
     send results) are shared instead of rebuilt. The model snapshots its world on every
-    operation and the search copies it on every transition: this halves the checker's time.
-    Containers held by a record (an approval's arguments) are copied too."""
+    operation and the search copies it on every transition. The only containers a record
+    holds (an approval's arguments and outcome) are copied too."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CopyableWorld:
-        twin = copy.copy(self)
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, dict):
-                value = {k: _copy_record(v, memo) for k, v in value.items()}
-            elif isinstance(value, set | list):
-                value = copy.copy(value)  # of tuples and strings
-            else:
-                value = copy.deepcopy(value, memo)
-            setattr(twin, field.name, value)
+        del memo  # nothing in the world is shared with anything outside it
+        twin = object.__new__(CopyableWorld)
+        twin.sessions = {k: _copy_record(v) for k, v in self.sessions.items()}
+        twin.runs = {k: _copy_record(v) for k, v in self.runs.items()}
+        twin.messages = {k: _copy_record(v) for k, v in self.messages.items()}
+        twin.results = dict(self.results)  # of frozen send results
+        twin.calls = dict(self.calls)  # of tuples of strings and enums
+        twin.grants = set(self.grants)
+        twin.approvals = {k: _copy_approval(v) for k, v in self.approvals.items()}
+        twin.reported = set(self.reported)
         return twin
+
+
+# ``__deepcopy__`` above names every field of World: one added there must be copied there.
+assert {f.name for f in dataclasses.fields(World)} == {
+    "sessions", "runs", "messages", "results", "calls", "grants", "approvals", "reported"}
 
 
 class Lockstep(Reference):
@@ -85,14 +90,18 @@ class Lockstep(Reference):
             raise
 
 
-def _copy_record(record: Any, memo: dict[int, Any]) -> Any:
-    if isinstance(record, SendResult):  # frozen, of strings and enums
-        return record
-    if not dataclasses.is_dataclass(record) or not hasattr(record, "__dict__"):
-        return copy.deepcopy(record, memo)
+def _copy_record(record: T) -> T:
+    """A session, run or message record: its fields are strings, numbers, enums and frozen
+    specs, so a copy of its attribute dict is a deep copy."""
     twin = object.__new__(type(record))
-    vars(twin).update({k: copy.copy(v) if isinstance(v, dict | list | set) else v
-                       for k, v in vars(record).items()})
+    twin.__dict__ = record.__dict__.copy()
+    return twin
+
+
+def _copy_approval(record: ApprovalRecord) -> ApprovalRecord:
+    twin = _copy_record(record)
+    twin.arguments = copy.deepcopy(record.arguments)  # arguments may nest (a tool's JSON)
+    twin.outcome = None if record.outcome is None else dict(record.outcome)
     return twin
 
 
@@ -103,8 +112,14 @@ def clone(node: Node, with_model: bool = True
 
 
 def _copy_model(node: Node) -> Reference:
-    memo: dict[int, Any] = {id(node.model.config): node.model.config}  # frozen: shared
-    return copy.deepcopy(node.model, memo)
+    """The model's attributes, its id counter and its world copied; its config and agent
+    catalogue (frozen, or not part of the durable world) shared."""
+    model = node.model
+    twin = object.__new__(type(model))
+    twin.__dict__ = model.__dict__.copy()
+    twin.ids = copy.copy(model.ids)
+    twin.world = copy.deepcopy(model.world)
+    return twin
 
 
 def model_step(node: Node, model: Lockstep, action: Action
@@ -125,3 +140,12 @@ def model_step(node: Node, model: Lockstep, action: Action
     want = outcome(lambda: perform(action, guarded))
     guarded.guarded = False
     return guarded, want
+
+
+def untouched(node: Node, store: MemoryStore, ids: CountingIds) -> bool:
+    """Whether ``store`` and ``ids``, forked from ``node``'s, are still exactly as they were:
+    every table row for row (the rows are shared records, so this is mostly identity checks)
+    and the next id."""
+    if copy.copy(ids).new_id() != copy.copy(node.ids).new_id():
+        return False
+    return all(store.rows(table) == node.store.rows(table) for table in Table)
