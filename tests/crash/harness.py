@@ -6,7 +6,7 @@ the store from this process:
 
 * every message_id the worker acked (its send had returned success) is stored, and its
   tool context still replays to it;
-* nothing is half-written: each session's event log is numbered 1..n with ``last_seq`` = n,
+* nothing is half-written: each session's event log is numbered 1..n with its tally's last seq n,
   each stored message has its ProducerMessageAccepted event and its latest lifecycle event
   names its current state, the pending index holds exactly the pending messages, and the
   inbox and pair counters equal a recount of pending agent mail made from the event logs;
@@ -48,6 +48,8 @@ from treemail.core.delivery import message_event
 from treemail.core.engine import Engine
 from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import CountingIds
+from treemail.core.keys import Tally as StoredTally
+from treemail.core.keys import counter_name
 from treemail.core.records import Event, IdempotencyKey, Message, MessageState, Owner, Session
 
 __all__ = ["Tally", "assert_campaign_sound", "check_store", "drain_and_verify", "opened",
@@ -196,13 +198,16 @@ def snapshot(store: LmdbStore) -> Snapshot:
     for key, message_id in rows(store, "pending", str):
         recipient, seq = key[:-9].decode(), int.from_bytes(key[-8:], "big")
         pending_index.add((recipient, seq, message_id))
+    tallies = list(rows(store, "tally", StoredTally))
     return Snapshot(
         sessions={s.session_id: s for _, s in rows(store, "sessions", Session)},
         messages={m.message_id: m for _, m in rows(store, "messages", Message)},
         logs=dict(logs),
-        last_seq={key.decode(): n for key, n in rows(store, "last_seq", int)},
+        last_seq={key.decode(): t.last_event for key, t in tallies},
         pending_index=pending_index,
-        counters={key.decode(): n for key, n in rows(store, "counters", int)},
+        counters={**{key.decode(): n for key, n in rows(store, "counters", int)},
+                  **{counter_name(key, slot): n for key, t in tallies
+                     for slot, n in t.counters.items()}},
     )
 
 

@@ -1,54 +1,128 @@
-"""An LMDB transaction reads and decodes each row once: later reads of a row it already read
-or wrote are answered from the transaction itself, and a savepoint undone forgets them.
+"""An LMDB transaction reads and decodes each row once, and writes each changed row once:
+later reads of a row it already read or wrote are answered from the transaction itself,
+writes reach LMDB when the transaction (or savepoint) ends, and a savepoint undone forgets
+them.
 
-The counts a send costs are pinned here too, so a change that adds store work to the send
-path shows up as a failing number, not as a slower benchmark only."""
+The LMDB reads and writes a send, a claim and a consume cost are pinned here as exact
+numbers, so a change that adds store work to those paths fails here, not only in the bench.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from tests.unit.conftest import World
 from treemail.adapters import lmdb_store
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.core.keys import Table
+from treemail.core.records import Session
+from treemail.core.runs import Request
 from treemail.core.store import WriteTxn
 
 
+@attrs.define
+class Traffic:
+    """Every LMDB point read, write (put or delete) and decode, by table."""
+
+    reads: Counter[str] = attrs.Factory(Counter)
+    writes: Counter[str] = attrs.Factory(Counter)
+    decoded: Counter[tuple[str, bytes]] = attrs.Factory(Counter)
+
+    def clear(self) -> None:
+        for each in (self.reads, self.writes, self.decoded):
+            each.clear()
+
+    def during(self, action: Callable[[], object]) -> Traffic:
+        self.clear()
+        action()
+        return Traffic(Counter(self.reads), Counter(self.writes), Counter(self.decoded))
+
+
 @pytest.fixture
-def decoded(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, bytes]]:
-    """Every (table, key) the LMDB store decodes, counted."""
-    seen: Counter[tuple[str, bytes]] = Counter()
-    original = lmdb_store.decode
+def traffic(monkeypatch: pytest.MonkeyPatch) -> Iterator[Traffic]:
+    seen = Traffic()
+    tables = lmdb_store._LmdbTables
+    fetch, store, decode = tables._fetch, tables._store, lmdb_store.decode
 
-    def decode(kind: Any, raw: bytes, *, db: str, key: bytes) -> Any:
-        seen[(db, bytes(key))] += 1
-        return original(kind, raw, db=db, key=key)
+    def counted_fetch(self: Any, table: Table, key: bytes) -> bytes | None:
+        seen.reads[table] += 1
+        return fetch(self, table, key)
 
-    monkeypatch.setattr(lmdb_store, "decode", decode)
-    return seen
+    def counted_store(self: Any, table: Table, key: bytes, value: object) -> None:
+        seen.writes[table] += 1
+        store(self, table, key, value)
+
+    def counted_decode(kind: Any, raw: bytes, *, db: str, key: bytes) -> Any:
+        seen.decoded[(db, bytes(key))] += 1
+        return decode(kind, raw, db=db, key=key)
+
+    monkeypatch.setattr(tables, "_fetch", counted_fetch)
+    monkeypatch.setattr(tables, "_store", counted_store)
+    monkeypatch.setattr(lmdb_store, "decode", counted_decode)
+    yield seen
 
 
-def test_a_send_decodes_each_row_once(tmp_path: Path, decoded: Counter[tuple[str, bytes]]
-                                      ) -> None:
-    store = LmdbStore.open(tmp_path, sync=False)
+def _tree(store: LmdbStore) -> tuple[World, Session, Session, Session]:
     world = World(store)
     lead = world.root("lead", {"*": "allow"})
     a, b = world.child(lead, "a", {"*": "allow"}), world.child(lead, "b", {"*": "allow"})
     world.activate(b)
-    world.send(world.ctx(lead), b, "pending")  # the inbox counter exists: its read decodes
+    world.send(world.ctx(lead), b, "pending")  # b's tally holds counters already
+    return world, lead, a, b
+
+
+def test_a_send_reads_and_writes_each_row_once(tmp_path: Path, traffic: Traffic) -> None:
+    store = LmdbStore.open(tmp_path, sync=False)
+    world, _, a, b = _tree(store)
     ctx = world.ctx(a)
-    decoded.clear()
-    world.send(ctx, b, "hello")
-    assert decoded and max(decoded.values()) == 1, decoded.most_common(3)
-    # The sender, its run, the recipient (by handle), and the counters and last event seq
-    # that exist; the inbox and pair counters are read by the guards and again by the upkeep.
-    assert {table for table, _ in decoded} == {
-        Table.SESSIONS, Table.RUNS, Table.HANDLES, Table.COUNTERS, Table.LAST_SEQ}
+    sent = traffic.during(lambda: world.send(ctx, b, "hello"))
+    assert max(sent.decoded.values()) == 1, sent.decoded.most_common(3)
+    # Read: the sender and its run, the recipient by its handle, the idempotency entry and
+    # the message record (neither there yet) and the recipient's tally: its message seq,
+    # guard counters and last event seq.
+    assert sent.reads == {Table.SESSIONS: 2, Table.RUNS: 1, Table.HANDLES: 1, Table.REPLAY: 1,
+                          Table.MESSAGES: 1, Table.TALLY: 1}, sent.reads
+    # Written: the message, its pending entry, its accepted event and feed entry, the
+    # idempotency entry, and the recipient's tally once for its four changes.
+    assert sent.writes == {Table.MESSAGES: 1, Table.PENDING: 1, Table.EVENTS: 1, Table.FEED: 1,
+                           Table.REPLAY: 1, Table.TALLY: 1}, sent.writes
+    store.close()
+
+
+def test_a_claim_and_a_consume_write_the_tally_once(tmp_path: Path, traffic: Traffic) -> None:
+    store = LmdbStore.open(tmp_path, sync=False)
+    world, _, a, b = _tree(store)
+    for n in range(4):
+        world.send(world.ctx(a), b, f"note {n}")
+    run = world.activate(b)
+    engine = world.engine
+    requests: list[Request] = []
+    claim = traffic.during(lambda: requests.append(engine.begin_request(b.session_id,
+                                                                         run.run_id)))
+    request = requests[0]
+    assert len(request.deliveries) == 6  # the task, the mail from lead and a's four notes
+    # Six messages admitted and claimed: each message once and its two events; b's run and
+    # tally once however many messages step; the senders' sessions (they name the mail).
+    # Their pending entries are not rewritten: they do not change while mail is pending.
+    assert claim.writes == {Table.MESSAGES: 6, Table.EVENTS: 12, Table.FEED: 12,
+                            Table.RUNS: 1, Table.TALLY: 1}, claim.writes
+    assert claim.reads == {Table.SESSIONS: 3, Table.RUNS: 1, Table.MESSAGES: 6,
+                           Table.TALLY: 1}, claim.reads
+    done = traffic.during(lambda: engine.commit_request(b.session_id, run.run_id,
+                                                        request.request_id))
+    # Consumed: each message and its pending entry dropped, its event, and the ModelOutput
+    # event; the run; and b's tally once (inbox and pair counters down, last event seq up).
+    assert done.writes == {Table.MESSAGES: 6, Table.PENDING: 6, Table.EVENTS: 7, Table.FEED: 7,
+                           Table.RUNS: 1, Table.TALLY: 1}, done.writes
+    assert done.reads == {Table.SESSIONS: 1, Table.RUNS: 1, Table.MESSAGES: 6,
+                          Table.TALLY: 1}, done.reads
+    assert max(done.decoded.values()) == 1, done.decoded.most_common(3)
     store.close()
 
 
@@ -70,8 +144,7 @@ def test_an_undone_savepoint_is_not_read_back(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_row_written_is_read_back_without_lmdb(tmp_path: Path,
-                                                  decoded: Counter[tuple[str, bytes]]) -> None:
+def test_a_row_written_twice_reaches_lmdb_once(tmp_path: Path, traffic: Traffic) -> None:
     store = LmdbStore.open(tmp_path, sync=False)
 
     def work(tx: WriteTxn) -> int:
@@ -79,5 +152,20 @@ def test_a_row_written_is_read_back_without_lmdb(tmp_path: Path,
         return tx.add("n", 3)
 
     assert store.transact(work) == 5
-    assert decoded[(Table.COUNTERS, b"n")] == 0  # absent, then the row it wrote
+    assert traffic.decoded[(Table.COUNTERS, b"n")] == 0  # absent, then the row it wrote
+    assert traffic.writes == {Table.COUNTERS: 1}
+    with store.read() as tx:
+        assert tx.count("n") == 5
+    store.close()
+
+
+def test_a_scan_sees_the_rows_written_before_it(tmp_path: Path) -> None:
+    store = LmdbStore.open(tmp_path, sync=False)
+
+    def work(tx: WriteTxn) -> list[int]:
+        tx.append("s", "first", {})
+        tx.append("s", "second", {})
+        return [event.seq for event in tx.events("s")] + [tx.feed_end()]
+
+    assert store.transact(work) == [1, 2, 2]
     store.close()

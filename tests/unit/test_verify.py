@@ -27,7 +27,7 @@ from treemail.adapters.lmdb_files import DATA_FILE
 from treemail.adapters.lmdb_store import LmdbStore
 from treemail.adapters.verify import main as verify_main
 from treemail.core import keys
-from treemail.core.keys import VALUE_KINDS, Table
+from treemail.core.keys import VALUE_KINDS, Table, Tally
 
 
 def made(directory: Path) -> Path:
@@ -82,8 +82,17 @@ def first(rows: Rows, table: Table) -> tuple[bytes, Any]:
     return next(iter(sorted(rows[table].items())))
 
 
-def _counter(rows: Rows, prefix: str) -> bytes:
-    return next(k for k in sorted(rows[Table.COUNTERS]) if k.startswith(prefix.encode()))
+def _tally(rows: Rows, slot: str, value: int | None) -> tuple[Table, bytes, Tally]:
+    """A session's tally row with its counter at ``slot`` set to ``value`` (None: dropped)."""
+    key, tally = next((k, t) for k, t in sorted(rows[Table.TALLY].items()) if slot in t.counters)
+    counters = {s: n for s, n in tally.counters.items() if s != slot}
+    return Table.TALLY, key, Tally(tally.last_event, counters | ({} if value is None
+                                                                 else {slot: value}))
+
+
+def _last_event_off(rows: Rows) -> tuple[Table, bytes, Tally]:
+    key, tally = next((k, t) for k, t in sorted(rows[Table.TALLY].items()) if t.last_event > 1)
+    return Table.TALLY, key, Tally(1, tally.counters)
 
 
 DAMAGE = {
@@ -94,13 +103,10 @@ DAMAGE = {
     "handle pointing elsewhere": lambda r: (Table.HANDLES, first(r, Table.HANDLES)[0], "other",
                                             "the records say"),
     "tree entry dropped": lambda r: (Table.TREE, first(r, Table.TREE)[0], None, "is missing"),
-    "inbox counter off": lambda r: (Table.COUNTERS, _counter(r, "inbox/"), 9,
-                                    "the pending messages count"),
+    "inbox counter off": lambda r: (*_tally(r, "inbox", 9), "the pending messages count"),
     "sessions counter behind": lambda r: (Table.COUNTERS, b"sessions", 1, "already handed out"),
-    "seq counter dropped": lambda r: (Table.COUNTERS, _counter(r, "seq/"), None,
-                                      "already handed out"),
-    "last_seq off": lambda r: (Table.LAST_SEQ, first(r, Table.LAST_SEQ)[0], 1,
-                               "the records say"),
+    "seq counter dropped": lambda r: (*_tally(r, "seq", None), "already handed out"),
+    "last event seq off": lambda r: (*_last_event_off(r), "the records say"),
     "feed gap": lambda r: (Table.FEED, keys.feed(3), None, "the feed skips"),
     "feed duplicate": lambda r: (Table.FEED, keys.feed(4), r[Table.FEED][keys.feed(1)],
                                  "2 times"),

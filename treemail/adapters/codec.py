@@ -6,7 +6,7 @@ no converter sits between them and the bytes; it is 10 to 30 times faster than t
 library's json plus a converter on our records (`just bench`). The JSON is the same document
 the earlier json-plus-cattrs codec wrote (one object per record, fields by name, enums by
 value; only the key order differs, which JSON ignores), so a store written by it reads as it
-is: the format marker stays ``treemail-store 2`` and nothing is migrated.
+is: the codec change needed no format change (``lmdb_format`` has the ones that did).
 
 JSON keeps stored records readable with ``mdb_dump`` and free of pickle's code execution.
 Decoding is strict (a string field holding ``5`` is an error, not ``"5"``; ``true`` is not an

@@ -1,39 +1,49 @@
-"""The on-disk format of an LMDB store: a marker in its ``meta`` database, and the one upgrade.
+"""The on-disk format of an LMDB store: a marker in its ``meta`` database, and the upgrades.
 
-Format 2 ends every value in a checksum (see ``codec``). Stores written before it carry no
-marker; a writer upgrades such a store in place, in one transaction, by appending the checksum
-to every value it holds (the payloads are already what format 2 stores). A reader never
-writes, so it refuses an old store and says how to upgrade it. A marker naming any other
-format (a newer treemail's) is refused, never guessed at.
+Format 2 ends every value in a checksum (see ``codec``). Format 3 keeps each session's last
+event seq and its tallied counters (``keys.TALLIED``) in one ``tally`` row per session,
+where format 2 had a ``last_seq`` table and those counters in ``counters``. A writer upgrades
+an older store in place, in one transaction, so a failed upgrade leaves it as it was: a store
+without a marker (before checksums) gets its checksums first, then a format 2 store has its
+``last_seq`` rows and tallied counters moved into tally rows, and the ``last_seq`` table is
+dropped. A reader never writes, so it refuses an older store and says how to upgrade it. A
+marker naming any other format (a newer treemail's) is refused, never guessed at.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import lmdb
 
-from treemail.adapters.codec import encode
+from treemail.adapters.codec import decode, encode
+from treemail.core import keys
 from treemail.core.errors import StorageError, StoreFormatUnknown
-from treemail.core.keys import Table
+from treemail.core.keys import Table, Tally
 
-__all__ = ["FORMAT", "META_DB", "settle_format"]
+__all__ = ["EXTRA_DBS", "FORMAT", "META_DB", "check_readable", "settle_format"]
 
 META_DB = b"meta"
 FORMAT_KEY = b"format"
-FORMAT = b"treemail-store 2"
+FORMAT = b"treemail-store 3"
+_TALLY_LESS = b"treemail-store 2"  # last_seq and every counter in their own rows
+_LAST_SEQ_DB = b"last_seq"  # format 2's table, dropped by the upgrade
+# Databases beside the tables an environment must have room for: meta, and during an
+# upgrade the old last_seq.
+EXTRA_DBS = 2
 _Txn: TypeAlias = "lmdb.Transaction[bytes]"
 
 
 def settle_format(env: lmdb.Environment, dbs: Mapping[Table, Any], meta: Any,
-                  directory: Path, *, write: bool, max_map_size: int) -> None:
-    """Check the store's format marker; as a writer, mark a new store and upgrade an old one."""
+                  directory: Path, *, max_map_size: int) -> None:
+    """As the writer: check the store's format marker, mark a new store, upgrade an old one."""
     while True:
         try:
-            with env.begin(write=write) as txn:
-                _settle(txn, dbs, meta, directory, write=write)
+            with env.begin(write=True) as txn:
+                _settle(env, txn, dbs, meta, directory)
             return
         except lmdb.MapFullError:  # the upgrade outgrew the map: grow it and start over
             size = env.info()["map_size"]
@@ -43,26 +53,92 @@ def settle_format(env: lmdb.Environment, dbs: Mapping[Table, Any], meta: Any,
             env.set_mapsize(min(size * 2, max_map_size))
 
 
-def _settle(txn: _Txn, dbs: Mapping[Table, Any], meta: Any, directory: Path, *,
-            write: bool) -> None:
-    marker = None if meta is None else txn.get(FORMAT_KEY, db=meta)
+def check_readable(env: lmdb.Environment, directory: Path) -> None:
+    """As a reader, before opening the tables: refuse any store but the current format, and
+    say how to upgrade an older one (a reader never writes)."""
+    # Handles opened outside a transaction (py-lmdb's own read txn) outlive it, as the
+    # reader's table handles must.
+    meta = _existing(env, META_DB)
+    tables = [_existing(env, name) for name in [*(t.encode() for t in Table), _LAST_SEQ_DB]]
+    with env.begin() as txn:
+        found = None if meta is None else txn.get(FORMAT_KEY, db=meta)
+        marker = None if found is None else bytes(found)
+        if marker == FORMAT:
+            return
+        _refuse_unknown(marker, directory)
+        if marker is None and not any(txn.stat(db)["entries"] for db in tables if db):
+            return  # an empty directory LMDB made: opening the tables says what it lacks
+    what = "predates record checksums" if marker is None else f"has format {marker!r}"
+    raise StoreFormatUnknown(
+        f"the store at {str(directory)!r} {what}, older than this treemail's {FORMAT!r}; "
+        "open it once for writing (any treemail command that runs it) to upgrade it in place",
+        path=str(directory))
+
+
+def _existing(env: lmdb.Environment, name: bytes) -> Any:
+    try:
+        return env.open_db(name, create=False)
+    except lmdb.NotFoundError:
+        return None
+
+
+def _refuse_unknown(marker: bytes | None, directory: Path) -> None:
+    if marker not in (None, FORMAT, _TALLY_LESS):
+        raise StoreFormatUnknown(
+            f"the store at {str(directory)!r} has format {marker!r}; this treemail "
+            f"reads {FORMAT!r} (and upgrades older ones): use the treemail that wrote it",
+            path=str(directory))
+
+
+def _settle(env: lmdb.Environment, txn: _Txn, dbs: Mapping[Table, Any], meta: Any,
+            directory: Path) -> None:
+    marker = txn.get(FORMAT_KEY, db=meta)
+    marker = None if marker is None else bytes(marker)
     if marker == FORMAT:
         return
-    if marker is not None:
-        raise StoreFormatUnknown(
-            f"the store at {str(directory)!r} has format {bytes(marker)!r}; this treemail "
-            f"reads {FORMAT!r} only: use the treemail that wrote it", path=str(directory))
-    legacy = any(txn.stat(db)["entries"] for db in dbs.values())
-    if not write:
-        if legacy:
-            raise StoreFormatUnknown(
-                f"the store at {str(directory)!r} predates record checksums; open it once "
-                "for writing (any treemail command that runs it) to upgrade it in place",
-                path=str(directory))
-        return
-    if legacy:
-        for db in dbs.values():
-            rows = [(bytes(key), bytes(raw)) for key, raw in txn.cursor(db=db)]
-            for key, raw in rows:
-                txn.put(key, encode(raw, key), db=db)  # raw bytes: only the checksum is added
+    _refuse_unknown(marker, directory)
+    if marker is None:
+        if not any(txn.stat(db)["entries"] for db in dbs.values()):
+            txn.put(FORMAT_KEY, FORMAT, db=meta)  # a new store
+            return
+        _add_checksums(env, txn, dbs)
+    _gather_tallies(env, txn, dbs)
     txn.put(FORMAT_KEY, FORMAT, db=meta)
+
+
+def _add_checksums(env: lmdb.Environment, txn: _Txn, dbs: Mapping[Table, Any]) -> None:
+    """Before format 2: the payloads are already what it stores; only the checksum is added."""
+    olds = list(dbs.values())
+    with contextlib.suppress(lmdb.NotFoundError):
+        olds.append(env.open_db(_LAST_SEQ_DB, txn=txn, create=False))
+    for db in olds:
+        rows = [(bytes(key), bytes(raw)) for key, raw in txn.cursor(db=db)]
+        for key, raw in rows:
+            txn.put(key, encode(raw, key), db=db)
+
+
+def _gather_tallies(env: lmdb.Environment, txn: _Txn, dbs: Mapping[Table, Any]) -> None:
+    """Format 2 to 3: last_seq rows and tallied counters become each session's tally row."""
+    last: dict[bytes, int] = {}
+    counters: dict[bytes, dict[str, int]] = {}
+    try:
+        old = env.open_db(_LAST_SEQ_DB, txn=txn, create=False)
+    except lmdb.NotFoundError:
+        old = None
+    if old is not None:
+        for key, raw in txn.cursor(db=old):
+            last[bytes(key)] = decode(int, raw, db=_LAST_SEQ_DB.decode(), key=bytes(key))
+    moved = []
+    for key, raw in txn.cursor(db=dbs[Table.COUNTERS]):
+        place = keys.counter_place(bytes(key).decode())
+        if place is not None:
+            value = decode(int, raw, db=Table.COUNTERS, key=bytes(key))
+            counters.setdefault(place.owner, {})[place.slot] = value
+            moved.append(bytes(key))
+    for key in moved:
+        txn.delete(key, db=dbs[Table.COUNTERS])
+    for owner in last.keys() | counters.keys():
+        tally = Tally(last.get(owner, 0), counters.get(owner, {}))
+        txn.put(owner, encode(tally, owner), db=dbs[Table.TALLY])
+    if old is not None:
+        txn.drop(old, delete=True)

@@ -30,7 +30,7 @@ from treemail.adapters.lmdb_files import (
     OwnerLock,
     check_data_file,
 )
-from treemail.adapters.lmdb_format import META_DB, settle_format
+from treemail.adapters.lmdb_format import EXTRA_DBS, META_DB, check_readable, settle_format
 from treemail.core.errors import (
     OutcomeUnknown,
     StorageError,
@@ -64,9 +64,12 @@ class _LmdbTables:
     instead of committing half.
 
     ``seen`` keeps each row this transaction read or wrote, decoded, so that nothing is read
-    and decoded twice: a send reads its guard counters and then adds to them, and every event
-    appended to a session reads and rewrites its last seq. Writes go through it to LMDB at
-    once, so LMDB stays the truth (scans read it); a savepoint undone forgets it all."""
+    and decoded twice: a send reads its recipient's tally for the guards and then rewrites
+    it. Writes are kept there too and reach LMDB once per row, encoded, when ``flush`` runs:
+    before a scan or a count of their table (LMDB answers those), before a savepoint opens or
+    ends, and before the commit. So a row a send changes four times (the tally: the message
+    seq, two guard counters, the last event seq) is one put. A savepoint undone forgets it
+    all; its rows were never flushed into its parent."""
 
     map_full = False
 
@@ -74,20 +77,27 @@ class _LmdbTables:
         self.stack = stack
         self._dbs = dbs
         self.seen: dict[tuple[Table, bytes], Any] = {}
+        self.dirty: dict[Table, dict[bytes, None]] = {}  # per table, the unflushed keys
 
     def get(self, table: Table, key: bytes) -> Any:
         found = self.seen.get((table, key), _UNSEEN)
         if found is not _UNSEEN:
             return found
-        try:
-            raw = self.stack[-1].get(key, db=self._dbs[table])
-        except lmdb.Error as exc:
-            raise _failure(exc, f"read {table}") from exc
+        raw = self._fetch(table, key)
         found = None if raw is None else decode(VALUE_KINDS[table], raw, db=table, key=key)
         self.seen[(table, key)] = found
         return found
 
+    def _fetch(self, table: Table, key: bytes) -> bytes | None:
+        """One point read from LMDB: every read of a row not seen yet, and only those."""
+        try:
+            raw: bytes | None = self.stack[-1].get(key, db=self._dbs[table])
+        except lmdb.Error as exc:
+            raise _failure(exc, f"read {table}") from exc
+        return raw
+
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
+        self._flush_table(table)
         rows: list[tuple[bytes, Any]] = []
         kind = VALUE_KINDS[table]
         try:
@@ -103,6 +113,7 @@ class _LmdbTables:
         return rows
 
     def size(self, table: Table) -> int:
+        self._flush_table(table)
         try:
             entries: int = self.stack[-1].stat(self._dbs[table])["entries"]
         except lmdb.Error as exc:
@@ -110,20 +121,30 @@ class _LmdbTables:
         return entries
 
     def put(self, table: Table, key: bytes, value: object) -> None:
-        self._write(table, key, encode(value, key))
         self.seen[(table, key)] = value
+        self.dirty.setdefault(table, {})[key] = None
 
     def delete(self, table: Table, key: bytes) -> None:
-        self._write(table, key, None)
-        self.seen[(table, key)] = None
+        self.put(table, key, None)
 
-    def _write(self, table: Table, key: bytes, raw: bytes | None) -> None:
-        txn, db = self.stack[-1], self._dbs[table]
+    def flush(self) -> None:
+        """Write every changed row to the innermost LMDB transaction."""
+        for table in list(self.dirty):
+            self._flush_table(table)
+
+    def forget(self) -> None:
+        """Drop what this transaction read and wrote (its savepoint was undone)."""
+        self.seen.clear()
+        self.dirty.clear()
+
+    def _flush_table(self, table: Table) -> None:
+        keys = self.dirty.pop(table, None)
+        if not keys:
+            return
+        seen = self.seen
         try:
-            if raw is None:
-                txn.delete(key, db=db)
-            else:
-                txn.put(key, raw, db=db)
+            for key in keys:
+                self._store(table, key, seen[(table, key)])
         except lmdb.MapFullError:  # a delete can split pages too
             self.map_full = True
             raise
@@ -131,6 +152,14 @@ class _LmdbTables:
             raise _disk_full(exc) from exc
         except lmdb.Error as exc:
             raise _failure(exc, f"write {table}") from exc
+
+    def _store(self, table: Table, key: bytes, value: object) -> None:
+        """One write to LMDB (None deletes): at most one per changed row and flush."""
+        txn, db = self.stack[-1], self._dbs[table]
+        if value is None:
+            txn.delete(key, db=db)
+        else:
+            txn.put(key, encode(value, key), db=db)
 
 
 class _LmdbTxn(Indexed):
@@ -147,6 +176,7 @@ class _LmdbTxn(Indexed):
         # so this object reads and writes through the child until the block ends: both the
         # yielded txn and the outer name keep working, exactly as with MemoryStore.
         stack = self.tables.stack
+        self.tables.flush()  # into the parent, which the child must leave untouched
         try:
             child = self._env.begin(write=True, parent=stack[-1])
         except lmdb.Error as exc:
@@ -154,10 +184,11 @@ class _LmdbTxn(Indexed):
         stack.append(child)
         try:
             yield self
+            self.tables.flush()
         except BaseException:
             stack.pop()
             _abort(child)
-            self.tables.seen.clear()  # it may hold rows of the undone block
+            self.tables.forget()  # it may hold rows of the undone block
             raise
         stack.pop()
         _commit(child, self.tables)
@@ -181,7 +212,7 @@ def _abort(txn: _Txn) -> None:
 
 def _lmdb_open(directory: Path, **options: object) -> lmdb.Environment:
     try:
-        return lmdb.open(str(directory), max_dbs=len(Table) + 1, subdir=True, create=False,
+        return lmdb.open(str(directory), max_dbs=len(Table) + EXTRA_DBS, subdir=True, create=False,
                          **options)  # type: ignore[arg-type]
     except lmdb.Error as exc:
         raise StorageError(f"cannot open the store at {str(directory)!r}: {exc}",
@@ -328,8 +359,7 @@ class LmdbStore:
             # pin old pages; clear them so the file does not grow behind dead readers.
             env.reader_check()
             dbs = _open_tables(env, directory, write=True)
-            settle_format(env, dbs, env.open_db(META_DB), directory, write=True,
-                          max_map_size=max_map_size)
+            settle_format(env, dbs, env.open_db(META_DB), directory, max_map_size=max_map_size)
         except BaseException:
             owner.release()
             raise
@@ -343,16 +373,12 @@ class LmdbStore:
         # recycling pages under our reads (that table is shared memory, not the store).
         locked = (directory / LOCK_FILE).exists()
         env = _lmdb_open(directory, map_size=header.map_size, readonly=True, lock=locked)
-        dbs = _open_tables(env, directory, write=False)
         try:
-            meta = env.open_db(META_DB, create=False)
-        except lmdb.NotFoundError:
-            meta = None  # a store from before format markers
-        try:
-            settle_format(env, dbs, meta, directory, write=False, max_map_size=header.map_size)
+            check_readable(env, directory)
         except BaseException:
             env.close()
             raise
+        dbs = _open_tables(env, directory, write=False)
         return cls(env, dbs, header.map_size)
 
     @contextmanager
@@ -424,6 +450,7 @@ class LmdbStore:
         writes = _LmdbTxn(self._env, txn, self._dbs)
         try:
             result = work(writes)
+            writes.tables.flush()
             if not writes.tables.map_full:
                 self._commit_outer(txn, writes.tables)
                 return result

@@ -3,9 +3,9 @@
 A read-only pass over one consistent snapshot (it runs beside a live writer and never writes).
 Each table is read raw and decoded, so one damaged record is reported by database and key and
 the rest are still checked. Then every index is rebuilt from the records with the key layout
-of ``treemail.core.keys`` and compared with what is stored: tree, handles, pending, last_seq,
-the feed, the guard counters (recounted from the pending messages) and the numbering counters
-(never behind the records they number). Any difference is damage.
+of ``treemail.core.keys`` and compared with what is stored: tree, handles, pending, each
+tally's last event seq, the feed, the guard counters (recounted from the pending messages)
+and the numbering counters (never behind the records they number). Any difference is damage.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from treemail.adapters.lmdb_store import LmdbStore
 from treemail.core import keys
 from treemail.core.errors import StorageError
 from treemail.core.guards import inbox_counter, pair_counter
-from treemail.core.keys import VALUE_KINDS, Table
+from treemail.core.keys import VALUE_KINDS, Table, Tally
 from treemail.core.records import Event, Message, Owner, Run, SendResult, Session
 
 __all__ = ["Report", "main", "verify"]
@@ -122,7 +122,9 @@ def _check_events(t: Mapping[Table, dict[bytes, Any]], report: Report) -> None:
         if sorted(seqs) != list(range(1, len(seqs) + 1)):
             report.damage(Table.EVENTS, keys.events_of(session_id), "the log has gaps")
     last_seq = {keys.identity(sid): max(seqs) for sid, seqs in logs.items()}
-    _compare(Table.LAST_SEQ, t[Table.LAST_SEQ], last_seq, report)
+    kept = {key: tally.last_event for key, tally in _typed(t[Table.TALLY], Tally)
+            if tally.last_event}
+    _compare(Table.TALLY, kept, last_seq, report)
     feed = t[Table.FEED]
     for number, key in enumerate(sorted(feed), start=1):
         if keys.feed_number(key) != number:
@@ -140,6 +142,9 @@ def _check_events(t: Mapping[Table, dict[bytes, Any]], report: Report) -> None:
 
 def _check_counters(t: Mapping[Table, dict[bytes, Any]], report: Report) -> None:
     stored = {key.decode(errors="replace"): n for key, n in t[Table.COUNTERS].items()}
+    stored |= {keys.counter_name(owner, slot): n
+               for owner, tally in _typed(t[Table.TALLY], Tally)
+               for slot, n in tally.counters.items()}
     guards: Counter[str] = Counter()
     for _, m in _typed(t[Table.MESSAGES], Message):
         if m.pending and m.owner is Owner.AGENT and m.sender is not None:
@@ -148,15 +153,19 @@ def _check_counters(t: Mapping[Table, dict[bytes, Any]], report: Report) -> None
     kept = {name: n for name, n in stored.items() if name.startswith(("inbox/", "pair/"))}
     for name in sorted(kept.keys() | guards.keys()):
         if kept.get(name, 0) != guards.get(name, 0):
-            report.damage(Table.COUNTERS, name.encode(), f"holds {kept.get(name, 0)}, the "
+            report.damage(_kept_in(name), name.encode(), f"holds {kept.get(name, 0)}, the "
                           f"pending messages count {guards.get(name, 0)}")
     for name, floor in _floors(t).items():
         if stored.get(name, 0) < floor:
-            report.damage(Table.COUNTERS, name.encode(), f"holds {stored.get(name, 0)}, below "
+            report.damage(_kept_in(name), name.encode(), f"holds {stored.get(name, 0)}, below "
                           f"the {floor} already handed out")
     for name, value in stored.items():
         if value == 0:
-            report.damage(Table.COUNTERS, name.encode(), "a counter at 0 is never kept")
+            report.damage(_kept_in(name), name.encode(), "a counter at 0 is never kept")
+
+
+def _kept_in(name: str) -> Table:
+    return Table.COUNTERS if keys.counter_place(name) is None else Table.TALLY
 
 
 def _floors(t: Mapping[Table, dict[bytes, Any]]) -> dict[str, int]:

@@ -7,6 +7,11 @@ rebuild every index from the records with the same functions that wrote it.
 Index keys put the owner first and a big-endian number last, so byte order is the order the
 Store port promises and every read is a point lookup or a prefix range over one owner's rows.
 
+A session's tally row keeps the numbers one send reads and writes together: the seq of the
+session's last event, and the counters named ``<kind>/.../<session id>`` for the kinds in
+``TALLIED`` (its next message seq, its pending agent mail, and per sender the pair's pending
+mail). A send reads that one row and writes it once, instead of four counter and last-seq rows.
+
 Why a NUL separator: key parts are UUIDs, handles and tool-call ids, none of which contains
 NUL (UTF-8 never yields a 0 byte for anything but U+0000, which is refused). So ``id + SEP``
 is a prefix no other id's keys share, and ids of any length stay possible up to ``MAX_KEY``.
@@ -18,6 +23,8 @@ import enum
 import functools
 from collections.abc import Mapping
 
+import attrs
+
 from treemail.core.errors import StorageError
 from treemail.core.records import Approval, Event, IdempotencyKey, Message, Run, SendResult, Session
 
@@ -25,9 +32,14 @@ __all__ = [
     "MAX_KEY",
     "SEP",
     "SEQ_LIMIT",
+    "TALLIED",
     "VALUE_KINDS",
+    "CounterPlace",
     "Table",
+    "Tally",
     "counter",
+    "counter_name",
+    "counter_place",
     "event",
     "event_seq",
     "events_of",
@@ -56,9 +68,19 @@ class Table(enum.StrEnum):
     TREE = "tree"  # root + SEP + ordinal -> session id
     HANDLES = "handles"  # root + SEP + handle -> live session id
     PENDING = "pending"  # recipient + SEP + seq -> message id, while the message is pending
-    COUNTERS = "counters"  # name -> int, never 0
-    LAST_SEQ = "last_seq"  # session id -> the seq of its last event
+    COUNTERS = "counters"  # name -> int, never 0 (every counter not kept in a tally)
+    TALLY = "tally"  # session id -> Tally: its last event seq and its TALLIED counters
     FEED = "feed"  # number (from 1, dense) -> the event's key
+
+
+@attrs.frozen
+class Tally:
+    """A session's tally row: the seq of its last event, and its ``TALLIED`` counters by slot
+    (the counter's name without its final ``/<session id>``), none of them 0. Replaced whole
+    on every change, never mutated: a forked MemoryStore shares it with its twin."""
+
+    last_event: int = 0
+    counters: dict[str, int] = attrs.field(factory=dict)
 
 
 # What each table's values are; ``bytes`` is a raw key of another table.
@@ -73,7 +95,7 @@ VALUE_KINDS: Mapping[Table, type[object]] = {
     Table.HANDLES: str,
     Table.PENDING: str,
     Table.COUNTERS: int,
-    Table.LAST_SEQ: int,
+    Table.TALLY: Tally,
     Table.FEED: bytes,
 }
 
@@ -111,6 +133,35 @@ def _owned(owner: str) -> bytes:
 
 
 counter = identity
+
+# The counter kinds kept in the tally of the session their name ends with (see above).
+TALLIED = ("seq/", "inbox/", "pair/")
+
+
+@attrs.frozen
+class CounterPlace:
+    """Where a tallied counter is kept: the owner's tally key, and its slot in that row."""
+
+    owner: bytes
+    slot: str
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def counter_place(name: str) -> CounterPlace | None:
+    """The tally row and slot of counter ``name``, or None when the counters table keeps it.
+    The owner is the text after the name's last ``/``, so ``slot + "/" + owner`` is the name
+    again (``counter_name``): every name has one place, whatever its ids hold."""
+    if not name.startswith(TALLIED):
+        return None
+    slot, _, owner = name.rpartition("/")
+    if not owner:
+        return None
+    return CounterPlace(identity(owner), slot)
+
+
+def counter_name(owner: bytes, slot: str) -> str:
+    """The name of the counter at ``slot`` of ``owner``'s tally: ``counter_place`` undone."""
+    return f"{slot}/{owner.decode()}"
 
 
 def tree_of(root: str) -> bytes:

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from treemail.core import keys
 from treemail.core.errors import StorageError, StoreClosed, StoreDamaged
-from treemail.core.keys import Table
+from treemail.core.keys import Table, Tally
 from treemail.core.records import (
     Approval,
     Event,
@@ -113,6 +113,9 @@ class Tables(Protocol):
     def size(self, table: Table) -> int: ...
 
 
+_NO_TALLY = Tally()
+
+
 def _lookup_key(build: Callable[[Any], bytes], part: Any) -> bytes | None:
     """The key ``build`` makes of ``part`` for a read, or None when no store could hold it."""
     try:
@@ -182,9 +185,25 @@ class Indexed:
         return (self._follow(Table.MESSAGES, keys.identity(mid)) for _, mid in ids)
 
     def count(self, name: str) -> int:
-        key = _lookup_key(keys.counter, name)  # a name no store could key was never counted
+        try:
+            place = keys.counter_place(name)
+        except (StorageError, UnicodeEncodeError):
+            return 0  # a name no store could key was never counted
+        if place is not None:
+            return self._tally(place.owner).counters.get(place.slot, 0)
+        key = _lookup_key(keys.counter, name)
         value: int = (self._t.get(Table.COUNTERS, key) if key else None) or 0
         return value
+
+    def _tally(self, owner: bytes) -> Tally:
+        found: Tally | None = self._t.get(Table.TALLY, owner)
+        return _NO_TALLY if found is None else found
+
+    def _put_tally(self, owner: bytes, tally: Tally) -> None:
+        if tally.last_event or tally.counters:
+            self._t.put(Table.TALLY, owner, tally)
+        else:
+            self._t.delete(Table.TALLY, owner)
 
     def recall(self, key: IdempotencyKey) -> SendResult | None:
         raw = _lookup_key(keys.replay, key)  # nor was a call whose ids no store could key
@@ -235,14 +254,22 @@ class Indexed:
         self._t.put(Table.RUNS, keys.identity(run.run_id), run)
 
     def put_message(self, message: Message) -> None:
-        self._t.put(Table.MESSAGES, keys.identity(message.message_id), message)
-        key = keys.pending(message.recipient, message.seq)
-        if message.pending:
-            self._t.put(Table.PENDING, key, message.message_id)
-        else:
-            self._t.delete(Table.PENDING, key)
+        record = keys.identity(message.message_id)
+        # The pending entry never changes while the message is pending (a message never
+        # becomes pending again), so it is written when the message is new and dropped when
+        # it stops pending: not rewritten at every step. A step read the message already.
+        old: Message | None = self._t.get(Table.MESSAGES, record)
+        self._t.put(Table.MESSAGES, record, message)
+        if message.pending and old is None:
+            self._t.put(Table.PENDING, keys.pending(message.recipient, message.seq),
+                        message.message_id)
+        elif not message.pending and (old is None or old.pending):
+            self._t.delete(Table.PENDING, keys.pending(message.recipient, message.seq))
 
     def add(self, name: str, delta: int) -> int:
+        place = keys.counter_place(name)
+        if place is not None:
+            return self._add_tallied(place, delta)
         value = self.count(name) + delta
         if value:
             self._t.put(Table.COUNTERS, keys.counter(name), value)
@@ -250,15 +277,27 @@ class Indexed:
             self._t.delete(Table.COUNTERS, keys.counter(name))
         return value
 
+    def _add_tallied(self, place: keys.CounterPlace, delta: int) -> int:
+        tally = self._tally(place.owner)
+        counters = dict(tally.counters)  # a new row: the stored one may be shared (fork)
+        value = counters.pop(place.slot, 0) + delta
+        if value:
+            counters[place.slot] = value
+        self._put_tally(place.owner, Tally(tally.last_event, counters))
+        return value
+
     def remember(self, key: IdempotencyKey, result: SendResult) -> None:
         self._t.put(Table.REPLAY, keys.replay(key), result)
 
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
-        # last_seq makes the next number an O(1) lookup instead of a seek to the log's end.
-        seq: int = (self._t.get(Table.LAST_SEQ, keys.identity(session_id)) or 0) + 1
+        # The tally's last seq makes the next number an O(1) lookup, not a seek to the log's
+        # end; a send rewrites that row anyway (its counters), so the number costs no write.
+        owner = keys.identity(session_id)
+        tally = self._tally(owner)
+        seq = tally.last_event + 1
         event = Event(session_id, seq, kind, dict(data))
         key = keys.event(session_id, seq)
-        self._t.put(Table.LAST_SEQ, keys.identity(session_id), seq)
+        self._put_tally(owner, Tally(seq, tally.counters))
         self._t.put(Table.EVENTS, key, event)
         self._t.put(Table.FEED, keys.feed(self.feed_end() + 1), key)
         return event
