@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from textual.widgets import DataTable, Tree
 
 from tests.tui.conftest import assert_snapshot, until
 from treemail.adapters.cli import main
-from treemail.adapters.tui.app import TreemailTui, pane_text
+from treemail.adapters.tui.app import MATCH, TreemailTui, pane_text
 from treemail.adapters.tui.sources import StoreSource, choose
 from treemail.core.errors import InvalidRequest
 
@@ -82,6 +84,35 @@ def test_search_moves_to_the_matching_rows(demo_store: Path) -> None:
     assert all(row.startswith("consumed ") for row in (first, second, third))
     assert len({first, second, third}) == 3
     assert status.startswith("match 4 of ")
+
+
+def test_search_marks_every_match_and_a_new_search_unmarks_the_old(demo_store: Path) -> None:
+    def marked(table: DataTable[Any]) -> dict[str, list[str]]:
+        """Each row's text: the parts marked as matches."""
+        cells = [table.get_row_at(i)[-1] for i in range(table.row_count)]
+        return {cell.plain: [cell.plain[span.start:span.end] for span in cell.spans
+                             if span.style == MATCH] for cell in cells}
+
+    async def scenario() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        app = TreemailTui(StoreSource(demo_store))
+        async with app.run_test(size=(150, 40)) as pilot:
+            await until(app.ready.is_set, pilot.pause, "the replay loaded")
+            table = app.query_one("#transcript", DataTable)
+            await pilot.press("slash", *"TOKENIZER", "enter")
+            first = marked(table)
+            await pilot.press("slash", *["backspace"] * 9, *"steer", "enter")
+            return first, marked(table)
+
+    first, second = asyncio.run(scenario())
+    hits = {text: parts for text, parts in first.items() if parts}
+    assert hits and all("tokenizer" in text.lower() for text in hits)
+    assert all(parts == re.findall("tokenizer", text, re.IGNORECASE)
+               for text, parts in hits.items())  # each match, case ignored, and only those
+    assert not [text for text, parts in first.items() if "tokenizer" in text.lower()
+                and not parts]
+    assert {text for text, parts in second.items() if parts} == {
+        text for text in second if "steer" in text.lower()}
+    assert not any("tokenizer" in part.lower() for parts in second.values() for part in parts)
 
 
 def test_a_replay_refuses_to_answer_an_approval(demo_store: Path) -> None:

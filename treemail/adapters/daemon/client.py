@@ -99,6 +99,8 @@ class DaemonClient:
         return result
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        if self._reading.done():  # no answer could ever be read
+            raise ConnectionError("the daemon closed the connection")
         id = next(self._ids)
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[id] = answer
@@ -132,12 +134,31 @@ class DaemonClient:
         await self.writer.drain()
 
     async def next_notification(self, method: str | None = None,
-                                timeout: float = 10.0) -> Notification:
+                                timeout: float | None = 10.0) -> Notification:
+        """The next notification (of ``method``), waiting up to ``timeout`` seconds (None:
+        no limit); ``ConnectionError`` once the connection is closed and every notification
+        it brought has been taken, so a watcher never waits on a daemon that is gone."""
         async with asyncio.timeout(timeout):
             while True:
-                note = await self.notifications.get()
+                note = await self._notification()
                 if method is None or note.method == method:
                     return note
+
+    async def _notification(self) -> Notification:
+        while True:
+            if self.notifications.empty() and self._reading.done():
+                raise ConnectionError("the daemon closed the connection")
+            taking = asyncio.ensure_future(self.notifications.get())
+            try:
+                await asyncio.wait((taking, self._reading),
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not taking.done():  # a cancelled get takes nothing off the queue
+                    taking.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await taking
+            if not taking.cancelled():
+                return taking.result()
 
     async def close(self) -> None:
         self._reading.cancel()

@@ -270,32 +270,29 @@ def view_row(view: dict[str, Any], names: dict[str, str]) -> Row:
     return event_row(event, lambda sid: names.get(sid or "", sid or "?"))
 
 
-async def _print_events(client: DaemonClient, sub: dict[str, Any], until: int | None) -> None:
+async def _tail(client: DaemonClient, args: argparse.Namespace) -> int:
     from treemail.adapters.console import console, print_row
 
-    out = console()
-    names = await _names(client)
-    while True:
-        note = await client.next_notification("events/event", timeout=3600)
-        view = note.params["event"]
-        if view["kind"] == EventKind.SESSION_CREATED or view["session_id"] not in names:
-            names = await _names(client)
-        print_row(view_row(view, names), out)
-        if until is not None and view["number"] >= until:
-            return
-
-
-async def _tail(client: DaemonClient, args: argparse.Namespace) -> int:
     head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
-    sub = await client.call("events.subscribe", {"after": head, "session_id": args.session})
+    await client.call("events.subscribe", {"after": head, "session_id": args.session})
     # On stderr, so the rows on stdout stay the feed alone; it says tail is now following.
     print(f"treemail tail: following the feed after #{head}; Ctrl-C stops", file=sys.stderr,
           flush=True)
+    out, shown = console(), head
     try:
-        await _print_events(client, sub, None)
-    except (ConnectionError, TimeoutError):
-        return 0
-    return 0
+        names = await _names(client)
+        while True:  # an idle feed is followed for as long as it takes
+            view = (await client.next_notification("events/event", timeout=None)).params[
+                "event"]
+            if view["kind"] == EventKind.SESSION_CREATED or view["session_id"] not in names:
+                names = await _names(client)
+            print_row(view_row(view, names), out)
+            shown = view["number"]
+    except ConnectionError:  # the daemon stopped, or died: say so, never wait on it
+        print(f"treemail tail: the daemon closed the connection after #{shown}: it stopped "
+              "or died; start it again with `treemail daemon`, then tail again",
+              file=sys.stderr, flush=True)
+        return 1
 
 
 async def _replay(client: DaemonClient, args: argparse.Namespace) -> int:

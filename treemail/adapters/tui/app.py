@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -30,9 +31,10 @@ from treemail.core import events
 from treemail.core.errors import TreemailError
 from treemail.core.records import Event
 
-__all__ = ["ALL", "TreemailTui", "main", "pane_text", "screen_text"]
+__all__ = ["ALL", "MATCH", "TreemailTui", "main", "pane_text", "screen_text"]
 
 ALL = ""  # the tree's root: the transcript pane shows every session's rows
+MATCH = "bold black on yellow"  # a search match within a transcript row
 
 _APPROVAL_KINDS = (events.ApprovalRequested, events.ApprovalAnswered)
 
@@ -174,12 +176,20 @@ class TreemailTui(App[None]):
     def _show_row(self, row: Row) -> None:
         table = self.query_one("#transcript", DataTable)
         if row.key in table.rows:
-            table.update_cell(row.key, table.ordered_columns[2].key, styled_text(row))
+            table.update_cell(row.key, table.ordered_columns[2].key, self._cell(row))
         else:
             following = table.cursor_row >= table.row_count - 1  # on the last row: follow
-            table.add_row(row.who, str(row.seq), styled_text(row), key=row.key)
+            table.add_row(row.who, str(row.seq), self._cell(row), key=row.key)
             if following:
                 table.move_cursor(row=table.row_count - 1)
+
+    def _cell(self, row: Row) -> Text:
+        """The row's text, with every match of the search marked (rows that arrive or
+        change later are marked too)."""
+        text = styled_text(row)
+        if self.query_text:
+            text.highlight_words([self.query_text], MATCH, case_sensitive=False)
+        return text
 
     def _rows(self) -> list[Row]:
         """The transcript pane's rows: the selected session's, or every session's."""
@@ -190,7 +200,11 @@ class TreemailTui(App[None]):
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
         self.query_text = message.value.strip()
-        self.query_one("#transcript", DataTable).focus()
+        table = self.query_one("#transcript", DataTable)
+        table.focus()
+        for row in self._rows():  # mark the new query's matches, unmark the old one's
+            if row.key in table.rows:
+                table.update_cell(row.key, table.ordered_columns[2].key, self._cell(row))
         self.action_next_match(start=0)
 
     def action_next_match(self, start: int | None = None) -> None:
