@@ -9,9 +9,10 @@ default:
 demo *ARGS:
     {{python}} -m treemail demo {{ARGS}}
 
-# Everything CI runs: lint, strict types, the bindings check, and the fast test suite.
+# Everything CI runs: lint, strict types, the bindings check, and the fast test suite, spread
+# over one pytest-xdist worker per core (every test owns its temp dirs, sockets and ports).
 test: lint check-bindings
-    {{python}} -m pytest tests --ignore=tests/deep
+    {{python}} -m pytest tests --ignore=tests/deep -n auto --dist worksteal
 
 # ruff, and mypy --strict over the package and the benchmarks.
 lint:
