@@ -21,8 +21,8 @@ def slow_daemon(data: Path, delay: float = 0.5) -> DaemonProcess:
     """A daemon over ``data`` whose every model turn takes ``delay`` seconds (so a client can
     steer a run in flight)."""
     (data / "config.toml").write_text(f"[daemon.scripted]\ndelay = {delay}\n")
-    # From the agents directory, not session.create's agent_doc: a doc given on the wire is
-    # not known to a restarted daemon, whose actors would then fail.
+    # From the agents directory, as an operator would install it (a doc given on the wire
+    # is kept too: tests/daemon/test_registered.py).
     (data / "agents").mkdir(exist_ok=True)
     (data / "agents" / "lead.md").write_text(LEAD)
     return DaemonProcess(data)

@@ -6,11 +6,13 @@ store, and a read never blocks the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
 from treemail import __name__ as _package
 from treemail.adapters.agent_docs import build_agents
+from treemail.adapters.daemon import registered
 from treemail.adapters.daemon.connection import Connection
 from treemail.adapters.models import ToolCall
 from treemail.core.agents import AgentDoc, parse_agent_doc
@@ -29,6 +31,7 @@ from treemail.protocol.methods import METHODS, NOTIFICATIONS, PROTOCOL_VERSION
 
 if TYPE_CHECKING:
     from treemail.adapters.daemon.server import Daemon, Handler
+    from treemail.adapters.runtime import Agent
 
 __all__ = ["SERVER_NAME", "install", "message_view", "session_view"]
 
@@ -112,22 +115,26 @@ class Methods:
         if (p.agent is None) == (p.agent_doc is None):
             raise InvalidRequest("session.create takes exactly one of agent (a known agent's "
                                  "name) and agent_doc (an agent doc's text)")
-        # Every doc is parsed before any is registered: a bad one changes nothing.
+        # Every doc is parsed, and every agent built, before any is kept or registered: a
+        # bad one changes nothing.
+        texts = [*p.agent_docs, *([p.agent_doc] if p.agent_doc is not None else [])]
         docs = [parse_agent_doc(text, source=f"session.create agent_docs[{index}]")
                 for index, text in enumerate(p.agent_docs)]
         if p.agent_doc is not None:
             docs.append(parse_agent_doc(p.agent_doc, source="session.create agent_doc"))
-        self._register(docs)
+        built = build_agents({doc.spec.name: doc for doc in docs}, self.daemon.model_for)
         name = p.agent if p.agent is not None else docs[-1].spec.name
-        if name not in self.rt.agents:
+        if name not in self.rt.agents and name not in built:
             raise InvalidRequest(f"no agent {name!r}; known agents: "
-                                 f"{', '.join(sorted(self.rt.agents))}", agent=name)
+                                 f"{', '.join(sorted({*self.rt.agents, *built}))}", agent=name)
+        if docs and self.daemon.registered is not None:  # kept before used: see registered.py
+            await asyncio.to_thread(registered.save, self.daemon.registered,
+                                    list(zip(docs, texts, strict=True)))
+        self._register(docs, built)
         return session_view(await self.rt.create_root(name))
 
-    def _register(self, docs: list[AgentDoc]) -> None:
-        """Add (or replace) the agents the docs define, with the daemon's model; all built
-        before any is added."""
-        built = build_agents({doc.spec.name: doc for doc in docs}, self.daemon.model_for)
+    def _register(self, docs: list[AgentDoc], built: dict[str, Agent]) -> None:
+        """Add (or replace) the agents the docs define, built with the daemon's model."""
         tool_agents = self.rt.tools.agents
         assert isinstance(tool_agents, dict)  # the runtime built it as a dict of specs
         for doc in docs:

@@ -2,9 +2,10 @@
 
 The data directory holds ``store/`` (the LMDB store, whose owner lock is the daemon's hold
 on the directory: see ``lock.py``), ``daemon.sock``, ``daemon.token`` (once ``--tcp`` was
-used; see ``tcp.py``), an optional ``config.toml`` and an optional ``agents/`` directory of
-agent docs. The config's ``[messaging]`` table sets the limits; ``[daemon] model`` names the
-model adapter:
+used; see ``tcp.py``), an optional ``config.toml``, an optional ``agents/`` directory of
+agent docs, and ``registered-agents/``, the docs clients defined (``registered.py``).
+The config's ``[messaging]`` table sets the limits; ``[daemon] model`` names the model
+adapter:
 
 * ``scripted`` (the default): a deterministic agent that delegates, steers and answers its
   mail as its agent doc's directives say (``scripted.py``), so a daemon's tree converses with
@@ -28,6 +29,7 @@ from typing import Any
 import attrs
 
 from treemail.adapters.agent_docs import build_agents, load_agent_docs
+from treemail.adapters.daemon import registered
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.feeds import FeedSignal, Subscriptions, WireGate
 from treemail.adapters.daemon.handlers import install
@@ -103,6 +105,7 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
         settings = Settings.load(data_dir)
         agents_dir = data_dir / "agents"
         docs = load_agent_docs(agents_dir) if agents_dir.is_dir() else {}
+        docs.update(registered.load(data_dir / registered.REGISTERED_DIR))  # later: over them
     except BaseException:
         store.close()
         raise
@@ -111,6 +114,7 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
                       settings.messaging, plugins=[signal, gate], feed_interval=0.02)
     daemon = Daemon(runtime, store, settings.model_for, Subscriptions(runtime, signal),
                     limits)
+    daemon.registered = data_dir / registered.REGISTERED_DIR
     gate.connections = lambda: daemon.connections
     install(daemon)
     await runtime.start()

@@ -65,6 +65,8 @@ class Daemon:
         self.model_for = model_for
         self.store = store
         self.limits = limits or Limits()
+        # Where agent docs defined over the wire are kept (registered.py); None: in memory.
+        self.registered: Path | None = None
         self.handlers: dict[str, Handler] = {}
         self.connections: set[Connection] = set()
         self.stopping = False
