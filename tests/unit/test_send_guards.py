@@ -5,6 +5,8 @@ Every refusal goes through ``_refused``, which also proves the store is exactly 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 
 import attrs
@@ -12,8 +14,9 @@ import pytest
 
 from tests.unit.conftest import World, arguments
 from treemail.core.errors import InvalidRequest, TreemailError
+from treemail.core.guards import SendArguments
 from treemail.core.records import Mode, Owner, RecipientState, Session, ToolContext
-from treemail.core.sending import grant_counter
+from treemail.core.sending import arguments_digest, grant_counter
 
 PEER_RULES = {"parent": "allow", "sibling": "allow", "child": "allow"}
 UNKNOWN_UUID = "12345678-9abc-4def-8123-456789abcdef"
@@ -739,3 +742,13 @@ def test_a_call_id_is_bounded_in_bytes_not_characters(
 def test_a_call_id_of_256_bytes_is_accepted(world: World, fam: Family) -> None:
     ctx = ToolContext(fam.a.session_id, world.activate(fam.a).run_id, "é" * 128)
     world.engine.send_message(ctx, arguments(fam.b))
+
+
+@pytest.mark.parametrize("body", ["plain", "naïve 日本 \U0001f600", "lone \ud800 surrogate",
+                                  'quote " backslash \\ tab \t nl \n'])
+def test_the_arguments_digest_is_the_one_earlier_versions_stored(body: str) -> None:
+    """Stored results carry the digest of their call: sha256 of json.dumps([to, body,
+    mode]), the same bytes whatever builds it, or a retry of an old call would conflict."""
+    args = SendArguments(to="peer_1", body=body, mode=Mode.QUEUE)
+    expected = hashlib.sha256(json.dumps([args.to, body, "queue"]).encode()).hexdigest()
+    assert arguments_digest(args) == expected

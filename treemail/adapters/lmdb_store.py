@@ -13,6 +13,7 @@ must not hold ``read()`` open across its own ``transact``: growing the map would
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -56,6 +57,18 @@ def _failure(exc: lmdb.Error, doing: str) -> StorageError:
 
 _UNSEEN: Any = object()
 
+# Tables whose rows every send reads and few operations change: the sender and recipient
+# sessions and the sending run. Their decoded records are kept across transactions by the
+# exact stored bytes, so a row read again unchanged is not checksummed and decoded again,
+# while a changed or damaged row (other bytes) is decoded, and checked, afresh. The records
+# are frozen, so sharing one between transactions is safe.
+_STEADY = frozenset((Table.SESSIONS, Table.RUNS))
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_steady(table: Table, key: bytes, raw: bytes) -> Any:
+    return decode(VALUE_KINDS[table], raw, db=table, key=key)
+
 
 class _LmdbTables:
     """``Tables`` over the innermost transaction of ``stack`` (a write txn nests savepoints):
@@ -75,7 +88,7 @@ class _LmdbTables:
 
     def __init__(self, stack: list[_Txn], dbs: _Dbs) -> None:
         self.stack = stack
-        self._dbs = dbs
+        self.dbs = dbs
         self.seen: dict[tuple[Table, bytes], Any] = {}
         self.dirty: dict[Table, dict[bytes, None]] = {}  # per table, the unflushed keys
 
@@ -84,14 +97,19 @@ class _LmdbTables:
         if found is not _UNSEEN:
             return found
         raw = self._fetch(table, key)
-        found = None if raw is None else decode(VALUE_KINDS[table], raw, db=table, key=key)
+        if raw is None:
+            found = None
+        elif table in _STEADY:
+            found = _decode_steady(table, key, raw)
+        else:
+            found = decode(VALUE_KINDS[table], raw, db=table, key=key)
         self.seen[(table, key)] = found
         return found
 
     def _fetch(self, table: Table, key: bytes) -> bytes | None:
         """One point read from LMDB: every read of a row not seen yet, and only those."""
         try:
-            raw: bytes | None = self.stack[-1].get(key, db=self._dbs[table])
+            raw: bytes | None = self.stack[-1].get(key, db=self.dbs[table])
         except lmdb.Error as exc:
             raise _failure(exc, f"read {table}") from exc
         return raw
@@ -101,7 +119,7 @@ class _LmdbTables:
         rows: list[tuple[bytes, Any]] = []
         kind = VALUE_KINDS[table]
         try:
-            with self.stack[-1].cursor(db=self._dbs[table]) as cursor:
+            with self.stack[-1].cursor(db=self.dbs[table]) as cursor:
                 if not cursor.set_range(prefix + start):
                     return rows
                 for key, raw in cursor:
@@ -115,7 +133,7 @@ class _LmdbTables:
     def size(self, table: Table) -> int:
         self._flush_table(table)
         try:
-            entries: int = self.stack[-1].stat(self._dbs[table])["entries"]
+            entries: int = self.stack[-1].stat(self.dbs[table])["entries"]
         except lmdb.Error as exc:
             raise _failure(exc, f"count {table}") from exc
         return entries
@@ -155,7 +173,7 @@ class _LmdbTables:
 
     def _store(self, table: Table, key: bytes, value: object) -> None:
         """One write to LMDB (None deletes): at most one per changed row and flush."""
-        txn, db = self.stack[-1], self._dbs[table]
+        txn, db = self.stack[-1], self.dbs[table]
         if value is None:
             txn.delete(key, db=db)
         else:

@@ -109,6 +109,9 @@ class EventKind(enum.StrEnum):
 
 # Message kinds are named after the lifecycle state they record entry into.
 _MESSAGE_PREFIX = "ProducerMessage"
+# By state, looked up on every message step instead of spelling the kind's name each time.
+_MESSAGE_KINDS = {kind.value.removeprefix(_MESSAGE_PREFIX).lower(): kind
+                  for kind in EventKind if kind.value.startswith(_MESSAGE_PREFIX)}
 
 
 # -- who produced a message ------------------------------------------------------------------
@@ -487,7 +490,7 @@ def typed(events: Iterable[Event]) -> Iterator[tuple[Event, Payload | UnknownEve
 
 def message_kind(state: str) -> EventKind:
     """The kind recording a message's entry into lifecycle state ``state``."""
-    return EventKind(_MESSAGE_PREFIX + state.capitalize())
+    return _MESSAGE_KINDS.get(state) or EventKind(_MESSAGE_PREFIX + state.capitalize())
 
 
 def message_state(payload: MessagePayload) -> str:

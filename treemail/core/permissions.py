@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import functools
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -83,15 +84,22 @@ class Rules:
 
     def decide(self, label: str) -> Action:
         """The action for ``label``: the most specific matching rule, else deny."""
-        matching = [rule for rule in self.rules if rule.matches(label)]
-        if not matching:
-            return Action.DENY
-        return max(matching, key=Rule.precedence).action
+        return _decide(self.rules, label)
 
     @property
     def visible(self) -> bool:
         """send_message is shown to the model only when some rule could let a send through."""
         return any(rule.action is not Action.DENY for rule in self.rules)
+
+
+# Every send decides once; the rule sets and labels in use are few, and a decision depends
+# on nothing else, so it is remembered instead of matching patterns again.
+@functools.lru_cache(maxsize=1024)
+def _decide(rules: tuple[Rule, ...], label: str) -> Action:
+    matching = [rule for rule in rules if rule.matches(label)]
+    if not matching:
+        return Action.DENY
+    return max(matching, key=Rule.precedence).action
 
 
 def _parse_rule(pattern: object, action: object, source: str) -> Rule:
