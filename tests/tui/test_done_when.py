@@ -80,3 +80,50 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
             and '"Look at the tokenizer first, then the nesting rules."' in row.text]
     assert [row.state for row in held] == ["consumed"] and "explore_" in held[0].who
     print(f"approvals answered from the TUI: {answered}")
+
+
+def test_in_the_done_whens_order_a_tui_opened_on_the_waiting_demo_lets_it_finish(
+    tmp_path: Path,
+) -> None:
+    """`treemail daemon`, then `treemail demo --connect`, then `treemail tui`: the TUI,
+    opened while the demo waits, lists the held call from the daemon and answers it (`a`,
+    once); the rest of the conversation then arrives in it live."""
+    async def scenario(source: LiveSource) -> tuple[int, str, TreemailTui, int]:
+        demo = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "treemail", "demo", "--connect", cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert demo.stdout is not None
+        printed = []
+        async with asyncio.timeout(90):
+            while "waits for your approval" not in (line := (await demo.stdout.readline())
+                                                    .decode()):
+                assert line, "".join(printed)  # the demo ended without asking
+                printed.append(line)
+        app = TreemailTui(source)
+        async with app.run_test(size=(160, 44)) as pilot:
+            await until(app.ready.is_set, pilot.pause, "the TUI caught up")
+            opened = app.board.last
+            await until(lambda: bool(app.held), pilot.pause, "the held call listed")
+            app.query_one("#approvals", DataTable).focus()
+            await pilot.press("a")
+            out = (await demo.communicate())[0].decode()
+            code = await demo.wait()
+            head = (await source._client().call("events.read", {"limit": 1}))["head"]
+            await until(lambda: app.board.last >= head, pilot.pause, "the TUI followed")
+        return code, "".join(printed) + out, app, opened
+
+    with reaped(DaemonProcess(tmp_path / ".treemail")) as daemon:
+        source = choose(tmp_path / ".treemail", None)
+        assert isinstance(source, LiveSource)
+        code, out, app, opened = asyncio.run(scenario(source))
+        stopped, err = daemon.terminate()
+    assert code == 0 and "answered: approved (scope once)" in out, out
+    assert "each exactly once" in out and stopped == 0, (out, err)
+    assert not app.held
+    # Events came after the TUI opened, live; among them the approved steer reaching
+    # explore (accepted only once answered, so after the TUI opened), consumed there.
+    assert app.board.last > opened
+    steer = [row for row in app.board.transcript.rows() if row.state == "consumed"
+             and '"Look at the tokenizer first, then the nesting rules."' in row.text
+             and "agent mail from demo_lead_" in row.text]
+    assert len(steer) == 1

@@ -36,15 +36,10 @@ class LiveFeed:
         return int(result["head"])
 
     async def next(self) -> tuple[int, Event]:
-        """The next event; ``ConnectionError`` once the daemon has closed the connection
-        (looked at every second, so a watcher learns the daemon went away)."""
+        """The next event, however long it takes; ``ConnectionError`` once the daemon has
+        closed the connection (the client says so as soon as it is)."""
         while True:
-            try:
-                note = await self.client.next_notification("events/event", timeout=1.0)
-            except TimeoutError:
-                if self.client.reader.at_eof():
-                    raise ConnectionError("the daemon closed the connection") from None
-                continue
+            note = await self.client.next_notification("events/event", timeout=None)
             if note.params.get("subscription_id") == self.subscription:
                 return event_of(note.params["event"])
 
