@@ -11,7 +11,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from textual.widgets import DataTable
 
@@ -19,6 +21,27 @@ from tests.daemon.conftest import DaemonProcess
 from tests.tui.conftest import reaped, until
 from treemail.adapters.tui.app import TreemailTui, screen_text
 from treemail.adapters.tui.sources import LiveSource, choose
+
+T = TypeVar("T")
+
+
+def _fresh_daemon(tmp_path: Path,
+                  scenario: Callable[[LiveSource], Awaitable[T]]) -> tuple[T, int, str]:
+    """``scenario`` beside `treemail daemon` in a fresh directory (stopped after: its exit
+    status and stderr), with the TUI's source found by the data directory, as `treemail tui`
+    finds it."""
+    with reaped(DaemonProcess(tmp_path / ".treemail")) as daemon:
+        source = choose(tmp_path / ".treemail", None)
+        assert isinstance(source, LiveSource)
+        result = asyncio.run(scenario(source))
+        stopped, err = daemon.terminate()
+    return result, stopped, err
+
+
+async def _followed(app: TreemailTui, source: LiveSource, pilot: Any) -> None:
+    """Wait until the TUI has folded the daemon's whole feed."""
+    head = (await source._client().call("events.read", {"limit": 1}))["head"]
+    await until(lambda: app.board.last >= head, pilot.pause, "the TUI followed")
 
 
 def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: Path) -> None:
@@ -44,8 +67,7 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
                 await pilot.pause(0.02)
             out = (await finished)[0].decode()
             code = await demo.wait()
-            head = (await source._client().call("events.read", {"limit": 1}))["head"]
-            await until(lambda: app.board.last >= head, pilot.pause, "the TUI caught up")
+            await _followed(app, source, pilot)
         if capture := os.environ.get("TREEMAIL_TUI_CAPTURE"):
             Path(capture).write_text("\n\n".join(captures) + "\n", encoding="utf-8")
         assert len(captures) == answered
@@ -54,12 +76,7 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
             assert "Approve tree" in screen and "demo_lead_" in screen, screen
         return code, out, app, answered
 
-    # `treemail daemon` in a fresh directory; the TUI finds it by the data directory.
-    with reaped(DaemonProcess(tmp_path / ".treemail")) as daemon:
-        source = choose(tmp_path / ".treemail", None)
-        assert isinstance(source, LiveSource)
-        code, out, app, answered = asyncio.run(scenario(source))
-        stopped, err = daemon.terminate()
+    (code, out, app, answered), stopped, err = _fresh_daemon(tmp_path, scenario)
     assert code == 0 and "each exactly once" in out, out
     # It waited for the TUI: one held call, answered there, and nowhere else.
     assert answered == 1, out
@@ -108,15 +125,10 @@ def test_in_the_done_whens_order_a_tui_opened_on_the_waiting_demo_lets_it_finish
             await pilot.press("a")
             out = (await demo.communicate())[0].decode()
             code = await demo.wait()
-            head = (await source._client().call("events.read", {"limit": 1}))["head"]
-            await until(lambda: app.board.last >= head, pilot.pause, "the TUI followed")
+            await _followed(app, source, pilot)
         return code, "".join(printed) + out, app, opened
 
-    with reaped(DaemonProcess(tmp_path / ".treemail")) as daemon:
-        source = choose(tmp_path / ".treemail", None)
-        assert isinstance(source, LiveSource)
-        code, out, app, opened = asyncio.run(scenario(source))
-        stopped, err = daemon.terminate()
+    (code, out, app, opened), stopped, err = _fresh_daemon(tmp_path, scenario)
     assert code == 0 and "answered: approved (scope once)" in out, out
     assert "each exactly once" in out and stopped == 0, (out, err)
     assert not app.held
