@@ -33,8 +33,9 @@ from treemail.models.checker import (
 from treemail.models.plants import planted
 from treemail.models.reference import Reference
 
-# Small enough to be exhausted (no state left at the depth cap) in a few seconds.
-SMALL = Bounds(sessions=2, messages=2, restarts=1, depth=20)
+# Small enough to be exhausted (no state left at the depth cap) in a few seconds. Every
+# restart keeps the config here: the restart that turns messaging off has its own test.
+SMALL = Bounds(sessions=2, messages=2, restarts=1, depth=20, disabled=0)
 # A pair window below the inbox cap, so the window is the guard that answers.
 WINDOWED = MessagingConfig(max_pending_per_session=2, max_inflight_per_pair=1, max_hops=1)
 SPEC = Path(__file__).resolve().parents[2] / "spec" / "invariants.json"
@@ -174,9 +175,10 @@ def test_coverage_names_what_was_reached_and_what_was_not() -> None:
     coverage = result.coverage
     assert {"recipient_resolution", "self_send", "invalid_arguments", "invalid_body",
             "inflight_full"} <= coverage.guards
-    # Two sessions cannot fill an inbox (one sender meets the pair window first), every
-    # peer is trusted, and messaging is on.
-    assert {"inbox_full", "permission", "disabled"} <= set(coverage.missing_guards())
+    # Two sessions cannot fill an inbox (one sender meets the pair window first), and
+    # parent and child trust each other; a restart may turn messaging off.
+    assert {"inbox_full", "permission"} <= set(coverage.missing_guards())
+    assert "disabled" in coverage.guards
     line = coverage.line()
     assert f"guards {len(coverage.guards)}/10 reached" in line and "inbox_full" in line
     assert ("MessageLifecycle", "claimed", "consume") in coverage.transitions
@@ -188,3 +190,48 @@ def test_a_reused_call_id_with_other_arguments_is_caught() -> None:
     assert found is not None and found.invariant == "AGREE"
     assert "send_message:idempotency_conflict" in found.detail
     assert found.trace[-1].endswith("reused call id)")
+
+
+def test_a_give_up_that_wakes_the_session_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A give-up leaves the session idle with its mail (only new input wakes it); a
+    give-up that wakes it like a cancel answers alike but leaves another state."""
+    original = runs.end
+
+    def end(*args: Any, wake: bool = True) -> Any:
+        del wake
+        return original(*args, wake=True)
+
+    monkeypatch.setattr(runs, "end", end)
+    found = check(WINDOWED, SMALL).counterexample
+    assert found is not None and found.invariant == "AGREE"
+    assert len(found.trace) == 3  # create, mail wakes the root, give up its queued run
+    assert found.trace[-1].startswith("give_up_run(")
+
+
+def test_a_user_steer_that_never_joins_is_caught() -> None:
+    """User steering joins the running run; the shortest trace steers a running session
+    (agent steer sends need a second running session, one step more)."""
+    with planted("steer-never-joins"):
+        found = check(WINDOWED, SMALL).counterexample
+    assert found is not None and found.invariant == "AGREE"
+    assert len(found.trace) == 4  # create, delegate, start the child, steer it
+    assert found.trace[-1].startswith("steer(")
+
+
+def test_a_restart_may_turn_messaging_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `disabled` guard answers only under a config with messaging off: the search
+    restarts into one, and a send the engine lets through there is caught."""
+    monkeypatch.setattr(sending, "check_enabled", lambda config: None)
+    found = check(WINDOWED, attrs.evolve(SMALL, disabled=1)).counterexample
+    assert found is not None and found.invariant == "AGREE"
+    assert "send_message:disabled" in found.detail
+    assert any("enabled = false" in label for label in found.trace)
+    assert found.trace[-1].startswith("send_message(")
+
+
+def test_a_handle_looked_up_in_another_tree_is_caught() -> None:
+    with planted("handle-across-trees"):
+        found = check(WINDOWED, attrs.evolve(SMALL, trees=2, restarts=0)).counterexample
+    assert found is not None and found.invariant == "AGREE"
+    assert len(found.trace) == 5  # two roots, mail wakes one, it runs, names the other
+    assert found.trace[-1].endswith("other tree's handle)")

@@ -11,14 +11,27 @@ trace, and the checker spends its time at its deepest levels.
 States are deduplicated on a canonical form (``canonical``): every id (session, run, message,
 request) is renamed by its order of first appearance in a traversal of the model's world that
 follows creation order, seq and run numbers, never id values, and the past no action reads
-again is dropped; restarts used are part of the key. Breadth-first order plus parent pointers
-make the first counterexample a shortest one.
+again is dropped; restarts used, and whether messaging is on, are part of the key.
+Breadth-first order plus parent pointers make the first counterexample a shortest one.
+
+That renaming is the whole symmetry reduction, and it is sound: ids are names to both sides.
+They store and look records up by them and order by creation, ordinal or seq, never by id
+value (the one list kept in id order, approvals, is compared as a set), so two states that
+differ only in which id names what behave alike step for step. Going further is not sound:
+two sibling sessions whose histories are swapped are not equivalent, because creation order
+is observable (tree order lists the candidates of an unknown handle, orders the drain, and
+``seq`` numbers a recipient's mail), and an engine bug may well depend on it.
+
+A refused action that leaves the engine's store and next id exactly as they were, and the
+model's world untouched, leads back to its parent: its checks are the parent's, done
+(``snapshots.untouched``).
 
 Checked after every transition (ids from spec/invariants.json; ``invariants`` says how): AGREE
 (engine/model agreement), INV1, INV2, INV3, INV11 on the events the transition appended, INV4,
 INV5, INV6, INV10, INV13, INV14 on a recount of the engine's store, INV12 after a restart; and
 from every explored state a drain of a copy of the engine (start, claim, commit, finish until
-quiet) must settle everything accepted, each message exactly once (INV7, INV1). A drain's
+quiet; new input to a session a give-up left idle with mail) must settle everything accepted,
+each message exactly once (INV7, INV1). A drain's
 first step is usually a transition the search takes anyway: then the state's drain is that
 step plus its successor's drain, and is not run again (``Checker.expand``).
 
@@ -152,7 +165,7 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
         return tuple(names.get(part, part) for part in text.split("/"))
 
     key = (
-        restarts, model.shut,
+        restarts, model.shut, model.config.enabled,
         [(n(s.root_session_id), n(s.parent_session_id), s.agent.name, s.handle is None,
           s.ordinal, s.state, n(s.run_id), s.live) for s in sessions],
         [(n(r.session_id), r.number if history else 0, r.status, n(r.open_request))
@@ -196,7 +209,7 @@ class Checker:
         Also says whether the engine accepted the action."""
         model, store, ids = clone(node)
         assert isinstance(model, Lockstep)
-        got = outcome(lambda: perform(action, Engine(store, ids, self.config)))
+        got = outcome(lambda: perform(action, Engine(store, ids, node.config)))
         model, want = model_step(node, model, action)
         if got == want and want[0] == "error" and model is node.model and \
                 action.kind != "restart" and untouched(node, store, ids):
@@ -205,11 +218,14 @@ class Checker:
             # passed every check already. (The store compared table by table is a stronger
             # check than the invariants: a refusal must leave it exactly as it was.)
             return Node(node.model, node.store, node.ids, node.restarts, node.depth + 1,
-                        node.feed, node.key), None, False
+                        node.feed, node.config, node.key), None, False
         with store.read() as tx:
             events = list(tx.feed(node.feed))
+            config = node.config
+            if action.kind == "restart" and action.args == (False,):
+                config = attrs.evolve(config, enabled=False)
             child = Node(model, store, ids, node.restarts + (action.kind == "restart"),
-                         node.depth + 1, events[-1][0] if events else node.feed)
+                         node.depth + 1, events[-1][0] if events else node.feed, config)
             if got != want:
                 return child, ("AGREE", f"{action.kind} answered differently\n"
                                         f"    engine: {got!r}\n    model:  {want!r}"), False
@@ -247,7 +263,7 @@ class Checker:
         lockstep could stop where another drain passed, but drains from different states
         rarely meet: measured, that saved a fifth of the steps at five times their cost.)"""
         _, store, ids = clone(node, with_model=False)
-        engine, steps = Engine(store, ids, self.config), list(prefix)
+        engine, steps = Engine(store, ids, node.config), list(prefix)
         for _ in range(DRAIN_LIMIT):
             with store.read() as tx:
                 action = drain_step(tx)
@@ -274,12 +290,12 @@ class Checker:
         for action in alphabet(node.model, self.bounds, node.restarts):
             child, failure, accepted = self.step(node, action)
             self.transitions += 1
-            trace = (*self.trace(node.key), action.label)
             if failure is not None:
-                return Counterexample(*failure, trace), chained
+                return Counterexample(*failure, (*self.trace(node.key), action.label)), chained
             drains = first is not None and (action.kind, action.args) == (first.kind, first.args)
             if drains and not accepted:
-                return Counterexample("INV7", "the drain was refused", trace), chained
+                return Counterexample("INV7", "the drain was refused",
+                                      (*self.trace(node.key), action.label)), chained
             cw = child.model.world
             if (len(cw.sessions) > self.bounds.sessions or len(cw.messages) > self.bounds.messages
                     or len(cw.approvals) > self.bounds.approvals):
@@ -301,7 +317,7 @@ class Checker:
         started = time.monotonic()
         model = Lockstep(self.config, CountingIds())
         model.guarded = not self.shortcuts
-        root = Node(model, MemoryStore(), CountingIds(), 0, 0, 0)
+        root = Node(model, MemoryStore(), CountingIds(), 0, 0, 0, self.config)
         root.model.world = CopyableWorld()
         root.key = canonical(root.model, 0, self.history)
         self.parents[root.key] = None
@@ -387,7 +403,8 @@ def _pairs(text: str, what: str) -> dict[str, str]:
 
 
 def parse_bounds(text: str) -> Bounds:
-    """``sessions=3,messages=4,restarts=1,approvals=1,depth=N``; omitted keys keep defaults."""
+    """``sessions=3,messages=4,restarts=1,approvals=1,depth=N,disabled=1,trees=2``; omitted
+    keys keep defaults."""
     given = _pairs(text, "--bounds")
     known = {field.name for field in attrs.fields(Bounds)}
     unknown = sorted(set(given) - known)

@@ -13,6 +13,7 @@ shortest counterexamples reproducible.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,7 +23,7 @@ from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.lifecycle import MessageState, SessionState
 from treemail.core.permissions import Rules
-from treemail.core.records import AgentSpec, Owner, Run, Session, ToolContext
+from treemail.core.records import AgentSpec, Mode, Owner, Run, Session, ToolContext
 from treemail.core.results import CallOutcome
 from treemail.core.store import ReadTxn
 from treemail.models.reference import Reference
@@ -30,6 +31,7 @@ from treemail.models.world import FINAL, SessionRecord, World
 
 __all__ = [
     "ASKING",
+    "LISTENING",
     "TRUSTING",
     "Action",
     "Bounds",
@@ -49,6 +51,9 @@ TRUSTING = AgentSpec("worker", "does the work", Rules.of({"*": "allow"}))
 # the hop limit.
 ASKING = AgentSpec("worker", "does the work",
                    Rules.of({"parent": "allow", "child": "allow", "sibling": "ask", "*": "deny"}))
+# With approvals in the bounds, a grandchild's agent has no message rules: send_message is
+# hidden from it, so the mail it reads carries no reply hint, and its own sends are denied.
+LISTENING = AgentSpec("listener", "reads its mail, never writes", Rules())
 UNKNOWN_HANDLE = "nobody_00000000"
 
 
@@ -56,14 +61,21 @@ UNKNOWN_HANDLE = "nobody_00000000"
 class Bounds:
     """How far the search goes. Successors beyond a size bound are checked, not explored."""
 
-    sessions: int = 3  # including the root
+    sessions: int = 3  # including the roots
     messages: int = 4  # accepted, of every owner: two tasks and two sends fill an inbox
     restarts: int = 1
     approvals: int = 1  # held calls; 0: every agent allows every peer, nothing is ever held
-    # Actions from the empty world. Within the other defaults every send guard but
-    # ``disabled`` (messaging is on) and every lifecycle transition is reached by depth 8
-    # (the hop limit last: a relay of relayed mail); each level is about four times the last.
+    # Actions from the empty world. Within the other defaults every send guard and every
+    # lifecycle transition is reached by depth 8 (the hop limit and the inbox cap last: a
+    # relay of relayed mail, two children filling their parent's inbox); each level is
+    # about four times the last.
     depth: int = 8
+    # 1: a restart may also bring the engine back with messaging turned off, the one way the
+    # `disabled` guard answers; 0: every restart keeps the config.
+    disabled: int = 1
+    # 2: a second root too, counted among the sessions; a send may name the other tree's
+    # root by its handle, which no tree but its own resolves.
+    trees: int = 1
 
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(Bounds):
@@ -74,6 +86,11 @@ class Bounds:
     def agent(self) -> AgentSpec:
         return ASKING if self.approvals else TRUSTING
 
+    def agent_below(self, parent: SessionRecord) -> AgentSpec:
+        """The agent of a child delegated by ``parent``."""
+        return LISTENING if self.approvals and parent.parent_session_id is not None \
+            else self.agent
+
 
 @attrs.frozen
 class Action:
@@ -82,6 +99,7 @@ class Action:
     label: str
 
 
+@functools.lru_cache(maxsize=4096)  # every label names ids, and the same few ids recur
 def short(some_id: str | None) -> str:
     """``#7`` for the CountingIds id numbered 7: traces stay readable."""
     if some_id is None:
@@ -101,23 +119,29 @@ def _send(target: Any, ctx: ToolContext, arguments: dict[str, str], hold: bool) 
         raise
 
 
-def _restart(target: Any) -> Any:
-    """The process dies: a new engine opens the same store and recovers it."""
+def _restart(target: Any, messaging: bool = True) -> Any:
+    """The process dies: a new engine opens the same store and recovers it; with
+    ``messaging`` false, under a config that turns messaging off ([messaging] enabled =
+    false), which holds from then on (the checker keeps it in the state)."""
+    config = target.config if messaging else attrs.evolve(target.config, enabled=False)
     if isinstance(target, Reference):
+        target.config = config
         return target.restart()
-    return Engine(target.store, target.ids, target.config).recover()
+    return Engine(target.store, target.ids, config).recover()
 
 
 _CALLS: dict[str, Callable[..., Any]] = {
     "create_root": lambda t, agent: t.create_root(agent),
     "delegate": lambda t, parent, agent: t.delegate(parent, agent, "task"),
     "accept": lambda t, to, owner: t.accept(to, "note", owner),
+    "steer": lambda t, to, owner: t.accept(to, "steer", owner, mode=Mode.STEER),
     "start_run": lambda t, sid: t.start_run(sid),
     "begin_request": lambda t, sid, rid: t.begin_request(sid, rid),
     "commit_request": lambda t, sid, rid, req: t.commit_request(sid, rid, req),
     "abort_request": lambda t, sid, rid, req: t.abort_request(sid, rid, req),
     "finish_run": lambda t, sid, rid: t.finish_run(sid, rid, "done"),
     "cancel_run": lambda t, sid, rid: t.cancel_run(sid, rid, "user cancelled"),
+    "give_up_run": lambda t, sid, rid: t.give_up_run(sid, rid, "model failed 3 times"),
     "send_message": _send,
     "discard": lambda t, mid: t.discard(mid, "operator decision"),
     "restart": _restart,
@@ -165,6 +189,9 @@ def alphabet(model: Reference, bounds: Bounds, restarts: int) -> list[Action]:
     if not world.sessions:
         return [Action("create_root", (bounds.agent,), "create_root()")]
     actions: list[Action] = []
+    roots = sum(1 for s in world.sessions.values() if s.parent_session_id is None)
+    if roots < bounds.trees and len(world.sessions) < bounds.sessions:
+        actions.append(Action("create_root", (bounds.agent,), "create_root(another tree)"))
     for session in world.sessions.values():
         actions += _outside(world, session, bounds)
         actions += _run_actions(world, session)
@@ -174,12 +201,20 @@ def alphabet(model: Reference, bounds: Bounds, restarts: int) -> list[Action]:
             mid = message.message_id
             actions.append(Action("discard", (mid,), f"discard({short(mid)}, {message.state})"))
     if restarts < bounds.restarts:
-        actions.append(Action("restart", (), "restart (new engine over the store + recover)"))
+        actions += _restarts(model, bounds)
     for approval in world.approvals.values():
         if approval.state == "pending":
             for approve, word in ((True, "approve once"), (False, "deny")):
                 label = f"answer_approval({_approval_label(approval.approval_id)}, {word})"
                 actions.append(Action("answer_approval", (approval.approval_id, approve), label))
+    return actions
+
+
+def _restarts(model: Reference, bounds: Bounds) -> list[Action]:
+    actions = [Action("restart", (), "restart (new engine over the store + recover)")]
+    if bounds.disabled and model.config.enabled:
+        actions.append(Action("restart", (False,), "restart with [messaging] enabled = false "
+                                                    "(new engine + recover)"))
     return actions
 
 
@@ -190,12 +225,26 @@ def _outside(world: World, session: SessionRecord, bounds: Bounds) -> list[Actio
     sid = session.session_id
     actions = []
     if len(world.sessions) < bounds.sessions:
-        actions.append(Action("delegate", (sid, bounds.agent), f"delegate(parent={short(sid)})"))
-    # The user talks to the root, plugins to the others: the engine treats both owners alike
-    # (outside mail, never capped), so one owner per session keeps the space small.
-    owner = Owner.USER if session.parent_session_id is None else Owner.PLUGIN
-    actions.append(Action("accept", (sid, owner), f"accept({owner.value} mail -> {short(sid)})"))
+        actions.append(Action("delegate", (sid, bounds.agent_below(session)),
+                              f"delegate(parent={short(sid)})"))
+    actions.append(_accept(session))
+    # Steering differs from queued mail only while a run is in flight (it joins that run):
+    # to a session without one it waits for the next run like any other mail.
+    if session.state == SessionState.RUNNING:
+        owner = _owner(session)
+        actions.append(Action("steer", (sid, owner), f"steer({owner.value} -> {short(sid)})"))
     return actions
+
+
+def _owner(session: SessionRecord | Session) -> Owner:
+    """The user talks to the root, plugins to the others: the engine treats both owners alike
+    (outside mail, never capped), so one owner per session keeps the space small."""
+    return Owner.USER if session.parent_session_id is None else Owner.PLUGIN
+
+
+def _accept(session: SessionRecord | Session) -> Action:
+    owner, sid = _owner(session), session.session_id
+    return Action("accept", (sid, owner), f"accept({owner.value} mail -> {short(sid)})")
 
 
 def _approval_label(approval_id: str) -> str:
@@ -207,12 +256,13 @@ def _run_actions(world: World, session: SessionRecord) -> list[Action]:
     if rid is None:
         return []
     at = f"{short(sid)}, run {short(rid)}"
+    give_up = Action("give_up_run", (sid, rid), f"give_up_run({at})")
     if session.state == SessionState.QUEUED:
         return [Action("start_run", (sid,), f"start_run({short(sid)})"),
-                Action("cancel_run", (sid, rid), f"cancel_run({at})")]
+                Action("cancel_run", (sid, rid), f"cancel_run({at})"), give_up]
     request = world.runs[rid].open_request
     actions = [Action("finish_run", (sid, rid), f"finish_run({at}, result)"),
-               Action("cancel_run", (sid, rid), f"cancel_run({at})")]
+               Action("cancel_run", (sid, rid), f"cancel_run({at})"), give_up]
     if request is None:
         actions.insert(0, Action("begin_request", (sid, rid), f"begin_request({at})"))
     else:
@@ -239,7 +289,10 @@ def _sends(world: World, sender: SessionRecord) -> list[Action]:
         for mode in ("steer", "queue"):
             args = {"to": peer.reference, "body": "hi", "mode": mode}
             actions.append(_send_action(fresh, args, f"-> {short(peer.session_id)} {mode}"))
-    for to, what in ((sender.reference, "self-send"), (UNKNOWN_HANDLE, "unknown handle")):
+    strangers = [(s.reference, "other tree's handle") for s in world.sessions.values()
+                 if s.root_session_id != sender.root_session_id and s.parent_session_id is None]
+    for to, what in ((sender.reference, "self-send"), (UNKNOWN_HANDLE, "unknown handle"),
+                     *strangers):
         actions.append(_send_action(fresh, {"to": to, "body": "hi"}, what))
     if peers:  # arguments the first guards refuse: a stray field, and a blank body
         to = peers[0].reference
@@ -266,11 +319,13 @@ def _send_action(ctx: ToolContext, arguments: Mapping[str, str], what: str) -> A
 
 def drain_step(tx: ReadTxn) -> Action | None:
     """The next step of a drain of the engine's store (no sends, no discards), or None once
-    every session is quiet: the last created busy session starts, commits its open request,
-    claims its waiting mail, or finishes its run. Children go before their parents, so a
-    child's result is in its parent's mail before the parent's run takes it: the parent
-    runs once, not once more per result (a quarter fewer drain steps than parents first)."""
-    for session in reversed(list(tx.sessions())):
+    every session is quiet and holds no mail: the last created busy session starts, commits
+    its open request, claims its waiting mail, or finishes its run. Children go before their
+    parents, so a child's result is in its parent's mail before the parent's run takes it:
+    the parent runs once, not once more per result (a quarter fewer drain steps than
+    parents first)."""
+    sessions = list(tx.sessions())
+    for session in reversed(sessions):
         sid, rid = session.session_id, session.run_id
         run = tx.run(rid) if rid is not None else None
         if run is None or session.state not in (SessionState.QUEUED, SessionState.RUNNING):
@@ -285,4 +340,9 @@ def drain_step(tx: ReadTxn) -> Action | None:
                for m in tx.pending(sid)):
             return Action("begin_request", (sid, rid), f"begin_request({at})")
         return Action("finish_run", (sid, rid), f"finish_run({at}, result)")
+    # Nothing runs. A session a give-up left idle keeps its mail until new input wakes it:
+    # it is given some, as a user would (the same action the search offers it).
+    for session in sessions:
+        if next(iter(tx.pending(session.session_id)), None) is not None:
+            return _accept(session)
     return None

@@ -13,7 +13,6 @@ in the spec: it is how the model serves as the oracle). Every check returns ``No
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from collections.abc import Iterable
 from operator import attrgetter
@@ -35,6 +34,7 @@ from treemail.core.records import Event, Message, Owner
 from treemail.core.results import CallOutcome
 from treemail.core.store import ReadTxn
 from treemail.models.reference import Reference
+from treemail.models.snapshots import next_id
 from treemail.models.world import FINAL, MESSAGE_STEPS, World
 
 __all__ = [
@@ -135,7 +135,7 @@ def _alike(tx: ReadTxn, engine_ids: CountingIds, model: Reference) -> bool:
                 for sid in world.sessions)
         and sorted(map(_approval, tx.approvals()), key=repr)
         == sorted(map(_approval, world.approvals.values()), key=repr)
-        and copy.copy(engine_ids).new_id() == copy.copy(model.ids).new_id()
+        and next_id(engine_ids) == next_id(model.ids)
     )
 
 
@@ -152,7 +152,7 @@ def _difference(tx: ReadTxn, engine_ids: CountingIds, model: Reference) -> Failu
          [[m.message_id for m in world.pending_of(sid)] for sid in world.sessions]),
         ("approvals", sorted(map(_approval, tx.approvals()), key=repr),
          sorted(map(_approval, world.approvals.values()), key=repr)),
-        ("next ids", copy.copy(engine_ids).new_id(), copy.copy(model.ids).new_id()),
+        ("next ids", next_id(engine_ids), next_id(model.ids)),
     )
     for what, got, want in checks:
         failure = _diff(what, got, want)
@@ -251,6 +251,16 @@ def recovered(tx: ReadTxn) -> Failure | None:
     return None
 
 
+def _final(tx: ReadTxn, message_id: str) -> Failure | None:
+    message = tx.message(message_id)
+    if message is None or message.state not in FINAL:
+        state = message.state if message is not None else "lost"
+        return "INV7", f"quiet, yet {message_id} is {state}"
+    if message.state == MessageState.DISCARDED and not (message.reason or "").strip():
+        return "INV7", f"{message.message_id} was discarded without a reason"
+    return None
+
+
 def settled(tx: ReadTxn) -> Failure | None:
     """At a quiet state: every message ever accepted (per the feed) is consumed or discarded
     with a reason, and its log holds exactly one consume or discard (INV7, INV1)."""
@@ -261,13 +271,10 @@ def settled(tx: ReadTxn) -> Failure | None:
         mail = read(event)
         if isinstance(mail, ProducerMessageConsumed | ProducerMessageDiscarded):
             ends[mail.message_id] += 1
-        if not isinstance(mail, ProducerMessageAccepted):
-            continue
-        message = tx.message(mail.message_id)
-        if message is None or message.state not in FINAL:
-            state = message.state if message is not None else "lost"
-            return "INV7", f"quiet, yet {mail.message_id} is {state}"
-        if message.state == MessageState.DISCARDED and not (message.reason or "").strip():
-            return "INV7", f"{message.message_id} was discarded without a reason"
+        elif isinstance(mail, ProducerMessageAccepted):
+            failure = _final(tx, mail.message_id)
+            if failure is not None:
+                return failure
+
     twice = [mid for mid, n in ends.items() if n != 1]
     return ("INV1", f"consumed or discarded more than once: {twice}") if twice else None

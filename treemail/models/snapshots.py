@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from treemail.core.config import MessagingConfig
 from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.ids import CountingIds
 from treemail.core.keys import Table
@@ -24,7 +25,8 @@ from treemail.models.explore import Action, outcome, perform
 from treemail.models.reference import Reference
 from treemail.models.world import ApprovalRecord, World
 
-__all__ = ["CopyableWorld", "Lockstep", "Node", "clone", "model_step", "untouched"]
+__all__ = ["CopyableWorld", "Lockstep", "Node", "clone", "fork_ids", "model_step", "next_id",
+           "untouched"]
 
 T = TypeVar("T")
 
@@ -39,6 +41,7 @@ class Node:
     restarts: int
     depth: int
     feed: int  # events in the engine's global feed: a transition's own events follow it
+    config: MessagingConfig  # the engine's: a restart may have turned messaging off
     key: bytes = b""
 
 
@@ -51,6 +54,9 @@ class CopyableWorld(World):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CopyableWorld:
         del memo  # nothing in the world is shared with anything outside it
+        return self.fork()
+
+    def fork(self) -> CopyableWorld:
         twin = object.__new__(CopyableWorld)
         twin.sessions = {k: _copy_record(v) for k, v in self.sessions.items()}
         twin.runs = {k: _copy_record(v) for k, v in self.runs.items()}
@@ -105,10 +111,23 @@ def _copy_approval(record: ApprovalRecord) -> ApprovalRecord:
     return twin
 
 
+def fork_ids(ids: CountingIds) -> CountingIds:
+    """A copy of an id counter (a counter and a namespace), without ``copy.copy``'s detour
+    through ``__reduce_ex__``: the search copies one per transition."""
+    twin = object.__new__(CountingIds)
+    twin.__dict__ = ids.__dict__.copy()
+    return twin
+
+
+def next_id(ids: CountingIds) -> str:
+    """The id ``ids`` will mint next, leaving ``ids`` as it is."""
+    return fork_ids(ids).new_id()
+
+
 def clone(node: Node, with_model: bool = True
            ) -> tuple[Reference | None, MemoryStore, CountingIds]:
     store = node.store.fork()  # table by table, sharing the frozen records: ~35x a deepcopy
-    return _copy_model(node) if with_model else None, store, copy.copy(node.ids)
+    return _copy_model(node) if with_model else None, store, fork_ids(node.ids)
 
 
 def _copy_model(node: Node) -> Reference:
@@ -117,8 +136,9 @@ def _copy_model(node: Node) -> Reference:
     model = node.model
     twin = object.__new__(type(model))
     twin.__dict__ = model.__dict__.copy()
-    twin.ids = copy.copy(model.ids)
-    twin.world = copy.deepcopy(model.world)
+    twin.ids = fork_ids(model.ids)
+    world = model.world
+    twin.world = world.fork() if isinstance(world, CopyableWorld) else copy.deepcopy(world)
     return twin
 
 
@@ -146,6 +166,6 @@ def untouched(node: Node, store: MemoryStore, ids: CountingIds) -> bool:
     """Whether ``store`` and ``ids``, forked from ``node``'s, are still exactly as they were:
     every table row for row (the rows are shared records, so this is mostly identity checks)
     and the next id."""
-    if copy.copy(ids).new_id() != copy.copy(node.ids).new_id():
+    if next_id(ids) != next_id(node.ids):
         return False
     return all(store.rows(table) == node.store.rows(table) for table in Table)
