@@ -31,7 +31,13 @@ def test_demo_connect_runs_through_the_daemon(
     assert "4 sessions" in out and "each exactly once" in out
 
 
-def test_the_demo_waits_for_an_answer_given_elsewhere(daemon: DaemonProcess) -> None:
+@pytest.mark.parametrize(("answer", "said"), [
+    (["--scope", "session"], "approved (scope session): "),
+    (["--deny"], "denied: "),  # the steer is never sent; the tree still finishes
+])
+def test_the_demo_waits_for_an_answer_given_elsewhere(
+    daemon: DaemonProcess, answer: list[str], said: str
+) -> None:
     demo = subprocess.Popen(
         [sys.executable, "-m", "treemail", "demo", "--connect", "--socket", str(daemon.socket)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -41,14 +47,14 @@ def test_the_demo_waits_for_an_answer_given_elsewhere(daemon: DaemonProcess) -> 
         assert demo.poll() is None  # it waits: the tree cannot finish without the answer
         answered = subprocess.run(
             [sys.executable, "-m", "treemail", "approve", "--socket", str(daemon.socket), held,
-             "--scope", "session"], capture_output=True, text=True, timeout=60)
-        assert answered.returncode == 0 and "approved (scope session)" in answered.stdout
+             *answer], capture_output=True, text=True, timeout=60)
+        assert answered.returncode == 0 and answered.stdout.startswith(said)
         out, err = demo.communicate(timeout=60)
     finally:
         if demo.poll() is None:
             demo.kill()
     assert demo.returncode == 0, err
-    assert "answered: approved (scope session)" in out and "each exactly once" in out
+    assert f"answered: {said}" in out and "each exactly once" in out
 
 
 def test_nobody_answering_ends_the_demo_with_what_to_do(

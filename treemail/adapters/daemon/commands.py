@@ -25,8 +25,8 @@ from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
 from treemail.core.records import Event
 
-__all__ = ["TokenMissing", "connected_demo", "extend_demo", "register", "seconds", "target",
-           "view_row"]
+__all__ = ["TokenMissing", "answer_line", "connected_demo", "extend_demo", "register",
+           "seconds", "target", "view_row"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -310,6 +310,12 @@ async def _replay(client: DaemonClient, args: argparse.Namespace) -> int:
             return 0
 
 
+def answer_line(answered: dict[str, Any]) -> str:
+    """An answered approval as one line: its state, the scope of an approval, the outcome."""
+    scope = f" (scope {answered['scope']})" if answered.get("scope") else ""
+    return f"{answered['state']}{scope}: {answered['outcome']}"
+
+
 async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:
     if args.approval_id is None:
         held = (await client.call("approval.list"))["approvals"]
@@ -320,5 +326,5 @@ async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:
         return 0
     answered = await client.call("approval.answer", {
         "approval_id": args.approval_id, "approve": not args.deny, "scope": args.scope})
-    print(f"{answered['state']} (scope {answered['scope']}): {answered['outcome']}")
+    print(answer_line(answered))
     return 0

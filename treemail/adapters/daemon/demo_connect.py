@@ -147,6 +147,8 @@ class Connected:
 
     async def _answered(self, approval: dict[str, Any]) -> None:
         """Wait for the user's answer to ``approval`` (or give it, with ``approve``)."""
+        from treemail.adapters.daemon.commands import answer_line
+
         arguments = approval.get("arguments") or {}
         sender = self.names.get(approval["session_id"], approval["session_id"])
         self.say(f"{sender}'s {approval['tool']} to {arguments.get('to', '?')} waits for "
@@ -162,7 +164,7 @@ class Connected:
             print(f"    or run `treemail approve {approval['approval_id']}`; the demo waits "
                   f"{self.wait:g}s for it", flush=True)
             answer = await self._answer(approval["approval_id"])
-        print(f"    answered: {answer['state']} (scope {answer['scope'] or '-'})", flush=True)
+        print(f"    answered: {answer_line(answer)}", flush=True)
 
     async def _answer(self, approval_id: str) -> dict[str, Any]:
         deadline = time.monotonic() + self.wait

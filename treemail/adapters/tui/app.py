@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from treemail.adapters.daemon.client import RpcFailure
+from treemail.adapters.daemon.commands import answer_line
 from treemail.adapters.styles import styled_text
 from treemail.adapters.transcript import Row
 from treemail.adapters.tui.board import Board
@@ -251,7 +252,7 @@ class TreemailTui(App[None]):
         except (RpcFailure, TreemailError, OSError) as exc:
             self._tell(f"not answered: {exc}", error=True)
             return
-        self._tell(f"{answered['state']} (scope {answered['scope']}): {answered['outcome']}")
+        self._tell(answer_line(answered))
         await self._refresh_approvals()
 
     def _say(self, text: str) -> None:
