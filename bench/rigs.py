@@ -18,7 +18,8 @@ import lmdb
 
 from treemail.adapters.codec import encode
 from treemail.adapters.group_commit import GroupStore
-from treemail.adapters.lmdb_store import LmdbStore, _LmdbTxn
+from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.lmdb_txn import LmdbTxn
 from treemail.adapters.models import ScriptedModel
 from treemail.adapters.runtime import Agent, Runtime
 from treemail.core import events, keys
@@ -259,7 +260,7 @@ def grow_history(pair: Pair, count: int, chunk: int = 20_000) -> None:
 
 
 def _bulk_history(tx: WriteTxn, pair: Pair, count: int) -> None:
-    assert isinstance(tx, _LmdbTxn), "the bulk history writes LMDB rows"
+    assert isinstance(tx, LmdbTxn), "the bulk history writes LMDB rows"
     recipient = pair.recipient.session_id
     owner = keys.identity(recipient)
     tally: Tally = tx.tables.get(Table.TALLY, owner) or Tally()

@@ -514,6 +514,40 @@ class StoreContract:
         with store.read() as tx:
             assert (tx.count("outer"), tx.count("inner")) == (2, 0)
 
+    def test_a_savepoint_reads_its_own_writes_in_ranges_and_undoes_them(
+            self, store: Store) -> None:
+        # Ranges and counts see a savepoint's unfinished writes; undoing it (at any depth)
+        # undoes exactly them, whether or not they were already written out for the range.
+        store.transact(populate)
+        with store.read() as tx:
+            log, feed = [e.kind for e in tx.events(CHILD)], tx.feed_end()
+
+        def work(tx: WriteTxn) -> list[int]:
+            with pytest.raises(Boom), tx.savepoint() as sp:
+                sp.put_message(message(MESSAGE_IDS[4], CHILD, 9))
+                assert [m.seq for m in sp.pending(CHILD)] == [1, 2, 9]
+                sp.append(CHILD, "undone", {})
+                assert [e.kind for e in sp.events(CHILD)] == [*log, "undone"]
+                assert sp.feed_end() == feed + 1
+                raise Boom
+            with tx.savepoint() as outer:
+                outer.put_message(message(MESSAGE_IDS[4], CHILD, 9))
+                with pytest.raises(Boom), outer.savepoint() as inner:
+                    inner.put_message(message(MESSAGE_IDS[3], CHILD, 8))
+                    assert [m.seq for m in inner.pending(CHILD)] == [1, 2, 8, 9]
+                    raise Boom
+                assert [m.seq for m in outer.pending(CHILD)] == [1, 2, 9]
+                with outer.savepoint() as kept:
+                    kept.append(CHILD, "kept", {})
+            return [m.seq for m in tx.pending(CHILD)]
+
+        assert store.transact(work) == [1, 2, 9]
+        with store.read() as tx:
+            assert [m.seq for m in tx.pending(CHILD)] == [1, 2, 9]
+            assert tx.message(MESSAGE_IDS[3]) is None
+            assert [e.kind for e in tx.events(CHILD)] == [*log, "kept"]
+            assert tx.feed_end() == feed + 1
+
     def test_outer_txn_stays_usable_inside_a_savepoint(self, store: Store) -> None:
         # MemoryStore's savepoint yields the transaction itself; code written against it may
         # keep using the outer name, so every store must accept that.

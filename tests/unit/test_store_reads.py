@@ -18,8 +18,10 @@ import attrs
 import pytest
 
 from tests.unit.conftest import World
-from treemail.adapters import lmdb_store
+from treemail.adapters import lmdb_txn
+from treemail.adapters.group_commit import GroupStore
 from treemail.adapters.lmdb_store import LmdbStore
+from treemail.core.engine import Engine
 from treemail.core.keys import Table
 from treemail.core.records import Session
 from treemail.core.runs import Request
@@ -47,8 +49,8 @@ class Traffic:
 @pytest.fixture
 def traffic(monkeypatch: pytest.MonkeyPatch) -> Iterator[Traffic]:
     seen = Traffic()
-    tables = lmdb_store._LmdbTables
-    fetch, store, decode = tables._fetch, tables._store, lmdb_store.decode
+    tables = lmdb_txn.LmdbTables
+    fetch, store, decode = tables._fetch, tables._store, lmdb_txn.decode
 
     def counted_fetch(self: Any, table: Table, key: bytes) -> bytes | None:
         seen.reads[table] += 1
@@ -64,7 +66,7 @@ def traffic(monkeypatch: pytest.MonkeyPatch) -> Iterator[Traffic]:
 
     monkeypatch.setattr(tables, "_fetch", counted_fetch)
     monkeypatch.setattr(tables, "_store", counted_store)
-    monkeypatch.setattr(lmdb_store, "decode", counted_decode)
+    monkeypatch.setattr(lmdb_txn, "decode", counted_decode)
     yield seen
 
 
@@ -168,4 +170,29 @@ def test_a_scan_sees_the_rows_written_before_it(tmp_path: Path) -> None:
         return [event.seq for event in tx.events("s")] + [tx.feed_end()]
 
     assert store.transact(work) == [1, 2, 2]
+    store.close()
+
+
+def test_sends_in_a_group_commit_batch_open_no_nested_lmdb_transaction(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A savepoint writes to LMDB itself only when it must (a range read of a table it
+    # changed); a send's savepoint never must, so a batch of sends is one LMDB transaction.
+    store = LmdbStore.open(tmp_path, sync=False)
+    world, _, a, b = _tree(store)
+    contexts = [world.ctx(a) for _ in range(4)]  # the pair cap is 4
+    nested: list[int] = []
+    nest = lmdb_txn.LmdbTables._nest
+    monkeypatch.setattr(lmdb_txn.LmdbTables, "_nest",
+                        lambda self: (nested.append(1), nest(self))[1])
+    group = GroupStore(store)
+    engine = Engine(group, world.engine.ids, world.engine.config)
+
+    def sends() -> None:
+        for ctx in contexts:
+            engine.send_message(ctx, {"to": b.session_id, "body": "batched"})
+
+    group.batch(sends)
+    assert nested == []
+    with store.read() as tx:
+        assert len(list(tx.pending(b.session_id))) == 1 + 1 + 4  # the task, lead's, these
     store.close()

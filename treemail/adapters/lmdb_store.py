@@ -3,7 +3,8 @@
 Each ``Table`` is a named LMDB database keyed by ``treemail.core.keys``; LMDB's key order is
 then the order the port promises, and every read is a point lookup or a prefix range over one
 owner's rows: nothing scans history. The port itself (reads, writes, index upkeep) is the
-shared ``Indexed``; this module supplies only its primitives, savepoints and the environment.
+shared ``Indexed``; ``lmdb_txn`` supplies its primitives and savepoints, this module the
+environment, its transactions and their commit.
 
 Threads: LMDB admits one writer at a time; the runtime gives the store one writer thread, and
 ``transact`` serialises any others. Readers may run concurrently on any thread, but a thread
@@ -13,17 +14,15 @@ must not hold ``read()`` open across its own ``transact``: growing the map would
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
 import lmdb
 
-from treemail.adapters.codec import decode, encode
 from treemail.adapters.durability import Durability, lmdb_flags
 from treemail.adapters.lmdb_files import (
     DATA_FILE,
@@ -32,6 +31,7 @@ from treemail.adapters.lmdb_files import (
     check_data_file,
 )
 from treemail.adapters.lmdb_format import EXTRA_DBS, META_DB, check_readable, settle_format
+from treemail.adapters.lmdb_txn import Dbs, LmdbTables, LmdbTxn, Txn, abort, disk_full, failure
 from treemail.core.errors import (
     OutcomeUnknown,
     StorageError,
@@ -39,193 +39,14 @@ from treemail.core.errors import (
     StoreDamaged,
     StoreFull,
 )
-from treemail.core.keys import VALUE_KINDS, Table
-from treemail.core.store import Indexed, ReadTxn, WriteTxn
+from treemail.core.keys import Table
+from treemail.core.store import ReadTxn, WriteTxn
 
 __all__ = ["LmdbStore"]
 
 T = TypeVar("T")
-_Txn: TypeAlias = "lmdb.Transaction[bytes]"
-_Dbs: TypeAlias = "Mapping[Table, lmdb._Database]"
 
 MiB = 1 << 20
-
-
-def _failure(exc: lmdb.Error, doing: str) -> StorageError:
-    return StorageError(f"lmdb failed to {doing}: {exc}")
-
-
-_UNSEEN: Any = object()
-
-# Tables whose rows every send reads and few operations change: the sender and recipient
-# sessions and the sending run. Their decoded records are kept across transactions by the
-# exact stored bytes, so a row read again unchanged is not checksummed and decoded again,
-# while a changed or damaged row (other bytes) is decoded, and checked, afresh. The records
-# are frozen, so sharing one between transactions is safe.
-_STEADY = frozenset((Table.SESSIONS, Table.RUNS))
-
-
-@functools.lru_cache(maxsize=4096)
-def _decode_steady(table: Table, key: bytes, raw: bytes) -> Any:
-    return decode(VALUE_KINDS[table], raw, db=table, key=key)
-
-
-class _LmdbTables:
-    """``Tables`` over the innermost transaction of ``stack`` (a write txn nests savepoints):
-    the only place lmdb is called inside a transaction. ``map_full`` records that LMDB ran out
-    of map at any depth, even if the work swallowed the error, so that ``transact`` retries
-    instead of committing half.
-
-    ``seen`` keeps each row this transaction read or wrote, decoded, so that nothing is read
-    and decoded twice: a send reads its recipient's tally for the guards and then rewrites
-    it. Writes are kept there too and reach LMDB once per row, encoded, when ``flush`` runs:
-    before a scan or a count of their table (LMDB answers those), before a savepoint opens or
-    ends, and before the commit. So a row a send changes four times (the tally: the message
-    seq, two guard counters, the last event seq) is one put. A savepoint undone forgets it
-    all; its rows were never flushed into its parent."""
-
-    map_full = False
-
-    def __init__(self, stack: list[_Txn], dbs: _Dbs) -> None:
-        self.stack = stack
-        self.dbs = dbs
-        self.seen: dict[tuple[Table, bytes], Any] = {}
-        self.dirty: dict[Table, dict[bytes, None]] = {}  # per table, the unflushed keys
-
-    def get(self, table: Table, key: bytes) -> Any:
-        found = self.seen.get((table, key), _UNSEEN)
-        if found is not _UNSEEN:
-            return found
-        raw = self._fetch(table, key)
-        if raw is None:
-            found = None
-        elif table in _STEADY:
-            found = _decode_steady(table, key, raw)
-        else:
-            found = decode(VALUE_KINDS[table], raw, db=table, key=key)
-        self.seen[(table, key)] = found
-        return found
-
-    def _fetch(self, table: Table, key: bytes) -> bytes | None:
-        """One point read from LMDB: every read of a row not seen yet, and only those."""
-        try:
-            raw: bytes | None = self.stack[-1].get(key, db=self.dbs[table])
-        except lmdb.Error as exc:
-            raise _failure(exc, f"read {table}") from exc
-        return raw
-
-    def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
-        self._flush_table(table)
-        rows: list[tuple[bytes, Any]] = []
-        kind = VALUE_KINDS[table]
-        try:
-            with self.stack[-1].cursor(db=self.dbs[table]) as cursor:
-                if not cursor.set_range(prefix + start):
-                    return rows
-                for key, raw in cursor:
-                    if not key.startswith(prefix):
-                        break
-                    rows.append((key, decode(kind, raw, db=table, key=key)))
-        except lmdb.Error as exc:
-            raise _failure(exc, f"scan {table}") from exc
-        return rows
-
-    def size(self, table: Table) -> int:
-        self._flush_table(table)
-        try:
-            entries: int = self.stack[-1].stat(self.dbs[table])["entries"]
-        except lmdb.Error as exc:
-            raise _failure(exc, f"count {table}") from exc
-        return entries
-
-    def put(self, table: Table, key: bytes, value: object) -> None:
-        self.seen[(table, key)] = value
-        self.dirty.setdefault(table, {})[key] = None
-
-    def delete(self, table: Table, key: bytes) -> None:
-        self.put(table, key, None)
-
-    def flush(self) -> None:
-        """Write every changed row to the innermost LMDB transaction."""
-        for table in list(self.dirty):
-            self._flush_table(table)
-
-    def forget(self) -> None:
-        """Drop what this transaction read and wrote (its savepoint was undone)."""
-        self.seen.clear()
-        self.dirty.clear()
-
-    def _flush_table(self, table: Table) -> None:
-        keys = self.dirty.pop(table, None)
-        if not keys:
-            return
-        seen = self.seen
-        try:
-            for key in keys:
-                self._store(table, key, seen[(table, key)])
-        except lmdb.MapFullError:  # a delete can split pages too
-            self.map_full = True
-            raise
-        except lmdb.DiskError as exc:  # spilling dirty pages to a full disk
-            raise _disk_full(exc) from exc
-        except lmdb.Error as exc:
-            raise _failure(exc, f"write {table}") from exc
-
-    def _store(self, table: Table, key: bytes, value: object) -> None:
-        """One write to LMDB (None deletes): at most one per changed row and flush."""
-        txn, db = self.stack[-1], self.dbs[table]
-        if value is None:
-            txn.delete(key, db=db)
-        else:
-            txn.put(key, encode(value, key), db=db)
-
-
-class _LmdbTxn(Indexed):
-    """A transaction of the port: ``Indexed`` over ``_LmdbTables``, plus savepoints."""
-
-    def __init__(self, env: lmdb.Environment, txn: _Txn, dbs: _Dbs) -> None:
-        self.tables = _LmdbTables([txn], dbs)
-        super().__init__(self.tables)
-        self._env = env
-
-    @contextmanager
-    def savepoint(self) -> Iterator[WriteTxn]:
-        # A nested LMDB txn. While it is open its parent must not be touched (MDB_BAD_TXN),
-        # so this object reads and writes through the child until the block ends: both the
-        # yielded txn and the outer name keep working, exactly as with MemoryStore.
-        stack = self.tables.stack
-        self.tables.flush()  # into the parent, which the child must leave untouched
-        try:
-            child = self._env.begin(write=True, parent=stack[-1])
-        except lmdb.Error as exc:
-            raise _failure(exc, "open a savepoint") from exc
-        stack.append(child)
-        try:
-            yield self
-            self.tables.flush()
-        except BaseException:
-            stack.pop()
-            _abort(child)
-            self.tables.forget()  # it may hold rows of the undone block
-            raise
-        stack.pop()
-        _commit(child, self.tables)
-
-
-def _commit(txn: _Txn, owner: _LmdbTables) -> None:
-    try:
-        txn.commit()
-    except lmdb.MapFullError:  # commit writes the free list and can run out of map too
-        owner.map_full = True
-        raise
-    except lmdb.Error as exc:
-        raise _failure(exc, "commit") from exc
-
-
-def _abort(txn: _Txn) -> None:
-    # Aborting a transaction LMDB already invalidated fails; that must not mask the cause.
-    with suppress(lmdb.Error):
-        txn.abort()
 
 
 def _lmdb_open(directory: Path, **options: object) -> lmdb.Environment:
@@ -253,17 +74,12 @@ def _open_tables(env: lmdb.Environment, directory: Path, *, write: bool) -> dict
                            path=str(directory)) from exc
 
 
-def _commit_durably(txn: _Txn) -> None:
+def _commit_durably(txn: Txn) -> None:
     txn.commit()  # one seam, so that tests can fail it after the commit point
 
 
 # py-lmdb has no class for EIO: it raises a plain Error carrying the C library's text for it.
 _EIO_TEXT = os.strerror(errno.EIO)
-
-
-def _disk_full(exc: lmdb.Error) -> StoreFull:
-    return StoreFull(f"the disk holding the store is full ({exc}): nothing of this operation "
-                     "was stored; free space, then retry")
 
 
 class _MapFull(Exception):
@@ -323,7 +139,7 @@ class _ReadGate:
 class LmdbStore:
     """The Store port on LMDB. Open with ``LmdbStore.open(path)``."""
 
-    def __init__(self, env: lmdb.Environment, dbs: _Dbs, max_map_size: int, *,
+    def __init__(self, env: lmdb.Environment, dbs: Dbs, max_map_size: int, *,
                  owner: OwnerLock | None = None) -> None:
         self._env = env
         self._owner = owner  # None: opened read-only
@@ -405,11 +221,11 @@ class LmdbStore:
         with self._gate.reading():
             txn = self._begin_read()
             try:
-                yield _LmdbTxn(self._env, txn, self._dbs)
+                yield LmdbTxn(self._env, txn, self._dbs)
             finally:
-                _abort(txn)
+                abort(txn)
 
-    def _begin_read(self) -> _Txn:
+    def _begin_read(self) -> Txn:
         try:
             return self._env.begin(write=False)
         except lmdb.MapResizedError:
@@ -420,7 +236,7 @@ class LmdbStore:
         try:
             return self._env.begin(write=False)
         except lmdb.Error as exc:
-            raise _failure(exc, "begin a read transaction") from exc
+            raise failure(exc, "begin a read transaction") from exc
 
     @contextmanager
     def raw_rows(self) -> Iterator[Callable[[Table], Iterator[tuple[bytes, bytes]]]]:
@@ -434,12 +250,12 @@ class LmdbStore:
                 try:
                     yield from txn.cursor(db=self._dbs[table])
                 except lmdb.Error as exc:
-                    raise _failure(exc, f"scan {table}") from exc
+                    raise failure(exc, f"scan {table}") from exc
 
             try:
                 yield rows
             finally:
-                _abort(txn)
+                abort(txn)
 
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
         """Run ``work`` in one write transaction; re-run it from scratch on a larger map
@@ -464,8 +280,8 @@ class LmdbStore:
         try:
             txn = self._env.begin(write=True)
         except lmdb.Error as exc:
-            raise _failure(exc, "begin a write transaction") from exc
-        writes = _LmdbTxn(self._env, txn, self._dbs)
+            raise failure(exc, "begin a write transaction") from exc
+        writes = LmdbTxn(self._env, txn, self._dbs)
         try:
             result = work(writes)
             writes.tables.flush()
@@ -473,18 +289,18 @@ class LmdbStore:
                 self._commit_outer(txn, writes.tables)
                 return result
         except Exception:
-            _abort(txn)
+            abort(txn)
             # Once the map filled up the txn is broken, so whatever error followed is moot.
             if writes.tables.map_full:
                 raise _MapFull from None
             raise
         except BaseException:
-            _abort(txn)
+            abort(txn)
             raise
-        _abort(txn)  # work swallowed a MapFullError: what it did is incomplete
+        abort(txn)  # work swallowed a MapFullError: what it did is incomplete
         raise _MapFull
 
-    def _commit_outer(self, txn: _Txn, tables: _LmdbTables) -> None:
+    def _commit_outer(self, txn: Txn, tables: LmdbTables) -> None:
         """Commit the transaction, and say precisely how a failure left the store.
 
         LMDB writes the data pages, syncs them, and only then writes the meta page that makes
@@ -509,7 +325,7 @@ class LmdbStore:
                 # The meta page was not written, so nothing is stored. On a full disk LMDB
                 # reports a short data-page write as EIO, not as ENOSPC.
                 if isinstance(exc, lmdb.DiskError) or _EIO_TEXT in str(exc):
-                    raise _disk_full(exc) from exc
+                    raise disk_full(exc) from exc
                 raise StorageError(f"the store at {self._path!r} failed to commit ({exc}) "
                                    "before the commit point: nothing of this operation was "
                                    "stored; retry it", path=self._path) from exc
@@ -532,7 +348,7 @@ class LmdbStore:
             try:
                 self._env.set_mapsize(min(size * 2, self._max_map_size))
             except lmdb.Error as exc:
-                raise _failure(exc, "grow the map") from exc
+                raise failure(exc, "grow the map") from exc
 
     def describe_owner(self, holder: Mapping[str, str]) -> None:
         """Tell a refused second opener who holds the store (a daemon: its role, socket)."""

@@ -104,10 +104,13 @@ class Tables(Protocol):
     raw keys) that ``keys.VALUE_KINDS`` names for the table. ``scan`` returns every row whose
     key starts with ``prefix`` and is at least ``prefix + start``, in key order, read at once
     so that the caller may rewrite rows while walking them. ``size`` counts a table's rows.
+    ``insert`` is ``put`` under a key the table does not hold yet (an append), which lets a
+    backend count it without writing it out first.
     """
 
     def get(self, table: Table, key: bytes) -> Any: ...
     def put(self, table: Table, key: bytes, value: object) -> None: ...
+    def insert(self, table: Table, key: bytes, value: object) -> None: ...
     def delete(self, table: Table, key: bytes) -> None: ...
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]: ...
     def size(self, table: Table) -> int: ...
@@ -299,7 +302,7 @@ class Indexed:
         key = keys.event(session_id, seq)
         self._put_tally(owner, Tally(seq, tally.counters))
         self._t.put(Table.EVENTS, key, event)
-        self._t.put(Table.FEED, keys.feed(self.feed_end() + 1), key)
+        self._t.insert(Table.FEED, keys.feed(self.feed_end() + 1), key)
         return event
 
     def put_approval(self, approval: Approval) -> None:
@@ -333,6 +336,8 @@ class _DictTables:
         rows = self.data[table]
         self.undo.append((rows, key, rows.get(key, _MISSING)))
         rows[key] = value
+
+    insert = put
 
     def delete(self, table: Table, key: bytes) -> None:
         rows = self.data[table]
