@@ -59,6 +59,9 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
             while not finished.done() and time.monotonic() < deadline:
                 if app.held:  # the demo waits on the user: answer it from the TUI
                     app.query_one("#approvals", DataTable).focus()
+                    # Under load the pane may fill a few frames after the hold is known.
+                    await until(lambda: app.query_one("#approvals", DataTable).row_count > 0,
+                                pilot.pause, "the held call shown")
                     await pilot.pause()
                     captures.append(screen_text(app))
                     await pilot.press("t")
