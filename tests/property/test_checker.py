@@ -20,8 +20,10 @@ import pytest
 from treemail.adapters.cli import main
 from treemail.core import engine, runs, sending
 from treemail.core.config import MessagingConfig
+from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
 from treemail.core.records import AgentSpec, Message, Owner
+from treemail.core.store import MemoryStore
 from treemail.models import checker
 from treemail.models.checker import (
     INVARIANTS,
@@ -30,12 +32,14 @@ from treemail.models.checker import (
     canonical,
     check,
 )
+from treemail.models.invariants import Ledger, settled
 from treemail.models.plants import planted
 from treemail.models.reference import Reference
 
-# Small enough to be exhausted (no state left at the depth cap) in a few seconds. Every
-# restart keeps the config here: the restart that turns messaging off has its own test.
-SMALL = Bounds(sessions=2, messages=2, restarts=1, depth=20, disabled=0)
+# Small enough to be exhausted (no state left at the depth cap) in a few seconds. One tree,
+# and every restart keeps the config: the second tree and the restart that turns messaging
+# off have their own tests.
+SMALL = Bounds(sessions=2, messages=2, restarts=1, depth=20, disabled=0, trees=1)
 # A pair window below the inbox cap, so the window is the guard that answers.
 WINDOWED = MessagingConfig(max_pending_per_session=2, max_inflight_per_pair=1, max_hops=1)
 SPEC = Path(__file__).resolve().parents[2] / "spec" / "invariants.json"
@@ -102,11 +106,11 @@ def test_discard_of_claimed_mail_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_cli_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
-    small = "--bounds=sessions=2,messages=2,depth=4"
+    small = "--bounds=sessions=2,messages=2,depth=4,trees=1"
     assert main(["check", small, "--quiet"]) == 0
     assert "no counterexample" in capsys.readouterr().out
     # The bug planted by name, from the command line, answers with its shortest trace.
-    assert main(["check", "--bounds=sessions=2,messages=2", "--quiet",
+    assert main(["check", "--bounds=sessions=2,messages=2,trees=1", "--quiet",
                  "--plant=discard-claimed"]) == 1
     out = capsys.readouterr().out
     assert "planted bug: discard-claimed" in out and "shortest trace (5 actions)" in out
@@ -157,12 +161,12 @@ def test_a_drain_failure_at_the_bottom_is_found_through_chained_drains(
     judged. A planted verdict refuses any quiet state where agent mail was consumed."""
     original = checker.settled
 
-    def settled(tx: Any) -> Any:
+    def settled(tx: Any, *ledger: Any) -> Any:
         for session in tx.sessions():
             for event in tx.events(session.session_id):
                 if event.kind == "ProducerMessageConsumed" and event.data["owner"] == "agent":
                     return ("INV7", "planted: agent mail consumed")
-        return original(tx)
+        return original(tx, *ledger)
 
     monkeypatch.setattr(checker, "settled", settled)
     found = check(WINDOWED, attrs.evolve(SMALL, restarts=0, depth=6)).counterexample
@@ -171,7 +175,7 @@ def test_a_drain_failure_at_the_bottom_is_found_through_chained_drains(
 
 
 def test_coverage_names_what_was_reached_and_what_was_not() -> None:
-    result = check(WINDOWED, Bounds(sessions=2, messages=2, restarts=1, depth=6))
+    result = check(WINDOWED, Bounds(sessions=2, messages=2, restarts=1, depth=6, trees=1))
     coverage = result.coverage
     assert {"recipient_resolution", "self_send", "invalid_arguments", "invalid_body",
             "inflight_full"} <= coverage.guards
@@ -235,3 +239,25 @@ def test_a_handle_looked_up_in_another_tree_is_caught() -> None:
     assert found is not None and found.invariant == "AGREE"
     assert len(found.trace) == 5  # two roots, mail wakes one, it runs, names the other
     assert found.trace[-1].endswith("other tree's handle)")
+
+
+def test_the_ledger_carries_what_the_feed_said_before_the_drain() -> None:
+    """A drain reads only the feed after its state's ledger: a consume logged twice before
+    the drain began must still be found, from the ledger."""
+    store, ids = MemoryStore(), CountingIds()
+    engine = Engine(store, ids, WINDOWED)
+    root = engine.create_root(AgentSpec("worker")).session_id
+    engine.accept(root, "note", Owner.USER)
+    run = engine.start_run(root).run_id
+    request = engine.begin_request(root, run).request_id
+    engine.commit_request(root, run, request)
+    with store.read() as tx:
+        consumed = next(e for _, e in tx.feed() if e.kind == "ProducerMessageConsumed")
+        assert settled(tx) is None
+    store.transact(lambda tx: tx.append(root, consumed.kind, consumed.data))  # logged twice
+    with store.read() as tx:
+        whole = Ledger().then(tx.feed())
+        assert whole.upto == tx.feed_end()
+        for ledger in (Ledger(), Ledger().then(list(tx.feed())[:-1]), whole):
+            found = settled(tx, ledger)
+            assert found is not None and found[0] == "INV1"

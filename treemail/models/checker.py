@@ -61,6 +61,7 @@ from treemail.models.explore import Action, Bounds, alphabet, drain_step, outcom
 from treemail.models.invariants import (
     INVARIANTS,
     Failure,
+    Ledger,
     agreement,
     limits,
     log_follows,
@@ -116,6 +117,7 @@ class Result:
     counterexample: Counterexample | None
     coverage: Coverage = attrs.Factory(Coverage)
     drained: int = 0  # states whose drain was run through; the others chained into one
+    cpu: float = 0.0  # process CPU seconds: what compares between runs on a shared machine
 
 
 # -- canonical form -----------------------------------------------------------------------------
@@ -218,14 +220,15 @@ class Checker:
             # passed every check already. (The store compared table by table is a stronger
             # check than the invariants: a refusal must leave it exactly as it was.)
             return Node(node.model, node.store, node.ids, node.restarts, node.depth + 1,
-                        node.feed, node.config, node.key), None, False
+                        node.feed, node.config, node.ledger, node.key), None, False
         with store.read() as tx:
             events = list(tx.feed(node.feed))
             config = node.config
             if action.kind == "restart" and action.args == (False,):
                 config = attrs.evolve(config, enabled=False)
             child = Node(model, store, ids, node.restarts + (action.kind == "restart"),
-                         node.depth + 1, events[-1][0] if events else node.feed, config)
+                         node.depth + 1, events[-1][0] if events else node.feed, config,
+                         node.ledger.then(events))
             if got != want:
                 return child, ("AGREE", f"{action.kind} answered differently\n"
                                         f"    engine: {got!r}\n    model:  {want!r}"), False
@@ -256,28 +259,36 @@ class Checker:
             link = self.parents[key]
         return tuple(reversed(steps))
 
-    def drain(self, node: Node, prefix: tuple[str, ...]) -> Counterexample | None:
-        """INV7 and INV1 from ``node`` (reached by ``prefix``): run a copy of the engine's store
-        until quiet. The drain drives the engine alone (no model step to compare): it checks
-        a property of the engine, at a fifth of a lockstep step's cost. (Drains stepped in
-        lockstep could stop where another drain passed, but drains from different states
-        rarely meet: measured, that saved a fifth of the steps at five times their cost.)"""
+    def drain(self, node: Node) -> Counterexample | None:
+        """INV7 and INV1 from ``node``: run a copy of the engine's store until quiet. The
+        drain drives the engine alone (no model step to compare): it checks a property of
+        the engine, at a fifth of a lockstep step's cost. (Drains stepped in lockstep could
+        stop where another drain passed, but drains from different states rarely meet:
+        measured, that saved a fifth of the steps at five times their cost; and only one in
+        twenty states at the depth cap drains, in one step, into an explored state.)"""
         _, store, ids = clone(node, with_model=False)
-        engine, steps = Engine(store, ids, node.config), list(prefix)
+        engine, steps = Engine(store, ids, node.config), list[Action]()
         for _ in range(DRAIN_LIMIT):
             with store.read() as tx:
                 action = drain_step(tx)
             if action is None:
                 with store.read() as tx:
-                    failure = settled(tx)
-                return None if failure is None else Counterexample(*failure, tuple(steps))
+                    failure = settled(tx, node.ledger)
+                return None if failure is None else self._drained(node, steps, *failure)
             got = outcome(lambda: perform(action, engine))  # noqa: B023 - called at once
-            steps.append(f"{action.label}   [drain]")
+            steps.append(action)
             self.drain_steps += 1
             if got[0] != "ok":
-                return Counterexample("INV7", f"the drain was refused: {got!r}", tuple(steps))
-        return Counterexample("INV7", f"no quiet state after {DRAIN_LIMIT} drain steps",
-                              tuple(steps))
+                return self._drained(node, steps, "INV7", f"the drain was refused: {got!r}")
+        return self._drained(node, steps, "INV7", f"no quiet state after {DRAIN_LIMIT} drain "
+                                                  "steps")
+
+    def _drained(self, node: Node, steps: list[Action], invariant: str, detail: str
+                 ) -> Counterexample:
+        """A drain's failure, with the trace to ``node`` and the drain's steps after it (the
+        trace is built only here: nearly every drain passes)."""
+        drained = tuple(f"{action.label}   [drain]" for action in steps)
+        return Counterexample(invariant, detail, (*self.trace(node.key), *drained))
 
     def expand(self, node: Node, queue: deque[Node]) -> tuple[Counterexample | None, bool]:
         """Every successor of ``node``, checked and queued when new. Also says whether the
@@ -314,10 +325,10 @@ class Checker:
             return self._search()
 
     def _search(self) -> Result:
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         model = Lockstep(self.config, CountingIds())
         model.guarded = not self.shortcuts
-        root = Node(model, MemoryStore(), CountingIds(), 0, 0, 0, self.config)
+        root = Node(model, MemoryStore(), CountingIds(), 0, 0, 0, self.config, Ledger())
         root.model.world = CopyableWorld()
         root.key = canonical(root.model, 0, self.history)
         self.parents[root.key] = None
@@ -338,7 +349,7 @@ class Checker:
             # A drain is a path of the search's own transitions: when its first step is one
             # the search took into an explored state, the rest is that state's drain.
             if not (chained and self.shortcuts):
-                found.append(self.drain(node, self.trace(node.key)))
+                found.append(self.drain(node))
                 self.drained += 1
             for failure in found:
                 if failure is not None and (best is None or len(failure.trace) < len(best.trace)):
@@ -346,7 +357,7 @@ class Checker:
         self._show(len(queue), started, final=True)
         return Result(len(self.parents), self.transitions, self.drain_steps, self.pruned,
                       self.depth, self.capped, time.monotonic() - started, dict(self.outcomes),
-                      best, self.coverage, self.drained)
+                      best, self.coverage, self.drained, time.process_time() - cpu)
 
     def _show(self, queued: int, started: float, final: bool = False) -> None:
         """A single progress line on stderr, redrawn at most five times a second."""
@@ -373,7 +384,8 @@ def report(result: Result, out: TextIO | None = None) -> None:
     print(f"explored {result.states} states, {result.transitions} transitions "
           f"(+{result.drain_steps} drain steps in {result.drained} drains run through; "
           f"{result.pruned} successors beyond the size "
-          f"bounds checked, not explored), depth {result.depth}, {result.seconds:.1f} s",
+          f"bounds checked, not explored), depth {result.depth}, {result.seconds:.1f} s "
+          f"({result.cpu:.1f} CPU s)",
           file=out)
     print(f"coverage: {result.coverage.line()}", file=out)
     if result.capped:

@@ -13,10 +13,11 @@ in the spec: it is how the model serves as the oracle). Every check returns ``No
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
+
+import attrs
 
 from treemail.core.config import MessagingConfig
 from treemail.core.events import (
@@ -40,6 +41,7 @@ from treemail.models.world import FINAL, MESSAGE_STEPS, World
 __all__ = [
     "INVARIANTS",
     "Failure",
+    "Ledger",
     "agreement",
     "limits",
     "log_follows",
@@ -261,20 +263,38 @@ def _final(tx: ReadTxn, message_id: str) -> Failure | None:
     return None
 
 
-def settled(tx: ReadTxn) -> Failure | None:
-    """At a quiet state: every message ever accepted (per the feed) is consumed or discarded
-    with a reason, and its log holds exactly one consume or discard (INV7, INV1)."""
-    ends: Counter[str] = Counter()
-    for _, event in tx.feed():
-        if event.kind not in _SETTLING:
-            continue
-        mail = read(event)
-        if isinstance(mail, ProducerMessageConsumed | ProducerMessageDiscarded):
-            ends[mail.message_id] += 1
-        elif isinstance(mail, ProducerMessageAccepted):
-            failure = _final(tx, mail.message_id)
-            if failure is not None:
-                return failure
+@attrs.frozen
+class Ledger:
+    """What ``settled`` reads off the feed up to event ``upto``: the messages accepted, in
+    order, and how many times each was consumed or discarded. A state's ledger is its
+    parent's plus the events its transition appended, so no drain reads the whole feed."""
 
-    twice = [mid for mid, n in ends.items() if n != 1]
+    upto: int = 0
+    accepted: tuple[str, ...] = ()
+    ends: Mapping[str, int] = attrs.field(factory=dict)
+
+    def then(self, events: Iterable[tuple[int, Event]]) -> Ledger:
+        accepted, ends, upto = list(self.accepted), dict(self.ends), self.upto
+        for number, event in events:
+            upto = number
+            if event.kind not in _SETTLING:
+                continue
+            mail = read(event)
+            if isinstance(mail, ProducerMessageConsumed | ProducerMessageDiscarded):
+                ends[mail.message_id] = ends.get(mail.message_id, 0) + 1
+            elif isinstance(mail, ProducerMessageAccepted):
+                accepted.append(mail.message_id)
+        return Ledger(upto, tuple(accepted), ends)
+
+
+def settled(tx: ReadTxn, ledger: Ledger = Ledger()) -> Failure | None:
+    """At a quiet state: every message ever accepted (per the feed) is consumed or discarded
+    with a reason, and its log holds exactly one consume or discard (INV7, INV1). ``ledger``:
+    the feed read so far (by the state the drain began at); the rest is read here."""
+    ledger = ledger.then(tx.feed(ledger.upto))
+    for message_id in ledger.accepted:
+        failure = _final(tx, message_id)
+        if failure is not None:
+            return failure
+    twice = [mid for mid, n in ledger.ends.items() if n != 1]
     return ("INV1", f"consumed or discarded more than once: {twice}") if twice else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -24,6 +24,9 @@ from treemail.core.store import MemoryStore
 from treemail.models.explore import Action, outcome, perform
 from treemail.models.reference import Reference
 from treemail.models.world import ApprovalRecord, World
+
+if TYPE_CHECKING:  # invariants reads ids through this module
+    from treemail.models.invariants import Ledger
 
 __all__ = ["CopyableWorld", "Lockstep", "Node", "clone", "fork_ids", "model_step", "next_id",
            "untouched"]
@@ -42,6 +45,7 @@ class Node:
     depth: int
     feed: int  # events in the engine's global feed: a transition's own events follow it
     config: MessagingConfig  # the engine's: a restart may have turned messaging off
+    ledger: Ledger  # the feed as ``settled`` reads it, up to ``feed``
     key: bytes = b""
 
 
