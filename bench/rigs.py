@@ -199,6 +199,7 @@ class Crowd:
         agents = {SPEC.name: Agent(SPEC, ScriptedModel([]))}
         self.runtime = Runtime(store, CountingIds(), agents, UNLIMITED)
         self.senders = senders
+        self.batch = 0.0
 
     async def setup(self) -> None:
         rt, engine = self.runtime, self.runtime.engine
@@ -231,12 +232,16 @@ class Crowd:
                 await asyncio.sleep(0)
 
     async def sends_per_second(self, per_sender: int, consume: bool = False) -> float:
+        """The rate; ``batch`` is then the mean number of calls per group commit."""
         jobs = [self._sender(i, per_sender) for i in range(self.senders)]
         if consume:
             jobs.append(self._consumer(self.senders * per_sender))
+        batches = self.runtime.writer.batches
         start = time.perf_counter()
         await asyncio.gather(*jobs)
-        return self.senders * per_sender / (time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        self.batch = self.senders * per_sender / max(self.runtime.writer.batches - batches, 1)
+        return self.senders * per_sender / elapsed
 
     def close(self) -> None:
         self.runtime.writer.close()

@@ -548,6 +548,34 @@ class StoreContract:
             assert [e.kind for e in tx.events(CHILD)] == [*log, "kept"]
             assert tx.feed_end() == feed + 1
 
+    def test_a_row_changed_at_every_depth_is_undone_to_each_depth(self, store: Store) -> None:
+        # A counter changed by the transaction, a savepoint and one inside it, with range
+        # reads forcing writes out mid-savepoint: each undo goes back exactly one level.
+        def work(tx: WriteTxn) -> tuple[int, int, int]:
+            tx.add("n", 1)
+            with tx.savepoint() as outer:
+                outer.add("n", 10)
+                with pytest.raises(Boom), outer.savepoint() as inner:
+                    inner.add("n", 100)
+                    inner.put_message(message(MESSAGE_IDS[4], CHILD, 9))
+                    assert [m.seq for m in inner.pending(CHILD)] == [9]
+                    assert inner.count("n") == 111
+                    raise Boom
+                after_inner = outer.count("n")
+                outer.add("n", 1000)
+            after_outer = tx.count("n")
+            tx.add("m", 7)  # before the last savepoint, untouched by it
+            with pytest.raises(Boom), tx.savepoint() as last:
+                last.add("n", 5)
+                assert list(last.pending(CHILD)) == []
+                raise Boom
+            return after_inner, after_outer, tx.count("n") + tx.count("m")
+
+        assert store.transact(work) == (11, 1011, 1018)
+        with store.read() as tx:
+            assert (tx.count("n"), tx.count("m")) == (1011, 7)
+            assert tx.message(MESSAGE_IDS[4]) is None and list(tx.pending(CHILD)) == []
+
     def test_outer_txn_stays_usable_inside_a_savepoint(self, store: Store) -> None:
         # MemoryStore's savepoint yields the transaction itself; code written against it may
         # keep using the outer name, so every store must accept that.

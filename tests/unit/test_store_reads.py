@@ -173,10 +173,11 @@ def test_a_scan_sees_the_rows_written_before_it(tmp_path: Path) -> None:
     store.close()
 
 
-def test_sends_in_a_group_commit_batch_open_no_nested_lmdb_transaction(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sends_in_a_group_commit_batch_write_each_row_once_in_one_lmdb_transaction(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, traffic: Traffic) -> None:
     # A savepoint writes to LMDB itself only when it must (a range read of a table it
-    # changed); a send's savepoint never must, so a batch of sends is one LMDB transaction.
+    # changed); a send's savepoint never must, so a batch of sends is one LMDB transaction,
+    # and the rows they share (the recipient's tally) are written once for the batch.
     store = LmdbStore.open(tmp_path, sync=False)
     world, _, a, b = _tree(store)
     contexts = [world.ctx(a) for _ in range(4)]  # the pair cap is 4
@@ -191,8 +192,10 @@ def test_sends_in_a_group_commit_batch_open_no_nested_lmdb_transaction(
         for ctx in contexts:
             engine.send_message(ctx, {"to": b.session_id, "body": "batched"})
 
-    group.batch(sends)
+    batched = traffic.during(lambda: group.batch(sends))
     assert nested == []
+    assert batched.writes == {Table.MESSAGES: 4, Table.PENDING: 4, Table.EVENTS: 4,
+                              Table.FEED: 4, Table.REPLAY: 4, Table.TALLY: 1}, batched.writes
     with store.read() as tx:
         assert len(list(tx.pending(b.session_id))) == 1 + 1 + 4  # the task, lead's, these
     store.close()

@@ -5,17 +5,19 @@ they must.
 ``LmdbTables`` keeps each row the transaction read or wrote, decoded, so that nothing is read
 and decoded twice: a send reads its recipient's tally for the guards and then rewrites it.
 Writes are kept there too and reach LMDB once per row, encoded, when ``flush`` runs: before a
-scan or count of their table (LMDB answers those), when a savepoint opens, and before the
-commit. So a row a send changes four times (the tally: the message seq, two guard counters,
-the last event seq) is one put. A row appended under a key its table cannot hold yet (the
-feed) is counted by ``size`` without a flush.
+scan or count of their table (LMDB answers those) and before the commit. So a row a send
+changes four times (the tally: the message seq, two guard counters, the last event seq) is
+one put, and a row a whole group-commit batch changes (the recipient's tally) is one put for
+the batch. A row appended under a key its table cannot hold yet (the feed) is counted by
+``size`` without a flush.
 
-Savepoints: one opens by flushing what came before it into LMDB, so every row the cache then
-holds unflushed is the savepoint's own. Undoing it is forgetting them. Only when a savepoint
-must write to LMDB itself (a scan or count of a table it changed, or a savepoint opened
-inside it) does it open a nested LMDB transaction, which is then committed into its parent
-or aborted with it. A send in a group-commit batch opens none: the nested transaction, which
-copies every page it touches, was a fifth of a batched send's cost.
+Savepoints: an open savepoint keeps, for each row it changes, how the row was before it (an
+undo log over the cache); undoing it restores those. Only when rows must reach LMDB while it
+is open (a scan or count of a table it changed) does it get a nested LMDB transaction,
+after the rows as they were before it are written below that; the nested transaction is
+then committed into its parent or aborted with the savepoint. A send in a batch needs none:
+the nested transaction, which copies every page it touches, and the write-out at every
+savepoint's edge were a fifth of a batched send's cost.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any, TypeAlias
 
+import attrs
 import lmdb
 
 from treemail.adapters.codec import decode, encode
@@ -67,12 +70,21 @@ def abort(txn: Txn) -> None:
         txn.abort()
 
 
+@attrs.define
+class _Open:
+    """An open savepoint: each row it changed as it was before (its cached value or
+    ``_UNSEEN``, whether it was unflushed, whether as an insert), and whether it has its
+    own nested LMDB transaction on the stack."""
+
+    before: dict[tuple[Table, bytes], tuple[Any, bool, bool]] = attrs.Factory(dict)
+    nested: bool = False
+
+
 class LmdbTables:
     """``Tables`` over the innermost LMDB transaction of ``stack``: the only place lmdb is
     called inside a transaction. ``map_full`` records that LMDB ran out of map at any
     depth, even if the work swallowed the error, so that ``transact`` retries instead of
-    committing half. ``savepoints`` holds, per open savepoint, whether it has its own nested
-    LMDB transaction on ``stack`` yet."""
+    committing half."""
 
     map_full = False
 
@@ -83,7 +95,7 @@ class LmdbTables:
         self.seen: dict[tuple[Table, bytes], Any] = {}
         self.dirty: dict[Table, dict[bytes, None]] = {}  # per table, the unflushed keys
         self.inserted: dict[Table, set[bytes]] = {}  # the unflushed keys that are new
-        self.savepoints: list[bool] = []
+        self.savepoints: list[_Open] = []
 
     def get(self, table: Table, key: bytes) -> Any:
         found = self.seen.get((table, key), _UNSEEN)
@@ -124,19 +136,22 @@ class LmdbTables:
         return rows
 
     def size(self, table: Table) -> int:
-        fresh = self.inserted.get(table, ())
-        if len(self.dirty.get(table, ())) != len(fresh):  # other changes: LMDB counts them
-            self._flush_table(table)
-            fresh = ()
+        if len(self.dirty.get(table, ())) != len(self.inserted.get(table, ())):
+            self._flush_table(table)  # changes other than inserts: LMDB counts them
         try:
             entries: int = self.stack[-1].stat(self.dbs[table])["entries"]
         except lmdb.Error as exc:
             raise failure(exc, f"count {table}") from exc
-        return entries + len(fresh)
+        return entries + len(self.inserted.get(table, ()))
 
     def put(self, table: Table, key: bytes, value: object) -> None:
+        if self.savepoints:
+            self._touch(table, key)
         self.seen[(table, key)] = value
-        self.dirty.setdefault(table, {})[key] = None
+        rows = self.dirty.get(table)
+        if rows is None:
+            rows = self.dirty[table] = {}
+        rows[key] = None
 
     def insert(self, table: Table, key: bytes, value: object) -> None:
         self.put(table, key, value)
@@ -146,28 +161,33 @@ class LmdbTables:
         self.put(table, key, None)
         self.inserted.get(table, set()).discard(key)
 
+    def _touch(self, table: Table, key: bytes) -> None:
+        """Keep how the row was before the open savepoint first changes it."""
+        before, row = self.savepoints[-1].before, (table, key)
+        if row not in before:
+            before[row] = (self.seen.get(row, _UNSEEN), key in self.dirty.get(table, ()),
+                           key in self.inserted.get(table, ()))
+
     def flush(self) -> None:
         """Write every changed row to LMDB."""
         for table in list(self.dirty):
             self._flush_table(table)
 
-    def forget(self) -> None:
-        """Drop what this transaction read and wrote but did not flush (a savepoint undone)."""
-        self.seen.clear()
-        self.dirty.clear()
-        self.inserted.clear()
-
     def _flush_table(self, table: Table) -> None:
-        keys = self.dirty.pop(table, None)
-        self.inserted.pop(table, None)
-        if not keys:
+        if not self.dirty.get(table):
             return
-        if self.savepoints and not self.savepoints[-1]:
-            self._nest()  # the rows are the open savepoint's: they go where it can undo them
-        seen = self.seen
-        try:
+        if self.savepoints and not self.savepoints[-1].nested:
+            self._nest()  # the rows go where the open savepoints can undo them
+        keys = self.dirty.pop(table, {})
+        self.inserted.pop(table, None)
+        with self._writing(table):
             for key in keys:
-                self._store(table, key, seen[(table, key)])
+                self._store(table, key, self.seen[(table, key)])
+
+    @contextmanager
+    def _writing(self, table: Table | str) -> Iterator[None]:
+        try:
+            yield
         except lmdb.MapFullError:  # a delete can split pages too
             self.map_full = True
             raise
@@ -185,28 +205,65 @@ class LmdbTables:
             txn.put(key, encode(value, key), db=db)
 
     def _nest(self) -> None:
-        # While the child is open its parent must not be touched (MDB_BAD_TXN): every read
-        # and write goes to the top of the stack.
-        try:
-            self.stack.append(self.env.begin(write=True, parent=self.stack[-1]))
-        except lmdb.Error as exc:
-            raise failure(exc, "open a savepoint") from exc
-        self.savepoints[-1] = True
+        """Give every open savepoint without one its nested LMDB transaction, outermost
+        first, each after writing below it the rows as they were before it began."""
+        for level, open_ in enumerate(self.savepoints):
+            if open_.nested:
+                continue
+            with self._writing("below a savepoint"):
+                self._write_below(self.savepoints[level:])
+            # While the child is open its parent must not be touched (MDB_BAD_TXN): every
+            # read and write goes to the top of the stack.
+            try:
+                self.stack.append(self.env.begin(write=True, parent=self.stack[-1]))
+            except lmdb.Error as exc:
+                raise failure(exc, "open a savepoint") from exc
+            open_.nested = True
+
+    def _write_below(self, opened: list[_Open]) -> None:
+        """Write to the top LMDB transaction each unflushed row none of ``opened`` changed:
+        those belong below them. A row one of them changed stays unflushed; its undo entry
+        restores it, unflushed as it was, if that savepoint is undone."""
+        for table, rows in list(self.dirty.items()):
+            for key in [k for k in rows if not any((table, k) in each.before for each in opened)]:
+                self._store(table, key, self.seen[(table, key)])
+                del rows[key]
+                self.inserted.get(table, set()).discard(key)
+            if not rows:
+                del self.dirty[table]
+
+    def _undo(self, undone: _Open) -> None:
+        for (table, key), (value, unflushed, inserted) in undone.before.items():
+            if value is _UNSEEN:
+                self.seen.pop((table, key), None)
+            else:
+                self.seen[(table, key)] = value
+            rows, fresh = self.dirty.setdefault(table, {}), self.inserted.setdefault(table, set())
+            if unflushed:
+                rows[key] = None
+            else:
+                rows.pop(key, None)
+            if inserted:
+                fresh.add(key)
+            else:
+                fresh.discard(key)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
-        self.flush()  # what came before belongs below this savepoint
-        self.savepoints.append(False)
+        opened = _Open()
+        self.savepoints.append(opened)
         try:
             yield
-            if self.savepoints[-1]:
-                self.flush()  # into its own nested transaction, committed below
+            if opened.nested:
+                self.flush()  # its rows, into its own nested transaction
         except BaseException:
-            if self.savepoints.pop():
+            self.savepoints.pop()
+            if opened.nested:
                 abort(self.stack.pop())
-            self.forget()  # the undone block's rows, and reads that may have seen them
+            self._undo(opened)
             raise
-        if self.savepoints.pop():
+        self.savepoints.pop()
+        if opened.nested:
             child = self.stack.pop()
             try:
                 child.commit()
@@ -215,7 +272,10 @@ class LmdbTables:
                 raise
             except lmdb.Error as exc:
                 raise failure(exc, "commit a savepoint") from exc
-        # Otherwise its unflushed rows now belong to the enclosing savepoint or transaction.
+        if self.savepoints:  # its changes are now the enclosing savepoint's to undo
+            enclosing = self.savepoints[-1].before
+            for row, was in opened.before.items():
+                enclosing.setdefault(row, was)
 
 
 class LmdbTxn(Indexed):
