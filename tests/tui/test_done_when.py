@@ -38,6 +38,13 @@ def _fresh_daemon(tmp_path: Path,
     return result, stopped, err
 
 
+def _shows_held(app: TreemailTui) -> bool:
+    """Whether the screen shows every held call's body (its first words) and the keys."""
+    screen = screen_text(app)
+    bodies = [str((held.get("arguments") or {}).get("body", ""))[:30] for held in app.held]
+    return bool(bodies) and all(body in screen for body in bodies) and "Approve tree" in screen
+
+
 async def _followed(app: TreemailTui, source: LiveSource, pilot: Any) -> None:
     """Wait until the TUI has folded the daemon's whole feed."""
     head = (await source._client().call("events.read", {"limit": 1}))["head"]
@@ -59,10 +66,10 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
             while not finished.done() and time.monotonic() < deadline:
                 if app.held:  # the demo waits on the user: answer it from the TUI
                     app.query_one("#approvals", DataTable).focus()
-                    # Under load the pane may fill a few frames after the hold is known.
-                    await until(lambda: app.query_one("#approvals", DataTable).row_count > 0,
-                                pilot.pause, "the held call shown")
-                    await pilot.pause()
+                    # Under load the screen may show the pane's rows a few frames after
+                    # the hold is known: capture it once it does.
+                    await until(lambda: _shows_held(app), pilot.pause,
+                                "the approvals pane showing the held call")
                     captures.append(screen_text(app))
                     await pilot.press("t")
                     await until(lambda: not app.held, pilot.pause, "the approval answered")
