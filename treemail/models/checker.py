@@ -169,11 +169,11 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
     key = (
         restarts, model.shut, model.config.enabled,
         [(n(s.root_session_id), n(s.parent_session_id), s.agent.name, s.handle is None,
-          s.ordinal, s.state, n(s.run_id), s.live) for s in sessions],
-        [(n(r.session_id), r.number if history else 0, r.status, n(r.open_request))
+          s.ordinal, str(s.state), n(s.run_id), s.live) for s in sessions],
+        [(n(r.session_id), r.number if history else 0, str(r.status), n(r.open_request))
          for r in runs],
         [(n(m.recipient), n(m.sender), m.owner.value, body(m.body), m.mode.value, m.hop, m.seq,
-          m.state, past(m.run_id, m.pending or m.owner is Owner.AGENT),
+          str(m.state), past(m.run_id, m.pending or m.owner is Owner.AGENT),
           past(m.request_id, m.state == MessageState.CLAIMED), m.reason) for m in messages],
         sorted((n(s), n(r), call, n(v.message_id), v.mode.value, v.recipient_state.value)
                for (s, r, call), v in world.results.items() if history or r in live),
@@ -183,6 +183,7 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
                for a in world.approvals.values()),
         sorted(n(sid) or 0 for sid in world.reported),
     )
+    # States as plain strings: an enum member's repr is slow, and a state's name is its value.
     return hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
 
 

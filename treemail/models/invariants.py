@@ -13,6 +13,7 @@ in the spec: it is how the model serves as the oracle). Every check returns ``No
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
@@ -69,6 +70,7 @@ Failure = tuple[str, str]  # (invariant id, what went wrong)
 # The kinds of the message events: any other event decodes to a payload no check here reads,
 # so it is passed over without decoding (the checker reads every event of every drain).
 _MAIL_KINDS = frozenset(str(payload.KIND) for payload in MESSAGE_PAYLOADS)
+_ACCEPTED = str(ProducerMessageAccepted.KIND)
 _SETTLING = frozenset(str(payload.KIND) for payload in (
     ProducerMessageAccepted, ProducerMessageConsumed, ProducerMessageDiscarded))
 
@@ -132,13 +134,21 @@ def _alike(tx: ReadTxn, engine_ids: CountingIds, model: Reference) -> bool:
         == [(_RUN(r), world.base_hop(r.run_id)) for r in runs]
         and [m and _MESSAGE(m) for m in map(tx.message, world.messages)]
         == [_MESSAGE(m) for m in messages]
-        and all([m.message_id for m in tx.pending(sid)] == [m.message_id for m in messages
-                                                           if m.recipient == sid and m.pending]
-                for sid in world.sessions)
+        and all([m.message_id for m in tx.pending(sid)] == mids
+                for sid, mids in _pending_lists(world).items())
         and sorted(map(_approval, tx.approvals()), key=repr)
         == sorted(map(_approval, world.approvals.values()), key=repr)
         and next_id(engine_ids) == next_id(model.ids)
     )
+
+
+def _pending_lists(world: World) -> dict[str, list[str]]:
+    """Each session's pending mail ids in acceptance order, in one pass over the mail."""
+    lists: dict[str, list[str]] = {sid: [] for sid in world.sessions}
+    for m in world.messages.values():
+        if m.pending:
+            lists[m.recipient].append(m.message_id)
+    return lists
 
 
 def _difference(tx: ReadTxn, engine_ids: CountingIds, model: Reference) -> Failure | None:
@@ -174,8 +184,9 @@ def limits(tx: ReadTxn, config: MessagingConfig) -> Failure | None:
             return "INV4", f"{recipient} holds {len(agent)} pending agent messages"
         if tx.count(inbox_counter(recipient)) != len(agent):
             return "INV10", f"inbox counter of {recipient} is not {len(agent)}"
+        pairs = Counter(m.sender for m in agent)
         for sender in sessions:
-            pair = sum(1 for m in agent if m.sender == sender)
+            pair = pairs[sender]
             if window > 0 and pair > window:
                 return "INV5", f"pair {sender} -> {recipient} holds {pair} pending messages"
             if tx.count(pair_counter(sender, recipient)) != pair:
@@ -277,13 +288,14 @@ class Ledger:
         accepted, ends, upto = list(self.accepted), dict(self.ends), self.upto
         for number, event in events:
             upto = number
-            if event.kind not in _SETTLING:
+            # The kind and the message id are all this reads: no payload is decoded.
+            kind, message_id = event.kind, event.data.get("message_id")
+            if kind not in _SETTLING or not isinstance(message_id, str):
                 continue
-            mail = read(event)
-            if isinstance(mail, ProducerMessageConsumed | ProducerMessageDiscarded):
-                ends[mail.message_id] = ends.get(mail.message_id, 0) + 1
-            elif isinstance(mail, ProducerMessageAccepted):
-                accepted.append(mail.message_id)
+            if kind == _ACCEPTED:
+                accepted.append(message_id)
+            else:
+                ends[message_id] = ends.get(message_id, 0) + 1
         return Ledger(upto, tuple(accepted), ends)
 
 
