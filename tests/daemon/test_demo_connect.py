@@ -31,12 +31,14 @@ def test_demo_connect_runs_through_the_daemon(
     assert "4 sessions" in out and "each exactly once" in out
 
 
-@pytest.mark.parametrize(("answer", "said"), [
-    (["--scope", "session"], "approved (scope session): "),
-    (["--deny"], "denied: "),  # the steer is never sent; the tree still finishes
+@pytest.mark.parametrize(("answer", "said", "typed"), [
+    (["--scope", "session"], "approved (scope session): ", None),  # the whole approval id
+    # The steer is never sent, and the tree still finishes; the approval is named by the
+    # 8 characters the rows print.
+    (["--deny"], "denied: ", 8),
 ])
 def test_the_demo_waits_for_an_answer_given_elsewhere(
-    daemon: DaemonProcess, answer: list[str], said: str
+    daemon: DaemonProcess, answer: list[str], said: str, typed: int | None
 ) -> None:
     demo = subprocess.Popen(
         [sys.executable, "-m", "treemail", "demo", "--connect", "--socket", str(daemon.socket)],
@@ -46,8 +48,8 @@ def test_the_demo_waits_for_an_answer_given_elsewhere(
         held = next(m[1] for line in demo.stdout if (m := APPROVE.search(line)))
         assert demo.poll() is None  # it waits: the tree cannot finish without the answer
         answered = subprocess.run(
-            [sys.executable, "-m", "treemail", "approve", "--socket", str(daemon.socket), held,
-             *answer], capture_output=True, text=True, timeout=60)
+            [sys.executable, "-m", "treemail", "approve", "--socket", str(daemon.socket),
+             held[:typed], *answer], capture_output=True, text=True, timeout=60)
         assert answered.returncode == 0 and answered.stdout.startswith(said)
         out, err = demo.communicate(timeout=60)
     finally:

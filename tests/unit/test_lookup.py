@@ -1,4 +1,5 @@
-"""The command line's session and message forms resolve to one id, or refuse: never a guess."""
+"""The command line's session, message and approval forms resolve to one id, or refuse:
+never a guess."""
 
 from __future__ import annotations
 
@@ -19,24 +20,30 @@ C = "7ad0d8bf-3333-4333-8333-333333333333"
 class Listing:
     """The two methods lookup calls, answered from fixed sessions and their messages."""
 
-    def __init__(self, sessions: dict[str, str | None], messages: dict[str, list[str]]) -> None:
-        self.sessions, self.messages = sessions, messages
+    def __init__(self, sessions: dict[str, str | None], messages: dict[str, list[str]],
+                 held: tuple[str, ...] = ()) -> None:
+        self.sessions, self.messages, self.held = sessions, messages, held
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         if method == "session.list":
             return {"sessions": [{"session_id": sid, "handle": handle}
                                  for sid, handle in self.sessions.items()]}
+        if method == "approval.list":
+            return {"approvals": [{"approval_id": a} for a in self.held]}
         assert method == "message.list" and params is not None
         return {"messages": [{"message_id": m} for m in self.messages[params["session_id"]]]}
 
 
 def _resolve(listing: Listing, kind: str, text: str) -> str:
     client = cast(DaemonClient, listing)
-    find = lookup.session_id if kind == "session" else lookup.message_id
+    find = {"session": lookup.session_id, "message": lookup.message_id,
+            "approval": lookup.approval_id}[kind]
     return asyncio.run(find(client, text))
 
 
-TWO_TREES = Listing({A: "lead_0d0893d3", B: "worker", C: "worker"}, {A: [C], B: [A, B], C: []})
+HELD = (f"{A}/run-1/call-1", f"{A}/run-1/call-2", f"{C}/run-3/call-1")
+TWO_TREES = Listing({A: "lead_0d0893d3", B: "worker", C: "worker"}, {A: [C], B: [A, B], C: []},
+                    HELD)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -67,3 +74,15 @@ def test_a_message_prefix_is_looked_up_across_every_session() -> None:
     assert _resolve(TWO_TREES, "message", "7ad0d8bf") == C
     with pytest.raises(InvalidRequest, match="names 2 messages"):
         _resolve(TWO_TREES, "message", "0d08")
+
+
+def test_a_held_call_by_the_prefix_its_row_prints() -> None:
+    assert _resolve(TWO_TREES, "approval", "7ad0d8bf") == HELD[2]
+    assert _resolve(TWO_TREES, "approval", f"{A}/run-1/call-2") == HELD[1]
+    answered = f"{B}/run-9/call-9"  # no longer held: passed on for the daemon to say so
+    assert _resolve(TWO_TREES, "approval", answered) == answered
+    with pytest.raises(InvalidRequest, match="names 2 held calls"):
+        _resolve(TWO_TREES, "approval", "0d0893d3")
+    for text in ("0d0", "ffff"):
+        with pytest.raises(UnknownTarget, match="`treemail approve`"):
+            _resolve(TWO_TREES, "approval", text)

@@ -213,6 +213,8 @@ async def _resolve(client: DaemonClient, args: argparse.Namespace) -> None:
             setattr(args, name, await lookup.session_id(client, text))
     if text := getattr(args, "message_id", None):
         args.message_id = await lookup.message_id(client, text)
+    if text := getattr(args, "approval_id", None):
+        args.approval_id = await lookup.approval_id(client, text)
 
 
 async def _sessions(client: DaemonClient, args: argparse.Namespace) -> int:

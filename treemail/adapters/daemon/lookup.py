@@ -1,10 +1,11 @@
 """What an operator types for a session or a message, resolved to the id the daemon takes.
 
-The rows `treemail tail`, `replay` and `sessions` print name a session by its handle and a
-message by the first 8 characters of its id, so the client commands accept those forms
-too: a session by its UUID, its handle, or a unique prefix of its UUID; a message by its
-UUID or a unique prefix of it. The protocol itself keeps taking full ids only; this is a
-convenience of the command line, resolved through the same methods any client has.
+The rows `treemail tail`, `replay` and `sessions` print name a session by its handle, and a
+message or an approval by the first 8 characters of its id, so the client commands accept
+those forms too: a session by its UUID, its handle, or a unique prefix of its UUID; a message
+by its UUID or a unique prefix of it; a held call by a unique prefix of its approval id. The
+protocol itself keeps taking full ids only; this is a convenience of the command line,
+resolved through the same methods any client has.
 
 A form that names nothing is ``engine:unknown_target``; one that names several is
 ``engine:invalid_request`` listing them, never a guess.
@@ -18,7 +19,7 @@ from typing import Any
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.core.errors import InvalidRequest, UnknownTarget
 
-__all__ = ["message_id", "session_id"]
+__all__ = ["approval_id", "message_id", "session_id"]
 
 # A prefix shorter than this would match by accident in any real tree.
 MIN_PREFIX = 4
@@ -76,3 +77,19 @@ async def message_id(client: DaemonClient, text: str) -> str:
         found += [m["message_id"] for m in listed["messages"]
                   if m["message_id"].startswith(text)]
     return _one("message", text, found, hint)
+
+
+async def approval_id(client: DaemonClient, text: str) -> str:
+    """The held call ``text`` names: its approval id (session/run/tool call), or a unique
+    prefix of one still held (the rows show the session's first 8 characters).
+
+    An answered approval is no longer listed, so a whole id passes through untouched and the
+    daemon says what became of it."""
+    hint = "`treemail approve` lists the calls that wait for approval"
+    if text.count("/") == 2:
+        return text
+    held = (await client.call("approval.list"))["approvals"]
+    if len(text) < MIN_PREFIX:
+        raise UnknownTarget(f"no held call {text!r}; {hint}", reference=text)
+    return _one("held call", text,
+                [a["approval_id"] for a in held if a["approval_id"].startswith(text)], hint)
