@@ -65,18 +65,17 @@ def run(quick: bool, only: set[str], verbose: bool = False,
 
     with tempfile.TemporaryDirectory(prefix="treemail-bench-") as tmp:
         root = Path(tmp)
-        # (b) needs (a)'s raw p50, (f) needs (d)'s long history: each runs if either is asked.
-        raw_p50, big = 0.0, root
-        if only & {"a", "b"}:
-            got, raw_p50 = lines.sequential(root, scale)
-            rows += got if "a" in only else []
+        # (f) needs (d)'s long history: (d) runs if either is asked.
+        big = root
+        if "a" in only:
+            rows += lines.sequential(root, scale)
             took("a")
         if only & {"d", "f"}:
             got, big = lines.history(root, scale)
             rows += got if "d" in only else []
             took("d")
         steps: dict[str, Callable[[], list[Line]]] = {
-            "b": lambda: lines.concurrent(root, scale, raw_p50),
+            "b": lambda: lines.concurrent(root, scale),
             "c": lambda: lines.lifecycle(root, scale),
             "e": lambda: lines.reconcile(root, scale),
             "f": lambda: lines.memory(root, scale, big),
@@ -102,7 +101,7 @@ def main() -> None:
     args = parser.parse_args()
     start = time.perf_counter()
     only = set(args.only.replace(",", ""))
-    ran = only | ({"a"} if only & {"a", "b"} else set()) | ({"d"} if only & {"d", "f"} else set())
+    ran = only | ({"d"} if only & {"d", "f"} else set())
     with steps(len(ran & set("abcdefgh")), "bench") as bar:  # a bar on a terminal only
 
         def done(name: str) -> None:

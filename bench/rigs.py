@@ -200,6 +200,7 @@ class Crowd:
         self.runtime = Runtime(store, CountingIds(), agents, UNLIMITED)
         self.senders = senders
         self.batch = 0.0
+        self.calls = 0
 
     async def setup(self) -> None:
         rt, engine = self.runtime, self.runtime.engine
@@ -216,8 +217,10 @@ class Crowd:
         rt = self.runtime
         session_id, run_id = self.contexts[index]
         arguments = {"to": self.root.session_id, "body": BODY}
-        for n in range(count):
-            ctx = ToolContext(session_id, run_id, f"s{index}-{n}")
+        for _ in range(count):
+            # A new tool call each time, across rounds too: a repeated id would be a replay.
+            self.calls += 1
+            ctx = ToolContext(session_id, run_id, f"s{index}-{self.calls}")
             await rt.writer(rt.engine.send_message, ctx, arguments)
 
     async def _consumer(self, total: int) -> None:
