@@ -66,6 +66,7 @@ from treemail.models.invariants import (
     limits,
     log_follows,
     mail_shape,
+    pending_mail,
     recovered,
     settled,
 )
@@ -234,7 +235,8 @@ class Checker:
                 return child, ("AGREE", f"{action.kind} answered differently\n"
                                         f"    engine: {got!r}\n    model:  {want!r}"), False
             self._count(action, want)
-            failure = (agreement(tx, ids, model) or limits(tx, self.config)
+            pending = pending_mail(tx)  # both recount it
+            failure = (agreement(tx, ids, model, pending) or limits(tx, self.config, pending)
                        or mail_shape(tx, model.world, self.config)
                        or log_follows(tx, node.model.world, model.world, [e for _, e in events])
                        or (recovered(tx) if action.kind == "restart" else None))

@@ -47,6 +47,7 @@ __all__ = [
     "limits",
     "log_follows",
     "mail_shape",
+    "pending_mail",
     "recovered",
     "settled",
 ]
@@ -113,16 +114,25 @@ def _approval(a: Any) -> dict[str, Any] | None:
 _SESSION, _RUN, _MESSAGE = attrgetter(*SESSION), attrgetter(*RUN), attrgetter(*MESSAGE)
 
 
-def agreement(tx: ReadTxn, engine_ids: CountingIds, model: Reference) -> Failure | None:
+Pending = Mapping[str, list[Message]]  # the engine's pending mail by recipient
+
+
+def pending_mail(tx: ReadTxn) -> Pending:
+    """Every session's pending mail, read once for the checks that recount it."""
+    return {s.session_id: list(tx.pending(s.session_id)) for s in tx.sessions()}
+
+
+def agreement(tx: ReadTxn, engine_ids: CountingIds, model: Reference,
+              pending: Pending | None = None) -> Failure | None:
     """Every session, run, message, pending list and approval, and the next id, alike.
     Compared as tuples of the same fields first (the checker asks after every transition,
     and nearly always the answer is yes); rows are built only to name a difference."""
-    if _alike(tx, engine_ids, model):
+    if _alike(tx, engine_ids, model, pending if pending is not None else pending_mail(tx)):
         return None
     return _difference(tx, engine_ids, model)
 
 
-def _alike(tx: ReadTxn, engine_ids: CountingIds, model: Reference) -> bool:
+def _alike(tx: ReadTxn, engine_ids: CountingIds, model: Reference, pending: Pending) -> bool:
     world = model.world
     runs = world.runs.values()
     engine_runs = [tx.run(rid) for rid in world.runs]
@@ -134,7 +144,7 @@ def _alike(tx: ReadTxn, engine_ids: CountingIds, model: Reference) -> bool:
         == [(_RUN(r), world.base_hop(r.run_id)) for r in runs]
         and [m and _MESSAGE(m) for m in map(tx.message, world.messages)]
         == [_MESSAGE(m) for m in messages]
-        and all([m.message_id for m in tx.pending(sid)] == mids
+        and all([m.message_id for m in pending.get(sid, ())] == mids
                 for sid, mids in _pending_lists(world).items())
         and sorted(map(_approval, tx.approvals()), key=repr)
         == sorted(map(_approval, world.approvals.values()), key=repr)
@@ -173,12 +183,14 @@ def _difference(tx: ReadTxn, engine_ids: CountingIds, model: Reference) -> Failu
     return None
 
 
-def limits(tx: ReadTxn, config: MessagingConfig) -> Failure | None:
+def limits(tx: ReadTxn, config: MessagingConfig, pending_by: Pending | None = None
+           ) -> Failure | None:
     """INV4, INV5 and INV10 on a recount of the engine's pending mail; INV14 on its claims."""
     sessions = {s.session_id: s for s in tx.sessions()}
+    pending_by = pending_by if pending_by is not None else pending_mail(tx)
     window = config.max_inflight_per_pair
     for recipient, session in sessions.items():
-        pending = list(tx.pending(recipient))
+        pending = pending_by[recipient]
         agent = [m for m in pending if m.owner is Owner.AGENT]
         if len(agent) > config.max_pending_per_session:
             return "INV4", f"{recipient} holds {len(agent)} pending agent messages"
