@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,6 +46,18 @@ def _shows_held(app: TreemailTui) -> bool:
     return bool(bodies) and all(body in screen for body in bodies) and "Approve tree" in screen
 
 
+async def _read_lines(process: asyncio.subprocess.Process, into: list[str]) -> None:
+    """Every line ``process`` prints, as it prints it, until it closes its output."""
+    assert process.stdout is not None
+    while line := await process.stdout.readline():
+        into.append(line.decode())
+
+
+def _asked(printed: list[str], answered: int) -> bool:
+    """Whether the demo has said a call waits for the user's approval, beyond ``answered``."""
+    return sum("waits for your approval" in line for line in printed) > answered
+
+
 async def _followed(app: TreemailTui, source: LiveSource, pilot: Any) -> None:
     """Wait until the TUI has folded the daemon's whole feed."""
     head = (await source._client().call("events.read", {"limit": 1}))["head"]
@@ -61,10 +74,15 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
             demo = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "treemail", "demo", "--connect", cwd=tmp_path,
                 stdout=asyncio.subprocess.PIPE, stderr=subprocess.STDOUT)
-            finished = asyncio.create_task(demo.communicate())
+            printed: list[str] = []
+            finished = asyncio.create_task(_read_lines(demo, printed))
             deadline = time.monotonic() + 90
             while not finished.done() and time.monotonic() < deadline:
                 if app.held:  # the demo waits on the user: answer it from the TUI
+                    # as a user does, once the demo has said it waits (the TUI may see the
+                    # hold before the demo's rest of the tree settles and it asks)
+                    await until(partial(_asked, printed, answered), pilot.pause,
+                                "the demo asking for the answer")
                     app.query_one("#approvals", DataTable).focus()
                     # Under load the screen may show the pane's rows a few frames after
                     # the hold is known: capture it once it does.
@@ -75,7 +93,8 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
                     await until(lambda: not app.held, pilot.pause, "the approval answered")
                     answered += 1
                 await pilot.pause(0.02)
-            out = (await finished)[0].decode()
+            await finished
+            out = "".join(printed)
             code = await demo.wait()
             await _followed(app, source, pilot)
         if capture := os.environ.get("TREEMAIL_TUI_CAPTURE"):
