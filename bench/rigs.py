@@ -281,9 +281,13 @@ def _bulk_history(tx: WriteTxn, pair: Pair, count: int) -> None:
     counters = {**tally.counters, "seq": first_message + count - 1}
     tx.tables.put(Table.TALLY, owner, Tally(tally.last_event + 2 * count, counters))
     raw = tx.tables.stack[-1]
-    for table, written in rows.items():
-        with raw.cursor(db=tx.tables.dbs[table]) as cursor:
-            cursor.putmulti(written)
+    try:
+        for table, written in rows.items():
+            with raw.cursor(db=tx.tables.dbs[table]) as cursor:
+                cursor.putmulti(written)
+    except lmdb.MapFullError:
+        tx.tables.map_full = True  # the store grows its map and runs the chunk again
+        raise
 
 
 _HISTORY_TABLES = (Table.MESSAGES, Table.REPLAY, Table.EVENTS, Table.FEED)
