@@ -180,21 +180,21 @@ class LmdbTables:
             self._nest()  # the rows go where the open savepoints can undo them
         keys = self.dirty.pop(table, {})
         self.inserted.pop(table, None)
-        with self._writing(table):
+        try:
             for key in keys:
                 self._store(table, key, self.seen[(table, key)])
-
-    @contextmanager
-    def _writing(self, table: Table | str) -> Iterator[None]:
-        try:
-            yield
-        except lmdb.MapFullError:  # a delete can split pages too
-            self.map_full = True
-            raise
-        except lmdb.DiskError as exc:  # spilling dirty pages to a full disk
-            raise disk_full(exc) from exc
         except lmdb.Error as exc:
-            raise failure(exc, f"write {table}") from exc
+            raise self._write_error(exc, table)  # noqa: B904 - it chains to exc implicitly
+
+    def _write_error(self, exc: lmdb.Error, table: Table | str) -> Exception:
+        """What a failed LMDB write raises (a plain try, not a context manager: this wraps
+        every flush, and a context manager costs more than the writes of a small one)."""
+        if isinstance(exc, lmdb.MapFullError):  # a delete can split pages too
+            self.map_full = True
+            return exc
+        if isinstance(exc, lmdb.DiskError):  # spilling dirty pages to a full disk
+            return disk_full(exc)
+        return failure(exc, f"write {table}")
 
     def _store(self, table: Table, key: bytes, value: object) -> None:
         """One write to LMDB (None deletes): at most one per changed row and flush."""
@@ -210,8 +210,10 @@ class LmdbTables:
         for level, open_ in enumerate(self.savepoints):
             if open_.nested:
                 continue
-            with self._writing("below a savepoint"):
+            try:
                 self._write_below(self.savepoints[level:])
+            except lmdb.Error as exc:
+                raise self._write_error(exc, "below a savepoint")  # noqa: B904 - as above
             # While the child is open its parent must not be touched (MDB_BAD_TXN): every
             # read and write goes to the top of the stack.
             try:
