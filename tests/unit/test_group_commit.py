@@ -246,7 +246,7 @@ def test_a_call_cancelled_while_queued_never_runs(store: Store) -> None:
                                               {"to": root, "body": "never"}))
         await asyncio.sleep(0.05)
         doomed.cancel()
-        await asyncio.sleep(0.01)  # the cancel reaches the writer's future on the loop
+        await asyncio.sleep(0.01)  # the cancelled caller resumes and drops its queued job
         gate.set()
         await first
         await asyncio.gather(doomed, return_exceptions=True)

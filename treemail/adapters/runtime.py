@@ -17,7 +17,8 @@ Plugins observe the durable feed live (``FeedFollower``), gate tool calls, and i
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
+import enum
 import functools
 import queue
 import threading
@@ -99,9 +100,16 @@ class Writer:
     async def quiet(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         if self._closed:
             raise RuntimeError("the writer is closed; no engine call can be scheduled")
-        job = _Job(functools.partial(fn, *args, **kwargs))
+        loop = asyncio.get_running_loop()
+        job = _Job(functools.partial(fn, *args, **kwargs), loop, loop.create_future())
         self._jobs.put(job)
-        result: T = await asyncio.wrap_future(job.future)
+        try:
+            result: T = await job.future
+        except asyncio.CancelledError:
+            # Only a cancel of this caller ends the wait early (the future is private to it):
+            # a job still queued is then skipped; one already running runs on, unanswered.
+            job.abandon()
+            raise
         return result
 
     def close(self) -> None:
@@ -132,7 +140,7 @@ class Writer:
         """Run ``job`` (alone, or with those queued behind it in one batch) and answer.
         Returns False when the batch took the close sentinel."""
         if self._group is None:
-            job.settle(job.run())
+            _answer([job], [job.run()])
             return True
         jobs, more = [job], [True]
 
@@ -152,8 +160,7 @@ class Writer:
         except BaseException as exc:  # nothing of the batch was kept: every call fails alike
             outcomes = [_Outcome(error=exc)] * len(jobs)
         self.batches += 1
-        for each, outcome in zip(jobs, outcomes, strict=True):
-            each.settle(outcome)
+        _answer(jobs, outcomes)
         return more[0]
 
     def _take(self, jobs: list[_Job]) -> bool:
@@ -175,26 +182,74 @@ class _Outcome:
     error: BaseException | None = None
 
 
+class _Claim(enum.Enum):
+    """Where a job stands between the writer thread and its caller's loop."""
+
+    QUEUED = enum.auto()
+    RUNNING = enum.auto()
+    SKIPPED = enum.auto()
+
+
 @attrs.define
 class _Job:
+    """One call and the caller's future, which only its own loop's thread may touch."""
+
     call: Callable[[], Any]
-    future: concurrent.futures.Future[Any] = attrs.field(factory=concurrent.futures.Future)
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    # The writer thread claims the job (``start``) while the caller's loop may drop it
+    # (``abandon``); the lock makes exactly one of the two win.
+    state: _Claim = _Claim.QUEUED
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
 
     def start(self) -> bool:
         """Claim the call for running; False if its caller cancelled it while it waited."""
-        return self.future.set_running_or_notify_cancel()
+        with self.lock:
+            if self.state is _Claim.SKIPPED:
+                return False
+            self.state = _Claim.RUNNING
+            return True
+
+    def abandon(self) -> None:
+        """The caller was cancelled: skip the call if the writer has not claimed it yet."""
+        with self.lock:
+            if self.state is _Claim.QUEUED:
+                self.state = _Claim.SKIPPED
 
     def run(self) -> _Outcome:
         try:
             return _Outcome(value=self.call())
+        except StopIteration as exc:
+            # A future refuses StopIteration (it would end the awaiting coroutine silently,
+            # PEP 479), and one refused answer would strand the others of its batch.
+            return _Outcome(error=RuntimeError(f"the call raised StopIteration: {exc!r}"))
         except Exception as exc:  # the caller's error: its savepoints are already undone
             return _Outcome(error=exc)
 
-    def settle(self, outcome: _Outcome) -> None:
+
+def _answer(jobs: Sequence[_Job], outcomes: Sequence[_Outcome]) -> None:
+    """Hand each loop its callers' outcomes in one wake-up. Waking a loop from another
+    thread costs a self-pipe write and a loop turn; under group commit one per call was a
+    large share of a call's cost, so a batch wakes each loop once, whatever its size."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, _Outcome]]] = {}
+    for job, outcome in zip(jobs, outcomes, strict=True):
+        by_loop.setdefault(job.loop, []).append((job, outcome))
+    for loop, answers in by_loop.items():
+        # A closed loop refuses the call: nobody is left there waiting for these answers.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, answers)
+
+
+def _settle(answers: list[tuple[_Job, _Outcome]]) -> None:
+    """On the callers' loop: resolve each future, unless its caller was cancelled meanwhile
+    (its call ran, but nobody awaits the answer, and a cancelled future takes none)."""
+    for job, outcome in answers:
+        if job.future.cancelled():
+            continue
         if outcome.error is not None:
-            self.future.set_exception(outcome.error)
+            job.future.set_exception(outcome.error)
         else:
-            self.future.set_result(outcome.value)
+            job.future.set_result(outcome.value)
 
 
 @attrs.frozen
