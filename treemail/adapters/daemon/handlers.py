@@ -117,11 +117,12 @@ class Methods:
                                  "name) and agent_doc (an agent doc's text)")
         # Every doc is parsed, and every agent built, before any is kept or registered: a
         # bad one changes nothing.
-        texts = [*p.agent_docs, *([p.agent_doc] if p.agent_doc is not None else [])]
-        docs = [parse_agent_doc(text, source=f"session.create agent_docs[{index}]")
-                for index, text in enumerate(p.agent_docs)]
+        sources = [(text, f"session.create agent_docs[{index}]")
+                   for index, text in enumerate(p.agent_docs)]
         if p.agent_doc is not None:
-            docs.append(parse_agent_doc(p.agent_doc, source="session.create agent_doc"))
+            sources.append((p.agent_doc, "session.create agent_doc"))
+        texts = [text for text, _ in sources]
+        docs = [parse_agent_doc(text, source=source) for text, source in sources]
         built = build_agents({doc.spec.name: doc for doc in docs}, self.daemon.model_for)
         name = p.agent if p.agent is not None else docs[-1].spec.name
         if name not in self.rt.agents and name not in built:
