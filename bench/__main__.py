@@ -31,7 +31,7 @@ from bench.checker import checker_lines
 from bench.codec import codec_line
 from bench.lines import Line, Scale
 from bench.rigs import env_note
-from treemail.adapters.console import steps
+from treemail.adapters.console import advance, steps
 
 RESULTS = Path(__file__).with_name("results.json")
 
@@ -103,12 +103,8 @@ def main() -> None:
     only = set(args.only.replace(",", ""))
     ran = only | ({"d"} if only & {"d", "f"} else set())
     with steps(len(ran & set("abcdefgh")), "bench") as bar:  # a bar on a terminal only
-
-        def done(name: str) -> None:
-            if bar is not None:
-                bar.update(bar.task_ids[0], advance=1, step=f"line {name} done")
-
-        rows = run(args.quick, only, args.verbose, done)
+        rows = run(args.quick, only, args.verbose,
+                   lambda name: advance(bar, f"line {name} done"))
     elapsed = time.perf_counter() - start
     print(table(rows))
     print(f"\n{'quick' if args.quick else 'full'} run in {elapsed:.0f} s")

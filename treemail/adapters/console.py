@@ -24,8 +24,8 @@ from rich.text import Text
 from treemail.adapters.styles import styled_line
 from treemail.adapters.transcript import Row
 
-__all__ = ["ProgressLine", "Ticker", "console", "controlling_terminal", "print_row",
-           "print_table", "row_console", "steps"]
+__all__ = ["ProgressLine", "Ticker", "advance", "console", "controlling_terminal",
+           "print_row", "print_table", "row_console", "steps"]
 
 
 def console(stream: TextIO | None = None) -> Console:
@@ -118,6 +118,12 @@ def steps(total: int, label: str, stream: TextIO | None = None) -> Iterator[Prog
     with bar:
         bar.add_task(label, total=total, step="")
         yield bar
+
+
+def advance(bar: Progress | None, step: str) -> None:
+    """One step of a ``steps`` bar, shown as ``step``; nothing off a terminal (no bar)."""
+    if bar is not None:
+        bar.update(bar.task_ids[0], advance=1, step=step)
 
 
 def row_console(bar: Progress | None) -> Console:

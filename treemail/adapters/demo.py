@@ -284,15 +284,12 @@ def run_demo(path: Path, out: TextIO, scene: Callable[[str], None] | None = None
 def _shown(path: Path) -> bool:
     """The demo, with a bar over its scenes on a terminal's stderr (the transcript, on stdout,
     is the same either way)."""
-    from treemail.adapters.console import row_console, steps
+    from treemail.adapters.console import advance, row_console, steps
 
     with steps(SCENES, "demo") as bar:
-        def scene(heading: str) -> None:
-            if bar is not None:
-                bar.update(bar.task_ids[0], advance=1, step=heading[:40])
-
         # Inside: a bar on the terminal redirects sys.stdout.
-        return run_demo(path, sys.stdout, scene, row_console(bar))
+        return run_demo(path, sys.stdout, lambda heading: advance(bar, heading[:40]),
+                        row_console(bar))
 
 
 def main(path: str | None = None) -> int:

@@ -234,16 +234,11 @@ SCENES = 4  # the headings a run says with one approval, Check included
 async def _played(client: DaemonClient, approve: bool, wait: float) -> bool:
     """The demo, with a bar over its scenes on a terminal's stderr (the rows, on stdout,
     are the same either way)."""
-    from treemail.adapters.console import steps
+    from treemail.adapters.console import advance, steps
 
     with steps(SCENES, "demo --connect") as bar:
         demo = Connected(client, approve=approve, wait=wait, bar=bar)
-
-        def scene(heading: str) -> None:
-            if bar is not None:
-                bar.update(bar.task_ids[0], advance=1, step=heading[:40])
-
-        demo.scene = scene
+        demo.scene = lambda heading: advance(bar, heading[:40])
         return await demo.play()
 
 
