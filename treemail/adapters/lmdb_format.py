@@ -12,7 +12,6 @@ marker naming any other format (a newer treemail's) is refused, never guessed at
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -75,9 +74,10 @@ def check_readable(env: lmdb.Environment, directory: Path) -> None:
         path=str(directory))
 
 
-def _existing(env: lmdb.Environment, name: bytes) -> Any:
+def _existing(env: lmdb.Environment, name: bytes, txn: _Txn | None = None) -> Any:
+    """The database ``name`` if the store has it (opened in ``txn``, if given), else None."""
     try:
-        return env.open_db(name, create=False)
+        return env.open_db(name, txn=txn, create=False)
     except lmdb.NotFoundError:
         return None
 
@@ -108,10 +108,8 @@ def _settle(env: lmdb.Environment, txn: _Txn, dbs: Mapping[Table, Any], meta: An
 
 def _add_checksums(env: lmdb.Environment, txn: _Txn, dbs: Mapping[Table, Any]) -> None:
     """Before format 2: the payloads are already what it stores; only the checksum is added."""
-    olds = list(dbs.values())
-    with contextlib.suppress(lmdb.NotFoundError):
-        olds.append(env.open_db(_LAST_SEQ_DB, txn=txn, create=False))
-    for db in olds:
+    old = _existing(env, _LAST_SEQ_DB, txn)
+    for db in [*dbs.values(), *([old] if old is not None else [])]:
         rows = [(bytes(key), bytes(raw)) for key, raw in txn.cursor(db=db)]
         for key, raw in rows:
             txn.put(key, encode(raw, key), db=db)
@@ -121,10 +119,7 @@ def _gather_tallies(env: lmdb.Environment, txn: _Txn, dbs: Mapping[Table, Any]) 
     """Format 2 to 3: last_seq rows and tallied counters become each session's tally row."""
     last: dict[bytes, int] = {}
     counters: dict[bytes, dict[str, int]] = {}
-    try:
-        old = env.open_db(_LAST_SEQ_DB, txn=txn, create=False)
-    except lmdb.NotFoundError:
-        old = None
+    old = _existing(env, _LAST_SEQ_DB, txn)
     if old is not None:
         for key, raw in txn.cursor(db=old):
             last[bytes(key)] = decode(int, raw, db=_LAST_SEQ_DB.decode(), key=bytes(key))
