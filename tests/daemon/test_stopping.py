@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +119,31 @@ def test_sigterm_stops_even_when_nobody_reads_stderr(tmp_path: Path) -> None:
     again = DaemonProcess(tmp_path / "data")  # the first one stopped and dropped its lock
     code, err = again.terminate()
     assert code == 0, err
+
+
+# A daemon whose SIGTERM arrives the moment its socket accepts clients (right after
+# open_daemon bound it), as a supervisor's or a test's can: it must stop in order, never die
+# of the signal's default action.
+_TERM_ON_OPEN = """
+import asyncio, os, signal, sys
+from pathlib import Path
+from treemail.adapters.daemon import host
+
+opened = host.open_daemon
+
+async def term_on_open(*args, **kwargs):
+    daemon = await opened(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    await asyncio.sleep(0.2)  # the signal is taken while the start still goes on
+    return daemon
+
+host.open_daemon = term_on_open
+sys.exit(asyncio.run(host.run_daemon(Path(sys.argv[1]), None, False)))
+"""
+
+
+def test_a_sigterm_as_soon_as_the_socket_accepts_still_stops_in_order(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", _TERM_ON_OPEN, str(tmp_path / "data")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "treemail daemon: stopped" in done.stderr

@@ -134,13 +134,32 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
     return daemon
 
 
+@attrs.define
+class _Stopper:
+    """The daemon's signal handler, in place before the daemon is: a signal that comes while
+    it starts is kept, and acted on once it has started (both run on the loop's thread)."""
+
+    daemon: Daemon | None = None
+    asked: bool = False
+
+    def __call__(self) -> None:
+        self.asked = True
+        if self.daemon is not None:
+            self.daemon.request_stop()
+
+
 async def run_daemon(data_dir: Path, socket: Path | None, stdio: bool,
                      tcp: tuple[str, int] | None = None) -> int:
     socket = socket or data_dir / "daemon.sock"
-    daemon = await open_daemon(data_dir, socket, tcp=tcp)
+    # The handlers come first: the socket accepts clients as soon as open_daemon binds it,
+    # and from then on a SIGTERM must stop the daemon in order, not kill it outright.
+    stopper = _Stopper()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, daemon.request_stop)
+        loop.add_signal_handler(signum, stopper)
+    daemon = stopper.daemon = await open_daemon(data_dir, socket, tcp=tcp)
+    if stopper.asked:  # a signal came while it started: stop now that it can
+        daemon.request_stop()
     extra = (f" and tcp://{daemon.tcp} (token in {data_dir / TOKEN_FILE})"
              if daemon.tcp else "")
     print(f"treemail daemon: serving {data_dir} on {socket}{extra} (pid {os.getpid()})",
