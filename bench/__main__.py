@@ -9,6 +9,11 @@ put+get+ack; (d) a send's cost with long histories; (e) open and recover with a 
 (h) the model checker's states per second, and `treemail check` at its default bounds
 against its target; (i) the store's codec against the json + cattrs codec it replaced.
 
+Beside the targets, lines that say what limits them, measured in the same run: bare LMDB
+writing the very rows the sends wrote, sync on (a) and off (g), so that what a send's rows
+cost the disk stands apart from what treemail's code adds; and (b)'s CPU ceiling, one over
+the CPU each concurrent send took, the rate no batching can pass in one interpreter.
+
 persist-queue and cattrs come from the ``bench`` extra: ``pip install -e '.[bench]'``.
 Results also go to ``bench/results.json``.
 

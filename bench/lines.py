@@ -16,6 +16,7 @@ from bench.rigs import (
     Crowd,
     Pair,
     RawLmdb,
+    RowsFloor,
     cpu_per_op,
     grow_history,
     latencies,
@@ -73,20 +74,26 @@ SENDERS = 32
 def sequential(root: Path, scale: Scale) -> list[Line]:
     """(a): durable send latency against the raw single-put LMDB sync txn, and the process
     durability mode against the default fsync mode; interleaved in rounds so a noisy
-    neighbour hits all alike."""
+    neighbour hits all alike. Beside them, bare LMDB writing the very rows the sends wrote:
+    what a send's rows cost the disk, apart from what treemail's code adds."""
+    rounds = scale.sequential // 50
     pair = Pair(open_store(root / "a-send", sync=True))
     light = Pair(open_store(root / "a-process", sync=True, durability="process"))
     raw = RawLmdb(root / "a-raw", sync=True)
+    rows = RowsFloor(root / "a-rows", sync=True, rounds=rounds, per_round=50)
     sends: list[float] = []
     lights: list[float] = []
     puts: list[float] = []
-    for _ in range(scale.sequential // 50):
+    floors: list[float] = []
+    for _ in range(rounds):
         sends += latencies(pair.send, 50)
         pair.deliver()  # the recipient reads now and then, so its inbox stays realistic
         lights += latencies(light.send, 50)
         light.deliver()
         puts += latencies(raw.put, 50)
-    for each in (pair.store, light.store, raw):
+        floors += latencies(rows.send, 50)
+        rows.deliver()
+    for each in (pair.store, light.store, raw, rows):
         each.close()
     lines = []
     for q, name, goal in ((0.5, "p50", 1.5), (0.99, "p99", None)):
@@ -95,10 +102,16 @@ def sequential(root: Path, scale: Scale) -> list[Line]:
         lines.append(Line(f"a_{name}", f"(a) sequential durable send, {name}", ours * 1e6,
                           floor * 1e6, "µs", "raw LMDB 1-put sync txn", target,
                           ours / floor <= goal if goal else None))
-    lines.append(Line("a_process", "(a) sequential send, process mode, p50",
-                      quantile(lights, 0.5) * 1e6, quantile(sends, 0.5) * 1e6, "µs",
-                      "the same send in fsync mode", "< 1x", quantile(lights, 0.5)
-                      < quantile(sends, 0.5)))
+    ours, floor = quantile(sends, 0.5), quantile(floors, 0.5)
+    lines += [
+        Line("a_process", "(a) sequential send, process mode, p50",
+             quantile(lights, 0.5) * 1e6, ours * 1e6, "µs", "the same send in fsync mode",
+             "< 1x", quantile(lights, 0.5) < ours),
+        Line("a_rows", "(a) bare LMDB writing a send's rows, p50", floor * 1e6,
+             quantile(puts, 0.5) * 1e6, "µs", "raw LMDB 1-put sync txn", "-", None),
+        Line("a_over_rows", "(a) sequential durable send over its rows, p50", ours * 1e6,
+             floor * 1e6, "µs", "bare LMDB writing the same rows", "-", None),
+    ]
     return lines
 
 
@@ -110,14 +123,18 @@ ROUNDS = 5
 
 def concurrent(root: Path, scale: Scale) -> list[Line]:
     """(b): 32 senders through the runtime's writer, durable sends per second, against the
-    raw single-put sync txn's sequential ceiling and persist-queue put from 32 threads."""
+    raw single-put sync txn's sequential ceiling and persist-queue put from 32 threads.
+    Beside them the rate the process's CPU allows (one interpreter runs every sender and the
+    writer): one over the CPU each send took in the same runs, as if no fsync waited."""
     crowd = Crowd(open_store(root / "b-send", sync=True), SENDERS)
     run_async(crowd.setup())
     raw = RawLmdb(root / "b-raw", sync=True)
     each = max(scale.per_sender // ROUNDS, 1)
-    rates, pqs, puts, batches = [], [], [], []
+    rates, pqs, puts, batches, cpus = [], [], [], [], []
     for _ in range(ROUNDS):
+        start = time.process_time()
         rates.append(run_async(crowd.sends_per_second(each)))
+        cpus.append((time.process_time() - start) / (SENDERS * each))
         batches.append(crowd.batch)
         pqs.append(pq_threads(root / "b-pq", SENDERS, each))
         puts += latencies(raw.put, 20)
@@ -130,6 +147,8 @@ def concurrent(root: Path, scale: Scale) -> list[Line]:
              "sequential raw 1-put sync txn ceiling (1/p50)", ">= 10x", rate / ceiling >= 10),
         Line("b_vs_pq", what, rate, pq, "/s",
              "persist-queue put, 32 threads", ">= 8x", rate / pq >= 8),
+        Line("b_cpu", "(b) the CPU's ceiling: 1 / CPU per send, sends/s", 1 / median(cpus),
+             ceiling, "/s", "sequential raw 1-put sync txn ceiling (1/p50)", "-", None),
     ]
 
 
@@ -244,19 +263,30 @@ def memory(root: Path, scale: Scale, big_history: Path) -> list[Line]:
 
 
 def cpu(root: Path, scale: Scale) -> list[Line]:
-    """(g): process CPU per send with sync off, against a raw put txn without sync."""
+    """(g): process CPU per send with sync off, against a raw put txn without sync; beside
+    it, bare LMDB writing the very rows the sends wrote (see ``RowsFloor``), no sync."""
+    rounds = scale.cpu // 50
     pair = Pair(open_store(root / "g-send", sync=False))
     raw = RawLmdb(root / "g-raw", sync=False)
-    spent = []
-    for _ in range(scale.cpu // 50):
+    rows = RowsFloor(root / "g-rows", sync=False, rounds=rounds, per_round=50)
+    spent, floors = [], []
+    for _ in range(rounds):
         spent.append(cpu_per_op(pair.send, 50))
         pair.deliver()
-    ours = median(spent)
-    floor = cpu_per_op(raw.put, scale.cpu)
-    pair.store.close()
-    raw.close()
-    return [Line("g", "(g) CPU per send, sync off", ours * 1e6, floor * 1e6, "µs",
-                 "raw LMDB put txn, no sync", "<= 80 µs", ours * 1e6 <= 80)]
+        floors.append(cpu_per_op(rows.send, 50))
+        rows.deliver()
+    ours, floor = median(spent), median(floors)
+    put = cpu_per_op(raw.put, scale.cpu)
+    for each in (pair.store, raw, rows):
+        each.close()
+    return [
+        Line("g", "(g) CPU per send, sync off", ours * 1e6, put * 1e6, "µs",
+             "raw LMDB put txn, no sync", "<= 80 µs", ours * 1e6 <= 80),
+        Line("g_rows", "(g) bare LMDB writing a send's rows, CPU", floor * 1e6, put * 1e6,
+             "µs", "raw LMDB put txn, no sync", "-", None),
+        Line("g_over_rows", "(g) CPU per send over its rows", ours * 1e6, floor * 1e6, "µs",
+             "bare LMDB writing the same rows", "-", None),
+    ]
 
 
 LINES: tuple[Callable[..., object], ...] = (sequential, concurrent, lifecycle, history,

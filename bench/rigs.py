@@ -7,11 +7,14 @@ import asyncio
 import functools
 import os
 import statistics
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import attrs
 import lmdb
@@ -19,7 +22,7 @@ import lmdb
 from treemail.adapters.codec import encode
 from treemail.adapters.group_commit import GroupStore
 from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.lmdb_txn import LmdbTxn
+from treemail.adapters.lmdb_txn import LmdbTables, LmdbTxn
 from treemail.adapters.models import ScriptedModel
 from treemail.adapters.runtime import Agent, Runtime
 from treemail.core import events, keys
@@ -132,6 +135,71 @@ class RawLmdb:
         self.counter += 1
         with self.env.begin(write=True, db=self.db) as txn:
             txn.put(self.counter.to_bytes(8, "big"), self.payload)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+Write: Any = tuple[Table, bytes, bytes | None]  # (table, key, stored bytes; None deletes)
+
+
+@contextmanager
+def recording() -> Iterator[list[Write]]:
+    """Every row the LMDB store writes while open, as it reaches LMDB: ``_store`` is the
+    store's one write seam. For a dry run only: the copy costs what it records."""
+    log: list[Write] = []
+    original = LmdbTables._store
+
+    def store(tables: LmdbTables, table: Table, key: bytes, value: object) -> None:
+        log.append((table, key, None if value is None else encode(value, key)))
+        original(tables, table, key, value)
+
+    with mock.patch.object(LmdbTables, "_store", store):
+        yield log
+
+
+class RowsFloor:
+    """The floor under a send: the very rows real sends wrote (same tables, keys, bytes and
+    order), written by bare LMDB, one write transaction per send and no treemail code
+    between. The rows are recorded from a dry-run twin of the measured ``Pair`` (counting
+    ids: the same sequence writes the same rows), so the floor's trees grow as the measured
+    store's do; its drains are replayed too, untimed, as the twin's were made."""
+
+    def __init__(self, path: Path, sync: bool, rounds: int, per_round: int) -> None:
+        self.env = lmdb.open(str(path), map_size=MAP, sync=sync, metasync=sync,
+                             max_dbs=len(Table))
+        self.dbs = {table: self.env.open_db(table.encode()) for table in Table}
+        self.sends: list[list[Write]] = []
+        self.drains: list[list[Write]] = []
+        with tempfile.TemporaryDirectory(prefix="treemail-rows-") as tmp:
+            with recording() as setup:
+                twin = Pair(open_store(Path(tmp), sync=False))
+            for _ in range(rounds):
+                for _ in range(per_round):
+                    with recording() as rows:
+                        twin.send()
+                    self.sends.append(rows)
+                with recording() as rows:
+                    twin.deliver()
+                self.drains.append(rows)
+            twin.store.close()
+        self._write(setup)
+        self.sends.reverse()
+        self.drains.reverse()
+
+    def _write(self, rows: list[Write]) -> None:
+        with self.env.begin(write=True) as txn:
+            for table, key, value in rows:
+                if value is None:
+                    txn.delete(key, db=self.dbs[table])
+                else:
+                    txn.put(key, value, db=self.dbs[table])
+
+    def send(self) -> None:
+        self._write(self.sends.pop())
+
+    def deliver(self) -> None:
+        self._write(self.drains.pop())
 
     def close(self) -> None:
         self.env.close()
