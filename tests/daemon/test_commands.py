@@ -10,6 +10,8 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.cli import main
+from treemail.adapters.daemon.commands import STEERED
+from treemail.core.records import RecipientState
 
 
 def _cli(capsys: pytest.CaptureFixture[str], daemon: DaemonProcess, *args: str) -> tuple[
@@ -57,8 +59,13 @@ def test_sessions_status_replay_steer_and_approve(
     assert code == 0 and "session created" in out and '"hello cli"' in out
     code, out, _ = _cli(capsys, daemon, "steer", sid, "turn left")
     assert code == 0 and "mode queue" in out and "waking_finished" in out
+    assert "a new run starts with it" in out  # what the stable value means, beside it
     code, out, _ = _cli(capsys, daemon, "approve")
     assert code == 0 and "no tool call waits for approval" in out
+
+
+def test_steer_says_what_every_recipient_state_means() -> None:
+    assert set(STEERED) == set(RecipientState)
 
 
 def test_errors_are_one_line_not_a_traceback(

@@ -23,7 +23,7 @@ from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
 from treemail.adapters.transcript import Row, event_row
 from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
-from treemail.core.records import Event
+from treemail.core.records import Event, RecipientState
 
 __all__ = ["TokenMissing", "answer_line", "connected_demo", "extend_demo", "register",
            "seconds", "target", "view_row"]
@@ -240,10 +240,21 @@ async def _send(client: DaemonClient, args: argparse.Namespace) -> int:
     return 0
 
 
+# What each recipient_state of a steer means for the text, printed beside the stable value
+# (which scripts may match on).
+STEERED: dict[str, str] = {
+    RecipientState.RUNNING: "it joins the run at its next model request",
+    RecipientState.QUEUED: "it waits for the session's next run",
+    RecipientState.WAKING_FINISHED: "the session had finished: a new run starts with it",
+}
+
+
 async def _steer(client: DaemonClient, args: argparse.Namespace) -> int:
     accepted = await client.call("run.steer", {"session_id": args.session, "text": args.text})
-    print(f"message {accepted['message_id']}: mode {accepted['mode']}, "
-          f"recipient {accepted['recipient_state']}")
+    state = accepted["recipient_state"]
+    meaning = STEERED.get(state)
+    print(f"message {accepted['message_id']}: mode {accepted['mode']}, recipient {state}"
+          + (f" ({meaning})" if meaning else ""))
     return 0
 
 
