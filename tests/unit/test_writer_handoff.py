@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 from tests.unit.test_group_commit import _call, _setup
@@ -58,13 +59,18 @@ def test_a_batch_wakes_its_callers_loop_once(store: Store) -> None:
 def test_callers_on_several_loops_each_get_their_answers(store: Store) -> None:
     group, engine, root, contexts = _setup(store, senders=4)
     writer = Writer(group=group)
-    answers: dict[int, list[str]] = {}
+    answers: dict[int, tuple[list[str], int, float]] = {}
 
-    async def send(lane: int) -> list[str]:
+    async def send(lane: int) -> tuple[list[str], int, float]:
+        # Each loop must be woken by the writer itself: an answer handed to another lane's
+        # loop would still reach this one's future, but only when this loop next woke on its
+        # own (at the timeout), so both the wake-ups and the time are checked.
+        wakeups, start = _count_wakeups(asyncio.get_running_loop()), time.monotonic()
         sent = await asyncio.wait_for(asyncio.gather(
             *(writer(engine.send_message, _call(ctx, lane), {"to": root, "body": f"lane {lane}"})
-              for ctx in contexts)), timeout=10)
-        return [engine.message(s.message_id).body for s in sent]
+              for ctx in contexts)), timeout=30)
+        bodies = [engine.message(s.message_id).body for s in sent]
+        return bodies, wakeups[0], time.monotonic() - start
 
     def lane(n: int) -> None:
         answers[n] = asyncio.run(send(n))
@@ -75,7 +81,11 @@ def test_callers_on_several_loops_each_get_their_answers(store: Store) -> None:
     for thread in threads:
         thread.join()
     writer.close()
-    assert answers == {n: [f"lane {n}"] * len(contexts) for n in range(3)}
+    assert {n: bodies for n, (bodies, _, _) in answers.items()} == {
+        n: [f"lane {n}"] * len(contexts) for n in range(3)}
+    for n, (_, woken, took) in answers.items():
+        assert woken >= 1, f"lane {n}'s loop was never woken by the writer"
+        assert took < 15, f"lane {n} waited {took:.1f} s: its answers went to another loop"
 
 
 def test_a_caller_cancelled_while_its_call_runs_drops_the_answer_quietly(
