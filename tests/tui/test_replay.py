@@ -44,10 +44,12 @@ def test_a_replay_shows_the_demo_and_writes_nothing(
     source = choose(demo_store.parent, None)  # no daemon there: the stored store, read-only
     assert isinstance(source, StoreSource) and source.read_only
 
-    async def scenario() -> tuple[str, str]:
+    async def scenario() -> tuple[str, str, str]:
         app = TreemailTui(source)
         async with app.run_test(size=(150, 40)) as pilot:
             await until(app.ready.is_set, pilot.pause, "the replay loaded")
+            await pilot.pause()
+            loaded = str(app.query_one("#status").render())
             explore = next(s for s in app.board.sessions.values()
                            if s.handle.startswith("explore_"))
             app.query_one("#sessions", Tree).move_cursor(app.nodes[explore.session_id])
@@ -58,9 +60,11 @@ def test_a_replay_shows_the_demo_and_writes_nothing(
             app.query_one("#approvals", DataTable).focus()
             await pilot.press("t")
             await pilot.pause()
-            return shown, str(app.query_one("#status").render())
+            return loaded, shown, str(app.query_one("#status").render())
 
-    shown, status = asyncio.run(scenario())
+    loaded, shown, status = asyncio.run(scenario())
+    # Before anything is picked the status line says what is shown and how to go on.
+    assert "sessions," in loaded and "events replayed" in loaded and "pick a session" in loaded
     assert_snapshot(shown, SNAPSHOTS / "demo_explore_transcript.txt")
     assert "no send waits for approval" in status or "read-only" in status
     assert _digest(demo_store) == before

@@ -123,6 +123,10 @@ class TreemailTui(App[None]):
             self._show_session(session_id)
         if not self.source.read_only:
             self.set_interval(1.0, self._poll_live)
+        # Until a session is picked the status line says what is shown and how to go on.
+        shown = "replayed" if self.source.read_only else "live"
+        self._say(f"{len(self.board.sessions)} sessions, {self.board.last} events {shown}: "
+                  "pick a session in the tree, / to search")
         self.ready.set()
 
     def _fold(self, number: int, event: Event) -> None:
