@@ -18,7 +18,7 @@ import pytest
 from tests.unit.conftest import World, agent
 from treemail.adapters.group_commit import GroupStore
 from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.runtime import Writer
+from treemail.adapters.writer import Writer
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import InboxFull, StorageError, UnknownSubagentReference
