@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import jsonschema
 import pytest
 
-from treemail.core import events
+from treemail.core import events, owners
 from treemail.core.events import EventKind, Reply, UnknownEvent
 from treemail.core.records import Event, Owner
 from treemail.core.store import Store
@@ -61,9 +61,9 @@ def test_message_events_carry_the_owner_variant(world: World) -> None:
     accepted = [p for p in map(events.read, world.engine.events(kid.session_id))
                 if isinstance(p, events.ProducerMessageAccepted)]
     task, mail = accepted
-    assert task.owner == events.DelegationOwner() and task.agent_hop is None
+    assert task.owner == owners.DelegationOwner() and task.agent_hop is None
     assert mail.message_id == sent.message_id
-    assert mail.owner == events.AgentOwner(root.session_id) and mail.agent_hop == 1
+    assert mail.owner == owners.AgentOwner(root.session_id) and mail.agent_hop == 1
 
 
 def _hand_written(store: Store, kind: str, data: Mapping[str, object]) -> Event:

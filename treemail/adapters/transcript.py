@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 
-from treemail.core import events
+from treemail.core import events, owners
 from treemail.core.records import Event, Session
 
 __all__ = [
@@ -73,7 +73,7 @@ def _origin(mail: events.MessagePayload, name: Namer) -> str:
 
 
 def _accepted_text(verb: str, mail: events.ProducerMessageAccepted, name: Namer) -> str:
-    hop = f", hop={mail.agent_hop}" if isinstance(mail.owner, events.AgentOwner) else ""
+    hop = f", hop={mail.agent_hop}" if isinstance(mail.owner, owners.AgentOwner) else ""
     return (f"{verb:<9} {_origin(mail, name)} (mode={mail.mode.value}{hop}): "
             f"\"{_short(mail.body)}\"")
 

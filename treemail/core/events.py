@@ -23,6 +23,7 @@ from typing import Any, ClassVar, TypeAlias
 
 import attrs
 
+from treemail.core.owners import AgentOwner, MailOwner, owner_from, owner_of
 from treemail.core.records import ApprovalState, Event, Message, Mode, Owner, Run
 from treemail.core.results import CallOutcome
 from treemail.core.shapes import CODEC, KEY, Codec, Unfit, enum_codec, shape
@@ -31,18 +32,13 @@ from treemail.core.store import WriteTxn
 __all__ = [
     "MESSAGE_PAYLOADS",
     "PAYLOADS",
-    "AgentOwner",
     "ApprovalAnswered",
     "ApprovalRequested",
     "DelegationCompleted",
-    "DelegationOwner",
     "EventKind",
-    "GoalOwner",
-    "MailOwner",
     "MessagePayload",
     "ModelOutput",
     "Payload",
-    "PluginOwner",
     "ProducerMessageAccepted",
     "ProducerMessageAdmitted",
     "ProducerMessageClaimed",
@@ -65,12 +61,10 @@ __all__ = [
     "SessionReverted",
     "ToolResults",
     "UnknownEvent",
-    "UserOwner",
     "encode",
     "message_kind",
     "message_payload",
     "message_state",
-    "owner_of",
     "read",
     "record",
     "run_kind",
@@ -112,68 +106,6 @@ _MESSAGE_PREFIX = "ProducerMessage"
 # By state, looked up on every message step instead of spelling the kind's name each time.
 _MESSAGE_KINDS = {kind.value.removeprefix(_MESSAGE_PREFIX).lower(): kind
                   for kind in EventKind if kind.value.startswith(_MESSAGE_PREFIX)}
-
-
-# -- who produced a message ------------------------------------------------------------------
-
-
-@attrs.frozen
-class AgentOwner:
-    """Agent mail, sent with send_message by the agent of ``session_id``."""
-
-    session_id: str
-    OWNER: ClassVar[Owner] = Owner.AGENT
-
-
-@attrs.frozen
-class UserOwner:
-    """A user turn."""
-
-    OWNER: ClassVar[Owner] = Owner.USER
-
-
-@attrs.frozen
-class PluginOwner:
-    """Mail a plugin injected with accept."""
-
-    OWNER: ClassVar[Owner] = Owner.PLUGIN
-
-
-@attrs.frozen
-class DelegationOwner:
-    """A delegated task (from the parent) or a delegation's result (from the child)."""
-
-    OWNER: ClassVar[Owner] = Owner.DELEGATION
-
-
-@attrs.frozen
-class GoalOwner:
-    """Mail a goal produced."""
-
-    OWNER: ClassVar[Owner] = Owner.GOAL
-
-
-MailOwner: TypeAlias = AgentOwner | UserOwner | PluginOwner | DelegationOwner | GoalOwner
-_PLAIN_OWNERS: Mapping[Owner, MailOwner] = {
-    o.OWNER: o() for o in (UserOwner, PluginOwner, DelegationOwner, GoalOwner)
-}
-
-
-def owner_of(message: Message) -> MailOwner:
-    """The owner variant of a stored message: agent mail names its sending session."""
-    if message.owner is Owner.AGENT:
-        if message.sender is None:
-            raise ValueError(f"agent mail {message.message_id} has no sender")
-        return AgentOwner(message.sender)
-    return _PLAIN_OWNERS[message.owner]
-
-
-def _owner_from(owner: Owner, sender: str | None) -> MailOwner:
-    if owner is not Owner.AGENT:
-        return _PLAIN_OWNERS[owner]
-    if sender is None:
-        raise Unfit("agent mail without a sender")
-    return AgentOwner(sender)
 
 
 # -- nested records ------------------------------------------------------------------------------
@@ -371,7 +303,7 @@ class _Mail:
 
     @staticmethod
     def _assemble(values: dict[str, Any]) -> None:
-        values["owner"] = _owner_from(values["owner"], values["sender"])
+        values["owner"] = owner_from(values["owner"], values["sender"])
 
 
 @attrs.frozen
