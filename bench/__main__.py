@@ -36,7 +36,7 @@ from bench.checker import checker_lines
 from bench.codec import codec_line
 from bench.lines import Line, Scale
 from bench.rigs import env_note
-from treemail.adapters.console import advance, steps
+from treemail.adapters.ui.console import advance, steps
 
 RESULTS = Path(__file__).with_name("results.json")
 

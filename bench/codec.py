@@ -12,7 +12,7 @@ import json
 import timeit
 from typing import Any
 
-from treemail.adapters import codec
+from treemail.adapters.store import codec
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Event, Message, Mode, Owner, Run, Session
 

@@ -27,7 +27,7 @@ from bench.rigs import (
     quantile,
     run_async,
 )
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
 

@@ -19,12 +19,12 @@ from unittest import mock
 import attrs
 import lmdb
 
-from treemail.adapters.codec import encode
-from treemail.adapters.group_commit import GroupStore
-from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.lmdb_txn import LmdbTables, LmdbTxn
-from treemail.adapters.models import ScriptedModel
-from treemail.adapters.runtime import Agent, Runtime
+from treemail.adapters.runtime.llm import ScriptedModel
+from treemail.adapters.runtime.runtime import Agent, Runtime
+from treemail.adapters.store.codec import encode
+from treemail.adapters.store.group_commit import GroupStore
+from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.store.lmdb_txn import LmdbTables, LmdbTxn
 from treemail.core import events, keys
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine

@@ -1,3 +1,3 @@
-from treemail.adapters.cli import main
+from treemail.adapters.ui.cli import main
 
 raise SystemExit(main())

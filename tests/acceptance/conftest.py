@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.models import ChatMessage, ModelReply, ScriptedModel, ToolCall
-from treemail.adapters.runtime import Agent, Runtime
+from treemail.adapters.runtime.llm import ChatMessage, ModelReply, ScriptedModel, ToolCall
+from treemail.adapters.runtime.runtime import Agent, Runtime
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
 from treemail.core.ids import CountingIds
 from treemail.core.permissions import Rules

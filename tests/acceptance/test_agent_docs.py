@@ -19,8 +19,8 @@ from tests.acceptance.conftest import (
     send,
     turns,
 )
-from treemail.adapters.agent_docs import agent_specs, build_agents, load_agent_docs
-from treemail.adapters.models import Model, ModelReply
+from treemail.adapters.runtime.agent_docs import agent_specs, build_agents, load_agent_docs
+from treemail.adapters.runtime.llm import Model, ModelReply
 from treemail.core.agents import BUILTIN_AGENTS
 from treemail.core.errors import AgentDocError
 from treemail.core.permissions import Action

@@ -23,9 +23,9 @@ from tests.acceptance.conftest import (
     two_lives,
     until,
 )
-from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.models import ModelReply
-from treemail.adapters.runtime import Agent, Runtime
+from treemail.adapters.runtime.llm import ModelReply
+from treemail.adapters.runtime.runtime import Agent, Runtime
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.records import Approval, ApprovalState, Session
 
 ASKS = {"sibling": "ask"}

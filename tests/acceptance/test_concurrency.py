@@ -27,7 +27,7 @@ from tests.acceptance.conftest import (
     runtime,
     send,
 )
-from treemail.adapters.models import ModelReply
+from treemail.adapters.runtime.llm import ModelReply
 from treemail.core.config import MessagingConfig
 from treemail.core.records import Event
 

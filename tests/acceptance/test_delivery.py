@@ -23,7 +23,7 @@ from tests.acceptance.conftest import (
     turns,
     until,
 )
-from treemail.adapters.models import ModelReply
+from treemail.adapters.runtime.llm import ModelReply
 from treemail.core.envelope import render_envelope
 
 

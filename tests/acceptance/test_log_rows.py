@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from treemail import AgentSpec, Owner, Rules, ToolContext, open_engine
-from treemail.adapters.cli import main
-from treemail.adapters.transcript import Transcript, render_event
-from treemail.adapters.tui.feed import stored_feed
+from treemail.adapters.ui.cli import main
+from treemail.adapters.ui.transcript import Transcript, render_event
+from treemail.adapters.ui.tui.feed import stored_feed
 from treemail.core.engine import Engine
 
 

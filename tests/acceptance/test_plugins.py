@@ -26,9 +26,9 @@ from tests.acceptance.conftest import (
     turns,
     until,
 )
-from treemail.adapters import plugins as plugin_module
-from treemail.adapters.models import ModelReply, ToolCall
-from treemail.adapters.plugins import (
+from treemail.adapters.runtime import plugins as plugin_module
+from treemail.adapters.runtime.llm import ModelReply, ToolCall
+from treemail.adapters.runtime.plugins import (
     PluginHandle,
     PluginLoadError,
     PluginRefusal,

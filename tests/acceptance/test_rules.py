@@ -19,7 +19,7 @@ from tests.acceptance.conftest import (
     send,
     turns,
 )
-from treemail.adapters.models import ModelReply
+from treemail.adapters.runtime.llm import ModelReply
 from treemail.core.envelope import render_envelope
 
 # r is the root; x and y its children (siblings); g is x's child, so r is g's grandparent

@@ -35,9 +35,9 @@ from tests.crash.harness import Tally, check_store, drain_and_verify, opened, sn
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import LEAD
 from tests.daemon.test_scenario import WORKER as SCENARIO_WORKER
-from treemail.adapters.console import Ticker
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.ui.console import Ticker
 from treemail.core.config import MessagingConfig
 
 __all__ = ["LIMITS", "run_daemon_campaign"]

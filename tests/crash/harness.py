@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.crash.worker import complete_lines, config, parse_context
-from treemail.adapters.codec import decode
-from treemail.adapters.console import Ticker
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.codec import decode
+from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.ui.console import Ticker
 from treemail.core.config import MessagingConfig
 from treemail.core.delivery import message_event
 from treemail.core.engine import Engine

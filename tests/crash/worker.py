@@ -23,9 +23,9 @@ import random
 import sys
 from pathlib import Path
 
-from treemail.adapters.group_commit import GroupStore
-from treemail.adapters.ids import SeededIds
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.runtime.ids import SeededIds
+from treemail.adapters.store.group_commit import GroupStore
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import Refusal

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
-from treemail.adapters.cli import main
-from treemail.adapters.daemon.commands import STEERED
+from treemail.adapters.ui.cli import main
+from treemail.adapters.ui.commands import STEERED
 from treemail.core.records import RecipientState
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.conftest import DaemonProcess
-from treemail.adapters.cli import main
+from treemail.adapters.ui.cli import main
 
 APPROVE = re.compile(r"run `treemail approve (\S+)`")
 

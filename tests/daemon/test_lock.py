@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.conftest import DaemonProcess
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.errors import StoreLocked
 
 
@@ -28,7 +28,7 @@ def embedded(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     """Another program with the data directory's store open as its writer."""
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
-        from treemail.adapters.lmdb_store import LmdbStore
+        from treemail.adapters.store.lmdb_store import LmdbStore
         LmdbStore.open({str(tmp_path / "data" / "store")!r}, sync=False)
         print("ready", flush=True)
         sys.stdin.read()

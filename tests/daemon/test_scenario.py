@@ -358,7 +358,7 @@ def test_kill_9_mid_traffic_then_restart_delivers_every_acked_send_once(
 def _consumed_once(data: Path, acked: list[str]) -> None:
     from collections import Counter
 
-    from treemail.adapters.lmdb_store import LmdbStore
+    from treemail.adapters.store.lmdb_store import LmdbStore
     from treemail.core.engine import Engine
     from treemail.core.ids import CountingIds
 

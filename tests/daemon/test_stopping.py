@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import RpcFailure
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
 

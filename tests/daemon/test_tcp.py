@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
-from treemail.adapters.cli import main
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.host import open_daemon
+from treemail.adapters.ui.cli import main
 
 
 def _free_port() -> int:

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from tests.fuzz.conftest import TALLY
 from tests.fuzz.strategies import JSON, TEXT, arguments
 from tests.unit.conftest import agent
-from treemail.adapters.failures import FailurePolicy
-from treemail.adapters.models import ChatMessage, Model, ModelError, ModelReply, ToolCall
-from treemail.adapters.runtime import Agent, Runtime
+from treemail.adapters.runtime.failures import FailurePolicy
+from treemail.adapters.runtime.llm import ChatMessage, Model, ModelError, ModelReply, ToolCall
+from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.core import errors
 from treemail.core.ids import CountingIds
 from treemail.core.records import Owner, Session

@@ -20,8 +20,8 @@ from tests.fuzz.conftest import TALLY, budget
 from tests.fuzz.fake_server import FakeServer, Plan, serving
 from tests.fuzz.replies import REPLIES, assert_sound, run_reply
 from tests.fuzz.strategies import JSON, TEXT
-from treemail.adapters.failures import FailurePolicy
-from treemail.adapters.models import ModelError, ModelReply, OpenAICompatibleModel
+from treemail.adapters.runtime.failures import FailurePolicy
+from treemail.adapters.runtime.llm import ModelError, ModelReply, OpenAICompatibleModel
 from treemail.core.store import MemoryStore
 
 TIMEOUT = 0.15  # the adapter's timeout; a slow plan waits longer than this

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.fuzz.conftest import budget
 from tests.fuzz.replies import REPLIES, assert_sound, run_reply
 from tests.unit.conftest import open_store
-from treemail.adapters.models import ModelReply
+from treemail.adapters.runtime.llm import ModelReply
 
 
 @settings(max_examples=budget(50))

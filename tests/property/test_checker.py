@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import pytest
 
-from treemail.adapters.cli import main
+from treemail.adapters.ui.cli import main
 from treemail.core import engine, runs, sending
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine

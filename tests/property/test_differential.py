@@ -46,7 +46,7 @@ from treemail.models.reference import Reference
 from treemail.models.world import FINAL, SessionRecord
 
 try:
-    from treemail.adapters.lmdb_store import LmdbStore
+    from treemail.adapters.store.lmdb_store import LmdbStore
 except ImportError:  # pragma: no cover - the adapter is optional for this test
     LmdbStore = None  # type: ignore[assignment,misc]
 

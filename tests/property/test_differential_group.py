@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 from tests.property.test_differential import DifferentialMachine
-from treemail.adapters.group_commit import GroupStore
+from treemail.adapters.store.group_commit import GroupStore
 from treemail.core.store import Store
 
 

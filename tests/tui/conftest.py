@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import LEAD
-from treemail.adapters.tui.feed import LiveFeed
+from treemail.adapters.ui.tui.feed import LiveFeed
 from treemail.core import events
 from treemail.core.records import Event
 

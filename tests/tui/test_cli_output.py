@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from treemail.adapters.cli import main
-from treemail.adapters.console import ProgressLine, console, print_row, print_table
-from treemail.adapters.transcript import Row, Tone
+from treemail.adapters.ui.cli import main
+from treemail.adapters.ui.console import ProgressLine, console, print_row, print_table
+from treemail.adapters.ui.transcript import Row, Tone
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 ROW = Row("mail:m1", "s1", 7, "lead_1234abcd", Tone.MAIL,

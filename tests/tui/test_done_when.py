@@ -20,8 +20,8 @@ from textual.widgets import DataTable
 
 from tests.daemon.conftest import DaemonProcess
 from tests.tui.conftest import reaped, until
-from treemail.adapters.tui.app import TreemailTui, screen_text
-from treemail.adapters.tui.sources import LiveSource, choose
+from treemail.adapters.ui.tui.app import TreemailTui, screen_text
+from treemail.adapters.ui.tui.sources import LiveSource, choose
 
 T = TypeVar("T")
 

@@ -20,10 +20,10 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess
 from tests.tui.conftest import Recorder, mail, reaped, slow_daemon
-from treemail.adapters.cli import main
 from treemail.adapters.daemon.client import DaemonClient
-from treemail.adapters.transcript import Transcript, render_event
-from treemail.adapters.tui.feed import LiveFeed, stored_feed
+from treemail.adapters.ui.cli import main
+from treemail.adapters.ui.transcript import Transcript, render_event
+from treemail.adapters.ui.tui.feed import LiveFeed, stored_feed
 from treemail.core import events
 
 
@@ -54,8 +54,8 @@ async def _first_part(daemon: DaemonProcess, rec: Recorder) -> dict[str, Any]:
 
 
 def _discard_offline(store: Path, message_id: str) -> None:
-    from treemail.adapters.ids import UuidIds
-    from treemail.adapters.lmdb_store import LmdbStore
+    from treemail.adapters.runtime.ids import UuidIds
+    from treemail.adapters.store.lmdb_store import LmdbStore
     from treemail.core.engine import Engine
 
     opened = LmdbStore.open(str(store))

@@ -17,8 +17,8 @@ from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import WORKER
 from tests.tui.conftest import reaped, slow_daemon, until
 from treemail.adapters.daemon.client import DaemonClient
-from treemail.adapters.tui.app import ALL, TreemailTui, pane_text
-from treemail.adapters.tui.sources import LiveSource
+from treemail.adapters.ui.tui.app import ALL, TreemailTui, pane_text
+from treemail.adapters.ui.tui.sources import LiveSource
 
 SIZE = (150, 40)
 

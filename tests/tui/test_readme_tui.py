@@ -10,7 +10,7 @@ import pytest
 from textual.binding import Binding
 
 from tests.unit.test_readme_daemon import _help, commands, spans
-from treemail.adapters.tui.app import TreemailTui
+from treemail.adapters.ui.tui.app import TreemailTui
 
 ROOT = Path(__file__).resolve().parents[2]
 

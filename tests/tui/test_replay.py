@@ -14,9 +14,9 @@ import pytest
 from textual.widgets import DataTable, Tree
 
 from tests.tui.conftest import assert_snapshot, until
-from treemail.adapters.cli import main
-from treemail.adapters.tui.app import MATCH, TreemailTui, pane_text
-from treemail.adapters.tui.sources import StoreSource, choose
+from treemail.adapters.ui.cli import main
+from treemail.adapters.ui.tui.app import MATCH, TreemailTui, pane_text
+from treemail.adapters.ui.tui.sources import StoreSource, choose
 from treemail.core.errors import InvalidRequest
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"

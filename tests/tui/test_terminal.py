@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.daemon.conftest import DaemonProcess
 from tests.tui.conftest import reaped
-from treemail.adapters.daemon.demo_connect import SCENES
+from treemail.adapters.ui.demo_connect import SCENES
 
 _CONTROL = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])|\r|\n|[^\x1b\r\n]")
 BAR = "━"  # what rich draws a bar with; no row has it

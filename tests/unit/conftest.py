@@ -47,7 +47,7 @@ def open_store(kind: str, directory: Path) -> Store:
     if kind == "memory":
         return MemoryStore()
     if kind == "lmdb":
-        from treemail.adapters.lmdb_store import LmdbStore
+        from treemail.adapters.store.lmdb_store import LmdbStore
 
         return LmdbStore.open(directory / "db", sync=False)
     raise ValueError(f"unknown store kind {kind!r}")

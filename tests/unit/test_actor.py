@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from tests.unit.conftest import agent
-from treemail.adapters.failures import FailurePolicy
-from treemail.adapters.models import ChatMessage, ModelError, ModelReply, ToolCall
-from treemail.adapters.runtime import Agent, Runtime
+from treemail.adapters.runtime.failures import FailurePolicy
+from treemail.adapters.runtime.llm import ChatMessage, ModelError, ModelReply, ToolCall
+from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.core.ids import CountingIds
 from treemail.core.records import Owner, Session
 from treemail.core.store import Store
@@ -256,7 +256,7 @@ def test_an_unexpected_tool_error_is_a_typed_tool_result(
         return ModelReply(tool_calls=(ToolCall("c1", "delegate_subagent",
                                                {"agent": "kid", "task": "t"}),))
 
-    monkeypatch.setattr("treemail.adapters.toolbox.ToolBox._delegate", boom, raising=True)
+    monkeypatch.setattr("treemail.adapters.runtime.toolbox.ToolBox._delegate", boom, raising=True)
     rt, root, _, model = bad_reply_outcome(store, make)
     [result] = [m["content"] for m in model.seen[-1] if m["role"] == "tool"]
     assert '"tool:failed"' in result

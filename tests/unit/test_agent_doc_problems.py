@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from treemail.adapters.agent_docs import load_agent_docs
+from treemail.adapters.runtime.agent_docs import load_agent_docs
 from treemail.core.agents import parse_agent_doc
 from treemail.core.errors import AGENT_DOC_PROBLEMS, AgentDocError
 

@@ -8,8 +8,8 @@ import io
 from pathlib import Path
 
 from bench.rigs import Pair, grow_history, history_records
-from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.verify import main as verify_main
+from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.store.verify import main as verify_main
 from treemail.core import events
 from treemail.core.keys import Table
 from treemail.core.records import Event, IdempotencyKey, Message, SendResult

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from treemail.adapters.cli import main
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.ui.cli import main
 from treemail.core import events as log
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds

@@ -15,8 +15,8 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from treemail.adapters.codec import decode, encode
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.codec import decode, encode
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core import keys
 from treemail.core.errors import StoreDamaged
 from treemail.core.keys import Table

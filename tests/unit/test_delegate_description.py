@@ -8,9 +8,9 @@ import asyncio
 import json
 from typing import Any
 
-from treemail.adapters.models import ToolCall
-from treemail.adapters.toolbox import ToolBox
-from treemail.adapters.transcript import Transcript, render_log
+from treemail.adapters.runtime.llm import ToolCall
+from treemail.adapters.runtime.toolbox import ToolBox
+from treemail.adapters.ui.transcript import Transcript, render_log
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
 from treemail.core.permissions import Rules

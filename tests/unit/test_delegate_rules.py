@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from treemail.adapters.models import ToolCall
-from treemail.adapters.toolbox import ToolBox
+from treemail.adapters.runtime.llm import ToolCall
+from treemail.adapters.runtime.toolbox import ToolBox
 from treemail.core.agents import BUILTIN_AGENTS, parse_agent_doc
 from treemail.core.engine import Engine
 from treemail.core.errors import AgentDocError

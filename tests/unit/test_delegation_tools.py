@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from treemail.adapters.models import ToolCall
-from treemail.adapters.toolbox import ToolBox
+from treemail.adapters.runtime.llm import ToolCall
+from treemail.adapters.runtime.toolbox import ToolBox
 from treemail.core import events
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from treemail.adapters.durability import Durability
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.durability import Durability
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.errors import ConfigError
 
 
@@ -44,7 +44,7 @@ def test_an_unknown_mode_is_a_config_error_that_creates_nothing(tmp_path: Path) 
 def test_a_process_mode_commit_survives_the_process_being_killed(tmp_path: Path) -> None:
     child = textwrap.dedent(f"""
         import os, signal
-        from treemail.adapters.lmdb_store import LmdbStore
+        from treemail.adapters.store.lmdb_store import LmdbStore
         store = LmdbStore.open({str(tmp_path / "db")!r}, durability="process")
         store.transact(lambda tx: tx.add("kept", 7))
         os.kill(os.getpid(), signal.SIGKILL)

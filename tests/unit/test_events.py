@@ -119,8 +119,8 @@ def test_every_kind_has_one_class_and_a_closed_schema() -> None:
 
 
 def test_readers_show_and_skip_what_they_cannot_read(store: Store) -> None:
-    from treemail.adapters.history import rebuild
-    from treemail.adapters.transcript import render_event
+    from treemail.adapters.runtime.history import rebuild
+    from treemail.adapters.ui.transcript import render_event
 
     store.transact(lambda tx: tx.append("s-1", "SessionArchived", {"archived": True}))
     store.transact(lambda tx: tx.append(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit.conftest import World
-from treemail.adapters.history import rebuild
+from treemail.adapters.runtime.history import rebuild
 from treemail.core.events import Reply
 from treemail.core.records import Owner
 

@@ -19,9 +19,9 @@ import lmdb
 import pytest
 
 from tests.unit.conftest import World, arguments
-from treemail.adapters import lmdb_store
-from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.verify import main as verify_main
+from treemail.adapters.store import lmdb_store
+from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.store.verify import main as verify_main
 from treemail.core.engine import Engine
 from treemail.core.errors import OutcomeUnknown, StoreFull
 from treemail.core.ids import CountingIds

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.unit.conftest import World, agent
-from treemail.adapters.group_commit import GroupStore
-from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.writer import Writer
+from treemail.adapters.runtime.writer import Writer
+from treemail.adapters.store.group_commit import GroupStore
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import InboxFull, StorageError, UnknownSubagentReference

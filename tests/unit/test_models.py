@@ -18,7 +18,7 @@ import attrs
 import httpx
 import pytest
 
-from treemail.adapters.models import (
+from treemail.adapters.runtime.llm import (
     Model,
     ModelError,
     ModelReply,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from treemail.adapters.cli import main
 from treemail.adapters.daemon import host, lock, tcp
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.adapters.daemon.scripted import Plan
-from treemail.adapters.lmdb_files import OWNER_FILE
+from treemail.adapters.store.lmdb_files import OWNER_FILE
+from treemail.adapters.ui.cli import main
 from treemail.spec_tables import errors_table
 
 ROOT = Path(__file__).resolve().parents[2]

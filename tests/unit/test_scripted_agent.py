@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from treemail.adapters.daemon.scripted import Plan, ScriptedAgent
-from treemail.adapters.models import ModelReply
+from treemail.adapters.runtime.llm import ModelReply
 from treemail.core.envelope import render_envelope, render_subagent_result
 from treemail.core.tools import TOOL_NAMES, tool_definitions
 

@@ -19,8 +19,8 @@ import attrs
 import lmdb
 import pytest
 
-from treemail.adapters.codec import CHECKSUM_BYTES, encode
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.codec import CHECKSUM_BYTES, encode
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.errors import StorageError, StoreClosed, StoreDamaged, StoreFormatUnknown
 from treemail.core.ids import CountingIds
 from treemail.core.keys import MAX_KEY, Table

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_store_contract import CHILD, populate, snapshot
-from treemail.adapters.lmdb_files import DATA_FILE, LOCK_FILE, OWNER_FILE, check_data_file
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.lmdb_files import DATA_FILE, LOCK_FILE, OWNER_FILE, check_data_file
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.errors import StorageError, StoreDamaged, StoreLocked, StoreMissing
 
 
@@ -39,7 +39,7 @@ def in_subprocess(code: str) -> subprocess.CompletedProcess[str]:
 
 def open_elsewhere(directory: Path, readonly: bool = False) -> subprocess.CompletedProcess[str]:
     return in_subprocess(f"""
-        from treemail.adapters.lmdb_store import LmdbStore
+        from treemail.adapters.store.lmdb_store import LmdbStore
         from treemail.core.errors import StorageError
         try:
             LmdbStore.open({str(directory)!r}, readonly={readonly}).close()
@@ -70,7 +70,7 @@ def test_second_writer_in_another_process_is_refused_naming_the_holder(tmp_path:
 def test_a_dead_holder_leaves_no_lock_behind(tmp_path: Path) -> None:
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, sys
-        from treemail.adapters.lmdb_store import LmdbStore
+        from treemail.adapters.store.lmdb_store import LmdbStore
         LmdbStore.open({str(tmp_path / "s")!r})
         print("ready", flush=True)
         sys.stdin.read()
@@ -165,7 +165,7 @@ def test_a_healthy_store_passes_the_file_check_and_reopens(tmp_path: Path) -> No
 def test_log_on_an_empty_data_file_reports_it_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from treemail.adapters.cli import main
+    from treemail.adapters.ui.cli import main
 
     directory = made(tmp_path / "s")
     (directory / DATA_FILE).write_bytes(b"")
@@ -183,7 +183,7 @@ def test_a_reader_follows_the_writer_past_map_growth(tmp_path: Path) -> None:
     writer.transact(lambda tx: tx.add("n", 1))
     reader = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
-        from treemail.adapters.lmdb_store import LmdbStore
+        from treemail.adapters.store.lmdb_store import LmdbStore
         store = LmdbStore.open({str(tmp_path / "s")!r}, readonly=True)
         with store.read() as tx:
             print(tx.count("n"), flush=True)

@@ -15,9 +15,9 @@ import lmdb
 import pytest
 
 from tests.unit.test_verify import contents, made
-from treemail.adapters.codec import CHECKSUM_BYTES, decode, encode
-from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.verify import main as verify_main
+from treemail.adapters.store.codec import CHECKSUM_BYTES, decode, encode
+from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.store.verify import main as verify_main
 from treemail.core.errors import StoreDamaged, StoreFormatUnknown
 from treemail.core.keys import Table, Tally, counter_name
 

@@ -18,9 +18,9 @@ import attrs
 import pytest
 
 from tests.unit.conftest import World
-from treemail.adapters import lmdb_txn
-from treemail.adapters.group_commit import GroupStore
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store import lmdb_txn
+from treemail.adapters.store.group_commit import GroupStore
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.engine import Engine
 from treemail.core.keys import Table
 from treemail.core.records import Session

@@ -21,11 +21,11 @@ import lmdb
 import pytest
 
 from tests.unit.conftest import World
-from treemail.adapters.cli import main as cli
-from treemail.adapters.codec import decode, encode
-from treemail.adapters.lmdb_files import DATA_FILE
-from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.verify import main as verify_main
+from treemail.adapters.store.codec import decode, encode
+from treemail.adapters.store.lmdb_files import DATA_FILE
+from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.store.verify import main as verify_main
+from treemail.adapters.ui.cli import main as cli
 from treemail.core import keys
 from treemail.core.keys import VALUE_KINDS, Table, Tally
 

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from tests.unit.test_group_commit import _call, _setup
-from treemail.adapters.writer import Writer
+from treemail.adapters.runtime.writer import Writer
 from treemail.core.records import Owner
 from treemail.core.store import Store
 

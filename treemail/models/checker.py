@@ -448,8 +448,10 @@ def load_config(path: str | None, inline: str) -> MessagingConfig:
 
 
 def main(bounds: str = "", config: str | None = None, messaging: str = "",
-         plant: str | None = None, history: bool = False, quiet: bool = False) -> int:
-    """``treemail check``: 0 when no counterexample, 1 with one, 2 on bad arguments."""
+         plant: str | None = None, history: bool = False,
+         progress: TextIO | None = None) -> int:
+    """``treemail check``: 0 when no counterexample, 1 with one, 2 on bad arguments.
+    ``progress`` takes the live progress line (the CLI gives its console's; None: quiet)."""
     try:
         limits_, settings = parse_bounds(bounds), load_config(config, messaging)
         if plant is not None and plant not in PLANTS:
@@ -461,20 +463,13 @@ def main(bounds: str = "", config: str | None = None, messaging: str = "",
     print(f"treemail check: bounds {shown}; [messaging] {_config_line(settings)}"
           + (f"; planted bug: {plant}" if plant else ""))
     with planted(plant):
-        result = check(settings, limits_, None if quiet else _progress(), history)
+        result = check(settings, limits_, progress, history)
     code = 0 if result.counterexample is None else 1
     try:
         report(result)
     except BrokenPipeError:  # `treemail check | head`: the exit code still tells
         sys.stdout = None  # nothing left to flush at exit
     return code
-
-
-def _progress() -> TextIO:
-    """States explored and the rate: live on a terminal (rich), the final line elsewhere."""
-    from treemail.adapters.console import ProgressLine
-
-    return ProgressLine(sys.stderr, "check")
 
 
 def _config_line(config: MessagingConfig) -> str:

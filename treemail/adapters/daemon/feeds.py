@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from treemail.adapters.daemon.connection import Connection, PeerGone
-from treemail.adapters.models import ToolCall
-from treemail.adapters.plugins import PluginFailed, PluginRefusal
-from treemail.adapters.runtime import Runtime
+from treemail.adapters.runtime.llm import ToolCall
+from treemail.adapters.runtime.plugins import PluginFailed, PluginRefusal
+from treemail.adapters.runtime.runtime import Runtime
 from treemail.core.errors import UnknownTarget
 from treemail.core.records import Event, Session
 from treemail.protocol import types as t

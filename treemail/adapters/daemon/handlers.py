@@ -11,10 +11,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from treemail import __name__ as _package
-from treemail.adapters.agent_docs import build_agents
 from treemail.adapters.daemon import registered
 from treemail.adapters.daemon.connection import Connection
-from treemail.adapters.models import ToolCall
+from treemail.adapters.runtime.agent_docs import build_agents
+from treemail.adapters.runtime.llm import ToolCall
 from treemail.core.agents import AgentDoc, parse_agent_doc
 from treemail.core.errors import (
     InvalidRequest,
@@ -31,7 +31,7 @@ from treemail.protocol.methods import METHODS, NOTIFICATIONS, PROTOCOL_VERSION
 
 if TYPE_CHECKING:
     from treemail.adapters.daemon.server import Daemon, Handler
-    from treemail.adapters.runtime import Agent
+    from treemail.adapters.runtime.runtime import Agent
 
 __all__ = ["SERVER_NAME", "install", "message_view", "session_view"]
 

@@ -28,7 +28,6 @@ from typing import Any
 
 import attrs
 
-from treemail.adapters.agent_docs import build_agents, load_agent_docs
 from treemail.adapters.daemon import registered
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.feeds import FeedSignal, Subscriptions, WireGate
@@ -37,9 +36,10 @@ from treemail.adapters.daemon.lock import DAEMON_ROLE, hold
 from treemail.adapters.daemon.scripted import ScriptedAgent, ScriptedEcho
 from treemail.adapters.daemon.server import Daemon
 from treemail.adapters.daemon.tcp import TOKEN_FILE, Token, loopback
-from treemail.adapters.ids import UuidIds
-from treemail.adapters.models import Model, OpenAICompatibleModel
-from treemail.adapters.runtime import Runtime
+from treemail.adapters.runtime.agent_docs import build_agents, load_agent_docs
+from treemail.adapters.runtime.ids import UuidIds
+from treemail.adapters.runtime.llm import Model, OpenAICompatibleModel
+from treemail.adapters.runtime.runtime import Runtime
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import ConfigError, ListenFailed
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.errors import DataDirLocked, StoreLocked
 
 __all__ = ["DAEMON_ROLE", "hold"]

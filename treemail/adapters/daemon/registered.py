@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from treemail.adapters.agent_docs import load_agent_docs
+from treemail.adapters.runtime.agent_docs import load_agent_docs
 from treemail.core.agents import AgentDoc
 
 __all__ = ["REGISTERED_DIR", "load", "save"]

@@ -30,7 +30,7 @@ from typing import Any
 
 import attrs
 
-from treemail.adapters.models import ChatMessage, ModelReply, ToolCall
+from treemail.adapters.runtime.llm import ChatMessage, ModelReply, ToolCall
 
 __all__ = ["Plan", "ScriptedAgent", "ScriptedEcho"]
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import msgspec
 
-from treemail.adapters.agent_docs import ModelFor
 from treemail.adapters.daemon.connection import Connection, Limits, PeerGone
 from treemail.adapters.daemon.feeds import Subscriptions
 from treemail.adapters.daemon.tcp import Token, loopback, refusal
-from treemail.adapters.runtime import Runtime
+from treemail.adapters.runtime.agent_docs import ModelFor
+from treemail.adapters.runtime.runtime import Runtime
 from treemail.core.errors import (
     EngineShutdown,
     FrameTooLarge,

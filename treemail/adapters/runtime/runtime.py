@@ -23,13 +23,13 @@ from typing import TypeVar
 
 import attrs
 
-from treemail.adapters.actor import Actor, Incident
-from treemail.adapters.failures import FailurePolicy
-from treemail.adapters.group_commit import GroupStore
-from treemail.adapters.models import Model, ToolCall
-from treemail.adapters.plugins import FeedFollower, Plugin, PluginHost
-from treemail.adapters.toolbox import ToolBox
-from treemail.adapters.writer import Writer
+from treemail.adapters.runtime.actor import Actor, Incident
+from treemail.adapters.runtime.failures import FailurePolicy
+from treemail.adapters.runtime.llm import Model, ToolCall
+from treemail.adapters.runtime.plugins import FeedFollower, Plugin, PluginHost
+from treemail.adapters.runtime.toolbox import ToolBox
+from treemail.adapters.runtime.writer import Writer
+from treemail.adapters.store.group_commit import GroupStore
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import ApprovalRequired, EngineShutdown

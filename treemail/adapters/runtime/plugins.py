@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Protocol, TypeAlias, runtime_checkable
 
-from treemail.adapters.models import ToolCall
+from treemail.adapters.runtime.llm import ToolCall
 from treemail.core.engine import Engine
 from treemail.core.errors import PluginFailed, PluginLoadError, PluginRefusal, Refusal
 from treemail.core.records import Event, Owner, Session

@@ -1,7 +1,7 @@
 """Where the TUI's events come from: a daemon's subscription (live), or a store (replay).
 
 Both give ``(number, Event)`` in feed order, so the rows folded from them are the same rows
-(``treemail.adapters.transcript``); a replay opens the store read-only and never writes.
+(``treemail.adapters.ui.transcript``); a replay opens the store read-only and never writes.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class LiveFeed:
 
 def stored_feed(store_dir: Path, after: int = 0) -> list[tuple[int, Event]]:
     """The feed of the store in ``store_dir``, read-only (no lock taken, nothing written)."""
-    from treemail.adapters.lmdb_store import LmdbStore
+    from treemail.adapters.store.lmdb_store import LmdbStore
 
     store = LmdbStore.open(str(store_dir), readonly=True)
     try:
@@ -59,7 +59,7 @@ def stored_feed(store_dir: Path, after: int = 0) -> list[tuple[int, Event]]:
 def stored_sessions(store_dir: Path) -> list[dict[str, Any]]:
     """The sessions of a stored store, as the daemon's ``session.list`` shows them."""
     from treemail.adapters.daemon.handlers import session_view
-    from treemail.adapters.lmdb_store import LmdbStore
+    from treemail.adapters.store.lmdb_store import LmdbStore
     from treemail.core.engine import Engine
     from treemail.core.ids import CountingIds
 

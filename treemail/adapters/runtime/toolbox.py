@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from treemail.adapters.models import ToolCall
+from treemail.adapters.runtime.llm import ToolCall
 from treemail.core import events, results
 from treemail.core.addressing import MAX_CANDIDATES, describe_peer, resolve
 from treemail.core.engine import Engine

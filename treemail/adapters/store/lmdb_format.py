@@ -18,7 +18,7 @@ from typing import Any, TypeAlias
 
 import lmdb
 
-from treemail.adapters.codec import decode, encode
+from treemail.adapters.store.codec import decode, encode
 from treemail.core import keys
 from treemail.core.errors import StorageError, StoreFormatUnknown
 from treemail.core.keys import Table, Tally

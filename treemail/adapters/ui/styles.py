@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from rich.text import Text
 
-from treemail.adapters.transcript import Row, Tone
+from treemail.adapters.ui.transcript import Row, Tone
 from treemail.core.lifecycle import MessageState
 
 __all__ = ["MAIL_STYLES", "TONE_STYLES", "row_style", "styled_line", "styled_text"]

@@ -21,8 +21,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from treemail.adapters.styles import styled_line
-from treemail.adapters.transcript import Row
+from treemail.adapters.ui.styles import styled_line
+from treemail.adapters.ui.transcript import Row
 
 __all__ = ["ProgressLine", "Ticker", "advance", "console", "controlling_terminal",
            "print_row", "print_table", "row_console", "steps"]

@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 from treemail.adapters.daemon import lookup
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
-from treemail.adapters.transcript import Row, event_row
+from treemail.adapters.ui.transcript import Row, event_row
 from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
 from treemail.core.records import Event, RecipientState
@@ -83,8 +83,8 @@ def extend_demo(demo: argparse.ArgumentParser) -> None:
 
 
 def connected_demo(args: argparse.Namespace) -> int:
-    from treemail.adapters.daemon.demo_connect import WAIT
-    from treemail.adapters.daemon.demo_connect import main as connected
+    from treemail.adapters.ui.demo_connect import WAIT
+    from treemail.adapters.ui.demo_connect import main as connected
 
     try:
         address, token = target(args)
@@ -218,7 +218,7 @@ async def _resolve(client: DaemonClient, args: argparse.Namespace) -> None:
 
 
 async def _sessions(client: DaemonClient, args: argparse.Namespace) -> int:
-    from treemail.adapters.console import print_table
+    from treemail.adapters.ui.console import print_table
 
     sessions = (await client.call("session.list"))["sessions"]
     print_table(("SESSION", "HANDLE", "AGENT", "STATE", "PARENT"),
@@ -261,7 +261,7 @@ async def _steer(client: DaemonClient, args: argparse.Namespace) -> int:
 async def _status(client: DaemonClient, args: argparse.Namespace) -> int:
     receipt = await client.call("message.get", {"message_id": args.message_id})
     message = receipt["message"]
-    from treemail.adapters.console import print_table
+    from treemail.adapters.ui.console import print_table
 
     print(f"message {message['message_id']} to {message['recipient']}: {message['state']} "
           f"({message['owner']}, {message['mode']})", flush=True)
@@ -284,7 +284,7 @@ def view_row(view: dict[str, Any], names: dict[str, str]) -> Row:
 
 
 async def _tail(client: DaemonClient, args: argparse.Namespace) -> int:
-    from treemail.adapters.console import console, print_row
+    from treemail.adapters.ui.console import console, print_row
 
     head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
     await client.call("events.subscribe", {"after": head, "session_id": args.session})
@@ -309,7 +309,7 @@ async def _tail(client: DaemonClient, args: argparse.Namespace) -> int:
 
 
 async def _replay(client: DaemonClient, args: argparse.Namespace) -> int:
-    from treemail.adapters.console import console, print_row
+    from treemail.adapters.ui.console import console, print_row
 
     out = console()
     names = await _names(client)

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from treemail.adapters.models import ModelReply, ToolCall
+from treemail.adapters.runtime.llm import ModelReply, ToolCall
 
 __all__ = ["MAX_CALL_ID", "normalise", "storable_text"]
 

@@ -23,11 +23,11 @@ from textual.widgets import DataTable, Footer, Header, Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from treemail.adapters.daemon.client import RpcFailure
-from treemail.adapters.daemon.commands import answer_line
-from treemail.adapters.styles import styled_text
-from treemail.adapters.transcript import Row
-from treemail.adapters.tui.board import Board
-from treemail.adapters.tui.sources import Source, choose
+from treemail.adapters.ui.commands import answer_line
+from treemail.adapters.ui.styles import styled_text
+from treemail.adapters.ui.transcript import Row
+from treemail.adapters.ui.tui.board import Board
+from treemail.adapters.ui.tui.sources import Source, choose
 from treemail.core import events
 from treemail.core.errors import TreemailError
 from treemail.core.records import Event
@@ -289,7 +289,7 @@ def pane_text(app: App[Any], selector: str) -> str:
 def main(args: argparse.Namespace) -> int:
     import sys
 
-    from treemail.adapters.daemon.commands import TokenMissing, target
+    from treemail.adapters.ui.commands import TokenMissing, target
 
     try:
         address, token = target(args) if args.connect else (None, None)

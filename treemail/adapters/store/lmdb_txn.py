@@ -30,7 +30,7 @@ from typing import Any, TypeAlias
 import attrs
 import lmdb
 
-from treemail.adapters.codec import decode, encode
+from treemail.adapters.store.codec import decode, encode
 from treemail.core.errors import StorageError, StoreFull
 from treemail.core.keys import VALUE_KINDS, Table
 from treemail.core.store import Indexed, WriteTxn

@@ -16,8 +16,8 @@ from typing import Any, TextIO
 
 import attrs
 
-from treemail.adapters.codec import decode
-from treemail.adapters.lmdb_store import LmdbStore
+from treemail.adapters.store.codec import decode
+from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core import keys
 from treemail.core.errors import StorageError
 from treemail.core.guards import inbox_counter, pair_counter

@@ -25,13 +25,13 @@ from typing import TextIO
 
 from rich.console import Console
 
-from treemail.adapters.console import console, print_row
-from treemail.adapters.demo_agents import REVIEW, Stage, demo_agents
-from treemail.adapters.ids import SeededIds
-from treemail.adapters.lmdb_store import LmdbStore
-from treemail.adapters.runtime import Runtime
-from treemail.adapters.transcript import brief_result as _brief
-from treemail.adapters.transcript import event_row
+from treemail.adapters.runtime.demo_agents import REVIEW, Stage, demo_agents
+from treemail.adapters.runtime.ids import SeededIds
+from treemail.adapters.runtime.runtime import Runtime
+from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.ui.console import console, print_row
+from treemail.adapters.ui.transcript import brief_result as _brief
+from treemail.adapters.ui.transcript import event_row
 from treemail.core import events
 from treemail.core.engine import Engine
 from treemail.core.lifecycle import MessageState, SessionState
@@ -284,7 +284,7 @@ def run_demo(path: Path, out: TextIO, scene: Callable[[str], None] | None = None
 def _shown(path: Path) -> bool:
     """The demo, with a bar over its scenes on a terminal's stderr (the transcript, on stdout,
     is the same either way)."""
-    from treemail.adapters.console import advance, row_console, steps
+    from treemail.adapters.ui.console import advance, row_console, steps
 
     with steps(SCENES, "demo") as bar:
         # Inside: a bar on the terminal redirects sys.stdout.

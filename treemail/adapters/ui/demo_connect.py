@@ -89,7 +89,7 @@ class Unanswered(Exception):
 class Connected:
     def __init__(self, client: DaemonClient, *, approve: bool = False, wait: float = WAIT,
                  bar: Progress | None = None) -> None:
-        from treemail.adapters.console import row_console
+        from treemail.adapters.ui.console import row_console
 
         self.client = client
         self.approve = approve  # answer the held call itself (unattended runs)
@@ -134,8 +134,8 @@ class Connected:
                 await asyncio.sleep(0.05)
 
     async def _show(self) -> None:
-        from treemail.adapters.console import print_row
-        from treemail.adapters.daemon.commands import view_row
+        from treemail.adapters.ui.commands import view_row
+        from treemail.adapters.ui.console import print_row
 
         while True:
             page = await self.call("events.read", {"after": self.shown})
@@ -147,7 +147,7 @@ class Connected:
 
     async def _answered(self, approval: dict[str, Any]) -> None:
         """Wait for the user's answer to ``approval`` (or give it, with ``approve``)."""
-        from treemail.adapters.daemon.commands import answer_line
+        from treemail.adapters.ui.commands import answer_line
 
         arguments = approval.get("arguments") or {}
         sender = self.names.get(approval["session_id"], approval["session_id"])
@@ -234,7 +234,7 @@ SCENES = 4  # the headings a run says with one approval, Check included
 async def _played(client: DaemonClient, approve: bool, wait: float) -> bool:
     """The demo, with a bar over its scenes on a terminal's stderr (the rows, on stdout,
     are the same either way)."""
-    from treemail.adapters.console import advance, steps
+    from treemail.adapters.ui.console import advance, steps
 
     with steps(SCENES, "demo --connect") as bar:
         demo = Connected(client, approve=approve, wait=wait, bar=bar)

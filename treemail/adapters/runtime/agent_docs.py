@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from treemail.adapters.models import Model
-from treemail.adapters.runtime import Agent
+from treemail.adapters.runtime.llm import Model
+from treemail.adapters.runtime.runtime import Agent
 from treemail.core.agents import BUILTIN_AGENTS, AgentDoc, parse_agent_doc
 from treemail.core.errors import AgentDocError
 from treemail.core.records import AgentSpec

@@ -23,15 +23,23 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from treemail.adapters.durability import Durability, lmdb_flags
-from treemail.adapters.lmdb_files import (
+from treemail.adapters.store.durability import Durability, lmdb_flags
+from treemail.adapters.store.lmdb_files import (
     DATA_FILE,
     LOCK_FILE,
     OwnerLock,
     check_data_file,
 )
-from treemail.adapters.lmdb_format import EXTRA_DBS, META_DB, check_readable, settle_format
-from treemail.adapters.lmdb_txn import Dbs, LmdbTables, LmdbTxn, Txn, abort, disk_full, failure
+from treemail.adapters.store.lmdb_format import EXTRA_DBS, META_DB, check_readable, settle_format
+from treemail.adapters.store.lmdb_txn import (
+    Dbs,
+    LmdbTables,
+    LmdbTxn,
+    Txn,
+    abort,
+    disk_full,
+    failure,
+)
 from treemail.core.errors import (
     OutcomeUnknown,
     StorageError,

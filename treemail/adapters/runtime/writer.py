@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from treemail.adapters.group_commit import GroupStore
+from treemail.adapters.store.group_commit import GroupStore
 
 __all__ = ["Writer"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from treemail.adapters.transcript import Row, Transcript
+from treemail.adapters.ui.transcript import Row, Transcript
 from treemail.core import events
 from treemail.core.lifecycle import MessageState, SessionState
 from treemail.core.records import Event

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from treemail.adapters.models import tool_result_message
+from treemail.adapters.runtime.llm import tool_result_message
 from treemail.core import events
 from treemail.core.errors import ApprovalPending, ToolInterrupted
 from treemail.core.records import IdempotencyKey

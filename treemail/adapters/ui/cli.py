@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from treemail.adapters.console import console, print_row
-from treemail.adapters.daemon import commands as daemon_commands
-from treemail.adapters.transcript import event_row
+from treemail.adapters.ui import commands as daemon_commands
+from treemail.adapters.ui.console import console, print_row
+from treemail.adapters.ui.transcript import event_row
 
 if TYPE_CHECKING:
     from treemail.core.engine import Engine
@@ -76,13 +76,13 @@ def _main(argv: Sequence[str] | None) -> int:
     if hasattr(args, "run"):  # a subcommand registered from its own module
         return int(args.run(args))
     if args.command == "verify":
-        from treemail.adapters.verify import main as verify_main
+        from treemail.adapters.store.verify import main as verify_main
 
         return verify_main(args.path, sys.stdout, sys.stderr)
     if args.command == "demo" and args.connect:
         return daemon_commands.connected_demo(args)
     if args.command == "demo":
-        from treemail.adapters.demo import main as demo_main
+        from treemail.adapters.ui.demo import main as demo_main
 
         if args.approve or args.wait is not None:
             parser.exit(2, "treemail demo: --approve and --wait go with --connect; the "
@@ -92,15 +92,18 @@ def _main(argv: Sequence[str] | None) -> int:
             parser.exit(2, f"treemail demo: {problem}\n")
         return demo_main(args.path)
     if args.command == "check":
+        from treemail.adapters.ui.console import ProgressLine
         from treemail.models.checker import main as check_main
 
+        # States explored and the rate: live on a terminal (rich), the final line elsewhere.
+        progress = None if args.quiet else ProgressLine(sys.stderr, "check")
         return check_main(args.bounds, args.config, args.messaging, args.plant,
-                          history=args.history, quiet=args.quiet)
+                          history=args.history, progress=progress)
     return show_log(args.path, args.session, follow=args.follow, interval=args.interval)
 
 
 def _tui(args: argparse.Namespace) -> int:
-    from treemail.adapters.tui.app import main as tui_main  # Textual loads only for the TUI
+    from treemail.adapters.ui.tui.app import main as tui_main  # Textual loads only for the TUI
 
     return tui_main(args)
 
@@ -125,7 +128,7 @@ def show_log(path: str, session: str | None, *, follow: bool, interval: float) -
     """Print the feed in global order; with ``follow``, poll for what is appended later."""
     from pathlib import Path
 
-    from treemail.adapters.lmdb_store import LmdbStore
+    from treemail.adapters.store.lmdb_store import LmdbStore
     from treemail.core.engine import Engine
     from treemail.core.ids import CountingIds
 

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from treemail.adapters.daemon.client import DaemonClient
-from treemail.adapters.tui.feed import LiveFeed, stored_feed, stored_sessions
+from treemail.adapters.ui.tui.feed import LiveFeed, stored_feed, stored_sessions
 from treemail.core.errors import InvalidRequest
 from treemail.core.records import Event
 
@@ -111,7 +111,7 @@ class StoreSource(Source):
 
     async def approvals(self) -> list[dict[str, Any]]:
         from treemail.adapters.daemon.handlers import approval_view
-        from treemail.adapters.lmdb_store import LmdbStore
+        from treemail.adapters.store.lmdb_store import LmdbStore
         from treemail.core.engine import Engine
         from treemail.core.ids import CountingIds
 

@@ -27,11 +27,17 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from treemail.adapters.failures import FailurePolicy
-from treemail.adapters.history import rebuild
-from treemail.adapters.models import Model, ModelError, ModelReply, ToolCall, tool_result_message
-from treemail.adapters.replies import normalise
-from treemail.adapters.toolbox import ToolBox
+from treemail.adapters.runtime.failures import FailurePolicy
+from treemail.adapters.runtime.history import rebuild
+from treemail.adapters.runtime.llm import (
+    Model,
+    ModelError,
+    ModelReply,
+    ToolCall,
+    tool_result_message,
+)
+from treemail.adapters.runtime.replies import normalise
+from treemail.adapters.runtime.toolbox import ToolBox
 from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.events import RecordedCall, RecordedResult, Reply

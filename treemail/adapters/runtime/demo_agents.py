@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from treemail.adapters.models import ChatMessage, ModelReply, ToolCall
-from treemail.adapters.runtime import Agent
+from treemail.adapters.runtime.llm import ChatMessage, ModelReply, ToolCall
+from treemail.adapters.runtime.runtime import Agent
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec
 
