@@ -50,8 +50,11 @@ soak KILLS="500":
 fuzz EXAMPLES="2500":
     HYPOTHESIS_PROFILE=deep TREEMAIL_EXAMPLES={{EXAMPLES}} {{python}} -m pytest tests/fuzz -q
 
-# Throughput and memory, as ratios against a baseline measured in the same run.
+# Throughput and memory, as ratios against a baseline measured in the same run. The bench
+# extra (persist-queue, the baseline beside us; cattrs; pyinstrument) is installed first if
+# the environment lacks it, so that the README's set-up is all a fresh clone needs.
 bench *ARGS:
+    @{{python}} -c "import persistqueue, cattrs, pyinstrument" 2>/dev/null || {{python}} -m pip install -q -e '.[bench]'
     {{python}} -m bench {{ARGS}}
 
 # Config in pyproject.toml [tool.mutmut]; assumes the dev extras. Results: docs/mutation.md.

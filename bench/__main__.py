@@ -23,6 +23,7 @@ Usage: python -m bench [--quick] [--only a,b,...]
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import tempfile
 import time
@@ -104,6 +105,11 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="time each line")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args()
+    missing = [name for name in ("persistqueue", "cattrs")
+               if importlib.util.find_spec(name) is None]
+    if missing:  # the baselines of (b), (c) and (i): without them no line has its ratio
+        parser.exit(2, f"python -m bench: the bench extra is not installed ({', '.join(missing)} "
+                       "missing): pip install -e '.[bench]', or run `just bench`\n")
     start = time.perf_counter()
     only = set(args.only.replace(",", ""))
     ran = only | ({"d"} if only & {"d", "f"} else set())
