@@ -105,8 +105,8 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
         token = Token.load_or_create(data_dir) if tcp is not None else None
         settings = Settings.load(data_dir)
         agents_dir = data_dir / "agents"
-        docs = load_agent_docs(agents_dir) if agents_dir.is_dir() else {}
-        docs.update(registered.load(data_dir / registered.REGISTERED_DIR))  # later: over them
+        files = load_agent_docs(agents_dir) if agents_dir.is_dir() else {}
+        kept, docs = registered.Registered.open(data_dir / registered.REGISTERED_DIR, files)
     except BaseException:
         store.close()
         raise
@@ -115,7 +115,7 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
                       settings.messaging, plugins=[signal, gate], feed_interval=0.02)
     daemon = Daemon(runtime, store, settings.model_for, Subscriptions(runtime, signal),
                     limits)
-    daemon.registered = data_dir / registered.REGISTERED_DIR
+    daemon.registered = kept
     gate.connections = lambda: daemon.connections
     install(daemon)
     await runtime.start()
