@@ -127,8 +127,8 @@ class Methods:
             raise InvalidRequest(f"no agent {name!r}; known agents: "
                                  f"{', '.join(sorted({*self.rt.agents, *built}))}", agent=name)
         if docs and self.daemon.registered is not None:  # kept before used: see registered.py
-            async with self.daemon.registered.keeping(list(zip(docs, texts, strict=True))):
-                self._register(docs, built)
+            await self.daemon.registered.keep(list(zip(docs, texts, strict=True)),
+                                              lambda: self._register(docs, built))
         else:
             self._register(docs, built)
         return session_view(await self.rt.create_root(name))

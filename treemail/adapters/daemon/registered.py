@@ -30,7 +30,7 @@ import errno
 import os
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 from treemail.adapters.runtime.agent_docs import load_agent_docs
@@ -79,12 +79,20 @@ class Registered:
                       "this", file=sys.stderr, flush=True)
         return cls(directory, files), {**kept, **files}
 
-    @contextlib.asynccontextmanager
-    async def keeping(self, docs: Sequence[tuple[AgentDoc, str]]) -> AsyncIterator[None]:
-        """Keep ``docs`` (each with its text) durably, holding each name's lock until the
-        block, which makes them live, ends. Refuses a name the user's files define."""
+    async def keep(self, docs: Sequence[tuple[AgentDoc, str]],
+                   live: Callable[[], None]) -> None:
+        """Keep ``docs`` (each with its text) durably, then make them ``live``, under each
+        name's lock. Refuses a name the user's files define. Once begun it runs to its end
+        even if the request is cancelled (its client gone): the file and the running agent
+        must not part ways, nor a lock be let go while a write still runs."""
         for doc, _ in docs:
             self._check(doc)
+        work = asyncio.ensure_future(self._keep(docs, live))
+        work.add_done_callback(_retrieved)
+        await asyncio.shield(work)
+
+    async def _keep(self, docs: Sequence[tuple[AgentDoc, str]],
+                    live: Callable[[], None]) -> None:
         names = sorted({doc.spec.name for doc, _ in docs})
         async with contextlib.AsyncExitStack() as held:
             for name in names:  # one order for every request: two never wait on each other
@@ -92,7 +100,7 @@ class Registered:
             kept = [(doc, text) for doc, text in docs if doc.spec.name not in self.files]
             if kept:
                 await asyncio.to_thread(save, self.directory, kept)
-            yield
+            live()
 
     def _check(self, doc: AgentDoc) -> None:
         name = doc.spec.name
@@ -118,6 +126,12 @@ class Registered:
                 del self._locks[name]
             else:
                 self._locks[name] = (lock, users - 1)
+
+
+def _retrieved(work: asyncio.Future[None]) -> None:
+    """Take the outcome of a keep whose request was cancelled: nobody else will."""
+    if not work.cancelled():
+        work.exception()
 
 
 def _definition(doc: AgentDoc) -> tuple[object, ...]:
