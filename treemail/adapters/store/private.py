@@ -29,7 +29,7 @@ import logging
 import os
 import shlex
 import stat
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from pathlib import Path
 
 from treemail.core.errors import StorageError, StoreNotPrivate
@@ -77,18 +77,15 @@ def private_dir(path: Path, *, markers: Collection[str] | None,
     return empty
 
 
-def private_files(directory: Path, names: Iterable[str] | None = None, *,
-                  uid: int | None = None) -> None:
-    """Check (and repair, or refuse) each existing regular file ``names`` of ``directory``,
-    every regular file in it if ``names`` is None: a directory treemail keeps is its own."""
+def private_files(directory: Path, *, uid: int | None = None) -> None:
+    """Check (and repair, or refuse) every regular file of ``directory``: in a directory
+    treemail keeps, every file is treemail's."""
     uid = os.getuid() if uid is None else uid
-    paths = ([directory / name for name in names] if names is not None
-             else sorted(directory.iterdir()))
-    for path in paths:
+    for path in sorted(directory.iterdir()):
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
-            continue
+            continue  # gone meanwhile: nothing left to protect
         if stat.S_ISREG(mode):  # a socket or link is not a kept file; the link's target is
             _settle(path, uid, ours=True)  # the user's own business
 
