@@ -66,7 +66,8 @@ def test_an_embedded_writer_is_refused_the_store_a_daemon_serves(tmp_path: Path)
         # Readers take no lock: they work beside the daemon.
         LmdbStore.open(tmp_path / "data" / "store", readonly=True).close()
         # There is one lock: no other lock file in the data directory.
-        assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["daemon.sock", "store"]
+        assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
+            ".gitignore", "daemon.sock", "store"]
     finally:
         code, err = daemon.terminate()
     assert code == 0, err

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import ClassVar, Final
 
 __all__ = [
+    "AgentDefinedByFile",
     "AgentDocError",
     "ApprovalPending",
     "ApprovalRequired",
@@ -78,6 +79,7 @@ __all__ = [
     "StoreFull",
     "StoreLocked",
     "StoreMissing",
+    "StoreNotPrivate",
     "TokenFileUnsafe",
     "ToolFailed",
     "ToolInterrupted",
@@ -203,6 +205,13 @@ class DataDirLocked(DefinitionError):
     """Another daemon holds this data directory; stop it or choose another --data-dir."""
 
     code = "daemon:data_dir_locked"
+
+
+class AgentDefinedByFile(DefinitionError):
+    """An agent doc sent to the daemon redefines an agent of the data directory's agents/
+    files; edit that file, or register the doc under another name."""
+
+    code = "daemon:agent_defined_by_file"
 
 
 class ListenFailed(DefinitionError):
@@ -473,6 +482,13 @@ class StoreMissing(StorageError):
     """There is no store at the path given; check the path."""
 
     code = "store:missing"
+
+
+class StoreNotPrivate(StorageError):
+    """A store or data directory is another user's, or open to others and not treemail's
+    to repair (or on a file system without modes); the message names the path and the fix."""
+
+    code = "store:not_private"
 
 
 class StoreFormatUnknown(StorageError):

@@ -144,7 +144,8 @@ class SessionCreateParams(Params):
     """A new tree whose root runs ``agent`` (a known agent's name), or the agent that
     ``agent_doc`` (an agent doc's full text: YAML frontmatter and prompt) defines.
     ``agent_docs`` define more agents first, for the tree to delegate to; an agent doc
-    replaces a daemon agent of the same name."""
+    replaces a daemon agent of the same name, except one a file of the data directory's
+    ``agents/`` defines (``daemon:agent_defined_by_file``)."""
 
     agent: str | None = None
     agent_doc: str | None = None

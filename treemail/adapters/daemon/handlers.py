@@ -6,12 +6,10 @@ store, and a read never blocks the event loop.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
 from treemail import __name__ as _package
-from treemail.adapters.daemon import registered
 from treemail.adapters.daemon.connection import Connection
 from treemail.adapters.runtime.agent_docs import build_agents
 from treemail.adapters.runtime.llm import ToolCall
@@ -129,9 +127,10 @@ class Methods:
             raise InvalidRequest(f"no agent {name!r}; known agents: "
                                  f"{', '.join(sorted({*self.rt.agents, *built}))}", agent=name)
         if docs and self.daemon.registered is not None:  # kept before used: see registered.py
-            await asyncio.to_thread(registered.save, self.daemon.registered,
-                                    list(zip(docs, texts, strict=True)))
-        self._register(docs, built)
+            await self.daemon.registered.keep(list(zip(docs, texts, strict=True)),
+                                              lambda: self._register(docs, built))
+        else:
+            self._register(docs, built)
         return session_view(await self.rt.create_root(name))
 
     def _register(self, docs: list[AgentDoc], built: dict[str, Agent]) -> None:

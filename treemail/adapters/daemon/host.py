@@ -30,9 +30,10 @@ import attrs
 
 from treemail.adapters.daemon import registered
 from treemail.adapters.daemon.connection import Limits
+from treemail.adapters.daemon.datadir import take
 from treemail.adapters.daemon.feeds import FeedSignal, Subscriptions, WireGate
 from treemail.adapters.daemon.handlers import install
-from treemail.adapters.daemon.lock import DAEMON_ROLE, hold
+from treemail.adapters.daemon.lock import DAEMON_ROLE
 from treemail.adapters.daemon.scripted import ScriptedAgent, ScriptedEcho
 from treemail.adapters.daemon.server import Daemon
 from treemail.adapters.daemon.tcp import TOKEN_FILE, Token, loopback
@@ -99,13 +100,13 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
     ``ListenFailed`` if a bind fails."""
     if tcp is not None:
         loopback(*tcp)  # refused before anything is touched
-    store = hold(data_dir, socket)  # the one lock (see lock.py): first, before anything else
+    store = take(data_dir, socket)  # the one lock (see lock.py): first, before anything else
     try:
         token = Token.load_or_create(data_dir) if tcp is not None else None
         settings = Settings.load(data_dir)
         agents_dir = data_dir / "agents"
-        docs = load_agent_docs(agents_dir) if agents_dir.is_dir() else {}
-        docs.update(registered.load(data_dir / registered.REGISTERED_DIR))  # later: over them
+        files = load_agent_docs(agents_dir) if agents_dir.is_dir() else {}
+        kept, docs = registered.Registered.open(data_dir / registered.REGISTERED_DIR, files)
     except BaseException:
         store.close()
         raise
@@ -114,7 +115,7 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
                       settings.messaging, plugins=[signal, gate], feed_interval=0.02)
     daemon = Daemon(runtime, store, settings.model_for, Subscriptions(runtime, signal),
                     limits)
-    daemon.registered = data_dir / registered.REGISTERED_DIR
+    daemon.registered = kept
     gate.connections = lambda: daemon.connections
     install(daemon)
     await runtime.start()

@@ -33,8 +33,8 @@ DAEMON_ROLE = "treemail daemon"
 
 
 def hold(data_dir: Path, socket: Path) -> LmdbStore:
-    """Open the data directory's store as its one writer, marked as this daemon's."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    """Open the data directory's store as its one writer, marked as this daemon's (the
+    directory itself is made private first: ``datadir.take``)."""
     try:
         store = LmdbStore.open(str(data_dir / "store"))
     except StoreLocked as held:

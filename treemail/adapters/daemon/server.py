@@ -22,6 +22,7 @@ import msgspec
 
 from treemail.adapters.daemon.connection import Connection, Limits, PeerGone
 from treemail.adapters.daemon.feeds import Subscriptions
+from treemail.adapters.daemon.registered import Registered
 from treemail.adapters.daemon.tcp import Token, loopback, refusal
 from treemail.adapters.runtime.agent_docs import ModelFor
 from treemail.adapters.runtime.runtime import Runtime
@@ -66,7 +67,7 @@ class Daemon:
         self.store = store
         self.limits = limits or Limits()
         # Where agent docs defined over the wire are kept (registered.py); None: in memory.
-        self.registered: Path | None = None
+        self.registered: Registered | None = None
         self.handlers: dict[str, Handler] = {}
         self.connections: set[Connection] = set()
         self.stopping = False

@@ -108,7 +108,7 @@ class OwnerLock:
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / OWNER_FILE
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)  # private.py
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

@@ -40,6 +40,7 @@ from treemail.adapters.store.lmdb_txn import (
     disk_full,
     failure,
 )
+from treemail.adapters.store.private import PRIVATE_FILE, private_dir, private_files
 from treemail.core.errors import (
     OutcomeUnknown,
     StorageError,
@@ -186,17 +187,18 @@ class LmdbStore:
         directory = Path(path)
         if readonly:
             return cls._open_readonly(directory)
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StorageError(f"cannot create the store at {str(directory)!r}: {exc}") from exc
+        # Private before anything is written into it: see private.py for what is repaired
+        # and what is refused.
+        private_dir(directory, markers=(DATA_FILE,))
+        private_files(directory)
         owner = OwnerLock(directory)
         try:
             if (directory / DATA_FILE).exists():
                 check_data_file(directory)
-            # writemap stays off: LMDB does not support nested transactions with it.
+            # writemap stays off: LMDB does not support nested transactions with it. LMDB
+            # creates data.mdb and lock.mdb itself, with this mode.
             env = _lmdb_open(directory, map_size=map_size, **flags,
-                             writemap=False, lock=True)
+                             writemap=False, lock=True, mode=PRIVATE_FILE)
             # A process killed while another kept the store open leaves reader slots that
             # pin old pages; clear them so the file does not grow behind dead readers.
             env.reader_check()
