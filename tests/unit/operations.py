@@ -161,6 +161,16 @@ def _finished_kid(w: World) -> tuple[Session, Session]:
     return root, kid
 
 
+def _on_kid(call: Callable[[Engine, str], object]) -> Callable[[World], Op]:
+    """An operation on a delegated child, queued with its task."""
+
+    def setup(w: World) -> Op:
+        _, kid = _tree(w)
+        return lambda e: call(e, kid.session_id)
+
+    return setup
+
+
 def _held(w: World) -> str:
     """A kid's send to its parent, held by an ``ask`` rule; the parent has no run."""
     root = w.root("root", OPEN)
@@ -214,11 +224,6 @@ def _send_refused(w: World) -> Op:
     return lambda e: e.send_message(ctx, arguments(root, "denied"))
 
 
-def _grant(w: World) -> Op:
-    _, kid = _tree(w)
-    return lambda e: e.grant("session", kid.session_id, "parent")
-
-
 def _hold(w: World) -> Op:
     root, kid = _tree(w, {"parent": "ask"})
     ctx = w.ctx(kid)
@@ -235,25 +240,10 @@ def _deny(w: World) -> Op:
     return lambda e: e.answer_approval(approval_id, False)
 
 
-def _revert(w: World) -> Op:
-    _, kid = _tree(w)
-    return lambda e: e.revert(kid.session_id)
-
-
-def _fork(w: World) -> Op:
-    _, kid = _tree(w)
-    return lambda e: e.fork(kid.session_id)
-
-
 def _reconcile(w: World) -> Op:
     root, kid, _ = _running_kid(w)
     w.send(kid, root, "accepted, not yet admitted")  # a running recipient is not reconciled
     return lambda e: e.reconcile(root.session_id)
-
-
-def _start_run(w: World) -> Op:
-    _, kid = _tree(w)
-    return lambda e: e.start_run(kid.session_id)
 
 
 def _begin(w: World) -> Op:
@@ -329,14 +319,14 @@ CASES: tuple[Case, ...] = (
     Case("send_message", "to a running peer", _send_to_running),
     Case("send_message", "a replayed call", _send_replayed),
     Case("send_message", "a refused call", _send_refused),
-    Case("grant", "a session grant", _grant),
+    Case("grant", "a session grant", _on_kid(lambda e, s: e.grant("session", s, "parent"))),
     Case("hold_for_approval", "a call an ask rule stopped", _hold),
     Case("answer_approval", "approved: sends and wakes", _approve),
     Case("answer_approval", "denied", _deny),
-    Case("revert", "a branch", _revert),
-    Case("fork", "a child", _fork),
+    Case("revert", "a branch", _on_kid(lambda e, s: e.revert(s))),
+    Case("fork", "a child", _on_kid(lambda e, s: e.fork(s))),
     Case("reconcile", "admits mail to a running run", _reconcile),
-    Case("start_run", "a queued run", _start_run),
+    Case("start_run", "a queued run", _on_kid(lambda e, s: e.start_run(s))),
     Case("begin_request", "claims mail", _begin),
     Case("commit_request", "consumes mail, with the model's output", _commit),
     Case("abort_request", "releases mail", _abort),
