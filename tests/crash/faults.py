@@ -11,7 +11,10 @@ port, and the end of each commit), and once more for every fault point, failing 
   of before or of after;
 * ``exit``: a forked child runs the operation on an LMDB copy and leaves with ``os._exit`` at
   the fault point, as a killed process would, with no clean-up at all; this process then
-  reopens the copy.
+  reopens the copy;
+* ``lmdb``: below the port, an ``lmdb.Error`` at each put or delete LMDB is asked for (a
+  transaction's rows reach LMDB when it flushes them) and at the commit itself, as a failing
+  disk would raise it; then checked as ``raise`` is.
 
 Never in between. Then the invariants of ``treemail.models.invariants`` must hold of the
 reopened store: the caps and counters (``limits``), mail between peers of one tree
@@ -24,21 +27,23 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import attrs
+import lmdb
 
 from tests.crash.harness import drain
 from tests.unit.conftest import World
 from tests.unit.operations import Case, InjectedFault, Op, WatchedStore
+from treemail.adapters.store import lmdb_store, lmdb_txn
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
-from treemail.core.errors import TreemailError
+from treemail.core.errors import StorageError, TreemailError
 from treemail.core.ids import CountingIds
 from treemail.core.keys import Table
 from treemail.core.store import MemoryStore, Store
@@ -46,7 +51,7 @@ from treemail.models.invariants import Failure, Ledger, limits, mail_shape, reco
 
 __all__ = ["MODES", "Campaign", "run_campaign"]
 
-MODES = {"memory": ("raise",), "lmdb": ("raise", "exit")}
+MODES = {"memory": ("raise",), "lmdb": ("raise", "exit", "lmdb")}
 FAULTED, FINISHED, BROKEN = 17, 0, 70  # a forked child's exit codes
 
 
@@ -57,7 +62,7 @@ class Campaign:
     faults: int = 0
     kept_before: int = 0
     kept_after: int = 0
-    points: dict[str, int] = attrs.Factory(dict)  # per case
+    points: dict[str, dict[str, int]] = attrs.Factory(dict)  # per case, per mode
     outcomes: dict[str, str] = attrs.Factory(dict)  # per case, run without a fault
     failures: list[str] = attrs.Factory(list)
     # (case, mode, fault point) of each store found neither as before nor as after.
@@ -131,6 +136,52 @@ def _run(base: _Base, store: Store, at: int | None) -> tuple[str, int]:
     return "done", watched.points
 
 
+@attrs.define
+class _LmdbFaults:
+    at: int | None
+    points: int = 0
+
+    def point(self) -> None:
+        self.points += 1
+        if self.points == self.at:
+            raise lmdb.Error("fault injected by the test")
+
+
+@contextmanager
+def _lmdb_faults(at: int | None) -> Iterator[_LmdbFaults]:
+    """Fault points below the port: every put or delete LMDB is asked for, and the commit."""
+    faults = _LmdbFaults(at)
+    put, commit = lmdb_txn.LmdbTables._store, lmdb_store._commit_durably
+
+    def failing_put(self: lmdb_txn.LmdbTables, table: Table, key: bytes, value: object) -> None:
+        faults.point()
+        put(self, table, key, value)
+
+    def failing_commit(txn: Any) -> None:
+        faults.point()
+        commit(txn)
+
+    lmdb_txn.LmdbTables._store = failing_put  # type: ignore[method-assign]
+    lmdb_store._commit_durably = failing_commit
+    try:
+        yield faults
+    finally:
+        lmdb_txn.LmdbTables._store = put  # type: ignore[method-assign]
+        lmdb_store._commit_durably = commit
+
+
+def _run_lmdb(base: _Base, store: Store, at: int | None) -> tuple[str, int]:
+    engine = Engine(store, copy.deepcopy(base.ids), base.config)
+    with _lmdb_faults(at) as faults:
+        try:
+            base.op(engine)
+        except StorageError as exc:
+            return ("fault" if "fault injected" in exc.message else "refused"), faults.points
+        except TreemailError:
+            return "refused", faults.points
+    return "done", faults.points
+
+
 def _run_in_child(base: _Base, where: Path, at: int) -> int:
     shutil.copytree(base.directory, where)
     pid = os.fork()
@@ -180,6 +231,33 @@ def _judge(campaign: Campaign, what: str, fault: tuple[str, str, int], kept: dic
     return True
 
 
+def _points(base: _Base, mode: str, directory: Path, after: dict[str, Any]) -> int:
+    """How many fault points ``mode`` has in the operation (the port's are counted already)."""
+    store = base.copy(directory / "counted")
+    _, points = _run_lmdb(base, store, None)
+    assert rows(store) == after, "the operation does not repeat itself exactly"
+    store.close()
+    return points
+
+
+def _fail(campaign: Campaign, base: _Base, mode: str, at: int, where: Path, what: str,
+          views: tuple[object, object]) -> Store | None:
+    """Run the operation failing at fault point ``at``; the store as a restart finds it."""
+    if mode == "exit":
+        code = _run_in_child(base, where, at)
+        if code != FAULTED:
+            campaign.failures.append(f"{what}: the child ended with {code}")
+            return None
+        return LmdbStore.open(where, sync=False)
+    store = base.copy(where)
+    ended, _ = (_run_lmdb if mode == "lmdb" else _run)(base, store, at)
+    if ended != "fault":
+        campaign.failures.append(f"{what}: no fault reached ({ended})")
+    if view(store) not in views:
+        campaign.failures.append(f"{what}: the failed store reads as neither before nor after")
+    return base.reopen(store, where)
+
+
 def _one_case(campaign: Campaign, case: Case, kind: str, modes: tuple[str, ...],
               directory: Path) -> None:
     base = _build(case, kind, directory / "base")
@@ -188,27 +266,17 @@ def _one_case(campaign: Campaign, case: Case, kind: str, modes: tuple[str, ...],
     outcome, points = _run(base, start, None)
     after, after_view = rows(start), view(start)
     start.close()
-    campaign.points[case.id], campaign.outcomes[case.id] = points, outcome
-    for mode in modes:
-        for at in range(1, points + 1):
+    campaign.outcomes[case.id] = outcome
+    campaign.points[case.id] = {mode: points if mode != "lmdb" else
+                                _points(base, mode, directory, after) for mode in modes}
+    for mode, count in campaign.points[case.id].items():
+        for at in range(1, count + 1):
             where = directory / f"{mode}{at}"
-            what = f"{case.id} [{kind}, {mode} at fault point {at} of {points}]"
+            what = f"{case.id} [{kind}, {mode} at fault point {at} of {count}]"
             campaign.faults += 1
-            if mode == "exit":
-                code = _run_in_child(base, where, at)
-                if code != FAULTED:
-                    campaign.failures.append(f"{what}: the child ended with {code}")
-                    continue
-                store: Store = LmdbStore.open(where, sync=False)
-            else:
-                store = base.copy(where)
-                ended, _ = _run(base, store, at)
-                if ended != "fault":
-                    campaign.failures.append(f"{what}: no fault reached ({ended})")
-                if view(store) not in (before_view, after_view):
-                    campaign.failures.append(f"{what}: the failed store reads as neither "
-                                             "before nor after")
-                store = base.reopen(store, where)
+            store = _fail(campaign, base, mode, at, where, what, (before_view, after_view))
+            if store is None:
+                continue
             if _judge(campaign, what, (case.id, mode, at), rows(store), before, after):
                 for failure in invariant_failures(store, base.config):
                     campaign.failures.append(f"{what}: invariant {failure[0]}: {failure[1]}")
