@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import SimpleNamespace
@@ -231,8 +231,9 @@ def _judge(campaign: Campaign, what: str, fault: tuple[str, str, int], kept: dic
     return True
 
 
-def _points(base: _Base, mode: str, directory: Path, after: dict[str, Any]) -> int:
-    """How many fault points ``mode`` has in the operation (the port's are counted already)."""
+def _lmdb_points(base: _Base, directory: Path, after: dict[str, Any]) -> int:
+    """How many LMDB writes and commits the operation makes (the port's points are counted
+    by the run that found the state after it)."""
     store = base.copy(directory / "counted")
     _, points = _run_lmdb(base, store, None)
     assert rows(store) == after, "the operation does not repeat itself exactly"
@@ -268,7 +269,7 @@ def _one_case(campaign: Campaign, case: Case, kind: str, modes: tuple[str, ...],
     start.close()
     campaign.outcomes[case.id] = outcome
     campaign.points[case.id] = {mode: points if mode != "lmdb" else
-                                _points(base, mode, directory, after) for mode in modes}
+                                _lmdb_points(base, directory, after) for mode in modes}
     for mode, count in campaign.points[case.id].items():
         for at in range(1, count + 1):
             where = directory / f"{mode}{at}"
@@ -292,7 +293,3 @@ def run_campaign(cases: tuple[Case, ...], kind: str, directory: Path,
         _one_case(campaign, case, kind, modes or MODES[kind], directory / f"case{n}")
     return campaign
 
-
-def report(campaign: Campaign) -> Callable[[], str]:
-    return lambda: (f"{campaign.faults} faults, {campaign.kept_before} kept before, "
-                    f"{campaign.kept_after} kept after; failures: {campaign.failures[:5]}")
