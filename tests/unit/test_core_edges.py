@@ -455,8 +455,8 @@ def test_discard_unbinds_the_message_from_its_run(world: World) -> None:
 
 
 def test_mail_accepted_but_not_yet_admitted_joins_the_running_run(world: World) -> None:
-    # The send's transaction and the reconcile after it are two transactions: a recipient can
-    # reach a boundary in between. begin_request admits that steer into its own run.
+    # A send to a running recipient leaves its mail accepted, not admitted (only a recipient
+    # without a run is reconciled by the send): begin_request admits that steer into its run.
     root = world.root("root", {"*": "allow"})
     kid = world.child(root, "kid", {"*": "allow"})
     run = world.activate(kid)

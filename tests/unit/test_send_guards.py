@@ -13,10 +13,18 @@ import attrs
 import pytest
 
 from tests.unit.conftest import World, arguments
-from treemail.core.errors import InvalidRequest, TreemailError
+from treemail.core import sending
+from treemail.core.errors import InvalidRequest, InvalidToolContext, TreemailError
 from treemail.core.guards import SendArguments
+from treemail.core.lifecycle import RunState
 from treemail.core.records import Mode, Owner, RecipientState, Session, ToolContext
-from treemail.core.sending import arguments_digest, grant_counter
+from treemail.core.sending import (
+    Attempt,
+    _check_permission,
+    arguments_digest,
+    current_rules,
+    grant_counter,
+)
 
 PEER_RULES = {"parent": "allow", "sibling": "allow", "child": "allow"}
 UNKNOWN_UUID = "12345678-9abc-4def-8123-456789abcdef"
@@ -706,6 +714,103 @@ def test_a_tool_context_must_name_the_senders_live_run(world: World, fam: Family
     _refused(world, ToolContext(fam.a.session_id, other_run.run_id, "c2"), arguments(fam.b), code)
     world.engine.finish_run(fam.a.session_id, run.run_id)
     _refused(world, ToolContext(fam.a.session_id, run.run_id, "c3"), arguments(fam.b), code)
+
+
+# -- a run that is no longer running --------------------------------------------------------
+# The live-run check is the first step of the permission guard, before the rule is read: a
+# late call from an ended run is refused alike under every rule, and under ``ask`` it is
+# never held for approval (an approval would later send mail from a dead run).
+
+ENDED_RULES: dict[str, dict[str, str]] = {
+    "allow": {"parent": "allow"},
+    "ask": {"parent": "ask"},
+    "deny": {"parent": "deny"},
+    "no rule for the label": {"sibling": "allow"},
+    "no rules": {},
+}
+
+ENDS = {
+    "finished": lambda w, s, r: w.engine.finish_run(s.session_id, r),
+    "cancelled": lambda w, s, r: w.engine.cancel_run(s.session_id, r, "the user stopped it"),
+    "given up": lambda w, s, r: w.engine.give_up_run(s.session_id, r, "the model kept failing"),
+    "crashed": lambda w, s, r: (w.restart(), w.engine.recover()),
+}
+
+
+def _ended(world: World, rules: Mapping[str, str], end: str
+           ) -> tuple[Session, Session, ToolContext]:
+    """A root, its child, and a tool call of the child's run, which then ended as ``end``
+    says."""
+    root = world.root("root", PEER_RULES)
+    kid = world.child(root, "kid", rules)
+    ctx = world.ctx(kid)
+    ENDS[end](world, kid, ctx.run_id)
+    ended = RunState.FINISHED if end == "finished" else RunState.INTERRUPTED
+    assert world.engine.run(ctx.run_id).status is ended
+    return root, kid, ctx
+
+
+@pytest.mark.parametrize("end", sorted(ENDS))
+@pytest.mark.parametrize("rule", sorted(ENDED_RULES))
+def test_a_run_that_ended_cannot_send_under_any_rule(world: World, rule: str, end: str) -> None:
+    root, _, ctx = _ended(world, ENDED_RULES[rule], end)
+    error = _refused(world, ctx, arguments(root), "engine:invalid_tool_context")
+    assert f"run {ctx.run_id} is not running" in error.message
+
+
+@pytest.mark.parametrize("end", sorted(ENDS))
+@pytest.mark.parametrize("scope", ["once", "session", "tree"])
+def test_a_grant_does_not_let_a_run_that_ended_send(world: World, scope: str, end: str) -> None:
+    root = world.root("root", PEER_RULES)
+    kid = world.child(root, "kid", {"parent": "ask"})
+    ctx = world.ctx(kid)
+    subject = {"once": f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}",
+               "session": kid.session_id, "tree": root.session_id}[scope]
+    world.engine.grant(scope, subject, "parent")
+    ENDS[end](world, kid, ctx.run_id)
+    # _refused compares the call's once-grant too: the refusal does not spend it.
+    _refused(world, ctx, arguments(root), "engine:invalid_tool_context")
+    assert _counter(world, grant_counter(scope, subject, "parent")) == 1
+
+
+def test_an_ended_run_is_refused_at_the_permission_guard(world: World) -> None:
+    """Its place in the order: the guards before permission answer first, those after never."""
+    root, kid, ctx = _ended(world, {"parent": "ask"}, "finished")
+    _refused(world, ctx, arguments(root, "   "), "send_message:invalid_body")
+    _refused(world, ctx, arguments("nobody_00000000"), "subagent:unknown_reference")
+    _refused(world, ctx, arguments(kid), "send_message:self_send")
+    world.configure(max_pending_per_session=1, max_inflight_per_pair=1)
+    world.send(world.child(root, "sibling", PEER_RULES), root)  # root's inbox is full now
+    world.engine.grant("session", kid.session_id, "parent")
+    _refused(world, ctx, arguments(root), "engine:invalid_tool_context")
+    _refused(world, world.ctx(kid), arguments(root), "send_message:inbox_full")  # a live run
+
+
+def _rule_before_run(a: Attempt) -> None:
+    """The slip: the permission guard reads the rule before it checks the run is live."""
+    sender, run = a.context()
+    _check_permission(a.tx, current_rules(a.agents, sender), sender, a.target(), a.ctx)
+    if run.status is not RunState.RUNNING and not a.approved:
+        raise InvalidToolContext(f"run {run.run_id} is not running; only a live run can send")
+
+
+def test_the_ended_run_checks_catch_the_rule_read_before_the_run(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken build with that slip answers an ended run's call by its rule: under ``ask`` it
+    would be held for approval. The checks above then fail for ask, deny and no rule."""
+    slipped = tuple(attrs.evolve(g, check=_rule_before_run) if g.name == "permission" else g
+                    for g in sending.GUARDS)
+    monkeypatch.setattr(sending, "GUARDS", slipped)
+    codes = {}
+    for rule, rules in ENDED_RULES.items():
+        root, _, ctx = _ended(world, rules, "finished")
+        with pytest.raises(TreemailError) as caught:
+            world.engine.send_message(ctx, arguments(root))
+        codes[rule] = caught.value.code
+    assert codes == {"allow": "engine:invalid_tool_context",
+                     "ask": "permission:approval_required", "deny": "permission:denied",
+                     "no rule for the label": "permission:denied",
+                     "no rules": "permission:denied"}
 
 
 def test_default_body_limit_is_32768_bytes(world: World, fam: Family) -> None:

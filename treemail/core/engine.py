@@ -82,11 +82,10 @@ class Engine:
             parent = need_session(tx, parent_id)
             child = self._create(tx, agent, parent, legacy, description)
             accept(tx, self.ids, child.session_id, task, Owner.DELEGATION, parent.session_id)
+            runs.reconcile(tx, self.ids, child.session_id)
             return child
 
-        child = self._transact(work)
-        self.reconcile(child.session_id)
-        return child
+        return self._transact(work)
 
     def _create(
         self, tx: WriteTxn, agent: AgentSpec, parent: Session | None, legacy: bool,
@@ -131,11 +130,11 @@ class Engine:
 
         def work(tx: WriteTxn) -> str:
             recipient_id = need_session(tx, recipient).session_id
-            return accept(tx, self.ids, recipient_id, body, owner, sender, mode).message_id
+            message = accept(tx, self.ids, recipient_id, body, owner, sender, mode)
+            runs.reconcile(tx, self.ids, recipient_id)
+            return message.message_id
 
-        message_id = self._transact(work)
-        self.reconcile(recipient)
-        return message_id
+        return self._transact(work)
 
     # -- send_message ------------------------------------------------------------------------
 
@@ -143,14 +142,18 @@ class Engine:
         """The send_message tool: durably accepted on return, or a typed refusal."""
         if self._shut:
             raise EngineShutdown("the engine is shutting down; nothing was sent")
-        sent = self._transact(
-            lambda tx: send(tx, self.config, self.ids, ctx, arguments, agents=self.agents))
-        # A running or queued recipient takes its mail in itself, at its run's start or next
-        # boundary; only a session without a run needs the reconcile that wakes it. This
-        # saves a second durable commit on the common path.
-        if sent.wake:
-            self.reconcile(sent.recipient)
-        return sent.result
+
+        def work(tx: WriteTxn) -> SendResult:
+            sent = send(tx, self.config, self.ids, ctx, arguments, agents=self.agents)
+            # A running or queued recipient takes its mail in itself, at its run's start or
+            # next boundary; only a session without a run needs the reconcile that wakes it.
+            # It runs in the send's transaction: a send answered with an error must have
+            # stored nothing, and a crash must not leave the mail accepted but unwoken.
+            if sent.wake:
+                runs.reconcile(tx, self.ids, sent.recipient)
+            return sent.result
+
+        return self._transact(work)
 
     def grant(self, scope: str, subject: str, label: str) -> None:
         """Record the user's approval of send_message to ``label`` peers.
@@ -170,12 +173,15 @@ class Engine:
 
     def answer_approval(self, approval_id: str, approve: bool, scope: str = "once") -> Approval:
         """The user's answer. Approving grants ``scope`` and runs the held call at once."""
-        answered, wake = self._transact(
-            lambda tx: approvals.answer(tx, self.config, self.ids, approval_id, approve, scope,
-                                        self.agents))
-        if wake is not None:
-            self.reconcile(wake)
-        return answered
+
+        def work(tx: WriteTxn) -> Approval:
+            answered, wake = approvals.answer(tx, self.config, self.ids, approval_id, approve,
+                                              scope, self.agents)
+            if wake is not None:
+                runs.reconcile(tx, self.ids, wake)
+            return answered
+
+        return self._transact(work)
 
     def approvals(self, *, pending: bool = True) -> list[Approval]:
         with self.store.read() as tx:
