@@ -278,6 +278,19 @@ class DifferentialMachine(RuleBasedStateMachine):
         if known and outcome[0] == "ok":
             event("accept: a keyed retry replayed")
 
+    @precondition(lambda self: self.model.world.produced)
+    @rule(data=st.data(), same=st.booleans())
+    def retry_keyed_mail(self, data: st.DataObject, same: bool) -> None:
+        """A producer sends keyed mail again, as after a lost answer: the same mail (its first
+        message id, nothing written) or other mail under the same key (refused)."""
+        keyed = sorted(self.model.world.produced.items(), key=repr)
+        (recipient, owner, key), (_, (body, mode, sender)) = data.draw(st.sampled_from(keyed))
+        text = body if same else body + "!"
+        outcome = self.both(
+            lambda e: e.accept(recipient, text, owner, sender=sender, mode=mode, key=key),
+            lambda m: m.accept(recipient, text, owner, sender=sender, mode=mode, key=key))
+        assert (outcome[0] == "ok") == same, outcome
+
     # -- runs and requests ----------------------------------------------------------------------
 
     @precondition(lambda self: self._current("queued"))

@@ -15,9 +15,6 @@ durable together or not at all: a crash cannot leave one without the other.
 
 from __future__ import annotations
 
-import hashlib
-from json.encoder import encode_basestring_ascii
-
 import attrs
 
 from treemail.core.delivery import accept
@@ -25,7 +22,7 @@ from treemail.core.errors import InvalidRequest, PluginBodyTooLarge, ProducerKey
 from treemail.core.ids import MAX_REFERENCE, IdSource, storable
 from treemail.core.records import Mode, Owner, ProducerKey, SendResult
 from treemail.core.runs import need_session
-from treemail.core.sending import REPORTED
+from treemail.core.sending import REPORTED, text_digest
 from treemail.core.store import WriteTxn
 
 __all__ = [
@@ -76,9 +73,7 @@ def check_key(key: str) -> None:
 
 def mail_digest(body: str, mode: Mode, sender: str | None) -> str:
     """What identifies one producer send for replay: its text, its mode and its sender."""
-    parts = (body, mode.value, sender or "")
-    canonical = "[" + ", ".join(map(encode_basestring_ascii, parts)) + "]"
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return text_digest(body, mode.value, sender or "")
 
 
 def produce(
