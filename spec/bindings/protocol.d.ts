@@ -159,10 +159,11 @@ export interface ProducerAccepted {
   agent_hop?: number | null;
 }
 
-/** Plugin-owned mail into any session; the body is capped at 256 KiB of UTF-8. */
+/** Plugin-owned mail into any session; the body is capped at 256 KiB of UTF-8. ``idempotency_key``: as for ``run.submit``, in the plugins' key space of the session. */
 export interface ProducerSendParams {
   session_id: string;
   body: string;
+  idempotency_key?: string | null;
 }
 
 export interface RunGetParams {
@@ -177,16 +178,18 @@ export interface RunListResult {
   runs: Array<RunView>;
 }
 
-/** User steering: joins the session's in-flight run at its next safe boundary; with no run in flight it waits for the next run, like ``run.submit``. */
+/** User steering: joins the session's in-flight run at its next safe boundary; with no run in flight it waits for the next run, like ``run.submit``. ``idempotency_key``: as for ``run.submit`` (one key space for the user's mail to a session: a key used by ``run.submit`` and then by ``run.steer`` is other mail, and refused). */
 export interface RunSteerParams {
   session_id: string;
   text: string;
+  idempotency_key?: string | null;
 }
 
-/** User input: mail for the session's next run (queue mode), which wakes it. */
+/** User input: mail for the session's next run (queue mode), which wakes it. ``idempotency_key``: optional, the client's key for this mail (printable, 1 to 256 bytes of UTF-8; a fresh UUID per mail is a good key). A retry with the same key and the same mail is answered with the first accept, and accepts nothing; the same key with other mail is refused (``producer:idempotency_conflict``). Keys are scoped by session and producer kind (user or plugin), and kept as long as the store. */
 export interface RunSubmitParams {
   session_id: string;
   text: string;
+  idempotency_key?: string | null;
 }
 
 export interface RunView {

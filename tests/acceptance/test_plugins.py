@@ -38,6 +38,7 @@ from treemail.adapters.runtime.plugins import (
 )
 from treemail.core.config import MessagingConfig
 from treemail.core.envelope import render_envelope
+from treemail.core.errors import PluginBodyTooLarge
 from treemail.core.records import Event, Session
 
 LEAD_RULES = {"child": "allow"}
@@ -188,3 +189,33 @@ def test_plugins_load_from_specs_and_entry_points_with_errors_naming_them(
     monkeypatch.setattr(plugin_module, "entry_points", lambda group: [good, bad])
     with pytest.raises(PluginLoadError, match="entry point broken"):
         load_plugins()
+
+
+def test_an_in_process_plugin_is_held_to_the_wire_cap_and_may_key_its_mail(
+    tmp_path: Path,
+) -> None:
+    """The 256 KiB cap is the engine's, so a plugin's handle meets it as the wire does; and
+    the handle takes an idempotency key as plugin/producer/send does."""
+    worker = Brain(lambda m: ModelReply(text="ok"))
+    injector = Injector()
+
+    async def main() -> None:
+        store = open_store(tmp_path)
+        rt = runtime(store, {"worker": agent("worker", {}, worker)}, MessagingConfig(),
+                     plugins=[injector])
+        await rt.start()
+        assert injector.handle is not None
+        root = await rt.create_root("worker")
+        with pytest.raises(PluginBodyTooLarge) as caught:
+            await injector.handle.accept(root.session_id, "x" * (300 * 1024))
+        assert caught.value.details["limit"] == 256 * 1024
+        assert rt.engine.pending(root.session_id) == []  # nothing was accepted
+        first = await injector.handle.accept(root.session_id, "note", idempotency_key="n-1")
+        again = await injector.handle.accept(root.session_id, "note", idempotency_key="n-1")
+        assert again == first
+        await rt.quiesce()
+        assert worker.inputs(0) == ["note"]  # delivered once
+        await rt.shutdown()
+        store.close()
+
+    run(main)

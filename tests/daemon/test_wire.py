@@ -259,3 +259,27 @@ def test_second_daemon_on_the_data_dir_is_refused(daemon: DaemonProcess) -> None
     assert f"pid {daemon.proc.pid}" in second.stderr and str(daemon.socket) in second.stderr
     assert "Traceback" not in second.stderr
     assert daemon.socket.exists()  # the first daemon's socket is untouched
+
+
+@pytest.mark.parametrize("task", ["", "   ", "\n\t"])
+def test_a_delegation_without_a_task_is_refused_like_empty_mail(
+    daemon: DaemonProcess, task: str,
+) -> None:
+    async def go() -> tuple[RpcFailure, RpcFailure, list[Any]]:
+        client = await daemon.client()
+        try:
+            root = await client.call("session.create", {"agent": "default"})
+            sid = root["session_id"]
+            blank_task = await _failure(client, "session.delegate", {
+                "parent_session_id": sid, "agent": "default", "task": task})
+            blank_mail = await _failure(client, "run.submit", {"session_id": sid, "text": task})
+            tree = await client.call("session.list", {"root_session_id": sid})
+            return blank_task, blank_mail, tree["sessions"]
+        finally:
+            await client.close()
+
+    blank_task, blank_mail, tree = run(go())
+    assert blank_task.data_code == blank_mail.data_code == "engine:invalid_request"
+    assert blank_task.code == blank_mail.code
+    assert "task" in blank_task.error.message
+    assert len(tree) == 1  # no child was made

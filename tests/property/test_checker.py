@@ -196,6 +196,17 @@ def test_a_reused_call_id_with_other_arguments_is_caught() -> None:
     assert found.trace[-1].endswith("reused call id)")
 
 
+@pytest.mark.parametrize(("plant", "last"), [
+    ("producer-key-forgotten", "retry)"),  # the retry is accepted anew: delivered twice
+    ("producer-digest-ignored", "reused)"),  # the other mail is taken for a retry: lost
+])
+def test_a_producer_key_bug_is_caught(plant: str, last: str) -> None:
+    with planted(plant):
+        found = check(WINDOWED, SMALL).counterexample
+    assert found is not None and found.invariant == "AGREE"
+    assert "key k1" in found.trace[-1] and found.trace[-1].endswith(last)
+
+
 def test_a_give_up_that_wakes_the_session_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A give-up leaves the session idle with its mail (only new input wakes it); a
     give-up that wakes it like a cancel answers alike but leaves another state."""

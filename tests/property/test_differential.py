@@ -267,8 +267,29 @@ class DifferentialMachine(RuleBasedStateMachine):
         ids = [s.session_id for s in self.sessions()]
         recipient = data.draw(st.sampled_from(ids), label="recipient")
         sender = data.draw(st.sampled_from([None, *ids]), label="sender")
-        self.both(lambda e: e.accept(recipient, "note", owner, sender=sender, mode=mode),
-                  lambda m: m.accept(recipient, "note", owner, sender=sender, mode=mode))
+        # An idempotency key, from a small pool so that keys come back: the same mail again
+        # is a retry (the first message id, nothing written), other mail a conflict.
+        key = data.draw(st.sampled_from((None, "k1", "k2", "\x00", "")), label="key")
+        body = data.draw(st.sampled_from(("note", "other")), label="body")
+        known = key is not None and (recipient, owner, key) in self.model.world.produced
+        outcome = self.both(
+            lambda e: e.accept(recipient, body, owner, sender=sender, mode=mode, key=key),
+            lambda m: m.accept(recipient, body, owner, sender=sender, mode=mode, key=key))
+        if known and outcome[0] == "ok":
+            event("accept: a keyed retry replayed")
+
+    @precondition(lambda self: self.model.world.produced)
+    @rule(data=st.data(), same=st.booleans())
+    def retry_keyed_mail(self, data: st.DataObject, same: bool) -> None:
+        """A producer sends keyed mail again, as after a lost answer: the same mail (its first
+        message id, nothing written) or other mail under the same key (refused)."""
+        keyed = sorted(self.model.world.produced.items(), key=repr)
+        (recipient, owner, key), (_, (body, mode, sender)) = data.draw(st.sampled_from(keyed))
+        text = body if same else body + "!"
+        outcome = self.both(
+            lambda e: e.accept(recipient, text, owner, sender=sender, mode=mode, key=key),
+            lambda m: m.accept(recipient, text, owner, sender=sender, mode=mode, key=key))
+        assert (outcome[0] == "ok") == same, outcome
 
     # -- runs and requests ----------------------------------------------------------------------
 

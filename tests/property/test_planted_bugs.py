@@ -24,6 +24,8 @@ HUNTED = (
     "pair-window",
     "idempotency-ignored",
     "digest-ignored",
+    "producer-key-forgotten",
+    "producer-digest-ignored",
     "recover-keeps-claims",
     "inbox-counts-plugin-mail",
     "handle-across-trees",

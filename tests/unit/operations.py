@@ -199,6 +199,17 @@ def _accept_steers(w: World) -> Op:
     return lambda e: e.accept(root.session_id, "steer", Owner.USER, mode=Mode.STEER)
 
 
+def _produce_keyed(w: World) -> Op:
+    root = w.root("root", OPEN)
+    return lambda e: e.produce(root.session_id, "keyed", Owner.PLUGIN, key="k-1")
+
+
+def _produce_replayed(w: World) -> Op:
+    root = w.root("root", OPEN)
+    w.engine.produce(root.session_id, "keyed", Owner.PLUGIN, key="k-1")
+    return lambda e: e.produce(root.session_id, "keyed", Owner.PLUGIN, key="k-1")
+
+
 def _send_wakes(w: World) -> Op:
     root, kid = _finished_kid(w)
     ctx = w.ctx(root)
@@ -315,6 +326,8 @@ CASES: tuple[Case, ...] = (
     Case("delegate", "a child woken by its task", _delegate),
     Case("accept", "user mail that wakes an idle session", _accept_wakes),
     Case("accept", "user steering into a running run", _accept_steers),
+    Case("produce", "keyed plugin mail that wakes an idle session", _produce_keyed),
+    Case("produce", "a keyed retry, answered from its key", _produce_replayed),
     Case("send_message", "to a finished peer, which it wakes", _send_wakes),
     Case("send_message", "to a running peer", _send_to_running),
     Case("send_message", "a replayed call", _send_replayed),

@@ -95,6 +95,15 @@ def test_delegate_refusals_have_delegation_codes(tree: Tree) -> None:
     assert len(tree.engine.sessions()) == 1
 
 
+@pytest.mark.parametrize("task", ["", " ", "\n\t", "\u3000"])
+def test_a_delegation_without_a_task_is_an_argument_error(tree: Tree, task: str) -> None:
+    """Empty like empty mail: the model is told to give a task, and no child is made."""
+    answer = tree.call("delegate_subagent", agent="kid", task=task)
+    assert answer["error"] == "tool:invalid_arguments", answer
+    assert "'task'" in answer["message"]
+    assert len(tree.engine.sessions()) == 1
+
+
 def test_a_reference_that_is_not_a_subagent_has_delegation_codes(tree: Tree) -> None:
     kid = tree.kid()
     grandchild = tree.engine.delegate(kid.session_id, KID, "deeper")

@@ -146,6 +146,20 @@ def _retry_and_reuse() -> object:
     return len(agent_mail), answers[0] == answers[1], answers[2]
 
 
+def _keyed_retry_and_reuse() -> object:
+    """A user's keyed mail, its retry, then the key reused for other mail."""
+    tree = Tree()
+    sid = tree.kid.session_id
+    answers = []
+    for body in ("hello", "hello", "other"):
+        try:
+            answers.append(tree.engine.accept(sid, body, Owner.USER, key="k"))
+        except TreemailError as refused:
+            answers.append(refused.code)
+    user_mail = [m for m in tree.engine.pending(sid) if m.owner is Owner.USER]
+    return len(user_mail), answers[0] == answers[1], answers[2]
+
+
 # plant -> (probe, what the unplanted engine answers)
 PROBES: dict[str, tuple[Callable[[], object], object]] = {
     "pair-window": (_pair_window, ["sent", "send_message:inflight_full"]),
@@ -159,6 +173,10 @@ PROBES: dict[str, tuple[Callable[[], object], object]] = {
     "steer-never-joins": (_steer_never_joins, True),
     "idempotency-ignored": (_retry_and_reuse, (1, True, "send_message:idempotency_conflict")),
     "digest-ignored": (_retry_and_reuse, (1, True, "send_message:idempotency_conflict")),
+    "producer-key-forgotten": (_keyed_retry_and_reuse,
+                               (1, True, "producer:idempotency_conflict")),
+    "producer-digest-ignored": (_keyed_retry_and_reuse,
+                                (1, True, "producer:idempotency_conflict")),
 }
 
 

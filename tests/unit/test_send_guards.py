@@ -240,6 +240,15 @@ def test_a_handle_of_another_tree_does_not_resolve(world: World, fam: Family) ->
     assert other.session_id not in error.message
 
 
+@pytest.mark.parametrize("word", ["parent", "root", "children", "child", "Parent", "siblings"])
+def test_relationship_words_are_not_targets(world: World, fam: Family, word: str) -> None:
+    """A model may write its relative's role for a handle: no word names a session, so it
+    is told the handles it can use instead of reaching anyone."""
+    error = _refused(world, fam.a, arguments(word), "subagent:unknown_reference")
+    assert error.details["candidates"] == [fam.root.session_id, fam.b.session_id]
+    assert fam.root.reference in error.message
+
+
 def test_a_lone_session_has_no_candidates(world: World) -> None:
     root = world.root("root", PEER_RULES)
     error = _refused(world, root, arguments("ghost_1"), "subagent:unknown_reference")
@@ -447,6 +456,21 @@ def test_ask_then_session_grant(world: World, fam: Family) -> None:
     _refused(world, fam.a, arguments(fam.root), "permission:approval_required")
     world.set_rules(fam.b, {"sibling": "ask"})
     _refused(world, fam.b, arguments(fam.a), "permission:approval_required")
+
+
+def test_a_grant_made_under_the_old_argument_shape_is_ignored(world: World,
+                                                             fam: Family) -> None:
+    """Grants are keyed by the operation's argument schema: one given when the recipient was
+    ``recipient_session_id`` does not approve today's ``to`` (it must be approved again)."""
+    world.set_rules(fam.a, {"sibling": "ask"})
+    old = "send_message(recipient_session_id,body,mode)"
+    for scope, subject in (("session", fam.a.session_id), ("tree", fam.root.session_id)):
+        name = f"grant/{scope}/{subject}/{old}/sibling"
+        world.store.transact(lambda tx, name=name: tx.add(name, 1))
+        assert _counter(world, name) == 1
+    _refused(world, fam.a, arguments(fam.b), "permission:approval_required")
+    world.engine.grant("tree", fam.root.session_id, "sibling")  # under the current shape
+    world.send(fam.a, fam.b)
 
 
 def test_tree_grant_covers_every_session_of_the_tree(world: World, fam: Family) -> None:

@@ -35,6 +35,7 @@ from treemail.core.records import (
     Message,
     Mode,
     Owner,
+    ProducerKey,
     RecipientState,
     Run,
     SendResult,
@@ -52,6 +53,9 @@ MESSAGE_IDS = tuple(_ids.new_id() for _ in range(6))
 HANDLES = ("main", "worker_1", "worker_2", "scout_1", "scout_2")
 COUNTERS = ("sessions", f"inbox/{CHILD}", f"pair/{ROOT}/{CHILD}", "fresh")
 KEYS = tuple(IdempotencyKey(ROOT, RUN_IDS[0], f"call-{n}") for n in range(3))
+# A producer's key with a tool call's id for its text: the two layouts share the replay table
+# and must never meet.
+PRODUCER_KEY = ProducerKey(ROOT, Owner.USER, "call-0")
 
 
 # -- realistic records ---------------------------------------------------------------------
@@ -93,6 +97,7 @@ def populate(tx: WriteTxn) -> None:
     tx.add(f"inbox/{CHILD}", 2)
     tx.add(f"pair/{ROOT}/{CHILD}", 1)
     tx.remember(KEYS[0], SendResult(MESSAGE_IDS[0], Mode.QUEUE, RecipientState.QUEUED))
+    tx.remember(PRODUCER_KEY, SendResult(MESSAGE_IDS[2], Mode.STEER, RecipientState.RUNNING))
     tx.append(ROOT, "SessionCreated", {"handle": "main"})
     tx.append(CHILD, "SessionCreated", {"handle": "worker_1"})
 
@@ -124,7 +129,7 @@ def snapshot(tx: ReadTxn) -> dict[str, Any]:
         "messages": {mid: tx.message(mid) for mid in MESSAGE_IDS},
         "pending": {sid: list(tx.pending(sid)) for sid in SESSION_IDS},
         "counts": {name: tx.count(name) for name in COUNTERS},
-        "replay": {key: tx.recall(key) for key in KEYS},
+        "replay": {key: tx.recall(key) for key in (*KEYS, PRODUCER_KEY)},
         "events": {sid: list(tx.events(sid)) for sid in SESSION_IDS},
     }
 
@@ -171,6 +176,15 @@ class StoreContract:
             return snapshot(tx)
 
     # -- records round-trip exactly --------------------------------------------------------
+
+    def test_a_producer_key_and_a_tool_call_key_never_meet(self, store: Store) -> None:
+        store.transact(populate)
+        with store.read() as tx:
+            tool_call, producer = tx.recall(KEYS[0]), tx.recall(PRODUCER_KEY)
+            plugin = tx.recall(ProducerKey(ROOT, Owner.PLUGIN, "call-0"))
+        assert tool_call is not None and tool_call.message_id == MESSAGE_IDS[0]
+        assert producer is not None and producer.message_id == MESSAGE_IDS[2]
+        assert plugin is None  # another producer kind: another key
 
     def test_records_round_trip_exactly(self, store: Store, directory: Path) -> None:
         root = session(ROOT, ROOT, "main", 1)

@@ -29,6 +29,7 @@ from treemail.core.errors import EngineShutdown, InvalidRequest, UnknownTarget
 from treemail.core.ids import IdSource, make_handle
 from treemail.core.lifecycle import SessionState
 from treemail.core.permissions import Rules
+from treemail.core.producers import Produced, check_key, check_mail, produce
 from treemail.core.records import (
     AgentSpec,
     Approval,
@@ -46,7 +47,7 @@ from treemail.core.runs import Delivery, Request, need_run, need_session
 from treemail.core.sending import AgentCatalogue, current_rules, grant_counter, send
 from treemail.core.store import ReadTxn, Store, WriteTxn
 
-__all__ = ["Delivery", "Engine", "Request"]
+__all__ = ["Delivery", "Engine", "Produced", "Request"]
 
 T = TypeVar("T")
 
@@ -77,6 +78,8 @@ class Engine:
     ) -> Session:
         """A child of ``parent_id`` in the same tree; its task arrives as delegation mail.
         ``description`` says what this child does, shown to its tree peers."""
+
+        check_mail(task, Owner.DELEGATION, "delegated task")
 
         def work(tx: WriteTxn) -> Session:
             parent = need_session(tx, parent_id)
@@ -115,24 +118,35 @@ class Engine:
 
     def accept(
         self, recipient: str, body: str, owner: Owner, *, sender: str | None = None,
-        mode: Mode = Mode.QUEUE,
+        mode: Mode = Mode.QUEUE, key: str | None = None,
     ) -> str:
         """Inject non-agent mail (user, plugin, delegation, goal); it wakes the recipient.
+        Returns its message id (see ``produce``)."""
+        return self.produce(recipient, body, owner, sender=sender, mode=mode,
+                            key=key).result.message_id
 
-        Such mail never counts against the agent inbox cap. ``mode`` steer is the user's
-        steering: it joins the recipient's in-flight run at its next safe boundary (no message
-        permission applies: the user is not an agent of the tree), else the next run."""
+    def produce(
+        self, recipient: str, body: str, owner: Owner, *, sender: str | None = None,
+        mode: Mode = Mode.QUEUE, key: str | None = None,
+    ) -> Produced:
+        """Inject non-agent mail; it wakes the recipient. Such mail never counts against the
+        agent inbox cap. ``mode`` steer is the user's steering: it joins the recipient's
+        in-flight run at its next safe boundary (no message permission applies: the user is
+        not an agent of the tree), else the next run. With ``key`` (an idempotency key, see
+        ``producers``), a retry of the same mail is answered with the first accept."""
         if owner is Owner.AGENT:
             raise InvalidRequest(
                 "agent mail enters only through send_message, which runs the guards")
-        if not body.strip():
-            raise InvalidRequest("mail body is empty; give the recipient some text")
+        check_mail(body, owner)
+        if key is not None:
+            check_key(key)
 
-        def work(tx: WriteTxn) -> str:
-            recipient_id = need_session(tx, recipient).session_id
-            message = accept(tx, self.ids, recipient_id, body, owner, sender, mode)
-            runs.reconcile(tx, self.ids, recipient_id)
-            return message.message_id
+        def work(tx: WriteTxn) -> Produced:
+            # The wake is part of the accept's transaction: one operation, one transaction.
+            produced = produce(tx, self.ids, recipient, body, owner, sender, mode, key)
+            if not produced.replayed:
+                runs.reconcile(tx, self.ids, need_session(tx, recipient).session_id)
+            return produced
 
         return self._transact(work)
 

@@ -67,6 +67,7 @@ __all__ = [
     "PluginFailed",
     "PluginLoadError",
     "PluginRefusal",
+    "ProducerKeyConflict",
     "ProtocolError",
     "Refusal",
     "ScriptExhausted",
@@ -404,6 +405,12 @@ class PluginBodyTooLarge(Refusal):
     """Plugin mail over the contract's 256 KiB cap; split it or send a reference instead."""
 
     code = "plugin:body_too_large"
+
+
+class ProducerKeyConflict(Refusal):
+    """An outside producer reused an idempotency key with other mail (text, mode or kind)."""
+
+    code = "producer:idempotency_conflict"
 
 
 class PluginFailed(Refusal):

@@ -26,7 +26,16 @@ from collections.abc import Mapping
 import attrs
 
 from treemail.core.errors import StorageError
-from treemail.core.records import Approval, Event, IdempotencyKey, Message, Run, SendResult, Session
+from treemail.core.records import (
+    Approval,
+    Event,
+    IdempotencyKey,
+    Message,
+    ProducerKey,
+    Run,
+    SendResult,
+    Session,
+)
 
 __all__ = [
     "MAX_KEY",
@@ -184,7 +193,14 @@ def pending(recipient: str, seq: int) -> bytes:
     return _owned(recipient) + seq_bytes(seq)
 
 
-def replay(key: IdempotencyKey) -> bytes:
+def replay(key: IdempotencyKey | ProducerKey) -> bytes:
+    """The replay row of a tool call (session, run, call id) or of a producer's keyed send.
+
+    A producer's row is ``session + SEP + SEP + kind + SEP + key``: where a tool call's row
+    holds its run id, a producer's holds nothing. A run id is never empty (minted, and
+    checked storable before any lookup), so the two layouts share one table and no key."""
+    if isinstance(key, ProducerKey):
+        return _owned(key.session_id) + SEP + _owned(key.owner.value) + identity(key.key)
     return _owned(key.session_id) + _owned(key.run_id) + identity(key.tool_call_id)
 
 

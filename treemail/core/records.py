@@ -25,6 +25,7 @@ __all__ = [
     "Message",
     "Mode",
     "Owner",
+    "ProducerKey",
     "RecipientState",
     "Run",
     "SendResult",
@@ -187,6 +188,17 @@ class IdempotencyKey:
     @classmethod
     def of(cls, ctx: ToolContext) -> IdempotencyKey:
         return cls(ctx.session_id, ctx.run_id, ctx.tool_call_id)
+
+
+@attrs.frozen
+class ProducerKey:
+    """The idempotency key of mail from outside the agents (``run.submit``, ``run.steer``,
+    plugin mail): the client's ``key``, scoped by the recipient session and the producer's
+    kind, so equal keys of two sessions, or of the user and a plugin, never meet."""
+
+    session_id: str
+    owner: Owner
+    key: str
 
 
 class ApprovalState(enum.StrEnum):

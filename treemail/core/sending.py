@@ -82,6 +82,7 @@ __all__ = [
     "grant_counter",
     "label_between",
     "send",
+    "text_digest",
 ]
 
 # The agent catalogue a core receives: an agent's current spec by name, or None if no doc
@@ -164,9 +165,13 @@ def grant_counter(scope: str, subject: str, label: str) -> str:
 def arguments_digest(args: SendArguments) -> str:
     """What identifies a call's arguments for replay: the parsed ``to``, ``body`` and mode
     (an omitted mode is the default steer, so it is the same call)."""
-    # json.dumps([to, body, mode]) byte for byte (ASCII escapes, lone surrogates too, ", "
-    # between), built from its string encoder: digests stored by earlier versions still match.
-    parts = (args.to, args.body, args.mode.value)
+    return text_digest(args.to, args.body, args.mode.value)
+
+
+def text_digest(*parts: str) -> str:
+    """The SHA-256 of ``json.dumps(list(parts))``, byte for byte (ASCII escapes, lone
+    surrogates too, ", " between), built from its string encoder: digests stored by earlier
+    versions still match. What a replay key stores to tell a retry from other arguments."""
     canonical = "[" + ", ".join(map(encode_basestring_ascii, parts)) + "]"
     return hashlib.sha256(canonical.encode()).hexdigest()
 

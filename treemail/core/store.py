@@ -24,6 +24,7 @@ from treemail.core.records import (
     Event,
     IdempotencyKey,
     Message,
+    ProducerKey,
     Run,
     SendResult,
     Session,
@@ -53,7 +54,7 @@ class ReadTxn(Protocol):
         """The recipient's pending (non-final) messages in acceptance order."""
         ...
     def count(self, name: str) -> int: ...
-    def recall(self, key: IdempotencyKey) -> SendResult | None: ...
+    def recall(self, key: IdempotencyKey | ProducerKey) -> SendResult | None: ...
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
         """The session's events with ``seq > after``, in order."""
         ...
@@ -77,7 +78,7 @@ class WriteTxn(ReadTxn, Protocol):
     def add(self, name: str, delta: int) -> int:
         """Add to a named counter and return its new value (a counter at 0 is not kept)."""
         ...
-    def remember(self, key: IdempotencyKey, result: SendResult) -> None: ...
+    def remember(self, key: IdempotencyKey | ProducerKey, result: SendResult) -> None: ...
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
         """Append to the session's log and to the global feed, in one step."""
         ...
@@ -208,7 +209,7 @@ class Indexed:
         else:
             self._t.delete(Table.TALLY, owner)
 
-    def recall(self, key: IdempotencyKey) -> SendResult | None:
+    def recall(self, key: IdempotencyKey | ProducerKey) -> SendResult | None:
         raw = _lookup_key(keys.replay, key)  # nor was a call whose ids no store could key
         found: SendResult | None = self._t.get(Table.REPLAY, raw) if raw else None
         return found
@@ -289,7 +290,7 @@ class Indexed:
         self._put_tally(place.owner, Tally(tally.last_event, counters))
         return value
 
-    def remember(self, key: IdempotencyKey, result: SendResult) -> None:
+    def remember(self, key: IdempotencyKey | ProducerKey, result: SendResult) -> None:
         self._t.put(Table.REPLAY, keys.replay(key), result)
 
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:

@@ -178,6 +178,8 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
           past(m.request_id, m.state == MessageState.CLAIMED), m.reason) for m in messages],
         sorted((n(s), n(r), call, n(v.message_id), v.mode.value, v.recipient_state.value)
                for (s, r, call), v in world.results.items() if history or r in live),
+        sorted((n(s), owner.value, key, n(first), mail[0], mail[1].value, n(mail[2]))
+               for (s, owner, key), (first, mail) in world.produced.items()),
         sorted((scope, path(subject), label) for scope, subject, label in world.grants),
         sorted((path(a.approval_id), a.label, a.state, a.scope,
                 sorted((k, names.get(v, v)) for k, v in (a.outcome or {}).items()))

@@ -55,6 +55,7 @@ ASKING = AgentSpec("worker", "does the work",
 # hidden from it, so the mail it reads carries no reply hint, and its own sends are denied.
 LISTENING = AgentSpec("listener", "reads its mail, never writes", Rules())
 UNKNOWN_HANDLE = "nobody_00000000"
+KEY = "k1"  # the idempotency key of the user's keyed mail
 
 
 @attrs.frozen
@@ -134,7 +135,7 @@ def _restart(target: Any, messaging: bool = True) -> Any:
 _CALLS: dict[str, Callable[..., Any]] = {
     "create_root": lambda t, agent: t.create_root(agent),
     "delegate": lambda t, parent, agent: t.delegate(parent, agent, "task"),
-    "accept": lambda t, to, owner: t.accept(to, "note", owner),
+    "accept": lambda t, to, owner, key=None, body="note": t.accept(to, body, owner, key=key),
     "steer": lambda t, to, owner: t.accept(to, "steer", owner, mode=Mode.STEER),
     "start_run": lambda t, sid: t.start_run(sid),
     "begin_request": lambda t, sid, rid: t.begin_request(sid, rid),
@@ -195,6 +196,7 @@ def alphabet(model: Reference, bounds: Bounds, restarts: int) -> list[Action]:
         actions.append(Action("create_root", (bounds.agent,), "create_root(another tree)"))
     for session in world.sessions.values():
         actions += _outside(world, session, bounds)
+        actions += _keyed(world, session, bounds)
         actions += _run_actions(world, session)
         actions += _sends(world, session)
     for message in world.messages.values():
@@ -235,6 +237,22 @@ def _outside(world: World, session: SessionRecord, bounds: Bounds) -> list[Actio
         owner = _owner(session)
         actions.append(Action("steer", (sid, owner), f"steer({owner.value} -> {short(sid)})"))
     return actions
+
+
+def _keyed(world: World, session: SessionRecord, bounds: Bounds) -> list[Action]:
+    """The user's keyed mail to a root: once, then its retry (answered with the first
+    message id, nothing written) and the key reused for other mail (refused). One key per
+    root keeps the space small; the retries change nothing, so they add no state."""
+    if session.parent_session_id is not None:
+        return []
+    sid, owner = session.session_id, Owner.USER
+    label = f"accept(user mail -> {short(sid)}, key {KEY}"
+    if (sid, owner, KEY) not in world.produced:
+        if len(world.messages) >= bounds.messages:
+            return []
+        return [Action("accept", (sid, owner, KEY), f"{label})")]
+    return [Action("accept", (sid, owner, KEY), f"{label} retry)"),
+            Action("accept", (sid, owner, KEY, "other note"), f"{label} reused)")]
 
 
 def _owner(session: SessionRecord | Session) -> Owner:

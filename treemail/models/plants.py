@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from treemail.core import delivery, engine, runs, sending
+from treemail.core import delivery, engine, producers, runs, sending
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import UnknownSubagentReference
 from treemail.core.guards import inbox_counter
@@ -93,6 +93,27 @@ def _digest_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
     return arguments_digest
 
 
+def _producer_key_forgotten(original: Any) -> Any:
+    """A producer's key is never found again: a keyed retry of run.submit delivers twice."""
+    calls = itertools.count()
+
+    def forgetful(session_id: str, owner: Any, key: str) -> Any:
+        return original(session_id, owner, f"{key}/{next(calls)}")
+
+    return forgetful
+
+
+def _producer_digest_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A producer's mail is never told apart: a key reused for other mail replays the first
+    accept, and the other mail is lost without a word."""
+
+    def mail_digest(body: str, mode: Any, sender: str | None) -> str:
+        del body, mode, sender
+        return "same"
+
+    return mail_digest
+
+
 def _inbox_counts_plugin_mail(original: Callable[..., Any]) -> Callable[..., Any]:
     """Plugin mail is counted against the agent inbox cap (every plugin message, with a
     sender or without one)."""
@@ -160,6 +181,8 @@ PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., A
     "no-hop-limit": (sending, "check_hops", _no_hop_limit),
     "idempotency-ignored": (sending, "IdempotencyKey", _idempotency_ignored),
     "digest-ignored": (sending, "arguments_digest", _digest_ignored),
+    "producer-key-forgotten": (producers, "ProducerKey", _producer_key_forgotten),
+    "producer-digest-ignored": (producers, "mail_digest", _producer_digest_ignored),
     "inbox-counts-plugin-mail": (delivery, "_track", _inbox_counts_plugin_mail),
     "handle-across-trees": (sending, "resolve", _handle_across_trees),
     "hop-wrong-base": (sending, "check_hops", _hop_wrong_base),

@@ -44,6 +44,11 @@ from treemail.models.world import (
 
 __all__ = ["Delivered", "Reference"]
 
+# The contract's numbers: plugin mail is at most 256 KiB of UTF-8, and a producer's
+# idempotency key at most 256 bytes of printable text.
+PLUGIN_CAP = 256 * 1024
+MAX_KEY_BYTES = 256
+
 T = TypeVar("T")
 
 # (request id, run id, ((message id, owner, text the model sees), ...))
@@ -73,6 +78,9 @@ class Reference:
         return self._atomic(lambda: self._new_session(agent, None, legacy).session_id)
 
     def delegate(self, parent_id: str, agent: AgentSpec, task: str, *, legacy: bool = False) -> str:
+        if task.strip() == "":
+            raise errors.InvalidRequest("a delegation must carry a task")
+
         def work() -> str:
             parent = self._session(parent_id)
             child = self._new_session(agent, parent, legacy)
@@ -84,15 +92,32 @@ class Reference:
         return child_id
 
     def accept(self, recipient: str, body: str, owner: Owner, *, sender: str | None = None,
-                mode: Mode = Mode.QUEUE) -> str:
+               mode: Mode = Mode.QUEUE, key: str | None = None) -> str:
+        """Outside mail. With a key: the first accept under (recipient, owner, key) is kept
+        with its mail; the same mail again gets that accept back and changes nothing, other
+        mail under the key is refused."""
         if owner is Owner.AGENT:
             raise errors.InvalidRequest("agent mail goes through send_message")
-        if body == "" or body.isspace():
+        if body.strip() == "":
             raise errors.InvalidRequest("empty mail")
+        if owner is Owner.PLUGIN and len(body.encode("utf-8", "surrogatepass")) > PLUGIN_CAP:
+            raise errors.PluginBodyTooLarge("plugin mail over 256 KiB")
+        if key is not None and (key == "" or not key.isprintable()
+                                or len(key.encode("utf-8")) > MAX_KEY_BYTES):
+            raise errors.InvalidRequest("a key is printable text of 1 to 256 bytes")
+        keyed = None if key is None else (recipient, owner, key)
+        if keyed is not None and keyed in self.world.produced:
+            first, mail = self.world.produced[keyed]
+            if mail != (body, mode, sender):
+                raise errors.ProducerKeyConflict("the key was used for other mail")
+            return first
 
         def work() -> str:
             self._session(recipient)
-            return self._accept(recipient, sender, owner, body, mode, 0).message_id
+            message_id = self._accept(recipient, sender, owner, body, mode, 0).message_id
+            if keyed is not None:
+                self.world.produced[keyed] = (message_id, (body, mode, sender))
+            return message_id
 
         message_id = self._atomic(work)
         self.reconcile(recipient)

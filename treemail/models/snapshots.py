@@ -67,6 +67,7 @@ class CopyableWorld(World):
         twin.messages = {k: _copy_record(v) for k, v in self.messages.items()}
         twin.results = dict(self.results)  # of frozen send results
         twin.calls = dict(self.calls)  # of tuples of strings and enums
+        twin.produced = dict(self.produced)  # of tuples of strings and enums
         twin.grants = set(self.grants)
         twin.approvals = {k: _copy_approval(v) for k, v in self.approvals.items()}
         twin.reported = set(self.reported)
@@ -75,7 +76,8 @@ class CopyableWorld(World):
 
 # ``__deepcopy__`` above names every field of World: one added there must be copied there.
 assert {f.name for f in dataclasses.fields(World)} == {
-    "sessions", "runs", "messages", "results", "calls", "grants", "approvals", "reported"}
+    "sessions", "runs", "messages", "results", "calls", "produced", "grants", "approvals",
+    "reported"}
 
 
 class Lockstep(Reference):

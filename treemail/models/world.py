@@ -208,6 +208,10 @@ class World:
     results: dict[tuple[str, str, str], SendResult] = field(default_factory=dict)
     # (session, run, tool_call) -> the arguments (to, body, mode) of that first call
     calls: dict[tuple[str, str, str], tuple[str, str, Mode]] = field(default_factory=dict)
+    # (recipient, producer kind, idempotency key) -> the message id the first accept under
+    # that key returned, and its mail (body, mode, sender)
+    produced: dict[tuple[str, Owner, str], tuple[str, tuple[str, Mode, str | None]]] = field(
+        default_factory=dict)
     grants: set[Grant] = field(default_factory=set)
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
     reported: set[str] = field(default_factory=set)  # delegated sessions whose result went up

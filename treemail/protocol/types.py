@@ -194,18 +194,28 @@ class RunListResult(Result):
 
 
 class RunSubmitParams(Params):
-    """User input: mail for the session's next run (queue mode), which wakes it."""
+    """User input: mail for the session's next run (queue mode), which wakes it.
+
+    ``idempotency_key``: optional, the client's key for this mail (printable, 1 to 256
+    bytes of UTF-8; a fresh UUID per mail is a good key). A retry with the same key and the
+    same mail is answered with the first accept, and accepts nothing; the same key with other
+    mail is refused (``producer:idempotency_conflict``). Keys are scoped by session and
+    producer kind (user or plugin), and kept as long as the store."""
 
     session_id: str
     text: str
+    idempotency_key: str | None = None
 
 
 class RunSteerParams(Params):
     """User steering: joins the session's in-flight run at its next safe boundary; with no
-    run in flight it waits for the next run, like ``run.submit``."""
+    run in flight it waits for the next run, like ``run.submit``. ``idempotency_key``: as
+    for ``run.submit`` (one key space for the user's mail to a session: a key used by
+    ``run.submit`` and then by ``run.steer`` is other mail, and refused)."""
 
     session_id: str
     text: str
+    idempotency_key: str | None = None
 
 
 class ProducerAccepted(Result):
@@ -369,10 +379,12 @@ class EventsUnsubscribeResult(Result):
 
 
 class ProducerSendParams(Params):
-    """Plugin-owned mail into any session; the body is capped at 256 KiB of UTF-8."""
+    """Plugin-owned mail into any session; the body is capped at 256 KiB of UTF-8.
+    ``idempotency_key``: as for ``run.submit``, in the plugins' key space of the session."""
 
     session_id: str
     body: str
+    idempotency_key: str | None = None
 
 
 # -- notifications and server requests ----------------------------------------------------

@@ -128,6 +128,27 @@ class DaemonClient:
                       params: dict[str, Any] | None = None) -> S:
         return msgspec.convert(await self.call(method, params), result)
 
+    # The producer sends. ``idempotency_key`` (optional) makes a retry safe: after a lost
+    # answer, the same call with the same key is answered with the first message id.
+
+    async def submit(self, session_id: str, text: str, *,
+                     idempotency_key: str | None = None) -> Any:
+        """``run.submit``: user input for the session's next run."""
+        return await self.call("run.submit", _keyed(
+            {"session_id": session_id, "text": text}, idempotency_key))
+
+    async def steer(self, session_id: str, text: str, *,
+                    idempotency_key: str | None = None) -> Any:
+        """``run.steer``: user steering that joins the run in flight."""
+        return await self.call("run.steer", _keyed(
+            {"session_id": session_id, "text": text}, idempotency_key))
+
+    async def producer_send(self, session_id: str, body: str, *,
+                            idempotency_key: str | None = None) -> Any:
+        """``plugin/producer/send``: plugin-owned mail into a session."""
+        return await self.call("plugin/producer/send", _keyed(
+            {"session_id": session_id, "body": body}, idempotency_key))
+
     async def send_raw(self, frame: bytes) -> None:
         """Write bytes as they are (tests send malformed frames with it)."""
         self.writer.write(frame)
@@ -224,3 +245,7 @@ class DaemonClient:
                     method=request.method)))
         with contextlib.suppress(ConnectionError):
             await self.send_raw(reply)
+
+
+def _keyed(params: dict[str, Any], key: str | None) -> dict[str, Any]:
+    return params if key is None else {**params, "idempotency_key": key}

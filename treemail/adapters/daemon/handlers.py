@@ -14,16 +14,21 @@ from treemail.adapters.daemon.connection import Connection
 from treemail.adapters.runtime.agent_docs import build_agents
 from treemail.adapters.runtime.llm import ToolCall
 from treemail.core.agents import AgentDoc, parse_agent_doc
-from treemail.core.errors import (
-    InvalidRequest,
-    InvalidToolContext,
-    PluginBodyTooLarge,
-    UnsupportedVersion,
-)
+from treemail.core.errors import InvalidRequest, InvalidToolContext, UnsupportedVersion
 from treemail.core.events import EventKind
 from treemail.core.lifecycle import SessionState
-from treemail.core.records import Approval, Event, Message, Mode, Owner, Run, Session, ToolContext
-from treemail.core.sending import REPORTED
+from treemail.core.producers import PLUGIN_BODY_MAX_BYTES, Produced
+from treemail.core.records import (
+    Approval,
+    Event,
+    Message,
+    Mode,
+    Owner,
+    RecipientState,
+    Run,
+    Session,
+    ToolContext,
+)
 from treemail.protocol import types as t
 from treemail.protocol.methods import METHODS, NOTIFICATIONS, PROTOCOL_VERSION
 
@@ -34,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["SERVER_NAME", "install", "message_view", "session_view"]
 
 SERVER_NAME = "treemail-daemon"
-PLUGIN_BODY_MAX_BYTES = 256 * 1024
 
 
 def session_view(session: Session) -> t.SessionView:
@@ -152,29 +156,31 @@ class Methods:
             if p.root_session_id is None or s.root_session_id == p.root_session_id])
 
     async def run_submit(self, conn: Connection, p: t.RunSubmitParams) -> t.ProducerAccepted:
-        return await self.accept(p.session_id, p.text, Owner.USER, Mode.QUEUE)
+        return await self.accept(p.session_id, p.text, Owner.USER, Mode.QUEUE,
+                                 p.idempotency_key)
 
-    async def accept(self, sid: str, text: str, owner: Owner,
-                      mode: Mode) -> t.ProducerAccepted:
-        """Accept mail and wake the session. The recipient's state is read in the same
-        writer job as the accept, so it is the state the mail found, not a later one."""
-        def work() -> tuple[str, SessionState]:
-            state = self.engine.session(sid).state
-            return self.engine.accept(sid, text, owner, mode=mode), state
-
-        message_id, state = await self.rt.writer(work)
-        self.rt.poke(sid)
-        return await self.accepted(message_id, state)
+    async def accept(self, sid: str, text: str, owner: Owner, mode: Mode,
+                     key: str | None = None) -> t.ProducerAccepted:
+        """Accept mail and wake the session. ``recipient_state`` is the state the mail found
+        when it was accepted (a keyed retry's, the first accept's), not a later one."""
+        produced: Produced = await self.rt.writer(
+            lambda: self.engine.produce(sid, text, owner, mode=mode, key=key))
+        if not produced.replayed:
+            self.rt.poke(sid)
+        return await self.accepted(produced.result.message_id,
+                                   produced.result.recipient_state)
 
     async def run_steer(self, conn: Connection, p: t.RunSteerParams) -> t.ProducerAccepted:
-        return await self.accept(p.session_id, p.text, Owner.USER, Mode.STEER)
+        return await self.accept(p.session_id, p.text, Owner.USER, Mode.STEER,
+                                 p.idempotency_key)
 
-    async def accepted(self, message_id: str, state: SessionState) -> t.ProducerAccepted:
+    async def accepted(self, message_id: str,
+                       state: RecipientState) -> t.ProducerAccepted:
         """The accept as the sender sees it; ``mode`` is the effective one: steer only when
         the mail joined a run in flight."""
         message: Message = await self.read(self.engine.message, message_id)
         joined = message.mode is Mode.STEER and message.run_id is not None
-        return accepted_view(message, "steer" if joined else "queue", REPORTED[state].value)
+        return accepted_view(message, "steer" if joined else "queue", state.value)
 
     async def session_delegate(self, conn: Connection,
                                p: t.SessionDelegateParams) -> t.SessionView:
@@ -280,13 +286,10 @@ class Methods:
 
     async def plugin_producer_send(self, conn: Connection,
                                    p: t.ProducerSendParams) -> t.ProducerAccepted:
-        size = len(p.body.encode("utf-8", "surrogatepass"))
-        if size > PLUGIN_BODY_MAX_BYTES:
-            raise PluginBodyTooLarge(
-                f"plugin mail of {size} bytes is over the cap of {PLUGIN_BODY_MAX_BYTES} "
-                "bytes (256 KiB); nothing was accepted", size=size,
-                limit=PLUGIN_BODY_MAX_BYTES)
-        return await self.accept(p.session_id, p.body, Owner.PLUGIN, Mode.QUEUE)
+        # The 256 KiB cap is the engine's (producers.check_mail): it holds for in-process
+        # plugins too.
+        return await self.accept(p.session_id, p.body, Owner.PLUGIN, Mode.QUEUE,
+                                 p.idempotency_key)
 
 
 # The kinds that record a message's lifecycle steps: its receipt's history.

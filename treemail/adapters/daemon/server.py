@@ -37,11 +37,12 @@ from treemail.core.errors import (
     UnknownMethod,
 )
 from treemail.core.store import Store
-from treemail.protocol.errors import rpc_error
+from treemail.protocol.errors import RpcError, rpc_error
 from treemail.protocol.framing import FrameSplitter, Oversized
 from treemail.protocol.jsonrpc import (
     Failure,
     Incoming,
+    Notification,
     Reply,
     Request,
     decode_frame,
@@ -177,42 +178,53 @@ class Daemon:
             await conn.send(encode_error(message.id, message.error))
         elif isinstance(message, Reply):
             conn.answered(message.id, message.result, message.error)
-        elif isinstance(message, Request):
+        else:  # a request, or a notification: executed too, but never answered
             await self._request(conn, message)
-        # A notification from a client asks for nothing and gets no answer.
 
-    async def _request(self, conn: Connection, request: Request) -> None:
+    async def _request(self, conn: Connection, call: Request | Notification) -> None:
         if conn.in_flight >= self.limits.max_in_flight:
             limit = self.limits.max_in_flight
-            await conn.send(encode_error(request.id, rpc_error(Overloaded(
+            # A notification over the cap is not run, and must not vanish unseen: it is the
+            # one notification the daemon answers, with a null id (it has no other).
+            id = call.id if isinstance(call, Request) else None
+            await conn.send(encode_error(id, rpc_error(Overloaded(
                 f"{limit} requests are already in flight on this connection; "
-                "wait for answers before sending more", limit=limit))))
+                f"{call.method} was not run; wait for answers before sending more",
+                limit=limit, method=call.method))))
             return
         conn.in_flight += 1
-        conn.spawn(self._answer(conn, request), f"{conn.name} {request.method}", request=True)
+        # Marked as owed, notifications too: a client that sends one and hangs up still has
+        # it run to its end (the connection settles them before closing).
+        conn.spawn(self._answer(conn, call), f"{conn.name} {call.method}", request=True)
 
-    async def _answer(self, conn: Connection, request: Request) -> None:
+    async def _answer(self, conn: Connection, call: Request | Notification) -> None:
         try:
-            frame = await self._outcome(conn, request)
+            answer = await self._outcome(conn, call)
         finally:
             conn.in_flight -= 1
-        await conn.send(frame)
+        if isinstance(call, Request):
+            await conn.send(encode_error(call.id, answer) if isinstance(answer, RpcError)
+                            else encode_result(call.id, answer))
+        # A notification's outcome, result or error, is not sent: JSON-RPC forbids answering
+        # one, and a client that needs to know sends a request. Nor is it logged: a peer
+        # must not be able to fill the daemon's stderr, which may be a pipe nobody reads.
 
-    async def _outcome(self, conn: Connection, request: Request) -> bytes:
+    async def _outcome(self, conn: Connection,
+                       call: Request | Notification) -> msgspec.Struct | RpcError:
         try:
-            result = await self._dispatch(conn, request)
+            return await self._dispatch(conn, call)
         except TreemailError as error:
-            return encode_error(request.id, rpc_error(error))
+            return rpc_error(error)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            print(f"treemail daemon: {request.method} failed: {exc!r}", file=sys.stderr)
-            return encode_error(request.id, rpc_error(InternalError(
-                f"{request.method} failed inside the daemon ({type(exc).__name__}: {exc}); "
-                "this is a bug, please report it", method=request.method)))
-        return encode_result(request.id, result)
+            print(f"treemail daemon: {call.method} failed: {exc!r}", file=sys.stderr)
+            return rpc_error(InternalError(
+                f"{call.method} failed inside the daemon ({type(exc).__name__}: {exc}); "
+                "this is a bug, please report it", method=call.method))
 
-    async def _dispatch(self, conn: Connection, request: Request) -> msgspec.Struct:
+    async def _dispatch(self, conn: Connection,
+                        request: Request | Notification) -> msgspec.Struct:
         method = METHODS.get(request.method)
         handler = self.handlers.get(request.method)
         if method is None or handler is None:

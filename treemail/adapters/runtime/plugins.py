@@ -70,7 +70,7 @@ class Attachable(Protocol):
 
 
 Plugin: TypeAlias = EventObserver | ToolGate | Attachable
-AcceptMail = Callable[[str, str, Owner], Awaitable[str]]
+AcceptMail = Callable[[str, str, Owner, str | None], Awaitable[str]]
 
 
 class PluginHandle:
@@ -80,10 +80,14 @@ class PluginHandle:
         self.name = name
         self._accept = accept
 
-    async def accept(self, session_id: str, body: str) -> str:
+    async def accept(self, session_id: str, body: str, *,
+                     idempotency_key: str | None = None) -> str:
         """Durably accept ``body`` as plugin mail for ``session_id`` and wake it; returns the
-        message id. Raises ``EngineShutdown`` once the runtime is shutting down."""
-        return await self._accept(session_id, body, Owner.PLUGIN)
+        message id. The body is capped at 256 KiB of UTF-8, as on the wire
+        (``PluginBodyTooLarge``). With ``idempotency_key``, a retry of the same mail returns
+        the first message id (see ``treemail.core.producers``). Raises ``EngineShutdown``
+        once the runtime is shutting down."""
+        return await self._accept(session_id, body, Owner.PLUGIN, idempotency_key)
 
 
 async def _settle(result: Hooked) -> None:

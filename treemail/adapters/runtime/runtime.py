@@ -191,11 +191,14 @@ class Runtime:
         session: Session = await self.writer(self.engine.create_root, self.agent(agent).spec)
         return session
 
-    async def accept(self, session_id: str, text: str, owner: Owner = Owner.USER) -> str:
-        """User or plugin input: durable mail that wakes the session."""
+    async def accept(self, session_id: str, text: str, owner: Owner = Owner.USER,
+                     key: str | None = None) -> str:
+        """User or plugin input: durable mail that wakes the session; ``key`` is an optional
+        idempotency key (see ``treemail.core.producers``)."""
         if self.closing:
             raise EngineShutdown("the runtime is shutting down; nothing was accepted")
-        message_id: str = await self.writer(self.engine.accept, session_id, text, owner)
+        message_id: str = await self.writer(
+            lambda: self.engine.accept(session_id, text, owner, key=key))
         self.poke(session_id)
         return message_id
 

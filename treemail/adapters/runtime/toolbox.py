@@ -131,6 +131,9 @@ class ToolBox:
         self, session: Session, run_id: str, call: ToolCall, arguments: Mapping[str, Any]
     ) -> ToolOutcome:
         name, task = _string(arguments, "agent"), _string(arguments, "task")
+        if not task.strip():  # the engine refuses it too; here the model learns why
+            raise InvalidToolArguments("argument 'task' is only whitespace; give the subagent "
+                                       "a task to work on")
         spec = self.agents.get(name)
         if spec is None:
             raise UnknownAgent(f"no agent {name!r}; known agents: {', '.join(self.agents)}",
