@@ -31,6 +31,7 @@ HUNTED = (
     "discard-claimed",
     "reply-hint-always",
     "steer-never-joins",
+    "outside-text-raw",
 )
 
 
