@@ -264,12 +264,13 @@ class TreemailTui(App[None]):
         await self._refresh_approvals()
 
     def _say(self, text: str) -> None:
-        self.query_one("#status", Static).update(text)
+        # As text, escaped: it may quote a handle, a search or an answer's outcome.
+        self.query_one("#status", Static).update(Text(visible(text)))
 
     def _tell(self, text: str, error: bool = False) -> None:
         """An answer's outcome: a notification, which the next event's status line would
         otherwise overwrite, and the status line too."""
-        self.notify(text, severity="error" if error else "information")
+        self.notify(visible(text), severity="error" if error else "information", markup=False)
         self._say(text)
 
     async def on_unmount(self) -> None:
