@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, suppress
 from typing import Any
+from unittest.mock import patch
 
 import attrs
 
@@ -231,13 +232,7 @@ _RENDERERS: dict[str, tuple[object, str, Callable[..., str]]] = {
 }
 
 
-@contextmanager
-def bypassed(field: str) -> Iterator[None]:
+def bypassed(field: str) -> AbstractContextManager[object]:
     """The renderer of ``field`` replaced by one that inserts the text as written."""
     module, name, raw = _RENDERERS[field]
-    original = getattr(module, name)
-    setattr(module, name, raw)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
+    return patch.object(module, name, raw)

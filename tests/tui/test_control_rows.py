@@ -6,31 +6,25 @@ holds none of them raw."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-
-import pytest
 
 from tests.daemon.conftest import DaemonProcess
-from tests.daemon.test_scenario import WORKER
 from tests.daemon.test_terminal_rows import HOSTILE, RAW, SHOWN
-from tests.tui.conftest import slow_daemon, until
-from tests.tui.test_pilot import SIZE, _in_flight, _row, _rows, _tree
+from tests.tui.conftest import until
+from tests.tui.test_pilot import (
+    SIZE,
+    _in_flight,
+    _row,
+    _rows,
+    _tree,
+    daemon,  # noqa: F401 - the same daemon, one per module
+)
 from treemail.adapters.ui.tui.app import TreemailTui, screen_text
 from treemail.adapters.ui.tui.sources import LiveSource
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    data = tmp_path_factory.mktemp("tui-control")
-    (data / "agents").mkdir()
-    (data / "agents" / "worker.md").write_text(WORKER)
-    process = slow_daemon(data, delay=0.8)
-    yield process
-    code, err = process.terminate()
-    assert code == 0, err
-
-
-def test_rows_and_approvals_show_control_characters_escaped(daemon: DaemonProcess) -> None:
+def test_rows_and_approvals_show_control_characters_escaped(
+    daemon: DaemonProcess,  # noqa: F811 - the fixture imported above
+) -> None:
     async def scenario() -> tuple[list[str], list[str], str]:
         client = await daemon.client()
         _, (a, b) = await _tree(client, "worker", 2)
