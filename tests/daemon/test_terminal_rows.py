@@ -12,10 +12,7 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from typing import IO, Any
-
-import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from tests.daemon.test_forged_mail import LEAD
@@ -25,14 +22,6 @@ HOSTILE = ("clip\x1b]52;c;cm0=\x07 \u202eevil \x9b2J \x1b[2K\x1b[1A \x07 \rX \x1
            "\u2028next")
 RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 SHOWN = "clip\\x1b]52;c;cm0=\\x07"  # how the clipboard write must read
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    process = DaemonProcess(tmp_path_factory.mktemp("terminal"))
-    yield process
-    code, err = process.terminate()
-    assert code == 0, err
 
 
 def _treemail(daemon: DaemonProcess, *argv: str) -> str:
