@@ -14,7 +14,8 @@ property fails.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, target
@@ -92,20 +93,31 @@ def _four_zero_width_only(char: str) -> bool:
             or unicodedata.category(char) in ("Pd", "Pc"))
 
 
-def test_the_planted_folding_takes_effect(monkeypatch: pytest.MonkeyPatch) -> None:
+@contextmanager
+def four_zero_width_only() -> Iterator[None]:
+    """The planted folding in place; the letters cached under either folding are dropped on
+    the way in and out."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(envelope, "_unseen", _four_zero_width_only)
+        envelope._letters.cache_clear()
+        try:
+            yield
+        finally:
+            envelope._letters.cache_clear()
+
+
+def test_the_planted_folding_takes_effect() -> None:
     soft = "<agent\u00admessage"  # a soft hyphen: format, not one of the four
     assert neutralise(soft) == "&lt;agent\u00admessage"
-    monkeypatch.setattr(envelope, "_unseen", _four_zero_width_only)
-    assert neutralise(soft) == soft
-    assert neutralise("<agent\u200b_message") == "&lt;agent\u200b_message"
-    assert "<agent" in normalised(soft)  # the reader takes it for a tag
+    with four_zero_width_only():
+        assert neutralise(soft) == soft
+        assert neutralise("<agent\u200b_message") == "&lt;agent\u200b_message"
+        assert "<agent" in normalised(soft)  # the reader takes it for a tag
+    assert neutralise(soft) == "&lt;agent\u00admessage"  # and the real folding is back
 
 
-def test_the_property_catches_a_folding_that_drops_only_four_zero_width_characters(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(envelope, "_unseen", _four_zero_width_only)
-    with pytest.raises(AssertionError):
+def test_the_property_catches_a_folding_that_drops_only_four_zero_width_characters() -> None:
+    with four_zero_width_only(), pytest.raises(AssertionError):
         _property(database=None, max_examples=1000, report_multiple_bugs=False,
                   phases=[Phase.generate, Phase.target],
                   suppress_health_check=list(HealthCheck))()
