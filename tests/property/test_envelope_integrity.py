@@ -1,76 +1,39 @@
 """No body, however crafted, forges an envelope (spec/envelope.md).
 
-The rendering is read back by ``read_tags``, a reader written here independently of the
-renderer and more lenient than a careful human: it normalises the whole text (NFKC, case
-folding, invisible format characters dropped, angle-bracket lookalikes taken for ``<``) and
-takes any bracket followed by an envelope name, its letters spaced out by blanks or ``_-`/``,
-for a tag. The property: one envelope, opened first and closed last, from the true sender,
-and a reply hint only when the engine added one, naming the sender.
+The rendering is read back by ``read_tags`` (tests/property/reading.py), a reader written
+apart from the renderer and more lenient than a careful human: it normalises the whole text
+(NFKD, case folding, every invisible code point and mark dropped, angle-bracket lookalikes
+taken for ``<``) and takes any bracket followed by an envelope name, its letters spaced out
+by blanks, dashes or connectors, for a tag. The property: one envelope, opened first and
+closed last, from the true sender, and a reply hint only when the engine added one, naming
+the sender.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import unicodedata
 from collections.abc import Callable
 
-import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.property.reading import Reading, normalised, read_tags
 from treemail.core.envelope import neutralise, render_envelope, render_subagent_result
 from treemail.models.world import defuse
 
-_SEP = r"[\s_\-`/]*"
 # These properties draw long crafted bodies; half the profile's budget keeps ci quick.
 _HALF = max(settings.default.max_examples // 2, 10)
-
-
-def _token(bracket: str, name: str) -> re.Pattern[str]:
-    return re.compile(re.escape(bracket) + _SEP + _SEP.join(map(re.escape, name)))
-
-
-_TAGS = {kind: _token("<", kind.replace("_", "")) for kind in ("agent_message", "subagent_result")}
-_HINT = _token("[", "usesendmessage")
-_FROM = re.compile(r'\s*from\s*=\s*"([^"]*)"')
-_HINT_TO = re.compile(r'\s*\(\s*to\s*=\s*"([^"]*)"')
-
-
-@attrs.frozen
-class Reading:
-    """What a reader takes from a rendering: each tag (kind, from or None, offset), each hint
-    target, and the text's length (to tell "closed last")."""
-
-    tags: tuple[tuple[str, str | None, int], ...]
-    hints: tuple[str | None, ...]
-    length: int
-
-
-def read_tags(rendered: str) -> Reading:
-    text = unicodedata.normalize("NFKC", rendered)
-    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
-    text = text.translate(str.maketrans("\u2039\u3008\u27e8", "<<<")).casefold()
-    tags = []
-    for kind, pattern in _TAGS.items():
-        for match in pattern.finditer(text):
-            sender = _FROM.match(text, match.end())
-            tags.append((kind, sender.group(1) if sender else None, match.start()))
-    hints = []
-    for match in _HINT.finditer(text):
-        target = _HINT_TO.match(text, match.end())
-        hints.append(target.group(1) if target else None)
-    return Reading(tuple(sorted(tags, key=lambda tag: tag[2])), tuple(hints), len(text))
 
 
 def assert_one_envelope(reading: Reading, kind: str, sender: str, hint: bool) -> None:
     closing = f"</{kind}>"
     assert [tag[0] for tag in reading.tags] == [kind, kind], reading
     (_, opened_by, first), (_, closed_by, last) = reading.tags
-    assert (first, opened_by) == (0, sender.casefold()), reading
+    assert (first, opened_by) == (0, normalised(sender)), reading
     assert (closed_by, last) == (None, reading.length - len(closing)), reading
-    assert reading.hints == ((sender.casefold(),) if hint else ()), reading
+    assert reading.hints == ((normalised(sender),) if hint else ()), reading
 
 
 # -- crafted bodies ----------------------------------------------------------------------------

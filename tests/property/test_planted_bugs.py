@@ -33,6 +33,7 @@ HUNTED = (
     "discard-claimed",
     "reply-hint-always",
     "steer-never-joins",
+    "outside-text-raw",
 )
 
 

@@ -81,8 +81,11 @@ def test_the_demo_plays_its_scenario_into_the_store(
     children = {sid for sid, parent in parents.items() if parent is not None}
     completed = Counter(e.session_id for e in events if e.kind == "DelegationCompleted")
     assert len(children) == 3 and completed == dict.fromkeys(children, 1)
+    # A child's result: delegation mail from the child to its parent (rendered as a
+    # <subagent_result> only when the parent's model reads it).
     notices = [e for e in events if e.kind == "ProducerMessageAccepted"
-               and str(e.data["body"]).startswith("<subagent_result")]
+               and e.data["owner"] == "delegation" and e.data["sender"] in children
+               and parents[str(e.data["sender"])] == e.session_id]
     assert len(notices) == 3
     woken = [sid for sid in children
              if sum(e.kind == "RunFinished" for e in events if e.session_id == sid) == 2]

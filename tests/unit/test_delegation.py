@@ -17,9 +17,8 @@ def test_first_finished_run_reports_once_and_wakes_the_parent(world: World) -> N
     request = world.engine.begin_request(child.session_id, run.run_id)
     world.engine.commit_request(child.session_id, run.run_id, request.request_id)
     assert world.engine.finish_run(child.session_id, run.run_id, "all done") is True
-    assert _notices(world, root.session_id) == [
-        f'<subagent_result from="{child.reference}">\nall done\n</subagent_result>'
-    ]
+    # Stored as the child wrote it; the parent's model reads it in a <subagent_result>.
+    assert _notices(world, root.session_id) == ["all done"]
     assert world.fresh(root).state == "queued"  # woken by the notice
     kinds = [e.kind for e in world.engine.events(child.session_id)]
     assert kinds[-1] == "DelegationCompleted" and kinds[-2] == "RunFinished"

@@ -9,6 +9,7 @@ addressable peers (at most ``MAX_CANDIDATES``) so the model can repair its call.
 
 from __future__ import annotations
 
+from treemail.core.envelope import render_description
 from treemail.core.errors import NotTreePeer, UnknownSession, UnknownSubagentReference
 from treemail.core.ids import canonical_uuid, storable
 from treemail.core.records import Session
@@ -47,12 +48,15 @@ def _by_uuid(tx: ReadTxn, sender: Session, session_id: str) -> Session:
 
 
 def describe_peer(peer: Session) -> str:
-    """One candidate line: ``handle — description — status (session_id <uuid>)``."""
+    """One candidate line: ``handle — description — status (session_id <uuid>)``. The
+    description was written by a model: it is shown as one bounded line, never as lines of
+    its own that would read as more candidates."""
     status = peer.state
+    summary = render_description(peer.summary)
     if peer.handle is None:
         # A session stored before handles existed is named by its UUID, printed once.
-        return f"{peer.session_id} — {peer.summary} — {status}"
-    return f"{peer.handle} — {peer.summary} — {status} (session_id {peer.session_id})"
+        return f"{peer.session_id} — {summary} — {status}"
+    return f"{peer.handle} — {summary} — {status} (session_id {peer.session_id})"
 
 
 # A miss lists at most this many peers: with a thousand peers the full list was a 291 KB tool

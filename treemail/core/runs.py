@@ -25,7 +25,7 @@ from treemail.core.delivery import (
     step_run,
     step_session,
 )
-from treemail.core.envelope import render_envelope, render_subagent_result
+from treemail.core.envelope import interruption_result, render_mail
 from treemail.core.errors import UnknownTarget
 from treemail.core.ids import IdSource, storable
 from treemail.core.lifecycle import REQUEST, SESSION, MessageState, RequestState, RunState
@@ -151,12 +151,25 @@ def begin(
 def _delivery(
     tx: ReadTxn, recipient: Session, message: Message, agents: AgentCatalogue | None
 ) -> Delivery:
-    text = message.body
-    if message.owner is Owner.AGENT and message.sender is not None:
-        sender = need_session(tx, message.sender)
-        text = render_envelope(sender.reference, message.body,
-                               reply_hint=current_rules(agents, recipient).visible)
+    """The message as the recipient's model reads it: rendered here, from the text its
+    producer wrote, by the one rendering module (spec/envelope.md)."""
+    sender = _sender(tx, message)
+    text = render_mail(
+        message.owner, message.body,
+        sender_reference=sender.reference if sender is not None else None,
+        from_child=sender is not None and sender.parent_session_id == recipient.session_id,
+        reply_hint=message.owner is Owner.AGENT and current_rules(agents, recipient).visible)
     return Delivery(message.message_id, message.owner, text)
+
+
+def _sender(tx: ReadTxn, message: Message) -> Session | None:
+    """The session that sent ``message``. Agent mail always has one; outside mail names one
+    only as provenance (a library caller may name any id), so a missing one is no error."""
+    if message.owner is Owner.AGENT and message.sender is not None:
+        return need_session(tx, message.sender)
+    if message.sender is None or not storable(message.sender):
+        return None
+    return tx.session(message.sender)
 
 
 def close(tx: WriteTxn, session_id: str, run_id: str, request_id: str, committed: bool) -> None:
@@ -237,9 +250,9 @@ def complete_delegation(tx: WriteTxn, ids: IdSource, child: Session, result: str
     if child.parent_session_id is None or tx.count(delegation_counter(child.session_id)):
         return False
     tx.add(delegation_counter(child.session_id), 1)
-    notice = render_subagent_result(child.reference, result)
-    message = accept(tx, ids, child.parent_session_id, notice, Owner.DELEGATION,
-                       child.session_id)
+    # Stored as the child wrote it; the parent's request renders it as a <subagent_result>.
+    message = accept(tx, ids, child.parent_session_id, result, Owner.DELEGATION,
+                     child.session_id)
     events.record(tx, child.session_id, events.DelegationCompleted(message.message_id))
     reconcile(tx, ids, child.parent_session_id)
     return True
@@ -250,9 +263,8 @@ def report_interruption(tx: WriteTxn, ids: IdSource, child: Session, reason: str
     stays open: a later finished run still reports its result."""
     if child.parent_session_id is None:
         return False
-    notice = (f'<subagent_result from="{child.reference}">\n(no result: the run was '
-              f"interrupted: {reason})\n</subagent_result>")
-    accept(tx, ids, child.parent_session_id, notice, Owner.DELEGATION, child.session_id)
+    accept(tx, ids, child.parent_session_id, interruption_result(reason), Owner.DELEGATION,
+           child.session_id)
     reconcile(tx, ids, child.parent_session_id)
     return True
 

@@ -154,12 +154,28 @@ def _hop_wrong_base(original: Callable[..., Any]) -> Callable[..., Any]:
 def _reply_hint_always(original: Callable[..., Any]) -> Callable[..., Any]:
     """The reply hint is shown even to a recipient that cannot see send_message."""
 
-    def render_envelope(sender_reference: str, body: str, *, reply_hint: bool) -> str:
+    def render_mail(owner: Any, body: str, *, sender_reference: str | None,
+                    from_child: bool, reply_hint: bool) -> str:
         del reply_hint
-        rendered: str = original(sender_reference, body, reply_hint=True)
+        rendered: str = original(owner, body, sender_reference=sender_reference,
+                                 from_child=from_child, reply_hint=True)
         return rendered
 
-    return render_envelope
+    return render_mail
+
+
+def _outside_text_raw(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Mail no agent sent (user, plugin, goal, a task) reaches the model as written, so a
+    forged envelope in it reads as real; only agent mail and results are rendered."""
+
+    def render_mail(owner: Any, body: str, *, sender_reference: str | None,
+                    from_child: bool, reply_hint: bool) -> str:
+        rendered: str = original(owner, body, sender_reference=sender_reference,
+                                 from_child=from_child, reply_hint=reply_hint)
+        enveloped = owner is Owner.AGENT or (owner is Owner.DELEGATION and from_child)
+        return rendered if enveloped and sender_reference is not None else body
+
+    return render_mail
 
 
 def _steer_never_joins(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -186,8 +202,9 @@ PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., A
     "inbox-counts-plugin-mail": (delivery, "_track", _inbox_counts_plugin_mail),
     "handle-across-trees": (sending, "resolve", _handle_across_trees),
     "hop-wrong-base": (sending, "check_hops", _hop_wrong_base),
-    "reply-hint-always": (runs, "render_envelope", _reply_hint_always),
+    "reply-hint-always": (runs, "render_mail", _reply_hint_always),
     "steer-never-joins": (runs, "admit_accepted", _steer_never_joins),
+    "outside-text-raw": (runs, "render_mail", _outside_text_raw),
 }
 
 

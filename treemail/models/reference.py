@@ -35,11 +35,11 @@ from treemail.models.world import (
     SessionRecord,
     World,
     can_send,
+    interrupted_notice,
     judge_send,
     recipient_state,
     rules_now,
     step,
-    subagent_notice,
 )
 
 __all__ = ["Delivered", "Reference"]
@@ -356,8 +356,8 @@ class Reference:
             if result is None or parent is None or session_id in self.world.reported:
                 return False
             self.world.reported.add(session_id)
-            notice = subagent_notice(child.reference, result)
-            self._accept(parent, session_id, Owner.DELEGATION, notice, Mode.QUEUE, 0)
+            # Kept as the child wrote it; the parent is shown it in a notice (text_for).
+            self._accept(parent, session_id, Owner.DELEGATION, result, Mode.QUEUE, 0)
             self._reconcile(parent)
             return True
 
@@ -380,9 +380,8 @@ class Reference:
             parent = session.parent_session_id
             if parent is None:
                 return False
-            notice = (f'<subagent_result from="{session.reference}">\n(no result: the run was '
-                      f"interrupted: {reason})\n</subagent_result>")
-            self._accept(parent, session_id, Owner.DELEGATION, notice, Mode.QUEUE, 0)
+            self._accept(parent, session_id, Owner.DELEGATION, interrupted_notice(reason),
+                         Mode.QUEUE, 0)
             self._reconcile(parent)
             return True
 

@@ -45,9 +45,11 @@ __all__ = [
     "decide",
     "defuse",
     "envelope",
+    "interrupted_notice",
     "judge_send",
     "label_of",
     "looks_like_uuid",
+    "one_line",
     "read_arguments",
     "recipient_state",
     "rules_now",
@@ -253,11 +255,18 @@ class World:
 
     def text_for(self, recipient: SessionRecord, message: MessageRecord,
                  agents: Catalogue | None = None) -> str:
-        """What the recipient's model sees: agent mail in its envelope, other mail as is."""
-        if message.owner is not Owner.AGENT or message.sender is None:
-            return message.body
-        sender = self.sessions[message.sender]
-        return envelope(sender.reference, message.body, can_send(rules_now(agents, recipient)))
+        """What the recipient's model sees. Agent mail comes in its envelope; delegation mail
+        a child of the recipient sent is that child's result, in its notice; anything else
+        (user, plugin, goal mail, a task) is shown bare. Every text is defused alike."""
+        sender = self.sessions.get(message.sender) if message.sender is not None else None
+        if sender is None:
+            return defuse(message.body)
+        if message.owner is Owner.AGENT:
+            return envelope(sender.reference, message.body,
+                            can_send(rules_now(agents, recipient)))
+        if message.owner is Owner.DELEGATION and sender.parent_session_id == recipient.session_id:
+            return subagent_notice(sender.reference, message.body)
+        return defuse(message.body)
 
     def resolve(self, sender: SessionRecord, to: str) -> SessionRecord:
         """A session id names any session, then it must share the sender's root; anything else
@@ -435,10 +444,17 @@ def subagent_notice(child_reference: str, result: str) -> str:
 
 
 # spec/envelope.md: a bracket (or a lookalike of it) opens a tag-like token when the text
-# after it, read as NFKC case-folded letters with blanks, format characters and _-`/ passed
-# over, begins with one of the token's names; such a bracket is shown as its escape.
+# after it, read as case-folded compatibility letters of what a reader can see, begins with
+# one of the token's names; such a bracket is shown as its escape.
 _TOKENS = (("<\ufe64\uff1c\u2039\u2329\u3008\u27e8", "&lt;", ("agentmessage", "subagentresult")),
            ("[\ufe47\uff3b", "&#91;", ("usesendmessage",)))
+# What a reader sees between brackets and letters: letters, digits, symbols and punctuation,
+# except dashes and connectors (Pd, Pc), the backtick and the slash, and the letters that
+# draw nothing (Hangul fillers, the blank braille cell). Controls, format characters, marks,
+# spaces and code points with no character are passed over.
+_SEEN = ("Lu", "Ll", "Lt", "Lm", "Lo", "Nd", "Nl", "No", "Sm", "Sc", "Sk", "So",
+         "Ps", "Pe", "Pi", "Pf", "Po")
+_PASSED_OVER = "`/\u115f\u1160\u3164\uffa0\u2800"
 
 
 def defuse(body: str) -> str:
@@ -452,11 +468,17 @@ def defuse(body: str) -> str:
     return "".join(out)
 
 
+def _seen(char: str) -> bool:
+    return unicodedata.category(char) in _SEEN and char not in _PASSED_OVER
+
+
 def _fold(char: str) -> str:
-    if char.isspace() or unicodedata.category(char) == "Cf":
+    """A character's letters as a reader takes them: decomposed, case-folded, decomposed
+    again (folding can compose), and only what is seen kept (accents go)."""
+    if not _seen(char):
         return ""
-    text = unicodedata.normalize("NFKC", char).casefold()
-    return "".join(c for c in text if not (c.isspace() or c in "_-`/"))
+    letters = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", char).casefold())
+    return "".join(c for c in letters if _seen(c))
 
 
 def _begins_with(folded: list[str], start: int, names: tuple[str, ...]) -> bool:
@@ -468,6 +490,31 @@ def _begins_with(folded: list[str], start: int, names: tuple[str, ...]) -> bool:
         if not any(name.startswith(seen) for name in names):
             return False
     return False
+
+
+# A description is shown as a single line of a candidate list, cut at 200 characters.
+_DESCRIPTION_WIDTH = 200
+
+
+def one_line(description: str) -> str:
+    """A peer's description as a candidate list shows it: line breaks and control characters
+    become spaces, format characters vanish, blank runs are one space, the line is defused,
+    and a longer one is cut to 199 characters and an ellipsis."""
+    kept = []
+    for char in description:
+        kind = unicodedata.category(char)
+        if kind == "Cf":
+            continue
+        kept.append(" " if kind in ("Cc", "Zl", "Zp") else char)
+    shown = defuse(" ".join("".join(kept).split()))
+    if len(shown) > _DESCRIPTION_WIDTH:
+        shown = shown[:_DESCRIPTION_WIDTH - 1] + "\u2026"
+    return shown
+
+
+def interrupted_notice(reason: str) -> str:
+    """The result a parent is shown for a child whose run stopped without one."""
+    return "(no result: the run was interrupted: " + reason + ")"
 
 
 # -- send_message's argument object and result ------------------------------------------------

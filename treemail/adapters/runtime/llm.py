@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import attrs
 import httpx
 
+from treemail.core.envelope import render_tool_result
 from treemail.core.errors import ModelError, ScriptExhausted
 
 __all__ = [
@@ -80,8 +81,10 @@ class ModelReply:
 
 
 def tool_result_message(call_id: str, content: str) -> dict[str, Any]:
-    """The ``tool`` message that answers the tool call ``call_id``."""
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
+    """The ``tool`` message that answers the tool call ``call_id``: live and rebuilt alike,
+    through the one rendering module, since a result may quote a child's output or a
+    plugin's refusal."""
+    return {"role": "tool", "tool_call_id": call_id, "content": render_tool_result(content)}
 
 
 class Model(Protocol):

@@ -20,6 +20,7 @@ from typing import Any, TypeAlias
 from treemail.adapters.daemon import lookup
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
+from treemail.adapters.ui.terminal import visible
 from treemail.adapters.ui.transcript import Row, event_row
 from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
@@ -184,18 +185,18 @@ def _connect_and(command: Command, args: argparse.Namespace) -> int:
                   "one with `treemail daemon`", file=sys.stderr)
             return 1
         except RpcFailure as failure:
-            print(f"treemail {args.command}: {failure.data_code}: {failure.error.message}",
-                  file=sys.stderr)
+            print(visible(f"treemail {args.command}: {failure.data_code}: "
+                          f"{failure.error.message}"), file=sys.stderr)
             return 1
         try:
             await _resolve(client, args)
             return await command(client, args)
         except RpcFailure as failure:
-            print(f"treemail {args.command}: {failure.data_code}: {failure.error.message}",
-                  file=sys.stderr)
+            print(visible(f"treemail {args.command}: {failure.data_code}: "
+                          f"{failure.error.message}"), file=sys.stderr)
             return 1
         except TreemailError as error:  # a session or message form that names no one id
-            print(f"treemail {args.command}: {error}", file=sys.stderr)
+            print(visible(f"treemail {args.command}: {error}"), file=sys.stderr)
             return 1
         finally:
             await client.close()
@@ -234,7 +235,7 @@ async def _send(client: DaemonClient, args: argparse.Namespace) -> int:
         "session_id": args.sender, "tool_call_id": f"operator-{uuid.uuid4()}",
         "name": "send_message",
         "arguments": {"to": args.to, "body": args.body, "mode": args.mode}})
-    print(result["content"])
+    print(visible(result["content"]))
     if result.get("approval_id"):
         print(f"held for approval: treemail approve {result['approval_id']}")
     return 0
@@ -263,8 +264,8 @@ async def _status(client: DaemonClient, args: argparse.Namespace) -> int:
     message = receipt["message"]
     from treemail.adapters.ui.console import print_table
 
-    print(f"message {message['message_id']} to {message['recipient']}: {message['state']} "
-          f"({message['owner']}, {message['mode']})", flush=True)
+    print(visible(f"message {message['message_id']} to {message['recipient']}: "
+                  f"{message['state']} ({message['owner']}, {message['mode']})"), flush=True)
     print_table(("SEQ", "KIND", "RUN", "REQUEST", "REASON"),
                 [(f"#{step['seq']}", step["kind"], step.get("run_id") or "-",
                   step.get("request_id") or "-", step.get("reason") or "-")
@@ -326,14 +327,15 @@ async def _replay(client: DaemonClient, args: argparse.Namespace) -> int:
 def answer_line(answered: dict[str, Any]) -> str:
     """An answered approval as one line: its state, the scope of an approval, the outcome."""
     scope = f" (scope {answered['scope']})" if answered.get("scope") else ""
-    return f"{answered['state']}{scope}: {answered['outcome']}"
+    return visible(f"{answered['state']}{scope}: {answered['outcome']}")
 
 
 async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:
     if args.approval_id is None:
         held = (await client.call("approval.list"))["approvals"]
         for a in held:
-            print(f"{a['approval_id']}  {a['tool']} {a['arguments']} ({a['label']} peer)")
+            print(visible(f"{a['approval_id']}  {a['tool']} {a['arguments']} "
+                          f"({a['label']} peer)"))
         if not held:
             print("no tool call waits for approval")
         return 0

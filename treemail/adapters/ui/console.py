@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from treemail.adapters.ui.styles import styled_line
+from treemail.adapters.ui.terminal import visible
 from treemail.adapters.ui.transcript import Row
 
 __all__ = ["ProgressLine", "Ticker", "advance", "console", "controlling_terminal",
@@ -35,8 +36,11 @@ def console(stream: TextIO | None = None) -> Console:
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
                 stream: TextIO | None = None, title: str | None = None) -> None:
-    """A table: rich on a terminal; plain, two-space aligned columns otherwise."""
+    """A table: rich on a terminal; plain, two-space aligned columns otherwise. Cells may hold
+    outside text (agent names, reasons): their control characters are shown escaped."""
     out = console(stream)
+    headers = [visible(h) for h in headers]
+    rows = [[visible(cell) for cell in row] for row in rows]
     if out.is_terminal:
         # Each column as wide as its cells, even past the terminal: ids are copied from it.
         cells = [list(headers), *[list(row) for row in rows]]
@@ -45,7 +49,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
         for header, width in zip(headers, widths, strict=True):
             table.add_column(header, no_wrap=True, min_width=width)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))  # as text: no markup in a cell
         out.print(table, width=max(out.width, sum(widths) + 2 * len(widths)), crop=False)
         return
     every = [list(headers), *[list(row) for row in rows]]

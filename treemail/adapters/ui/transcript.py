@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 
+from treemail.adapters.ui.terminal import visible
 from treemail.core import events, owners
 from treemail.core.records import Event, Session
 
@@ -47,14 +48,17 @@ class Tone(enum.StrEnum):
 class Row:
     """One transcript row. ``key`` is its identity in a folded transcript: every event of one
     message shares ``mail:<message_id>``; any other event is its own row. ``state`` is a mail
-    row's lifecycle state (accepted ... consumed, discarded), else None."""
+    row's lifecycle state (accepted ... consumed, discarded), else None. ``who`` and ``text``
+    hold outside text (bodies, model output, reasons), so a row keeps them only with their
+    control characters escaped (``terminal.visible``): no row a terminal or the TUI shows
+    can send it a command."""
 
     key: str
     session_id: str
     seq: int
-    who: str
+    who: str = attrs.field(converter=visible)
     tone: Tone
-    text: str
+    text: str = attrs.field(converter=visible)
     state: str | None = None
 
     def line(self) -> str:

@@ -25,6 +25,7 @@ from textual.widgets.tree import TreeNode
 from treemail.adapters.daemon.client import RpcFailure
 from treemail.adapters.ui.commands import answer_line
 from treemail.adapters.ui.styles import styled_text
+from treemail.adapters.ui.terminal import visible
 from treemail.adapters.ui.transcript import Row
 from treemail.adapters.ui.tui.board import Board
 from treemail.adapters.ui.tui.sources import Source, choose
@@ -150,11 +151,12 @@ class TreemailTui(App[None]):
         if node is None:
             tree = self.query_one("#sessions", Tree)
             parent = self.nodes.get(line.parent or "", tree.root)
-            node = parent.add(line.label(), data=session_id, expand=True, allow_expand=False)
+            node = parent.add(Text(visible(line.label())), data=session_id, expand=True,
+                              allow_expand=False)
             parent.allow_expand = True
             self.nodes[session_id] = node
         else:
-            node.set_label(line.label())
+            node.set_label(Text(visible(line.label())))
         if session_id == self.selected:
             self._say(f"{line.handle} ({line.agent}): {line.state.value}, "
                       f"{line.pending} pending")
@@ -184,7 +186,7 @@ class TreemailTui(App[None]):
             table.update_cell(row.key, table.ordered_columns[2].key, self._cell(row))
         else:
             following = table.cursor_row >= table.row_count - 1  # on the last row: follow
-            table.add_row(row.who, str(row.seq), self._cell(row), key=row.key)
+            table.add_row(Text(row.who), str(row.seq), self._cell(row), key=row.key)
             if following:
                 table.move_cursor(row=table.row_count - 1)
 
@@ -235,9 +237,11 @@ class TreemailTui(App[None]):
         for held in self.held:
             arguments = held.get("arguments") or {}
             sender = self.board.sessions.get(held["session_id"])
-            table.add_row(sender.handle if sender else held["session_id"],
-                          str(arguments.get("to", "?")), held["label"],
-                          str(arguments.get("body", "")), key=held["approval_id"])
+            # Text cells, escaped: a body is an agent's, and would otherwise be read as
+            # markup and sent to the terminal with its control characters.
+            cells = (sender.handle if sender else held["session_id"],
+                     str(arguments.get("to", "?")), held["label"], str(arguments.get("body", "")))
+            table.add_row(*(Text(visible(cell)) for cell in cells), key=held["approval_id"])
 
     async def action_answer(self, scope: str) -> None:
         await self._answer(True, scope)
@@ -260,12 +264,13 @@ class TreemailTui(App[None]):
         await self._refresh_approvals()
 
     def _say(self, text: str) -> None:
-        self.query_one("#status", Static).update(text)
+        # As text, escaped: it may quote a handle, a search or an answer's outcome.
+        self.query_one("#status", Static).update(Text(visible(text)))
 
     def _tell(self, text: str, error: bool = False) -> None:
         """An answer's outcome: a notification, which the next event's status line would
         otherwise overwrite, and the status line too."""
-        self.notify(text, severity="error" if error else "information")
+        self.notify(visible(text), severity="error" if error else "information", markup=False)
         self._say(text)
 
     async def on_unmount(self) -> None:
