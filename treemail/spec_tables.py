@@ -144,6 +144,7 @@ _FAMILIES = (
     ("model", errors.ModelError),
     ("note", errors.ToolNote),
     ("protocol", errors.ProtocolError),
+    ("client", errors.ClientFailure),
 )
 
 

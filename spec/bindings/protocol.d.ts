@@ -118,13 +118,18 @@ export interface MessageHistoryEntry {
   reason?: string | null;
 }
 
+/** A page of the mail a session received (only its pending mail with ``pending_only``), in acceptance order: at most ``limit`` messages (1 to 256, default 256) and about 1 MiB of bodies (at least one message), after the cursor ``after`` (0: from the first; else a ``next`` a previous page gave). */
 export interface MessageListParams {
   session_id: string;
   pending_only?: boolean;
+  after?: number;
+  limit?: number;
 }
 
+/** ``next``: the ``after`` of the next page; null when this page is the last. */
 export interface MessageListResult {
   messages: Array<MessageView>;
+  next: number | null;
 }
 
 export interface MessageReceipt {
@@ -170,12 +175,17 @@ export interface RunGetParams {
   run_id: string;
 }
 
+/** A page of a session's runs, in order: at most ``limit`` (1 to 256, default 256) after the cursor ``after`` (0: from the first; else a ``next`` a previous page gave). */
 export interface RunListParams {
   session_id: string;
+  after?: number;
+  limit?: number;
 }
 
+/** ``next``: the ``after`` of the next page; null when this page is the last. */
 export interface RunListResult {
   runs: Array<RunView>;
+  next: number | null;
 }
 
 /** User steering: joins the session's in-flight run at its next safe boundary; with no run in flight it waits for the next run, like ``run.submit``. ``idempotency_key``: as for ``run.submit`` (one key space for the user's mail to a session: a key used by ``run.submit`` and then by ``run.steer`` is other mail, and refused). */
@@ -230,12 +240,17 @@ export interface SessionGetParams {
   session_id: string;
 }
 
+/** A page of the sessions (of one tree when ``root_session_id`` is given), in creation order: at most ``limit`` (1 to 256, default 256) after the cursor ``after`` (0: from the first; else a ``next`` a previous page gave). */
 export interface SessionListParams {
   root_session_id?: string | null;
+  after?: number;
+  limit?: number;
 }
 
+/** ``next``: the ``after`` of the next page; null when this page is the last. */
 export interface SessionListResult {
   sessions: Array<SessionView>;
+  next: number | null;
 }
 
 export interface SessionView {

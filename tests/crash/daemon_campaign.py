@@ -125,7 +125,7 @@ class Load:
         assert self.daemon.proc.returncode == -signal.SIGKILL, self.daemon.proc.returncode
 
     async def tree(self, client: DaemonClient) -> None:
-        listed = (await client.call("session.list"))["sessions"]
+        listed = await client.every("session.list")
         if not listed:
             listed = [await client.call("session.create", {"agent": "lead"})]
         self.sessions = listed

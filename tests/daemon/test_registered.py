@@ -41,7 +41,7 @@ You help.
 async def _settled(client: DaemonClient, timeout: float = 30) -> list[dict[str, Any]]:
     async with asyncio.timeout(timeout):
         while True:
-            sessions: list[dict[str, Any]] = (await client.call("session.list"))["sessions"]
+            sessions: list[dict[str, Any]] = await client.every("session.list")
             if sessions and all(s["state"] in ("idle", "finished") for s in sessions):
                 return sessions
             await asyncio.sleep(0.05)
@@ -104,7 +104,7 @@ def test_a_refused_create_keeps_no_doc(daemon: DaemonProcess, params: dict[str, 
         try:
             with pytest.raises(RpcFailure) as refused:
                 await client.call("session.create", params)
-            listed = (await client.call("session.list"))["sessions"]
+            listed = await client.every("session.list")
             assert not [s for s in listed if s["agent"] in ("wire_planner", "wire_helper")]
             return refused.value
         finally:

@@ -64,8 +64,8 @@ async def _until(client: DaemonClient, sid: str, *states: str, timeout: float = 
 async def _quiet(client: DaemonClient, timeout: float = 30) -> None:
     async with asyncio.timeout(timeout):
         while True:
-            listed = await client.call("session.list")
-            if all(s["state"] in ("idle", "finished") for s in listed["sessions"]):
+            listed = await client.every("session.list")
+            if all(s["state"] in ("idle", "finished") for s in listed):
                 return
             await asyncio.sleep(0.05)
 
@@ -337,10 +337,9 @@ def test_kill_9_mid_traffic_then_restart_delivers_every_acked_send_once(
         client = await again.client()
         try:
             await _quiet(client)
-            sessions = (await client.call("session.list"))["sessions"]
+            sessions = await client.every("session.list")
             return [m for s in sessions for m in
-                    (await client.call("message.list", {"session_id": s["session_id"]}))
-                    ["messages"]]
+                    await client.every("message.list", {"session_id": s["session_id"]})]
         finally:
             await client.close()
 

@@ -107,7 +107,7 @@ def test_stdio_serves_one_client_and_stops_when_stdin_closes(tmp_path: Path) -> 
     answers = [json.loads(line) for line in done.stdout.splitlines()]
     assert [a["id"] for a in answers] == [1, 2]
     assert answers[0]["result"]["protocol_version"] == 19
-    assert answers[1]["result"] == {"sessions": []}
+    assert answers[1]["result"] == {"sessions": [], "next": None}  # one page, the last
 
 
 def test_sigterm_stops_even_when_nobody_reads_stderr(tmp_path: Path) -> None:

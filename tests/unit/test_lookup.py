@@ -18,20 +18,31 @@ C = "7ad0d8bf-3333-4333-8333-333333333333"
 
 
 class Listing:
-    """The two methods lookup calls, answered from fixed sessions and their messages."""
+    """The methods lookup calls, answered from fixed sessions and their messages; the list
+    methods answer one item a page, so a lookup that read only the first page would miss."""
 
     def __init__(self, sessions: dict[str, str | None], messages: dict[str, list[str]],
                  held: tuple[str, ...] = ()) -> None:
         self.sessions, self.messages, self.held = sessions, messages, held
 
+    pages = DaemonClient.pages  # the real client's paging, over this call
+    every = DaemonClient.every
+
     async def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        if method == "session.list":
-            return {"sessions": [{"session_id": sid, "handle": handle}
-                                 for sid, handle in self.sessions.items()]}
         if method == "approval.list":
             return {"approvals": [{"approval_id": a} for a in self.held]}
-        assert method == "message.list" and params is not None
-        return {"messages": [{"message_id": m} for m in self.messages[params["session_id"]]]}
+        asked = params or {}
+        if method == "session.list":
+            return _page("sessions", [{"session_id": sid, "handle": handle}
+                                      for sid, handle in self.sessions.items()], asked)
+        assert method == "message.list"
+        return _page("messages", [{"message_id": m} for m in self.messages[asked["session_id"]]],
+                     asked)
+
+
+def _page(field: str, items: list[dict[str, Any]], asked: dict[str, Any]) -> dict[str, Any]:
+    after = asked.get("after", 0)
+    return {field: items[after:after + 1], "next": after + 1 if after + 1 < len(items) else None}
 
 
 def _resolve(listing: Listing, kind: str, text: str) -> str:

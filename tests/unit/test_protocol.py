@@ -7,7 +7,7 @@ import pytest
 from treemail import spec_tables
 from treemail.core import errors as core
 from treemail.protocol import errors
-from treemail.protocol.framing import FrameSplitter, Oversized
+from treemail.protocol.framing import HEAD, FrameSplitter, Oversized
 from treemail.protocol.jsonrpc import Failure, Notification, Reply, Request, decode_frame
 
 
@@ -23,7 +23,14 @@ def test_an_oversized_line_is_dropped_not_buffered() -> None:
     assert splitter.feed(b"abc") == []
     assert splitter.feed(b"defgh") == []
     assert splitter._buffer == bytearray()  # nothing of it is kept once over the limit
-    assert splitter.feed(b"ij\nok\n") == [Oversized(10), b"ok"]
+    # The head, what it read before the line passed the limit, is all it keeps of it.
+    assert splitter.feed(b"ij\nok\n") == [Oversized(10, b"abcdefgh"), b"ok"]
+
+
+def test_an_oversized_line_keeps_at_most_its_head() -> None:
+    splitter = FrameSplitter(limit=4)
+    line = b"x" * (HEAD * 3)
+    assert splitter.feed(line + b"\n") == [Oversized(len(line), line[:HEAD])]
 
 
 def test_a_line_at_the_limit_is_a_frame() -> None:

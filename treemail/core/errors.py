@@ -13,6 +13,8 @@ reported by the runtime's failure policy. ``ToolNote``s are never raised: they s
 tool result the log does not hold (a call still waiting for approval, a run that died first).
 A fifth, ``ProtocolError``, is a client that spoke the daemon's wire protocol wrongly (a bad
 frame, an unknown method, no handshake): the ``rpc:`` codes, which only the daemon raises.
+A sixth, ``ClientFailure``, is the daemon's client giving up on a call on its own side (no
+answer in time, a frame over a limit): the ``client:`` codes, which never cross the wire.
 
 Every code a model, a user or a plugin can see is declared here, and only here;
 ``spec/errors.json`` lists them all, and ``tests/unit/test_error_registry.py`` fails on a code
@@ -28,8 +30,11 @@ from typing import ClassVar, Final
 __all__ = [
     "AgentDefinedByFile",
     "AgentDocError",
+    "AnswerTooLarge",
     "ApprovalPending",
     "ApprovalRequired",
+    "ClientFailure",
+    "ClientTimeout",
     "ConfigError",
     "DataDirLocked",
     "DefinitionError",
@@ -70,6 +75,7 @@ __all__ = [
     "ProducerKeyConflict",
     "ProtocolError",
     "Refusal",
+    "RequestTooLarge",
     "ScriptExhausted",
     "SelfSend",
     "SendRefusal",
@@ -516,6 +522,36 @@ class OutcomeUnknown(StorageError):
     code = "store:outcome_unknown"
 
 
+# -- the daemon's client --------------------------------------------------------------------
+
+
+class ClientFailure(TreemailError):
+    """The daemon's client gave up on a call on its own side; the message says why."""
+
+    code = "client:error"
+
+
+class ClientTimeout(ClientFailure):
+    """No answer came within the call's timeout (the daemon is stopped, hung or overloaded);
+    the call may or may not have taken effect."""
+
+    code = "client:timeout"
+
+
+class RequestTooLarge(ClientFailure):
+    """The request's frame is over the daemon's frame limit; it was not sent (or the daemon
+    dropped it unread): nothing was done. Send less in one request."""
+
+    code = "client:request_too_large"
+
+
+class AnswerTooLarge(ClientFailure):
+    """The daemon's answer was over the client's frame limit and was dropped; the call may
+    have taken effect. Ask for less (a smaller page), or raise the client's limit."""
+
+    code = "client:answer_too_large"
+
+
 # -- the wire (protocol 19) -----------------------------------------------------------------
 
 
@@ -589,3 +625,4 @@ class InternalError(ProtocolError):
     """The daemon failed while serving a request: a bug; the message says what failed."""
 
     code = "rpc:internal"
+

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["FrameSplitter", "Oversized"]
+__all__ = ["HEAD", "FrameSplitter", "Oversized"]
+
+
+# How much of an oversized line is kept, so a reader can tell whose answer it dropped.
+HEAD = 256
 
 
 class Oversized(msgspec.Struct, frozen=True):
-    """A line of ``size`` bytes (without its newline) was over the limit and was dropped."""
+    """A line of ``size`` bytes (without its newline) was over the limit and was dropped;
+    ``head`` is its first bytes (at most ``HEAD``), where a response names its id."""
 
     size: int
+    head: bytes = b""
 
 
 class FrameSplitter:
@@ -23,6 +29,7 @@ class FrameSplitter:
         self.limit = limit
         self._buffer = bytearray()
         self._dropped = -1  # bytes of an oversized line dropped so far; -1: not dropping
+        self._head = b""  # the first bytes of the line being dropped
 
     def feed(self, chunk: bytes) -> list[bytes | Oversized]:
         frames: list[bytes | Oversized] = []
@@ -45,12 +52,13 @@ class FrameSplitter:
         self._buffer += piece
         if len(self._buffer) > self.limit:
             self._dropped = len(self._buffer)
+            self._head = bytes(self._buffer[:HEAD])
             self._buffer.clear()
 
     def _end_line(self) -> list[bytes | Oversized]:
         if self._dropped >= 0:
             size, self._dropped = self._dropped, -1
-            return [Oversized(size)]
+            return [Oversized(size, self._head)]
         line = bytes(self._buffer).rstrip(b"\r")
         self._buffer.clear()
         return [line] if line.strip() else []

@@ -15,6 +15,7 @@ from treemail.protocol import types as t
 __all__ = [
     "METHODS",
     "NOTIFICATIONS",
+    "PAGED",
     "PROTOCOL_VERSION",
     "SERVER_REQUESTS",
     "Method",
@@ -45,7 +46,7 @@ METHODS: Final[dict[str, Method]] = _table(
            "A new tree whose root runs an agent, known by name or given as an agent doc."),
     Method("session.get", t.SessionGetParams, t.SessionView, "One session."),
     Method("session.list", t.SessionListParams, t.SessionListResult,
-           "Every session, or every session of one tree, in creation order."),
+           "A page of the sessions, or of one tree's, in creation order."),
     Method("session.delegate", t.SessionDelegateParams, t.SessionView,
            "A child of a session in its tree; the task arrives as delegation mail."),
     Method("run.submit", t.RunSubmitParams, t.ProducerAccepted,
@@ -53,11 +54,11 @@ METHODS: Final[dict[str, Method]] = _table(
     Method("run.steer", t.RunSteerParams, t.ProducerAccepted,
            "User steering: joins the in-flight run at its next safe boundary."),
     Method("run.get", t.RunGetParams, t.RunView, "One run."),
-    Method("run.list", t.RunListParams, t.RunListResult, "A session's runs, in order."),
+    Method("run.list", t.RunListParams, t.RunListResult, "A page of a session's runs, in order."),
     Method("message.get", t.MessageGetParams, t.MessageReceipt,
            "A receipt: the message's lifecycle state and its history."),
     Method("message.list", t.MessageListParams, t.MessageListResult,
-           "The mail a session received, or only its pending mail."),
+           "A page of the mail a session received, or of its pending mail."),
     Method("tool.call", t.ToolCallParams, t.ToolCallResult,
            "Run a tool as the session's in-flight run (the daemon as tool executor)."),
     Method("approval.list", t.ApprovalListParams, t.ApprovalListResult,
@@ -73,6 +74,11 @@ METHODS: Final[dict[str, Method]] = _table(
     Method("plugin/producer/send", t.ProducerSendParams, t.ProducerAccepted,
            "Plugin-owned mail into any session, at most 256 KiB of UTF-8."),
 )
+
+# The list methods, which answer in pages (``after``, ``limit`` and ``next``): the field of
+# each one's result that holds the page's items.
+PAGED: Final[dict[str, str]] = {
+    "session.list": "sessions", "run.list": "runs", "message.list": "messages"}
 
 # Server -> client notifications, by method name: their params types.
 NOTIFICATIONS: Final[dict[str, Method]] = _table(

@@ -9,11 +9,13 @@ an added result field is not a breaking change for them (it still changes the fi
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
 __all__ = [
+    "PAGE_BODY_BYTES",
+    "PAGE_LIMIT",
     "ApprovalAnswerParams",
     "ApprovalListParams",
     "ApprovalListResult",
@@ -62,6 +64,15 @@ __all__ = [
 ]
 
 Scope = Literal["once", "session", "tree"]
+
+# The list methods answer in pages: at most this many items (the default, and the most a
+# ``limit`` may ask for), so no answer grows with the store.
+PAGE_LIMIT: Final = 256
+# A page of ``message.list`` also stops once its bodies pass this many UTF-8 bytes (it still
+# holds at least one message), so a page of large bodies stays about a megabyte.
+PAGE_BODY_BYTES: Final = 1 << 20
+Limit = Annotated[int, msgspec.Meta(ge=1, le=PAGE_LIMIT)]
+Cursor = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class Params(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -163,11 +174,20 @@ class SessionGetParams(Params):
 
 
 class SessionListParams(Params):
+    """A page of the sessions (of one tree when ``root_session_id`` is given), in creation
+    order: at most ``limit`` (1 to 256, default 256) after the cursor ``after`` (0: from the
+    first; else a ``next`` a previous page gave)."""
+
     root_session_id: str | None = None
+    after: Cursor = 0
+    limit: Limit = PAGE_LIMIT
 
 
 class SessionListResult(Result):
+    """``next``: the ``after`` of the next page; null when this page is the last."""
+
     sessions: list[SessionView]
+    next: int | None
 
 
 # -- runs --------------------------------------------------------------------------------
@@ -186,11 +206,19 @@ class RunGetParams(Params):
 
 
 class RunListParams(Params):
+    """A page of a session's runs, in order: at most ``limit`` (1 to 256, default 256) after
+    the cursor ``after`` (0: from the first; else a ``next`` a previous page gave)."""
+
     session_id: str
+    after: Cursor = 0
+    limit: Limit = PAGE_LIMIT
 
 
 class RunListResult(Result):
+    """``next``: the ``after`` of the next page; null when this page is the last."""
+
     runs: list[RunView]
+    next: int | None
 
 
 class RunSubmitParams(Params):
@@ -246,12 +274,22 @@ class MessageView(Result):
 
 
 class MessageListParams(Params):
+    """A page of the mail a session received (only its pending mail with ``pending_only``),
+    in acceptance order: at most ``limit`` messages (1 to 256, default 256) and about 1 MiB
+    of bodies (at least one message), after the cursor ``after`` (0: from the first; else a
+    ``next`` a previous page gave)."""
+
     session_id: str
     pending_only: bool = False
+    after: Cursor = 0
+    limit: Limit = PAGE_LIMIT
 
 
 class MessageListResult(Result):
+    """``next``: the ``after`` of the next page; null when this page is the last."""
+
     messages: list[MessageView]
+    next: int | None
 
 
 class MessageGetParams(Params):

@@ -4,8 +4,22 @@
 and performs the ``initialize`` handshake.
 ``call`` sends a request and returns its result as plain JSON data (or decoded into a wire
 type with ``call_as``); an error answer raises ``RpcFailure``, whose ``data_code`` is
-treemail's stable code. Notifications land in a bounded queue (``notifications``); a server
-request (a plugin's tool gate) goes to ``on_request``.
+treemail's stable code. ``every`` reads a list method page after page. Notifications land in
+a bounded queue (``notifications``); a server request (a plugin's tool gate) goes to
+``on_request``.
+
+No call waits for ever. Each has a timeout (``timeout``, the client's ``DEFAULT_TIMEOUT``
+unless told otherwise) that covers sending the request and waiting for its answer, and every
+way its answer can fail to come is a ``ClientFailure`` with a stable code, raised at once:
+
+* ``client:request_too_large``: the request's frame is over the daemon's limit (learnt from
+  ``initialize``), so it is not sent; a daemon that drops one anyway answers with an error
+  whose id is null, which fails the calls whose frames were over the limit it names;
+* ``client:answer_too_large``: the answer is over this client's own limit; the splitter keeps
+  the first bytes of the line it drops, where the daemon writes the answer's id;
+* ``client:timeout``: no answer in time (a stopped or hung daemon).
+
+A daemon that closes the connection fails every call in flight with ``ConnectionError``.
 """
 
 from __future__ import annotations
@@ -13,14 +27,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Awaitable, Callable
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
 from treemail.adapters.daemon.tcp import parse_address
-from treemail.core.errors import InternalError, UnknownMethod
+from treemail.core.errors import (
+    AnswerTooLarge,
+    ClientTimeout,
+    FrameTooLarge,
+    InternalError,
+    RequestTooLarge,
+    UnknownMethod,
+)
 from treemail.protocol.errors import rpc_error
 from treemail.protocol.framing import FrameSplitter, Oversized
 from treemail.protocol.jsonrpc import (
@@ -34,12 +57,21 @@ from treemail.protocol.jsonrpc import (
     encode_request,
     encode_result,
 )
-from treemail.protocol.methods import PROTOCOL_VERSION
+from treemail.protocol.methods import PAGED, PROTOCOL_VERSION
 
-__all__ = ["DaemonClient", "RpcFailure"]
+__all__ = ["DEFAULT_TIMEOUT", "DaemonClient", "RpcFailure"]
+
+# How long a call waits for its answer by default: longer than the daemon's own longest wait
+# inside a call (a plugin's tool gate, 30 s), so a slow gate is not taken for a dead daemon.
+DEFAULT_TIMEOUT = 60.0
 
 S = TypeVar("S", bound=msgspec.Struct)
 OnRequest = Callable[[str, Any], Awaitable[Any]]
+
+# The id of a response, read off the head of a line too large to decode: the daemon writes
+# ``jsonrpc`` and then ``id`` first; anything else is not taken for an id.
+_LEADING_ID = re.compile(
+    rb'\A\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*,')
 
 
 class RpcFailure(Exception):
@@ -54,9 +86,11 @@ class RpcFailure(Exception):
 
 class DaemonClient:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 *, max_frame_bytes: int = 64 << 20, queue: int = 10_000) -> None:
+                 *, max_frame_bytes: int = 64 << 20, queue: int = 10_000,
+                 timeout: float | None = DEFAULT_TIMEOUT) -> None:
         self.reader = reader
         self.writer = writer
+        self.timeout = timeout  # seconds a call waits by default; None: no limit
         self.server: dict[str, Any] = {}
         self.notifications: asyncio.Queue[Notification] = asyncio.Queue(maxsize=queue)
         self.on_request: OnRequest | None = None
@@ -66,12 +100,15 @@ class DaemonClient:
         self._ids = itertools.count(1)
         self._serving: set[asyncio.Task[None]] = set()
         self._waiting: dict[int | str, asyncio.Future[Any]] = {}
+        # The method and frame size (without its newline) of each request in flight.
+        self._sent: dict[int | str, tuple[str, int]] = {}
         self._splitter = FrameSplitter(max_frame_bytes)
         self._reading = asyncio.create_task(self._read(), name="client reader")
 
     @classmethod
     async def connect(cls, socket: str | Path, *, name: str = "treemail-client",
                       initialize: bool = True, token: str | None = None,
+                      timeout: float | None = DEFAULT_TIMEOUT, max_frame_bytes: int = 64 << 20,
                       **capabilities: bool) -> DaemonClient:
         """``socket`` is the daemon's Unix socket, or ``tcp://HOST:PORT`` for its loopback
         TCP listener, where ``token`` (the daemon's bearer token) is presented in the
@@ -83,7 +120,7 @@ class DaemonClient:
         else:
             reader, writer = await asyncio.open_unix_connection(
                 address.removeprefix("unix://"), limit=1 << 20)
-        client = cls(reader, writer)
+        client = cls(reader, writer, timeout=timeout, max_frame_bytes=max_frame_bytes)
         client.token = token
         if initialize:
             client.server = await client.initialize(name, **capabilities)
@@ -98,31 +135,74 @@ class DaemonClient:
         result: dict[str, Any] = await self.call("initialize", params)
         return result
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def call(self, method: str, params: dict[str, Any] | None = None, *,
+                   timeout: float | None = None) -> Any:
+        """The result of one request; ``timeout`` seconds (default: the client's) for
+        sending it and for its answer."""
+        (outcome,) = await self._exchange([(method, params or {})], timeout)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def call_many(self, calls: list[tuple[str, dict[str, Any]]], *,
+                        timeout: float | None = None) -> list[Any]:
+        """Pipelined: every request in one write, then every answer, in order (a result, or
+        the error it failed with: an ``RpcFailure``, a ``ClientFailure``)."""
+        return await self._exchange(calls, timeout) if calls else []
+
+    async def _exchange(self, calls: list[tuple[str, dict[str, Any]]],
+                        timeout: float | None) -> list[Any]:
         if self._reading.done():  # no answer could ever be read
             raise ConnectionError("the daemon closed the connection")
-        id = next(self._ids)
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[id] = answer
-        try:
-            await self.send_raw(encode_request(id, method, params or {}))
-            return await answer
-        finally:
-            self._waiting.pop(id, None)
-
-    async def call_many(self, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-        """Pipelined: every request in one write, then every answer, in order (a result, or
-        the ``RpcFailure`` it was answered with)."""
-        ids = [next(self._ids) for _ in calls]
         loop = asyncio.get_running_loop()
-        answers = [self._waiting.setdefault(id, loop.create_future()) for id in ids]
+        limit = self._daemon_limit()
+        ids, answers, frames = [], [], []
+        for method, params in calls:
+            id, answer = next(self._ids), loop.create_future()
+            frame = encode_request(id, method, params)
+            ids.append(id)
+            answers.append(answer)
+            if limit is not None and len(frame) - 1 > limit:  # it would be dropped unread
+                answer.set_exception(_request_too_large(method, len(frame) - 1, limit))
+                continue
+            self._waiting[id], self._sent[id] = answer, (method, len(frame) - 1)
+            frames.append(frame)
+        seconds = self.timeout if timeout is None else timeout
         try:
-            await self.send_raw(b"".join(encode_request(id, method, params)
-                                         for id, (method, params) in zip(ids, calls, strict=True)))
-            return list(await asyncio.gather(*answers, return_exceptions=True))
+            async with asyncio.timeout(seconds):
+                if frames:
+                    await self.send_raw(b"".join(frames))
+                await asyncio.wait(answers)
+        except TimeoutError:
+            for id, answer in zip(ids, answers, strict=True):
+                if not answer.done():
+                    answer.set_exception(_timed_out(self._sent[id][0], seconds))
         finally:
             for id in ids:
                 self._waiting.pop(id, None)
+                self._sent.pop(id, None)
+        return [answer.exception() or answer.result() for answer in answers]
+
+    def _daemon_limit(self) -> int | None:
+        """The daemon's frame limit, as its ``initialize`` answer stated it."""
+        capabilities = self.server.get("capabilities")
+        limit = capabilities.get("max_frame_bytes") if isinstance(capabilities, dict) else None
+        return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+
+    async def pages(self, method: str,
+                    params: dict[str, Any] | None = None) -> AsyncIterator[list[Any]]:
+        """The items of a list method (``PAGED``), a page at a time, first to last."""
+        field, asked = PAGED[method], dict(params or {})
+        while True:
+            page = await self.call(method, asked)
+            yield page[field]
+            if page.get("next") is None:
+                return
+            asked["after"] = page["next"]
+
+    async def every(self, method: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """Every item of a list method (``PAGED``), read page after page."""
+        return [item async for page in self.pages(method, params) for item in page]
 
     async def call_as(self, result: type[S], method: str,
                       params: dict[str, Any] | None = None) -> S:
@@ -202,6 +282,7 @@ class DaemonClient:
 
     async def _frame(self, frame: bytes | Oversized) -> None:
         if isinstance(frame, Oversized):
+            self._oversized(frame)
             return
         message = decode_frame(frame)
         if isinstance(message, Reply | Failure):
@@ -217,8 +298,9 @@ class DaemonClient:
         if message.id is None:
             # An error without an id answers a frame the server could not read.
             assert isinstance(message, Failure)
-            with contextlib.suppress(asyncio.QueueFull):
-                self.stray_errors.put_nowait(message.error)
+            if not self._dropped_unread(message.error):
+                with contextlib.suppress(asyncio.QueueFull):
+                    self.stray_errors.put_nowait(message.error)
             return
         answer = self._waiting.get(message.id)
         if answer is None or answer.done():
@@ -230,6 +312,38 @@ class DaemonClient:
             answer.set_exception(RpcFailure(message.error))
         elif isinstance(message, Reply):
             answer.set_result(message.result)
+
+    def _dropped_unread(self, error: RpcError) -> bool:
+        """The daemon dropped frames over its limit unread (an id-null error naming that
+        limit): fail every call in flight whose frame was over it, since none will ever be
+        answered. True if it failed one (else it answers a frame sent raw: a stray)."""
+        details = error.data.details if error.data is not None else {}
+        limit = details.get("limit")
+        if error.data is None or error.data.code != FrameTooLarge.code or not isinstance(
+                limit, int):
+            return False
+        failed = False
+        for id, (method, size) in self._sent.items():
+            answer = self._waiting.get(id)
+            if size > limit and answer is not None and not answer.done():
+                answer.set_exception(_request_too_large(method, size, limit))
+                failed = True
+        return failed
+
+    def _oversized(self, frame: Oversized) -> None:
+        """A line over this client's limit was dropped: fail the call it answered."""
+        found = _LEADING_ID.match(frame.head)
+        id = json.loads(found.group(1)) if found else None
+        if not isinstance(id, int | str) or (answer := self._waiting.get(id)) is None or (
+                answer.done()):
+            return  # a notification, or an answer nobody waits for: nothing to fail
+        method = self._sent[id][0]
+        limit = self._splitter.limit
+        answer.set_exception(AnswerTooLarge(
+            f"the answer to {method} was {frame.size} bytes, over this client's limit of "
+            f"{limit} bytes, and was dropped; the call may have taken effect: ask for less "
+            "(a smaller page), or connect with a larger max_frame_bytes",
+            method=method, size=frame.size, limit=limit))
 
     async def _serve(self, request: Request) -> None:
         if self.on_request is None:
@@ -249,3 +363,17 @@ class DaemonClient:
 
 def _keyed(params: dict[str, Any], key: str | None) -> dict[str, Any]:
     return params if key is None else {**params, "idempotency_key": key}
+
+
+def _request_too_large(method: str, size: int, limit: int) -> RequestTooLarge:
+    return RequestTooLarge(
+        f"the request to {method} is a frame of {size} bytes, over the daemon's limit of "
+        f"{limit} bytes; nothing was done: send less in one request", method=method,
+        size=size, limit=limit)
+
+
+def _timed_out(method: str, seconds: float | None) -> ClientTimeout:
+    return ClientTimeout(
+        f"no answer to {method} within {seconds:g}s: the daemon may be stopped, hung or "
+        "overloaded, and the call may or may not have taken effect; check the daemon, then "
+        "retry (or allow more time)", method=method, timeout=seconds)

@@ -10,6 +10,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from treemail import __name__ as _package
+from treemail.adapters.daemon import pages
 from treemail.adapters.daemon.connection import Connection
 from treemail.adapters.runtime.agent_docs import build_agents
 from treemail.adapters.runtime.llm import ToolCall
@@ -150,10 +151,9 @@ class Methods:
 
     async def session_list(self, conn: Connection,
                            p: t.SessionListParams) -> t.SessionListResult:
-        sessions: list[Session] = await self.read(self.engine.sessions)
-        return t.SessionListResult(sessions=[
-            session_view(s) for s in sessions
-            if p.root_session_id is None or s.root_session_id == p.root_session_id])
+        found, next = await self.read(pages.sessions, self.engine, p.root_session_id, p.after,
+                                      p.limit)
+        return t.SessionListResult(sessions=[session_view(s) for s in found], next=next)
 
     async def run_submit(self, conn: Connection, p: t.RunSubmitParams) -> t.ProducerAccepted:
         return await self.accept(p.session_id, p.text, Owner.USER, Mode.QUEUE,
@@ -197,20 +197,14 @@ class Methods:
         return run_view(await self.read(self.engine.run, p.run_id))
 
     async def run_list(self, conn: Connection, p: t.RunListParams) -> t.RunListResult:
-        events: list[Event] = await self.read(self.engine.events, p.session_id)
-        await self.read(self.engine.session, p.session_id)  # an unknown session is an error
-        ids = [str(e.data["run_id"]) for e in events if e.kind == EventKind.RUN_QUEUED]
-        return t.RunListResult(runs=[run_view(await self.read(self.engine.run, i)) for i in ids])
+        found, next = await self.read(pages.runs, self.engine, p.session_id, p.after, p.limit)
+        return t.RunListResult(runs=[run_view(r) for r in found], next=next)
 
     async def message_list(self, conn: Connection,
                            p: t.MessageListParams) -> t.MessageListResult:
-        await self.read(self.engine.session, p.session_id)
-        events: list[Event] = await self.read(self.engine.events, p.session_id)
-        ids = [str(e.data["message_id"]) for e in events
-               if e.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED]
-        messages = [await self.read(self.engine.message, i) for i in ids]
-        return t.MessageListResult(messages=[
-            message_view(m) for m in messages if m.pending or not p.pending_only])
+        found, next = await self.read(pages.messages, self.engine, p.session_id, p.after,
+                                      p.limit, p.pending_only)
+        return t.MessageListResult(messages=[message_view(m) for m in found], next=next)
 
     async def message_get(self, conn: Connection, p: t.MessageGetParams) -> t.MessageReceipt:
         message: Message = await self.read(self.engine.message, p.message_id)

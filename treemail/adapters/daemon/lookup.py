@@ -45,7 +45,7 @@ def _one(what: str, text: str, found: list[str], hint: str) -> str:
 
 
 async def _sessions(client: DaemonClient) -> list[dict[str, Any]]:
-    sessions: list[dict[str, Any]] = (await client.call("session.list"))["sessions"]
+    sessions: list[dict[str, Any]] = await client.every("session.list")
     return sessions
 
 
@@ -73,9 +73,8 @@ async def message_id(client: DaemonClient, text: str) -> str:
         raise UnknownTarget(f"no message {text!r}; {hint}", reference=text)
     found: list[str] = []
     for session in await _sessions(client):
-        listed = await client.call("message.list", {"session_id": session["session_id"]})
-        found += [m["message_id"] for m in listed["messages"]
-                  if m["message_id"].startswith(text)]
+        async for page in client.pages("message.list", {"session_id": session["session_id"]}):
+            found += [m["message_id"] for m in page if m["message_id"].startswith(text)]
     return _one("message", text, found, hint)
 
 

@@ -2,9 +2,10 @@
 
 ``daemon`` serves a data directory; the others are clients of a running daemon, found by
 ``--data-dir`` (its ``daemon.sock``), ``--socket``, or ``--connect tcp://HOST:PORT`` (with
-the daemon's bearer token, see ``tcp.py``). A daemon that is not there, or an
-error answer, is one line on stderr and exit status 1; a bad command line is argparse's
-usage error (status 2); never a traceback.
+the daemon's bearer token, see ``tcp.py``). A daemon that is not there, one that does not
+answer within ``--timeout`` seconds (stopped, hung), one that closes the connection, an
+answer or a request over a frame limit, or an error answer, is one line on stderr and exit
+status 1; a bad command line is argparse's usage error (status 2); never a traceback.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
 from treemail.adapters.daemon import lookup
-from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.daemon.client import DEFAULT_TIMEOUT, DaemonClient, RpcFailure
 from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
 from treemail.adapters.ui.terminal import visible
 from treemail.adapters.ui.transcript import Row, event_row
@@ -26,8 +27,8 @@ from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
 from treemail.core.records import Event, RecipientState
 
-__all__ = ["TokenMissing", "answer_line", "connected_demo", "extend_demo", "register",
-           "seconds", "target", "view_row"]
+__all__ = ["Names", "TokenMissing", "answer_line", "connected_demo", "extend_demo", "follow",
+           "register", "seconds", "target", "view_row"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -157,6 +158,9 @@ def _client(commands: Sub, name: str, help: str, command: Command) -> argparse.A
     parser.add_argument("--connect", metavar="ADDRESS",
                         help="the daemon's address: tcp://HOST:PORT, or a socket path")
     _token_option(parser)
+    parser.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help="how long each call waits for the daemon's answer (default: "
+                             f"{DEFAULT_TIMEOUT:g})")
     parser.set_defaults(run=lambda args: _connect_and(command, args))
     return parser
 
@@ -173,31 +177,19 @@ def _daemon(args: argparse.Namespace) -> int:
 
 def _connect_and(command: Command, args: argparse.Namespace) -> int:
     async def go() -> int:
-        try:
-            address, token = target(args)
-            client = await DaemonClient.connect(address, name=f"treemail {args.command}",
-                                                token=token)
-        except TokenMissing as missing:
-            print(f"treemail {args.command}: {missing}", file=sys.stderr)
-            return 1
-        except OSError as exc:
-            print(f"treemail {args.command}: no daemon at {address} ({exc.strerror}); start "
-                  "one with `treemail daemon`", file=sys.stderr)
-            return 1
-        except RpcFailure as failure:
-            print(visible(f"treemail {args.command}: {failure.data_code}: "
-                          f"{failure.error.message}"), file=sys.stderr)
-            return 1
+        client = await _connected(args)
+        if isinstance(client, int):
+            return client
         try:
             await _resolve(client, args)
             return await command(client, args)
         except RpcFailure as failure:
-            print(visible(f"treemail {args.command}: {failure.data_code}: "
-                          f"{failure.error.message}"), file=sys.stderr)
-            return 1
-        except TreemailError as error:  # a session or message form that names no one id
-            print(visible(f"treemail {args.command}: {error}"), file=sys.stderr)
-            return 1
+            return _failed(args, f"{failure.data_code}: {failure.error.message}")
+        except TreemailError as error:  # a form naming no one id; no answer in time ...
+            return _failed(args, str(error))
+        except ConnectionError:
+            return _failed(args, "the daemon closed the connection before answering: it "
+                                 "stopped or died; start it again with `treemail daemon`")
         finally:
             await client.close()
 
@@ -205,6 +197,34 @@ def _connect_and(command: Command, args: argparse.Namespace) -> int:
         return asyncio.run(go())
     except KeyboardInterrupt:
         return 0
+
+
+async def _connected(args: argparse.Namespace) -> DaemonClient | int:
+    """A client of the daemon the command line names, or the exit status of the failure,
+    said in one line."""
+    address = "the daemon's address"
+    try:
+        address, token = target(args)
+        return await DaemonClient.connect(address, name=f"treemail {args.command}",
+                                          token=token, timeout=args.timeout)
+    except TokenMissing as missing:
+        return _failed(args, str(missing))
+    except OSError as exc:
+        if exc.strerror is None:  # the client's own ConnectionError: the daemon hung up
+            return _failed(args, f"the daemon at {address} closed the connection at once: "
+                                 "it is stopping, or it refused this client")
+        return _failed(args, f"no daemon at {address} ({exc.strerror}); start one with "
+                             "`treemail daemon`")
+    except RpcFailure as failure:
+        return _failed(args, f"{failure.data_code}: {failure.error.message}")
+    except TreemailError as error:  # no answer in time, a frame over a limit
+        return _failed(args, str(error))
+
+
+def _failed(args: argparse.Namespace, why: str) -> int:
+    """One line on stderr, newlines and control characters escaped; status 1."""
+    print(f"treemail {args.command}: {visible(why)}", file=sys.stderr)
+    return 1
 
 
 async def _resolve(client: DaemonClient, args: argparse.Namespace) -> None:
@@ -221,7 +241,7 @@ async def _resolve(client: DaemonClient, args: argparse.Namespace) -> None:
 async def _sessions(client: DaemonClient, args: argparse.Namespace) -> int:
     from treemail.adapters.ui.console import print_table
 
-    sessions = (await client.call("session.list"))["sessions"]
+    sessions = await client.every("session.list")
     print_table(("SESSION", "HANDLE", "AGENT", "STATE", "PARENT"),
                 [(s["session_id"], s["handle"] or "-", s["agent"], s["state"],
                   s["parent_session_id"] or "-") for s in sessions])
@@ -273,52 +293,103 @@ async def _status(client: DaemonClient, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _names(client: DaemonClient) -> dict[str, str]:
-    sessions = (await client.call("session.list"))["sessions"]
-    return {s["session_id"]: s["handle"] or s["session_id"] for s in sessions}
+class Names:
+    """How the rows name sessions: by handle, else by UUID. Filled from ``SessionCreated``
+    events as they pass, so a new session costs no call; a session the feed has not shown
+    (created before the rows began) is read once with ``session.get``, then remembered."""
+
+    def __init__(self, client: DaemonClient) -> None:
+        self.client = client
+        self.known: dict[str, str] = {}
+
+    async def row(self, view: dict[str, Any]) -> Row:
+        """The event view as its row, every session it names known first."""
+        if view["kind"] == EventKind.SESSION_CREATED:
+            handle = view["data"].get("handle")
+            sid = view["session_id"]
+            self.known[sid] = handle if isinstance(handle, str) and handle else sid
+        missing: set[str] = set()
+
+        def name(sid: str | None) -> str:
+            if sid and sid not in self.known:
+                missing.add(sid)
+            return self.known.get(sid or "", sid or "?")
+
+        row = _named_row(view, name)
+        if not missing:
+            return row
+        for sid in missing:
+            await self._learn(sid)
+        return view_row(view, self.known)
+
+    async def _learn(self, session_id: str) -> None:
+        try:
+            session = await self.client.call("session.get", {"session_id": session_id})
+        except RpcFailure:  # not a session (a malformed id in an event): shown as it is
+            self.known[session_id] = session_id
+            return
+        self.known[session_id] = session["handle"] or session_id
 
 
-def view_row(view: dict[str, Any], names: dict[str, str]) -> Row:
+def view_row(view: dict[str, Any], names: Mapping[str, str]) -> Row:
     """An event view of the wire as its transcript row, sessions named by ``names``."""
-    event = Event(view["session_id"], view["seq"], view["kind"], view["data"])
-    return event_row(event, lambda sid: names.get(sid or "", sid or "?"))
+    return _named_row(view, lambda sid: names.get(sid or "", sid or "?"))
+
+
+def _named_row(view: dict[str, Any], name: Callable[[str | None], str]) -> Row:
+    return event_row(Event(view["session_id"], view["seq"], view["kind"], view["data"]), name)
+
+
+async def follow(client: DaemonClient, session_id: str | None,
+                 show: Callable[[Row | None, int], None]) -> None:
+    """Follow the feed from its end: ``show(None, head)`` once subscribed, then each new
+    event's row with its number, for as long as the daemon serves (``ConnectionError``
+    once it stops). Sessions are named by ``Names``: a new one costs no call."""
+    head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
+    await client.call("events.subscribe", {"after": head, "session_id": session_id})
+    show(None, head)
+    names = Names(client)
+    while True:  # an idle feed is followed for as long as it takes
+        note = await client.next_notification("events/event", timeout=None)
+        view = note.params["event"]
+        show(await names.row(view), view["number"])
 
 
 async def _tail(client: DaemonClient, args: argparse.Namespace) -> int:
     from treemail.adapters.ui.console import console, print_row
 
-    head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
-    await client.call("events.subscribe", {"after": head, "session_id": args.session})
-    # On stderr, so the rows on stdout stay the feed alone; it says tail is now following.
-    print(f"treemail tail: following the feed after #{head}; Ctrl-C stops", file=sys.stderr,
-          flush=True)
-    out, shown = console(), head
+    out, shown = console(), 0
+
+    def show(row: Row | None, number: int) -> None:
+        nonlocal shown
+        shown = number
+        if row is not None:
+            print_row(row, out)
+            return
+        # On stderr, so the rows on stdout stay the feed alone; it says tail now follows.
+        print(f"treemail tail: following the feed after #{number}; Ctrl-C stops",
+              file=sys.stderr, flush=True)
+
     try:
-        names = await _names(client)
-        while True:  # an idle feed is followed for as long as it takes
-            view = (await client.next_notification("events/event", timeout=None)).params[
-                "event"]
-            if view["kind"] == EventKind.SESSION_CREATED or view["session_id"] not in names:
-                names = await _names(client)
-            print_row(view_row(view, names), out)
-            shown = view["number"]
+        await follow(client, args.session, show)
     except ConnectionError:  # the daemon stopped, or died: say so, never wait on it
         print(f"treemail tail: the daemon closed the connection after #{shown}: it stopped "
               "or died; start it again with `treemail daemon`, then tail again",
               file=sys.stderr, flush=True)
         return 1
+    return 0
 
 
 async def _replay(client: DaemonClient, args: argparse.Namespace) -> int:
     from treemail.adapters.ui.console import console, print_row
 
     out = console()
-    names = await _names(client)
+    names = Names(client)
     after = 0
     while True:
         page = await client.call("events.read", {"after": after, "session_id": args.session})
         for view in page["events"]:
-            print_row(view_row(view, names), out)
+            print_row(await names.row(view), out)
         after = page["next"]
         if after >= page["head"]:
             return 0

@@ -122,11 +122,13 @@ class Connected:
         """The pending approvals, once every session is idle, finished, or held by one."""
         async with asyncio.timeout(timeout):
             while True:
-                sessions = (await self.call("session.list", {}))["sessions"]
+                # Its own tree only: not an earlier run's, nor every session of the daemon.
+                sessions = await self.client.every("session.list",
+                                                   {"root_session_id": self.root})
                 approvals = (await self.call("approval.list", {"pending_only": True}))
-                self.names = {s["session_id"]: s["handle"] or s["session_id"] for s in sessions}
-                tree = {s["session_id"]: s for s in sessions
-                        if s["root_session_id"] == self.root}  # not an earlier run's tree
+                self.names |= {s["session_id"]: s["handle"] or s["session_id"]
+                               for s in sessions}
+                tree = {s["session_id"]: s for s in sessions}
                 held = [a for a in approvals["approvals"] if a["session_id"] in tree]
                 waiting = {a["session_id"] for a in held}
                 if all(s["state"] in _QUIET or sid in waiting for sid, s in tree.items()):
@@ -189,7 +191,7 @@ class Connected:
                                        "text": "Ship the parser fix, reviewed and tested."})
         await self.settle()
         tree = {s["agent"]: s["session_id"]
-                for s in (await self.call("session.list", {"root_session_id": lid}))["sessions"]}
+                for s in await self.client.every("session.list", {"root_session_id": lid})}
         self.say("The user steers explore and writes to tester")
         steer = await self.call("run.steer", {"session_id": tree["demo_explore"],
                                               "text": "Look at the tokenizer first."})
@@ -205,7 +207,7 @@ class Connected:
     async def check(self, root: str) -> bool:
         accepted: set[str] = set()
         consumed: Counter[str] = Counter()
-        tree = (await self.call("session.list", {"root_session_id": root}))["sessions"]
+        tree = await self.client.every("session.list", {"root_session_id": root})
         for session in tree:
             after = 0
             while True:

@@ -1,10 +1,11 @@
 """``treemail tui``: watch a tree of agents converse, and answer their approvals.
 
 Three panes: the sessions of the tree (by parent links: handle, agent, state, pending mail,
-whether its actor is resident), the transcript of the selected session (one row per message,
-its lifecycle state updated in place, model output and tool calls in log order), and the
-``ask`` sends held for the user. Everything shown is folded from the feed by ``Board``, the
-same rows ``treemail tail`` and ``treemail replay`` print. On a store with no daemon it is a
+whether it is live or a ghost of a reverted branch), the transcript of the selected session
+(one row per message, its lifecycle state updated in place, model output and tool calls in
+log order), and the ``ask`` sends held for the user. Everything shown is folded from the feed
+by ``Board``, the same rows ``treemail tail`` and ``treemail replay`` print, so a thousand
+sessions cost no more calls than one: nothing is polled. On a store with no daemon it is a
 read-only replay.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -102,15 +102,14 @@ class TreemailTui(App[None]):
     async def _follow(self) -> None:
         try:
             await self.source.open()
-            sessions = await self.source.sessions()
             await self._refresh_approvals()
             head = await self.source.subscribe()
             if head == 0:
-                self._caught_up(sessions)
+                self._caught_up()
             async for number, event in self.source.events():
                 self._fold(number, event)
                 if number >= head and not self.ready.is_set():
-                    self._caught_up(sessions)
+                    self._caught_up()
                 if isinstance(events.read(event), _APPROVAL_KINDS):
                     await self._refresh_approvals()
         except (OSError, RpcFailure, TreemailError) as exc:  # ConnectionError is an OSError
@@ -118,12 +117,8 @@ class TreemailTui(App[None]):
             self.sub_title = f"stopped: {self.source.where}"
         self.ready.set()
 
-    def _caught_up(self, sessions: list[dict[str, Any]]) -> None:
-        """The backlog is shown: residency flags from the session list, then polled live."""
-        for session_id in self.board.mark_live(sessions):
-            self._show_session(session_id)
-        if not self.source.read_only:
-            self.set_interval(1.0, self._poll_live)
+    def _caught_up(self) -> None:
+        """The backlog is shown; from now on every event is live."""
         # Until a session is picked the status line says what is shown and how to go on.
         shown = "replayed" if self.source.read_only else "live"
         self._say(f"{len(self.board.sessions)} sessions, {self.board.last} events {shown}: "
@@ -135,11 +130,6 @@ class TreemailTui(App[None]):
         self._show_session(event.session_id)
         if row is not None and self.selected in (ALL, row.session_id):
             self._show_row(row)
-
-    async def _poll_live(self) -> None:
-        with contextlib.suppress(OSError, RpcFailure, ConnectionError):
-            for session_id in self.board.mark_live(await self.source.sessions()):
-                self._show_session(session_id)
 
     # -- the sessions pane -----------------------------------------------------------------
 

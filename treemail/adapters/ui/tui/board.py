@@ -2,15 +2,15 @@
 transcript, so a live view and a replay of the same store show the same thing.
 
 A session's state follows its run events (queued, started, finished, interrupted) as the
-session lifecycle does; its pending mail is the mail rows not yet consumed or discarded.
-Whether its actor is resident (``live``) is not in the log: a live view takes it from the
-daemon's ``session.list``, a replay from the stored session.
+session lifecycle does; its pending mail is the mail rows not yet consumed or discarded;
+it is ``live`` from its ``SessionCreated`` until a ``SessionReverted`` makes it a ghost (the
+stored session's ``live`` flag follows the same two events). Nothing is polled: every change
+of a row arrives as an event.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import attrs
 
@@ -30,7 +30,7 @@ _RUN_STATES: Mapping[type, SessionState] = {
 
 @attrs.define
 class SessionLine:
-    """One session as the sessions pane shows it."""
+    """One session as the sessions pane shows it; ``live`` is false for a ghost."""
 
     session_id: str
     parent: str | None
@@ -38,7 +38,7 @@ class SessionLine:
     agent: str
     state: SessionState = SessionState.IDLE
     pending: int = 0
-    live: bool = False
+    live: bool = True
 
     def label(self) -> str:
         mark = "●" if self.live else "○"
@@ -61,6 +61,8 @@ class Board:
                 event.session_id, payload.parent_session_id,
                 payload.handle or event.session_id, payload.agent)
         line = self.sessions.get(event.session_id)
+        if line is not None and isinstance(payload, events.SessionReverted):
+            line.live = False
         state = _RUN_STATES.get(type(payload))
         if line is not None and state is not None:
             line.state = state
@@ -80,16 +82,6 @@ class Board:
     def extend(self, feed: Iterable[tuple[int, Event]]) -> None:
         for number, event in feed:
             self.add(number, event)
-
-    def mark_live(self, views: Iterable[Mapping[str, Any]]) -> list[str]:
-        """Take residency from session views; the ids whose flag changed."""
-        changed = []
-        for view in views:
-            line = self.sessions.get(str(view["session_id"]))
-            if line is not None and line.live != bool(view["live"]):
-                line.live = bool(view["live"])
-                changed.append(line.session_id)
-        return changed
 
     def roots(self) -> list[SessionLine]:
         return [s for s in self.sessions.values() if s.parent not in self.sessions]

@@ -12,7 +12,7 @@ from typing import Any
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.core.records import Event
 
-__all__ = ["LiveFeed", "event_of", "stored_feed", "stored_sessions"]
+__all__ = ["LiveFeed", "event_of", "stored_feed"]
 
 
 def event_of(view: dict[str, Any]) -> tuple[int, Event]:
@@ -54,25 +54,3 @@ def stored_feed(store_dir: Path, after: int = 0) -> list[tuple[int, Event]]:
             return list(tx.feed(after))
     finally:
         store.close()
-
-
-def stored_sessions(store_dir: Path) -> list[dict[str, Any]]:
-    """The sessions of a stored store, as the daemon's ``session.list`` shows them."""
-    from treemail.adapters.daemon.handlers import session_view
-    from treemail.adapters.store.lmdb_store import LmdbStore
-    from treemail.core.engine import Engine
-    from treemail.core.ids import CountingIds
-
-    store = LmdbStore.open(str(store_dir), readonly=True)
-    try:
-        engine = Engine(store, CountingIds())  # read-only use: no id is ever minted
-        return [_plain(session_view(s)) for s in engine.sessions()]
-    finally:
-        store.close()
-
-
-def _plain(view: Any) -> dict[str, Any]:
-    import msgspec
-
-    plain: dict[str, Any] = msgspec.to_builtins(view)
-    return plain

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from treemail.adapters.daemon.client import DaemonClient
-from treemail.adapters.ui.tui.feed import LiveFeed, stored_feed, stored_sessions
+from treemail.adapters.ui.tui.feed import LiveFeed, stored_feed
 from treemail.core.errors import InvalidRequest
 from treemail.core.records import Event
 
@@ -29,9 +29,6 @@ class Source:
 
     async def close(self) -> None:
         """Let go of the connection, if any."""
-
-    async def sessions(self) -> list[dict[str, Any]]:
-        raise NotImplementedError
 
     async def subscribe(self) -> int:
         """Start the feed; its end at that moment (the backlog ends there)."""
@@ -71,9 +68,6 @@ class LiveSource(Source):
         assert self.client is not None, "open() first"
         return self.client
 
-    async def sessions(self) -> list[dict[str, Any]]:
-        return list((await self._client().call("session.list"))["sessions"])
-
     async def subscribe(self) -> int:
         self.feed = LiveFeed(self._client())
         return await self.feed.start(0)
@@ -97,9 +91,6 @@ class StoreSource(Source):
         self.store_dir = store_dir
         self.where = str(store_dir)
         self.feed: list[tuple[int, Event]] = []
-
-    async def sessions(self) -> list[dict[str, Any]]:
-        return stored_sessions(self.store_dir)
 
     async def subscribe(self) -> int:
         self.feed = stored_feed(self.store_dir)
