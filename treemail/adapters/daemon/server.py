@@ -1,11 +1,13 @@
 """The daemon: one process owns every session of a data directory, served as JSON-RPC 2.0.
 
 Frames come in through ``FrameSplitter`` (a size limit), are decoded by the pure protocol
-layer, and each request runs as its own task, capped per connection. The order of shutdown
-(SIGTERM or the ``shutdown`` method): stop accepting connections, refuse new requests with
-``send_message:engine_shutdown``, let the requests in flight finish, shut the runtime down
-(runs stop at a boundary; claimed mail released), close the connections, unlink the socket,
-close the store (which drops the data directory's one lock, see ``lock.py``).
+layer, and each request runs as its own task, capped per connection in number and in the
+bytes it makes the daemon hold (``budget.py``): over its budget, a connection is not read.
+The order of shutdown (SIGTERM or the ``shutdown`` method): stop accepting connections,
+refuse new requests with ``send_message:engine_shutdown``, let the requests in flight
+finish, shut the runtime down (runs stop at a boundary; claimed mail released), close the
+connections, unlink the socket, close the store (which drops the data directory's one
+lock, see ``lock.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from treemail.adapters.daemon.tcp import Token, loopback, refusal
 from treemail.adapters.runtime.agent_docs import ModelFor
 from treemail.adapters.runtime.runtime import Runtime
 from treemail.core.errors import (
+    AnswerFailed,
     EngineShutdown,
     FrameTooLarge,
     InternalError,
@@ -177,10 +180,11 @@ class Daemon:
         elif isinstance(message, Reply):
             conn.answered(message.id, message.result, message.error)
         elif isinstance(message, Request):
-            await self._request(conn, message)
+            await conn.room()  # over its byte budget, the peer waits: see budget.py
+            await self._request(conn, message, len(frame) if isinstance(frame, bytes) else 0)
         # A notification from a client asks for nothing and gets no answer.
 
-    async def _request(self, conn: Connection, request: Request) -> None:
+    async def _request(self, conn: Connection, request: Request, size: int) -> None:
         if conn.in_flight >= self.limits.max_in_flight:
             limit = self.limits.max_in_flight
             await conn.send(encode_error(request.id, rpc_error(Overloaded(
@@ -188,14 +192,21 @@ class Daemon:
                 "wait for answers before sending more", limit=limit))))
             return
         conn.in_flight += 1
-        conn.spawn(self._answer(conn, request), f"{conn.name} {request.method}", request=True)
+        conn.budget.take(size)  # the request frame is held until its answer is built
+        conn.spawn(self._answer(conn, request, size), f"{conn.name} {request.method}",
+                   request=True)
 
-    async def _answer(self, conn: Connection, request: Request) -> None:
+    async def _answer(self, conn: Connection, request: Request, size: int) -> None:
         try:
-            frame = await self._outcome(conn, request)
+            # An answer's size is known only once it is built: so few are built at once,
+            # and none starts while the connection is over its budget.
+            async with conn.running:
+                await conn.room()
+                frame = await self._outcome(conn, request)
         finally:
             conn.in_flight -= 1
-        await conn.send(frame)
+            conn.budget.give(size)
+        await conn.answer(frame)
 
     async def _outcome(self, conn: Connection, request: Request) -> bytes:
         try:
@@ -209,7 +220,16 @@ class Daemon:
             return encode_error(request.id, rpc_error(InternalError(
                 f"{request.method} failed inside the daemon ({type(exc).__name__}: {exc}); "
                 "this is a bug, please report it", method=request.method)))
-        return encode_result(request.id, result)
+        try:
+            return encode_result(request.id, result)
+        except Exception as exc:  # MemoryError included: the request is still answered
+            print(f"treemail daemon: answer to {request.method} not encoded: {exc!r}",
+                  file=sys.stderr)
+            return encode_error(request.id, rpc_error(AnswerFailed(
+                f"{request.method} was carried out but its answer could not be encoded "
+                f"({type(exc).__name__}); read the state back before retrying, and ask for "
+                "less at once (a smaller limit or page) if the answer was large",
+                method=request.method, reason=type(exc).__name__)))
 
     async def _dispatch(self, conn: Connection, request: Request) -> msgspec.Struct:
         method = METHODS.get(request.method)
