@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,11 +24,12 @@ T = TypeVar("T")
 
 
 class DaemonProcess:
-    def __init__(self, data_dir: Path, *extra: str) -> None:
+    def __init__(self, data_dir: Path, *extra: str,
+                 program: Sequence[str] = ("-m", "treemail")) -> None:
         self.data_dir = data_dir
         self.socket = data_dir / "daemon.sock"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "treemail", "daemon", "--data-dir", str(data_dir), *extra],
+            [sys.executable, *program, "daemon", "--data-dir", str(data_dir), *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self._wait_ready()
 

@@ -97,6 +97,7 @@ class Subscriptions:
         self._ids = itertools.count(1)
         self._tasks: dict[str, tuple[Connection, asyncio.Task[None]]] = {}
         self.reads = 0  # the pumps' reads of the store, for tests and the bench
+        self.parked = 0  # the pumps asleep until a wanted event comes
 
     async def head(self) -> int:
         end: int = await self.rt.writer.quiet(self.rt.engine.feed_end)
@@ -168,7 +169,11 @@ class Subscriptions:
                     if session_id is None or event.session_id == session_id:
                         await conn.send(send(event_view(number, event)))
                 if len(batch) < BATCH:  # caught up: sleep until a wanted event comes
-                    await wake.event.wait()
+                    self.parked += 1
+                    try:
+                        await wake.event.wait()
+                    finally:
+                        self.parked -= 1
                     # No event of its session lies before the one that woke it, so the
                     # cursor may skip to it, past what other sessions appended meanwhile.
                     cursor = max(cursor, wake.first - 1)
