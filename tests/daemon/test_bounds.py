@@ -71,7 +71,8 @@ def test_a_gate_that_stopped_reading_fails_each_tool_call_in_time(tmp_path: Path
     call is answered plugin:failed once the gate's timeout passes, none waits for ever, and
     the daemon serves everyone else meanwhile."""
     daemon = _daemon(tmp_path / "data", '[daemon]\nmodel = "echo"\n[daemon.scripted]\n'
-                     'delay = 5\n[daemon.limits]\npeer_timeout = 1\n')
+                     'delay = 5\n[daemon.limits]\npeer_timeout = 1\n'
+                     'max_held_bytes = 1048576\n')
 
     async def go() -> tuple[list[Any], Any]:
         gate_reader, gate = await _raw(daemon.socket, [_initialize(
@@ -80,9 +81,9 @@ def test_a_gate_that_stopped_reading_fails_each_tool_call_in_time(tmp_path: Path
         user = await daemon.client()
         try:
             sink = (await user.call("session.create", {"agent": "default"}))["session_id"]
-            for batch in range(8):  # 400 events of 48 KiB: far past its budget and queue
+            for batch in range(8):  # 400 events of 8 KiB: past its budget (and its queue)
                 answers = await user.call_many([("plugin/producer/send", {
-                    "session_id": sink, "body": f"{batch}-{i} " + "x" * (48 * 1024)})
+                    "session_id": sink, "body": f"{batch}-{i} " + "x" * (8 * 1024)})
                     for i in range(50)])
                 assert all(isinstance(a, dict) for a in answers), answers
             agents = [(await user.call("session.create", {"agent": "worker"}))["session_id"]
