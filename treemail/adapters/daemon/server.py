@@ -203,10 +203,13 @@ class Daemon:
             async with conn.running:
                 await conn.room()
                 frame = await self._outcome(conn, request)
+        except PeerGone:
+            return  # it closed while the request waited for room: no one to answer
         finally:
             conn.in_flight -= 1
             conn.budget.give(size)
-        await conn.answer(frame)
+        with contextlib.suppress(PeerGone):
+            await conn.answer(frame)
 
     async def _outcome(self, conn: Connection, request: Request) -> bytes:
         try:
