@@ -175,7 +175,10 @@ def test_subscriptions_past_the_cap_are_refused_until_one_ends(tmp_path: Path) -
     async def go() -> tuple[list[Any], Any]:
         client = await daemon.client()
         try:
-            answers = await client.call_many([("events.subscribe", {"after": 0})] * 11)
+            sid = (await client.call("session.create", {"agent": "default"}))["session_id"]
+            # Pipelined, and to one session: each waits on the store before it is counted.
+            answers = await client.call_many(
+                [("events.subscribe", {"after": 0, "session_id": sid})] * 11)
             await client.call("events.unsubscribe",
                               {"subscription_id": answers[0]["subscription_id"]})
             return answers, await client.call("events.subscribe", {"after": 0})

@@ -104,14 +104,14 @@ class Subscriptions:
         return end
 
     async def subscribe(self, conn: Connection, after: int, session_id: str | None) -> str:
+        if session_id is not None:
+            await self.rt.writer.quiet(self.rt.engine.session, session_id)  # must exist
         cap = conn.limits.max_subscriptions
-        if conn.subscriptions >= cap:
+        if conn.subscriptions >= cap:  # checked and counted with no await between
             raise TooManySubscriptions(
                 f"this connection already has {cap} subscriptions, the most it may hold; "
                 "unsubscribe one (events.unsubscribe) or subscribe to every session at once "
                 "(no session_id), then retry", limit=cap)
-        if session_id is not None:
-            await self.rt.writer.quiet(self.rt.engine.session, session_id)  # must exist
         sub_id = f"sub-{next(self._ids)}"
 
         def send(view: t.EventView) -> bytes:
