@@ -47,6 +47,8 @@ class Limits:
 
     @classmethod
     def from_mapping(cls, table: Mapping[str, Any], where: str = "[daemon.limits]") -> Limits:
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{where} must be a table of limits, not {table!r}")
         fields = {f.name: f for f in attrs.fields(cls)}
         values: dict[str, Any] = {}
         for name, value in table.items():
