@@ -9,7 +9,11 @@ socket from this process with mixed load, and SIGKILLs it while requests are in 
   (``max_pending_per_session`` 6, ``max_inflight_per_pair`` 2), so inbox_full and
   inflight_full refusals are part of the load;
 * the scripted model holds each run in flight for a moment, so kills find runs mid-request
-  and mail claimed; the runtime commits in groups, so kills land inside group-commit batches.
+  and mail claimed; the runtime commits in groups, so kills land inside group-commit batches;
+* hostile peers share the daemon with them (``Hostile``): clients that subscribe to the whole
+  feed and stop reading, a client that pipelines bursts of list requests, and TCP peers that
+  never authenticate. The daemon's peak RSS stays under ``RSS_BOUND``, every request of the
+  pipelining client is answered, and the honest client is served while they are connected.
 
 A message counts as acknowledged once its answer (a ``message_id``) reached this process.
 After every kill, with no daemon alive, the store is checked from this process by
@@ -27,6 +31,7 @@ import json
 import os
 import random
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +59,9 @@ delay = 0.04
 WORKER = SCENARIO_WORKER.replace("sibling: ask", "sibling: allow")
 assert "sibling: allow" in WORKER
 RUN_MS = (150, 600)
+RSS_BOUND = 256 << 20  # the daemon's peak resident memory, whatever the hostile peers do
+STALLED = 2  # subscribers that stop reading
+BURST = 32  # requests per pipelined burst
 LANES = 4  # concurrent request loops, so several requests are in flight at the kill
 MAX_SESSIONS = 8
 
@@ -69,7 +77,7 @@ def run_daemon_campaign(base: Path, kills: int, *, per_store: int, drain_every: 
         data = base / f"data{kill // per_store}"
         prepare(data)
         sent = acked.setdefault(str(data), set())
-        daemon = DaemonProcess(data)
+        daemon = DaemonProcess(data, "--tcp", f"127.0.0.1:{_free_port()}")
         asyncio.run(Load(daemon, random.Random(rng.random()), sent, tally).drive(
             rng.uniform(*RUN_MS) / 1000))
         tally.kills += 1
@@ -113,16 +121,24 @@ class Load:
 
     async def drive(self, seconds: float) -> None:
         client = await self.daemon.client()
+        hostile = Hostile(self.daemon)
         try:
             await self.tree(client)
+            await hostile.connect()
+            async with asyncio.timeout(30):  # served, with the hostile peers connected
+                await client.call("session.list")
             lanes = [asyncio.create_task(self.lane(client)) for _ in range(LANES)]
+            lanes.append(asyncio.create_task(hostile.pipeline(self.tally)))
             await asyncio.sleep(seconds)
+            peak = _vm(self.daemon.proc.pid, "VmHWM")
             os.kill(self.daemon.proc.pid, signal.SIGKILL)
             await asyncio.gather(*lanes)
         finally:
+            hostile.close()
             await client.close()
             self.daemon.kill()
         assert self.daemon.proc.returncode == -signal.SIGKILL, self.daemon.proc.returncode
+        assert peak < RSS_BOUND, f"daemon peak RSS {peak >> 20} MiB"
 
     async def tree(self, client: DaemonClient) -> None:
         listed = await client.every("session.list")
@@ -178,3 +194,78 @@ class Load:
 
     def ack(self, answer: dict[str, Any]) -> None:
         self.acked.add(str(answer["message_id"]))
+
+
+class Hostile:
+    """The peers that push on the daemon's bounds during a round."""
+
+    def __init__(self, daemon: DaemonProcess) -> None:
+        self.daemon = daemon
+        self.writers: list[asyncio.StreamWriter] = []
+        self.pipelined: DaemonClient | None = None
+
+    async def connect(self) -> None:
+        for n in range(STALLED):  # subscribed to the whole feed, then never read again
+            _, writer = await asyncio.open_unix_connection(str(self.daemon.socket),
+                                                           limit=4096)
+            self.writers.append(writer)
+            writer.write(b"".join(json.dumps({"jsonrpc": "2.0", "id": id, "method": method,
+                                              "params": params}).encode() + b"\n"
+                                  for id, method, params in (
+                                      (1, "initialize", {"protocol_version": 19,
+                                                         "client_info": {"name": f"s{n}"}}),
+                                      (2, "events.subscribe", {"after": 0}))))
+        address = next(a for a in self.daemon.proc.args if str(a).startswith("127.0.0.1:"))
+        host, port = str(address).split(":")
+        for _ in range(2):  # unauthenticated: one silent, one that never says initialize
+            _, writer = await _open_tcp(host, int(port))
+            self.writers.append(writer)
+        self.writers[-1].write(b'{"jsonrpc": "2.0", "id": 1, "method": "session.list"}\n')
+        self.pipelined = await self.daemon.client()
+
+    async def pipeline(self, tally: Tally) -> None:
+        """Bursts of list requests in one write each; every one must be answered."""
+        assert self.pipelined is not None
+        try:
+            while True:
+                listed = (await self.pipelined.call("session.list"))["sessions"]
+                calls = [("message.list", {"session_id": s["session_id"]}) for s in listed]
+                calls += [("events.read", {"after": 0, "limit": 256})] * BURST
+                for answer in await self.pipelined.call_many(calls[:BURST]):
+                    if isinstance(answer, ConnectionError):
+                        raise answer
+                    assert isinstance(answer, dict) or (
+                        isinstance(answer, RpcFailure)
+                        and answer.data_code not in (None, "rpc:internal")), answer
+        except ConnectionError:
+            tally.cut_requests += 1
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+        if self.pipelined is not None:
+            self.pipelined.writer.close()
+
+
+async def _open_tcp(host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """The TCP listener is bound just after the socket: retry until it is."""
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                return await asyncio.open_connection(host, port, limit=4096)
+            except ConnectionRefusedError:
+                await asyncio.sleep(0.01)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _vm(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,11 +25,11 @@ T = TypeVar("T")
 
 class DaemonProcess:
     def __init__(self, data_dir: Path, *extra: str, env: Mapping[str, str] | None = None,
-                 umask: int | None = None) -> None:
+                 umask: int | None = None, program: Sequence[str] = ("-m", "treemail")) -> None:
         self.data_dir = data_dir
         self.socket = data_dir / "daemon.sock"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "treemail", "daemon", "--data-dir", str(data_dir), *extra],
+            [sys.executable, *program, "daemon", "--data-dir", str(data_dir), *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=None if env is None else {**os.environ, **env},
             umask=-1 if umask is None else umask)

@@ -30,6 +30,7 @@ from typing import ClassVar, Final
 __all__ = [
     "AgentDefinedByFile",
     "AgentDocError",
+    "AnswerFailed",
     "AnswerTooLarge",
     "ApprovalPending",
     "ApprovalRequired",
@@ -88,6 +89,7 @@ __all__ = [
     "StoreMissing",
     "StoreNotPrivate",
     "TokenFileUnsafe",
+    "TooManySubscriptions",
     "ToolFailed",
     "ToolInterrupted",
     "ToolNote",
@@ -619,6 +621,18 @@ class Overloaded(ProtocolError):
     """Too many requests are in flight on the connection; wait for answers, then retry."""
 
     code = "rpc:overloaded"
+
+
+class AnswerFailed(ProtocolError):
+    """A request was carried out but its answer could not be encoded; read the state back."""
+
+    code = "rpc:answer_failed"
+
+
+class TooManySubscriptions(ProtocolError):
+    """The connection has as many subscriptions as it may; unsubscribe one, then retry."""
+
+    code = "rpc:too_many_subscriptions"
 
 
 class InternalError(ProtocolError):

@@ -1,10 +1,13 @@
 """One client connection: its frames in, a bounded queue of frames out, its requests in
 flight, and the requests the server made of it (a plugin's gate answers).
 
-Nothing grows without bound. Outgoing frames wait in a queue of ``out_frames``; a full queue
-makes the producer wait (a request's answer, a subscription's next event), and so stops the
-reading of more frames, which pushes back on the client through the socket. Requests in
-flight are capped at ``max_in_flight``; one more is answered at once with an overload error.
+Nothing grows without bound. What the connection makes the daemon hold is counted in bytes
+against its budget (``budget.py``): over it, the connection's frames are no longer read,
+which pushes back on the client through the socket, and its subscriptions stop sending.
+Outgoing frames also wait in a queue of at most ``out_frames``. Requests in flight are capped
+at ``max_in_flight``; one more is answered at once with an overload error. Of those, at most
+``max_running`` build their answers at once. Every server -> client request (a plugin's gate)
+is bounded by ``peer_timeout`` as a whole: waiting for room to send it counts too.
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from treemail.adapters.daemon.budget import Budget, Closed
 from treemail.adapters.daemon.tcp import AUTH_TIMEOUT, Token
+from treemail.core.errors import ConfigError
 from treemail.protocol.jsonrpc import RpcError, encode_request
 from treemail.protocol.types import ClientCapabilities
 
@@ -25,12 +31,36 @@ __all__ = ["Connection", "Limits", "PeerGone"]
 
 @attrs.frozen
 class Limits:
+    """Per connection. The config's ``[daemon.limits]`` table overrides any of them."""
+
     max_frame_bytes: int = 1 << 20
     max_in_flight: int = 64
     out_frames: int = 256
     read_chunk: int = 1 << 16
-    peer_timeout: float = 30.0  # how long a server->client request waits for its answer
+    peer_timeout: float = 30.0  # how long a server->client request may take, send included
     auth_timeout: float = AUTH_TIMEOUT  # how long a TCP peer has to present its token
+    # The byte budget (budget.py). The most one connection holds the daemon to is about
+    # max_held_bytes + max_running x its largest answer.
+    max_held_bytes: int = 16 << 20
+    max_running: int = 4  # requests of a connection building their answers at once
+    max_subscriptions: int = 1024  # events.subscribe per connection
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any], where: str = "[daemon.limits]") -> Limits:
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{where} must be a table of limits, not {table!r}")
+        fields = {f.name: f for f in attrs.fields(cls)}
+        values: dict[str, Any] = {}
+        for name, value in table.items():
+            if name not in fields:
+                raise ConfigError(f"{where}: no limit {name!r}; the limits are "
+                                  f"{', '.join(fields)}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{where}: {name} must be a number > 0, not {value!r}")
+            if fields[name].type in (int, "int") and not isinstance(value, int):
+                raise ConfigError(f"{where}: {name} must be a whole number, not {value!r}")
+            values[name] = value
+        return cls(**values)
 
 
 class PeerGone(Exception):
@@ -49,6 +79,9 @@ class Connection:
         self.initialized = False
         self.capabilities = ClientCapabilities()
         self.in_flight = 0
+        self.subscriptions = 0
+        self.budget = Budget(limits.max_held_bytes)
+        self.running = asyncio.Semaphore(limits.max_running)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.requests: set[asyncio.Task[Any]] = set()
         self.closed = False
@@ -58,10 +91,35 @@ class Connection:
         self._pump = asyncio.create_task(self._write_out(), name=f"out {name}")
 
     async def send(self, frame: bytes) -> None:
-        """Queue a frame; waits while the queue is full (the client is not reading)."""
+        """Queue a frame; waits while the budget or the queue is full (the client is not
+        reading)."""
         if self.closed or self.hung_up:
             raise PeerGone(f"connection {self.name} is closed")
-        await self._out.put(frame)
+        try:
+            await self.budget.room(len(frame))
+        except Closed:
+            raise PeerGone(f"connection {self.name} is closed") from None
+        await self.answer(frame)
+
+    async def answer(self, frame: bytes) -> None:
+        """Queue a frame already built (an answer): counted at once, it never waits for
+        byte room (its bytes are spent), only for a place in the queue."""
+        if self.closed or self.hung_up:
+            raise PeerGone(f"connection {self.name} is closed")
+        self.budget.take(len(frame))
+        try:
+            await self._out.put(frame)
+        except BaseException:
+            self.budget.give(len(frame))
+            raise
+
+    async def room(self) -> None:
+        """Wait until the connection holds less than its budget (``PeerGone`` if it
+        closes meanwhile): the reader's wait before it starts another request."""
+        try:
+            await self.budget.room()
+        except Closed:
+            raise PeerGone(f"connection {self.name} is closed") from None
 
     @property
     def buffered(self) -> tuple[int, int]:
@@ -81,8 +139,10 @@ class Connection:
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._asked[id] = answer
         try:
-            await self.send(encode_request(id, method, params))
+            # The wait for room to send is a wait on the peer as much as its answer is: a
+            # gate that stopped reading must fail in time, not stall every tool call.
             async with asyncio.timeout(self.limits.peer_timeout):
+                await self.send(encode_request(id, method, params))
                 return await answer
         except TimeoutError:
             raise PeerGone(f"{self.name} did not answer {method} within "
@@ -122,14 +182,18 @@ class Connection:
             if not frame:
                 self.writer.close()
                 return
-            self.writer.write(frame)
-            await self.writer.drain()
+            try:
+                self.writer.write(frame)
+                await self.writer.drain()
+            finally:
+                self.budget.give(len(frame))  # the socket took it (or never will)
 
     async def close(self, flush: float = 1.0) -> None:
         """Stop its tasks, send what is queued (for at most ``flush`` seconds), close."""
         if self.closed:
             return
         self.closed = True
+        self.budget.close()
         for answer in self._asked.values():
             if not answer.done():
                 answer.set_exception(PeerGone(f"connection {self.name} closed"))

@@ -4,8 +4,8 @@ The data directory holds ``store/`` (the LMDB store, whose owner lock is the dae
 on the directory: see ``lock.py``), ``daemon.sock``, ``daemon.token`` (once ``--tcp`` was
 used; see ``tcp.py``), an optional ``config.toml``, an optional ``agents/`` directory of
 agent docs, and ``registered-agents/``, the docs clients defined (``registered.py``).
-The config's ``[messaging]`` table sets the limits; ``[daemon] model`` names the model
-adapter:
+The config's ``[messaging]`` table sets the limits of mail, ``[daemon.limits]`` those of
+each connection (``connection.Limits``); ``[daemon] model`` names the model adapter:
 
 * ``scripted`` (the default): a deterministic agent that delegates, steers and answers its
   mail as its agent doc's directives say (``scripted.py``), so a daemon's tree converses with
@@ -59,6 +59,7 @@ class Settings:
     model: str = "scripted"
     openai: Mapping[str, Any] = attrs.field(factory=dict)
     delay: float = 0.0
+    limits: Limits = attrs.field(factory=Limits)
 
     @classmethod
     def load(cls, data_dir: Path) -> Settings:
@@ -78,7 +79,8 @@ class Settings:
         if not isinstance(delay, int | float) or delay < 0:
             raise ConfigError(f"{path}: [daemon.scripted] delay must be seconds >= 0")
         return cls(MessagingConfig.from_mapping(document.get("messaging", {})), model,
-                   dict(daemon.get("openai", {})), float(delay))
+                   dict(daemon.get("openai", {})), float(delay),
+                   Limits.from_mapping(daemon.get("limits", {}), f"{path}: [daemon.limits]"))
 
     def model_for(self, agent: str, doc_model: str | None) -> Model:
         if self.model in _SCRIPTED:
@@ -114,7 +116,7 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
     runtime = Runtime(store, UuidIds(), build_agents(docs, settings.model_for),
                       settings.messaging, plugins=[signal, gate], feed_interval=0.02)
     daemon = Daemon(runtime, store, settings.model_for, Subscriptions(runtime, signal),
-                    limits)
+                    limits or settings.limits)
     daemon.registered = kept
     gate.connections = lambda: daemon.connections
     install(daemon)

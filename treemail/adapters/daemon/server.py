@@ -1,11 +1,13 @@
 """The daemon: one process owns every session of a data directory, served as JSON-RPC 2.0.
 
 Frames come in through ``FrameSplitter`` (a size limit), are decoded by the pure protocol
-layer, and each request runs as its own task, capped per connection. The order of shutdown
-(SIGTERM or the ``shutdown`` method): stop accepting connections, refuse new requests with
-``send_message:engine_shutdown``, let the requests in flight finish, shut the runtime down
-(runs stop at a boundary; claimed mail released), close the connections, unlink the socket,
-close the store (which drops the data directory's one lock, see ``lock.py``).
+layer, and each request runs as its own task, capped per connection in number and in the
+bytes it makes the daemon hold (``budget.py``): over its budget, a connection is not read.
+The order of shutdown (SIGTERM or the ``shutdown`` method): stop accepting connections,
+refuse new requests with ``send_message:engine_shutdown``, let the requests in flight
+finish, shut the runtime down (runs stop at a boundary; claimed mail released), close the
+connections, unlink the socket, close the store (which drops the data directory's one
+lock, see ``lock.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from treemail.adapters.daemon.tcp import Token, loopback, refusal
 from treemail.adapters.runtime.agent_docs import ModelFor
 from treemail.adapters.runtime.runtime import Runtime
 from treemail.core.errors import (
+    AnswerFailed,
     EngineShutdown,
     FrameTooLarge,
     InternalError,
@@ -179,9 +182,10 @@ class Daemon:
         elif isinstance(message, Reply):
             conn.answered(message.id, message.result, message.error)
         else:  # a request, or a notification: executed too, but never answered
-            await self._request(conn, message)
+            await conn.room()  # over its byte budget, the peer waits: see budget.py
+            await self._request(conn, message, len(frame) if isinstance(frame, bytes) else 0)
 
-    async def _request(self, conn: Connection, call: Request | Notification) -> None:
+    async def _request(self, conn: Connection, call: Request | Notification, size: int) -> None:
         if conn.in_flight >= self.limits.max_in_flight:
             limit = self.limits.max_in_flight
             # A notification over the cap is not run, and must not vanish unseen: it is the
@@ -193,21 +197,34 @@ class Daemon:
                 limit=limit, method=call.method))))
             return
         conn.in_flight += 1
+        conn.budget.take(size)  # the request frame is held until its answer is built
         # Marked as owed, notifications too: a client that sends one and hangs up still has
         # it run to its end (the connection settles them before closing).
-        conn.spawn(self._answer(conn, call), f"{conn.name} {call.method}", request=True)
+        conn.spawn(self._answer(conn, call, size), f"{conn.name} {call.method}", request=True)
 
-    async def _answer(self, conn: Connection, call: Request | Notification) -> None:
+    async def _answer(self, conn: Connection, call: Request | Notification, size: int) -> None:
+        frame: bytes | None = None
         try:
-            answer = await self._outcome(conn, call)
+            # An answer's size is known only once it is built: so few are built at once,
+            # and none starts while the connection is over its budget. A notification has
+            # no answer to hold, so it does not wait for room (and runs after a hang-up).
+            async with conn.running:
+                if isinstance(call, Request):
+                    await conn.room()
+                answer = await self._outcome(conn, call)
+                if isinstance(call, Request):
+                    frame = _encoded(call, answer)
+        except PeerGone:
+            return  # it closed while the request waited for room: no one to answer
         finally:
             conn.in_flight -= 1
-        if isinstance(call, Request):
-            await conn.send(encode_error(call.id, answer) if isinstance(answer, RpcError)
-                            else encode_result(call.id, answer))
+            conn.budget.give(size)
         # A notification's outcome, result or error, is not sent: JSON-RPC forbids answering
         # one, and a client that needs to know sends a request. Nor is it logged: a peer
         # must not be able to fill the daemon's stderr, which may be a pipe nobody reads.
+        if frame is not None:
+            with contextlib.suppress(PeerGone):
+                await conn.answer(frame)
 
     async def _outcome(self, conn: Connection,
                        call: Request | Notification) -> msgspec.Struct | RpcError:
@@ -280,3 +297,20 @@ def _params(method: Method, raw: Any) -> msgspec.Struct:
         return decode_params(method, raw)
     except ParamsError as exc:
         raise InvalidParams(f"{method.name}: {exc}", method=method.name) from None
+
+
+def _encoded(request: Request, answer: msgspec.Struct | RpcError) -> bytes:
+    """The answer's frame; an answer that cannot be encoded (MemoryError included) is still
+    answered, with an error that says the request was carried out."""
+    if isinstance(answer, RpcError):
+        return encode_error(request.id, answer)
+    try:
+        return encode_result(request.id, answer)
+    except Exception as exc:
+        print(f"treemail daemon: answer to {request.method} not encoded: {exc!r}",
+              file=sys.stderr)
+        return encode_error(request.id, rpc_error(AnswerFailed(
+            f"{request.method} was carried out but its answer could not be encoded "
+            f"({type(exc).__name__}); read the state back before retrying, and ask for "
+            "less at once (a smaller limit or page) if the answer was large",
+            method=request.method, reason=type(exc).__name__)))

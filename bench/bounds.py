@@ -1,0 +1,108 @@
+"""(j) What one peer costs the daemon: a one-message run with 1,000 idle subscriptions
+against the same run with none, and the daemon's peak RSS while it answers 60 pipelined
+``message.list`` of a 6 MiB session against its RSS just before (a real daemon subprocess)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.lines import Line
+from treemail.adapters.daemon.client import DaemonClient
+from treemail.adapters.daemon.host import open_daemon
+
+__all__ = ["bounds_lines"]
+
+IDLE = 1000
+RUNS = 9
+PIPELINED = 60
+
+
+def bounds_lines(root: Path) -> list[Line]:
+    quiet, idle = asyncio.run(_run_times(root / "subs"))
+    before, peak = asyncio.run(_pipelined(root / "rss"))
+    return [
+        Line("j_idle", f"(j) one-message run, {IDLE:,} idle subscriptions", idle * 1e3,
+             quiet * 1e3, "ms", "the same run, no subscription", "<= 2x", idle <= 2 * quiet),
+        Line("j_rss", f"(j) peak RSS, {PIPELINED} pipelined 6 MiB answers", peak / 2**20,
+             before / 2**20, "MiB", "the daemon's RSS before them", "<= 3x",
+             peak <= 3 * before),
+    ]
+
+
+async def _one_run(client: DaemonClient, sid: str) -> float:
+    head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
+    sub = await client.call("events.subscribe", {"after": head, "session_id": sid})
+    start = time.perf_counter()
+    await client.call("run.submit", {"session_id": sid, "text": "one message"})
+    while (await client.next_notification("events/event")).params["event"]["kind"] != \
+            "RunFinished":
+        pass
+    took = time.perf_counter() - start
+    await client.call("events.unsubscribe", {"subscription_id": sub["subscription_id"]})
+    return took
+
+
+async def _run_times(data: Path) -> tuple[float, float]:
+    daemon = await open_daemon(data, data / "daemon.sock")
+    try:
+        user = await DaemonClient.connect(data / "daemon.sock", name="bench")
+        idler = await DaemonClient.connect(data / "daemon.sock", name="idle")
+        idle, busy = [(await user.call("session.create", {"agent": "default"}))["session_id"]
+                      for _ in range(2)]
+        quiet = statistics.median([await _one_run(user, busy) for _ in range(RUNS)])
+        for _ in range(IDLE // 50):  # under the in-flight cap
+            await idler.call_many([("events.subscribe", {"after": 0, "session_id": idle})] * 50)
+        loaded = statistics.median([await _one_run(user, busy) for _ in range(RUNS)])
+        await idler.close()
+        await user.close()
+        return quiet, loaded
+    finally:
+        daemon.request_stop()
+        await daemon.stopped.wait()
+
+
+def _vm(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+async def _pipelined(data: Path) -> tuple[int, int]:
+    data.mkdir(parents=True)
+    (data / "config.toml").write_text('[daemon]\nmodel = "echo"\n')
+    socket = data / "daemon.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "treemail", "daemon", "--data-dir",
+                             str(data)], stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not socket.exists():
+            await asyncio.sleep(0.02)
+        user = await DaemonClient.connect(socket, name="bench")
+        sid = (await user.call("session.create", {"agent": "default"}))["session_id"]
+        for i in range(24):
+            await user.call("plugin/producer/send",
+                            {"session_id": sid, "body": f"{i} " + "x" * (256 * 1000)})
+        await user.close()
+        Path(f"/proc/{proc.pid}/clear_refs").write_text("5")  # resets VmHWM
+        before = _vm(proc.pid, "VmRSS")
+        reader, writer = await asyncio.open_unix_connection(str(socket), limit=64 << 20)
+        frames = [{"id": 0, "method": "initialize", "params": {
+            "protocol_version": 19, "client_info": {"name": "bench"}}}]
+        frames += [{"id": i, "method": "message.list", "params": {"session_id": sid}}
+                   for i in range(1, PIPELINED + 1)]
+        writer.write(b"".join(json.dumps({"jsonrpc": "2.0", **f}).encode() + b"\n"
+                              for f in frames))
+        for _ in frames:
+            await reader.readline()
+        writer.close()
+        return before, _vm(proc.pid, "VmHWM")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)

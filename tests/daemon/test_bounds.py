@@ -1,0 +1,242 @@
+"""What one peer can make the daemon hold, and how long it can make others wait: a gate that
+stopped reading, pipelined requests with large answers, an answer that cannot be encoded,
+and subscriptions, each against a real daemon (a subprocess, or in-process over its socket
+where the test counts the daemon's own store reads)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import DaemonProcess, run
+from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.daemon.connection import Limits
+from treemail.adapters.daemon.host import open_daemon
+
+MiB = 1 << 20
+
+
+WORKER = """---
+name: worker
+description: Sends mail
+permissions:
+  message:
+    "*": allow
+---
+You work.
+"""
+
+
+def _daemon(data: Path, config: str, **kwargs: Any) -> DaemonProcess:
+    (data / "agents").mkdir(parents=True)
+    (data / "agents" / "worker.md").write_text(WORKER)
+    (data / "config.toml").write_text(config)
+    return DaemonProcess(data, **kwargs)
+
+
+def _status(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+async def _raw(socket: Path, frames: list[dict[str, Any]], limit: int = 64 * MiB,
+               ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client that reads only when told to: its stream stops taking bytes from the socket
+    once it buffers twice ``limit``."""
+    reader, writer = await asyncio.open_unix_connection(str(socket), limit=limit)
+    writer.write(b"".join(json.dumps({"jsonrpc": "2.0", **f}).encode() + b"\n"
+                          for f in frames))
+    await writer.drain()
+    return reader, writer
+
+
+def _initialize(name: str, **capabilities: bool) -> dict[str, Any]:
+    return {"id": 0, "method": "initialize", "params": {
+        "protocol_version": 19, "client_info": {"name": name}, "capabilities": capabilities}}
+
+
+async def _running(client: DaemonClient, sid: str) -> None:
+    while (await client.call("session.get", {"session_id": sid}))["state"] != "running":
+        await asyncio.sleep(0.02)
+
+
+def test_a_gate_that_stopped_reading_fails_each_tool_call_in_time(tmp_path: Path) -> None:
+    """Its queue full of plugin events, the gate cannot even be asked: each agent's tool
+    call is answered plugin:failed once the gate's timeout passes, none waits for ever, and
+    the daemon serves everyone else meanwhile."""
+    daemon = _daemon(tmp_path / "data", '[daemon]\nmodel = "echo"\n[daemon.scripted]\n'
+                     'delay = 5\n[daemon.limits]\npeer_timeout = 1\n'
+                     'max_held_bytes = 1048576\n')
+
+    async def go() -> tuple[list[Any], Any]:
+        gate_reader, gate = await _raw(daemon.socket, [_initialize(
+            "stalled gate", tool_gate=True, plugin_events=True)], limit=64 * 1024)
+        await gate_reader.readline()  # initialized; from now on it reads nothing
+        user = await daemon.client()
+        try:
+            sink = (await user.call("session.create", {"agent": "default"}))["session_id"]
+            for batch in range(8):  # 400 events of 8 KiB: past its budget (and its queue)
+                answers = await user.call_many([("plugin/producer/send", {
+                    "session_id": sink, "body": f"{batch}-{i} " + "x" * (8 * 1024)})
+                    for i in range(50)])
+                assert all(isinstance(a, dict) for a in answers), answers
+            agents = [(await user.call("session.create", {"agent": "worker"}))["session_id"]
+                      for _ in range(2)]
+            for sid in agents:
+                await user.call("run.submit", {"session_id": sid, "text": "work"})
+                await _running(user, sid)
+            calls = [user.call("tool.call", {
+                "session_id": sid, "tool_call_id": f"t{n}", "name": "send_message",
+                "arguments": {"to": "nobody", "body": "hi"}}) for n, sid in enumerate(agents)]
+            listed = await user.call("session.list")
+            return list(await asyncio.gather(*calls)), listed
+        finally:
+            gate.close()
+            await user.close()
+
+    try:
+        answers, listed = run(go(), 120)
+    finally:
+        code, err = daemon.terminate()
+    assert code == 0, err
+    assert len(listed["sessions"]) == 3
+    for answer in answers:
+        assert "plugin:failed" in answer["content"], answer
+        assert "did not answer" in answer["content"]
+
+
+def test_sixty_pipelined_large_answers_keep_the_daemon_small(tmp_path: Path) -> None:
+    """60 message.list of a 6 MiB session, pipelined in one write: every one is answered,
+    and the daemon's peak RSS grows by less than 200 MiB (it grew by over 1 GiB when answers
+    were bounded in frames: 60 answers built and queued at once)."""
+    daemon = _daemon(tmp_path / "data", '[daemon]\nmodel = "echo"\n')
+
+    async def go() -> tuple[int, int, list[dict[str, Any]]]:
+        user = await daemon.client()
+        sid = (await user.call("session.create", {"agent": "default"}))["session_id"]
+        for i in range(24):
+            await user.call("plugin/producer/send",
+                            {"session_id": sid, "body": f"{i} " + "x" * (256 * 1000)})
+        await user.close()
+        Path(f"/proc/{daemon.proc.pid}/clear_refs").write_text("5")  # resets VmHWM
+        before = _status(daemon.proc.pid, "VmRSS")
+        reader, writer = await _raw(daemon.socket, [_initialize("pipelined")] + [
+            {"id": i, "method": "message.list", "params": {"session_id": sid}}
+            for i in range(1, 61)])
+        answers = [json.loads(await reader.readline()) for _ in range(61)]
+        writer.close()
+        return before, _status(daemon.proc.pid, "VmHWM"), answers
+
+    try:
+        before, peak, answers = run(go(), 240)
+    finally:
+        code, err = daemon.terminate()
+    assert code == 0, err
+    assert sorted(a["id"] for a in answers) == list(range(61))
+    # Each answer is the same first page (pages stop near 1 MiB of bodies), and not empty.
+    pages = [[m["message_id"] for m in a["result"]["messages"]] for a in answers if a["id"]]
+    assert pages[0] and all(page == pages[0] for page in pages), pages
+    assert peak - before < 200 * MiB, (before // MiB, peak // MiB)
+
+
+def test_an_answer_that_cannot_be_encoded_is_still_answered(tmp_path: Path) -> None:
+    """The encoder fails (MemoryError) on approval.list's answers: the request gets a typed
+    error, and the connection goes on serving the requests after it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    daemon = DaemonProcess(data, program=(str(Path(__file__).with_name("unencodable.py")),))
+
+    async def go() -> tuple[RpcFailure, Any]:
+        client = await daemon.client()
+        try:
+            with pytest.raises(RpcFailure) as failed:
+                await client.call("approval.list")
+            return failed.value, await client.call("session.create", {"agent": "default"})
+        finally:
+            await client.close()
+
+    try:
+        failure, created = run(go())
+    finally:
+        code, err = daemon.terminate()
+    assert code == 0, err
+    assert failure.code == -32603 and failure.data_code == "rpc:answer_failed"
+    assert "approval.list" in str(failure) and "MemoryError" in str(failure)
+    assert created["session_id"]
+
+
+def test_subscriptions_past_the_cap_are_refused_until_one_ends(tmp_path: Path) -> None:
+    daemon = _daemon(tmp_path / "data", "[daemon.limits]\nmax_subscriptions = 8\n")
+
+    async def go() -> tuple[list[Any], Any]:
+        client = await daemon.client()
+        try:
+            sid = (await client.call("session.create", {"agent": "default"}))["session_id"]
+            # Pipelined, and to one session: each waits on the store before it is counted.
+            answers = await client.call_many(
+                [("events.subscribe", {"after": 0, "session_id": sid})] * 11)
+            await client.call("events.unsubscribe",
+                              {"subscription_id": answers[0]["subscription_id"]})
+            return answers, await client.call("events.subscribe", {"after": 0})
+        finally:
+            await client.close()
+
+    try:
+        answers, again = run(go())
+    finally:
+        code, err = daemon.terminate()
+    assert code == 0, err
+    assert all("subscription_id" in a for a in answers[:8])
+    for refused in answers[8:]:
+        assert isinstance(refused, RpcFailure)
+        assert refused.code == -32001 and refused.data_code == "rpc:too_many_subscriptions"
+        assert "unsubscribe" in str(refused)
+    assert "subscription_id" in again
+
+
+async def _idle_subscriptions(data: Path, socket: Path) -> tuple[int, int, list[str]]:
+    daemon = await open_daemon(data, socket, Limits())
+    subs = daemon.subscriptions
+    try:
+        idle_client = await DaemonClient.connect(socket, name="idle")
+        user = await DaemonClient.connect(socket, name="user")
+        idle = (await user.call("session.create", {"agent": "default"}))["session_id"]
+        busy = (await user.call("session.create", {"agent": "default"}))["session_id"]
+        for _ in range(20):  # under the in-flight cap, 1,000 in all
+            answers = await idle_client.call_many(
+                [("events.subscribe", {"after": 0, "session_id": idle})] * 50)
+            assert all("subscription_id" in a for a in answers), answers
+        live = await user.call("events.subscribe", {"after": 0, "session_id": busy})
+        while subs.parked < 1001:  # every pump has caught up and sleeps
+            await asyncio.sleep(0.01)
+        reads = subs.reads
+        await user.call("run.submit", {"session_id": busy, "text": "one message"})
+        kinds: list[str] = []
+        while "RunFinished" not in kinds:
+            note = await user.next_notification("events/event")
+            assert note.params["subscription_id"] == live["subscription_id"]
+            kinds.append(note.params["event"]["kind"])
+        while subs.parked < 1001:
+            await asyncio.sleep(0.01)
+        await idle_client.close()
+        await user.close()
+        return reads, subs.reads, kinds
+    finally:
+        daemon.request_stop()
+        await daemon.stopped.wait()
+
+
+def test_idle_subscriptions_cost_no_store_read(tmp_path: Path) -> None:
+    """1,000 subscriptions to an idle session, and one to a session that runs: during the
+    run no pump reads the store (none polls, and the live one takes the new events from
+    the feed signal's memory), and the live one still sees the whole run."""
+    before, after, kinds = run(_idle_subscriptions(tmp_path / "data",
+                                                   tmp_path / "data" / "daemon.sock"), 120)
+    assert kinds[0] != "RunFinished" and "RunStarted" in kinds
+    assert after == before

@@ -1,0 +1,23 @@
+"""``treemail daemon`` whose answers to ``approval.list`` cannot be encoded: the encoder raises
+``MemoryError`` for them, as it would for an answer too large for memory. Everything else is
+the real daemon; the test that starts it checks that the request is still answered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from treemail.adapters.daemon import server
+from treemail.adapters.ui.cli import main
+from treemail.protocol import types as t
+
+_encode = server.encode_result
+
+
+def encode_result(id: Any, result: object) -> bytes:
+    if isinstance(result, t.ApprovalListResult):
+        raise MemoryError("planted: this answer cannot be encoded")
+    return _encode(id, result)
+
+
+server.encode_result = encode_result
+raise SystemExit(main())
