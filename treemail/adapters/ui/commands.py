@@ -187,6 +187,9 @@ def _connect_and(command: Command, args: argparse.Namespace) -> int:
             print(f"treemail {args.command}: {failure.data_code}: {failure.error.message}",
                   file=sys.stderr)
             return 1
+        except TreemailError as error:  # a TCP listener that did not prove itself
+            print(f"treemail {args.command}: {error}", file=sys.stderr)
+            return 1
         try:
             await _resolve(client, args)
             return await command(client, args)
