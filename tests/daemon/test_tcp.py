@@ -16,7 +16,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +39,12 @@ def _free_port() -> int:
 
 
 class TcpDaemon(DaemonProcess):
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *extra: str,
+                 preexec_fn: Callable[[], object] | None = None) -> None:
         self.port = _free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
-        super().__init__(data_dir, "--tcp", f"127.0.0.1:{self.port}")
+        super().__init__(data_dir, "--tcp", f"127.0.0.1:{self.port}", *extra,
+                         preexec_fn=preexec_fn)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:  # the port is bound just after the socket
             with socket.socket() as probe:

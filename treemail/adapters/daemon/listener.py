@@ -3,9 +3,11 @@
 Why not ``asyncio.start_server``: its accept loop, out of file descriptors (EMFILE), logs a
 traceback for every one of up to 100 tries per wake-up and schedules as many restarts, so a
 peer that fills the descriptor table fills stderr too (hundreds of tracebacks a second). Here
-one task accepts: a failure starts a *burst*, logged once, retried after a pause that doubles
-up to a second; the first connection taken after it ends the burst, logged once more. The
-daemon's other connections are served all along, and as they close it accepts again.
+one task accepts: a failure starts a *burst*, logged once; each try is retried after a pause
+that doubles up to a second, and the burst ends, logged once more, when no try has failed
+for ``QUIET`` seconds (a table that fills again as soon as it empties is one burst, not a
+line per connection). The daemon's other connections are served all along, and as they
+close it accepts again.
 
 The Unix socket's path is the user's to name (``--socket``), so binding is careful:
 
@@ -34,9 +36,11 @@ import attrs
 
 from treemail.core.errors import SocketInUse, SocketPathTaken
 
-__all__ = ["BACKLOG", "Listener", "UnixSocket", "bind_tcp", "bind_unix", "check_socket_path"]
+__all__ = ["BACKLOG", "QUIET", "Listener", "UnixSocket", "bind_tcp", "bind_unix",
+           "check_socket_path"]
 
 BACKLOG = 128
+QUIET = 5.0
 _FIRST_PAUSE = 0.05
 _LONGEST_PAUSE = 1.0
 
@@ -55,25 +59,27 @@ class Listener:
         self.sock = sock
         self.where = where
         self._accepted = accepted
-        self._failures = 0
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"accept {where}")
+        self._failures = 0  # in this burst
+        self._streak = 0  # failures since the last accept: the pause grows with it
+        self._last_failure = 0.0
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run(), name=f"accept {where}")
 
     def close(self) -> None:
         """Stop accepting; the socket closes as the task ends."""
         self._task.cancel()
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while True:
                 try:
-                    conn, _ = await loop.sock_accept(self.sock)
+                    conn, _ = await self._loop.sock_accept(self.sock)
                 except ConnectionAbortedError:
                     continue  # the peer gave up before it was taken: nothing to do
                 except OSError as exc:
                     await asyncio.sleep(self._failed(exc))
                     continue
-                self._recovered()
+                self._streak = 0
                 conn.setblocking(False)
                 self._accepted(conn)
         finally:
@@ -86,14 +92,21 @@ class Listener:
                     if exc.errno in (errno.EMFILE, errno.ENFILE) else "")
             _log(f"cannot accept connections on {self.where}: {exc.strerror or exc}{hint}; "
                  "retrying, and quiet until it works again")
+            self._loop.call_later(QUIET, self._end_burst)
         self._failures += 1
-        return float(min(_LONGEST_PAUSE, _FIRST_PAUSE * 2 ** min(self._failures - 1, 8)))
+        self._streak += 1
+        self._last_failure = self._loop.time()
+        return float(min(_LONGEST_PAUSE, _FIRST_PAUSE * 2 ** min(self._streak - 1, 8)))
 
-    def _recovered(self) -> None:
-        if self._failures:
+    def _end_burst(self) -> None:
+        quiet = self._loop.time() - self._last_failure
+        if quiet < QUIET:  # it failed again since: look again once it may have been quiet
+            self._loop.call_later(QUIET - quiet, self._end_burst)
+            return
+        if not self._task.done():
             _log(f"accepting connections on {self.where} again, after {self._failures} "
                  "failed tries")
-            self._failures = 0
+        self._failures = 0
 
 
 def bind_tcp(host: str, port: int) -> list[socket.socket]:
