@@ -45,7 +45,7 @@ def test_an_honest_client_is_admitted_in_two_steps() -> None:
     assert result["server_proof"] == token.server_proof(nonce, server_nonce).hex()
     step = handshake.receive(_request(
         "auth.prove", client_proof=token.client_proof(server_nonce, nonce).hex()))
-    assert step.stage is Stage.ADMITTED
+    assert step.stage is Stage.PROVED
     assert _answer(step.answer)["result"] == {"authenticated": True}
 
 

@@ -12,7 +12,7 @@ chose and a nonce it cannot choose, which is no use on any other connection.
 
 The states, and what each accepts:
 
-    challenge --auth.challenge--> prove --auth.prove (right proof)--> admitted
+    challenge --auth.challenge--> prove --auth.prove (right proof)--> proved
         any other frame, or a wrong proof: refused (the connection is closed)
 
 ``initialize`` with ``auth_token`` as the first frame is an old client: it gets its own code,
@@ -40,7 +40,7 @@ __all__ = ["Handshake", "Stage", "Step"]
 class Stage(Enum):
     CHALLENGE = "challenge"  # waiting for auth.challenge
     PROVE = "prove"  # the server proved itself; waiting for auth.prove
-    ADMITTED = "admitted"
+    PROVED = "proved"  # the client proved itself: the connection is served
     REFUSED = "refused"
 
 
@@ -93,7 +93,7 @@ class Handshake:
         if not Token.matches(expected, params.client_proof):
             return self._refuse(request, refusal(
                 "wrong client_proof: the client does not hold this daemon's token"))
-        self.stage = Stage.ADMITTED
+        self.stage = Stage.PROVED
         return Step(encode_result(request.id, t.AuthProveResult(authenticated=True)),
                     self.stage)
 
@@ -120,7 +120,7 @@ class Handshake:
 _EXPECTED: dict[Stage, frozenset[str]] = {
     Stage.CHALLENGE: frozenset({"auth.challenge"}),
     Stage.PROVE: frozenset({"auth.prove"}),
-    Stage.ADMITTED: frozenset(),
+    Stage.PROVED: frozenset(),
     Stage.REFUSED: frozenset(),
 }
 

@@ -95,7 +95,7 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
                       tcp: tuple[str, int] | None = None) -> Daemon:
     """Take the data directory (open its store as its one writer: ``lock.py``), start the
     runtime (recovering what a crash left), and bind the socket (and ``tcp``, a loopback
-    ``(host, port)``, with the data directory's bearer token). Raises ``DataDirLocked`` if
+    ``(host, port)``, with the data directory's token). Raises ``DataDirLocked`` if
     another process holds it, ``NotLoopback`` for a TCP address off loopback,
     ``SocketPathTaken`` or ``SocketInUse`` for a socket path that holds a file or a live
     socket, and ``ListenFailed`` if a bind fails."""

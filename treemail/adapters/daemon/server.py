@@ -195,7 +195,7 @@ class Daemon:
         if step.stage is Stage.REFUSED:
             await conn.hang_up(step.answer)
             return
-        conn.authenticated = step.stage is Stage.ADMITTED
+        conn.authenticated = step.stage is Stage.PROVED
         await conn.send(step.answer)
 
     async def _frame(self, conn: Connection, frame: bytes | Oversized) -> None:

@@ -78,7 +78,7 @@ def loopback(host: str, port: int) -> str:
 
 
 class Token:
-    """The bearer token of a data directory's TCP listener."""
+    """The token of a data directory's TCP listener: the key both sides prove they hold."""
 
     def __init__(self, secret: str) -> None:
         self._secret = secret.encode()

@@ -1,8 +1,8 @@
 """The daemon's subcommands of the ``treemail`` command line, registered from ``cli.py``.
 
 ``daemon`` serves a data directory; the others are clients of a running daemon, found by
-``--data-dir`` (its ``daemon.sock``), ``--socket``, or ``--connect tcp://HOST:PORT`` (with
-the daemon's bearer token, see ``tcp.py``). A daemon that is not there, or an
+``--data-dir`` (its ``daemon.sock``), ``--socket``, or ``--connect tcp://HOST:PORT`` (proving
+the daemon's token without sending it, see ``handshake.py``). A daemon that is not there, or an
 error answer, is one line on stderr and exit status 1; a bad command line is argparse's
 usage error (status 2); never a traceback.
 """
@@ -39,7 +39,7 @@ def register(commands: Sub) -> None:
     daemon.add_argument("--stdio", action="store_true",
                         help="also serve one client over stdin/stdout")
     daemon.add_argument("--tcp", metavar="HOST:PORT", type=_tcp,
-                        help="also listen on TCP, loopback only, with a bearer token kept in "
+                        help="also listen on TCP, loopback only, with a token kept in "
                              "DATA_DIR/daemon.token (mode 0600)")
     daemon.set_defaults(run=_daemon)
     _client(commands, "sessions", "list the daemon's sessions as a table", _sessions)
@@ -146,7 +146,7 @@ def _where(parser: argparse.ArgumentParser) -> None:
 
 def _token_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", type=Path,
-                        help="the TCP bearer token's file (default: DATA_DIR/daemon.token; "
+                        help="the TCP token's file (default: DATA_DIR/daemon.token; "
                              "TREEMAIL_TOKEN overrides it)")
 
 
