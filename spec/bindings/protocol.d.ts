@@ -29,6 +29,26 @@ export interface ApprovalView {
   outcome: string | null;
 }
 
+/** A TCP connection's first request: the client's fresh random nonce. */
+export interface AuthChallengeParams {
+  client_nonce: string;
+}
+
+/** The daemon's fresh nonce, and its proof that it holds the token: HMAC-SHA256(token, "treemail-server" | client_nonce | server_nonce). */
+export interface AuthChallengeResult {
+  server_nonce: string;
+  server_proof: string;
+}
+
+/** Sent only once the server's proof checked out: HMAC-SHA256(token, "treemail-client" | server_nonce | client_nonce). */
+export interface AuthProveParams {
+  client_proof: string;
+}
+
+export interface AuthProveResult {
+  authenticated: boolean;
+}
+
 /** What the client takes part in. A plugin connection asks for ``plugin/event`` notifications (every durable event) and/or to gate tool calls (``plugin/tool_before_call`` requests from the server, answered before the call runs). */
 export interface ClientCapabilities {
   plugin_events?: boolean;
@@ -91,7 +111,7 @@ export interface EventsUnsubscribeResult {
   unsubscribed: boolean;
 }
 
-/** ``auth_token``: the daemon's bearer token, which a TCP connection must present in its first frame (``DATA_DIR/daemon.token``); the Unix socket and stdio ignore it. */
+/** ``auth_token``: no longer taken. The token never crosses the wire: a TCP connection proves it holds it with ``auth.challenge`` and ``auth.prove`` first; on TCP an ``auth_token`` is refused (``rpc:token_in_clear``), the Unix socket and stdio ignore it. */
 export interface InitializeParams {
   protocol_version: number;
   client_info: ClientInfo;
@@ -299,6 +319,8 @@ export interface ToolGateResult {
 }
 
 export interface Methods {
+  "auth.challenge": { params: AuthChallengeParams; result: AuthChallengeResult };
+  "auth.prove": { params: AuthProveParams; result: AuthProveResult };
   "initialize": { params: InitializeParams; result: InitializeResult };
   "shutdown": { params: Empty; result: ShutdownResult };
   "session.create": { params: SessionCreateParams; result: SessionView };

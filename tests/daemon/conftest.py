@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,14 +25,16 @@ T = TypeVar("T")
 
 class DaemonProcess:
     def __init__(self, data_dir: Path, *extra: str, env: Mapping[str, str] | None = None,
-                 umask: int | None = None, program: Sequence[str] = ("-m", "treemail")) -> None:
+                 umask: int | None = None, program: Sequence[str] = ("-m", "treemail"),
+                 preexec_fn: Callable[[], object] | None = None) -> None:
         self.data_dir = data_dir
-        self.socket = data_dir / "daemon.sock"
+        named = extra[extra.index("--socket") + 1] if "--socket" in extra else None
+        self.socket = Path(named) if named else data_dir / "daemon.sock"
         self.proc = subprocess.Popen(
             [sys.executable, *program, "daemon", "--data-dir", str(data_dir), *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=None if env is None else {**os.environ, **env},
-            umask=-1 if umask is None else umask)
+            umask=-1 if umask is None else umask, preexec_fn=preexec_fn)
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 20.0) -> None:

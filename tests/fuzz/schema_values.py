@@ -2,7 +2,8 @@
 
 hypothesis-jsonschema 0.23.1 does not work with our Hypothesis, so this small generator
 reads the subset of JSON Schema the bindings use ($ref, anyOf, enum, object with properties
-and required, string, integer, number, boolean, null, array with items) and refuses any
+and required, string (with a pattern: matching text, and any text), integer, number,
+boolean, null, array with items) and refuses any
 other keyword, so a new one in the bindings fails here instead of being ignored. Besides
 valid params it makes wrong ones: a value of the wrong type, an unknown key, a required key
 missing, or arbitrary JSON in place of the whole object.
@@ -25,7 +26,7 @@ BINDINGS = Path(__file__).resolve().parents[2] / "spec" / "bindings" / "protocol
 # Keywords that only describe, and those this reader turns into values.
 _NOTES = {"title", "description", "default", "$comment"}
 _SHAPES = {"$ref", "anyOf", "enum", "type", "properties", "required", "additionalProperties",
-           "items", "minimum", "maximum"}
+           "items", "minimum", "maximum", "pattern"}
 
 # Arbitrary JSON, with big integers and long text besides the shared strategy's.
 JSON_VALUES: st.SearchStrategy[Any] = st.one_of(
@@ -57,6 +58,8 @@ def _typed(kind: str, schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         return _object(schema)
     if kind == "array":
         return st.lists(_value(schema.get("items", {"type": "null"})), max_size=3)
+    if kind == "string" and "pattern" in schema:
+        return st.one_of(st.from_regex(schema["pattern"], fullmatch=True), TEXT)
     simple: dict[str, st.SearchStrategy[Any]] = {
         "string": TEXT, "boolean": st.booleans(), "null": st.none(),
         "integer": st.one_of(st.integers(-5, 300), st.integers(), st.sampled_from(

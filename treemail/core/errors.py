@@ -34,6 +34,7 @@ __all__ = [
     "AnswerTooLarge",
     "ApprovalPending",
     "ApprovalRequired",
+    "ClearToken",
     "ClientFailure",
     "ClientTimeout",
     "ConfigError",
@@ -80,6 +81,9 @@ __all__ = [
     "ScriptExhausted",
     "SelfSend",
     "SendRefusal",
+    "ServerUnproven",
+    "SocketInUse",
+    "SocketPathTaken",
     "StorageError",
     "StoreClosed",
     "StoreDamaged",
@@ -239,6 +243,18 @@ class TokenFileUnsafe(DefinitionError):
     """The TCP token file is not a private file of the daemon's user; delete it to renew."""
 
     code = "daemon:token_unsafe"
+
+
+class SocketPathTaken(DefinitionError):
+    """``--socket`` names something that is not a socket; the daemon leaves it alone."""
+
+    code = "daemon:socket_path_taken"
+
+
+class SocketInUse(DefinitionError):
+    """Another daemon answers on the ``--socket`` path; stop it or choose another path."""
+
+    code = "daemon:socket_in_use"
 
 
 # -- refusals ----------------------------------------------------------------------------
@@ -612,9 +628,15 @@ class UnsupportedVersion(ProtocolError):
 
 
 class Unauthorized(ProtocolError):
-    """A TCP client did not present the daemon's bearer token, or presented a wrong one."""
+    """A TCP client did not prove it holds the daemon's token, or the proof was wrong."""
 
     code = "rpc:unauthorized"
+
+
+class ClearToken(Unauthorized):
+    """A TCP client sent the token itself (``auth_token``); it must prove it instead."""
+
+    code = "rpc:token_in_clear"
 
 
 class Overloaded(ProtocolError):
@@ -640,3 +662,10 @@ class InternalError(ProtocolError):
 
     code = "rpc:internal"
 
+
+class ServerUnproven(Unauthorized):
+    """A TCP listener did not prove it holds the token; the client sent it nothing secret.
+
+    The one code raised by the client, not the daemon: the handshake proves both sides."""
+
+    code = "client:server_unproven"

@@ -92,7 +92,7 @@ WIRE_CODES: Final[dict[int, str]] = {
     OVERLOADED: "overloaded: too many requests in flight on this connection; retry later",
     NOT_INITIALIZED: "not initialized: send initialize first",
     UNSUPPORTED_VERSION: "unsupported protocol version",
-    UNAUTHORIZED: "unauthorized: a TCP connection must present the daemon's bearer token",
+    UNAUTHORIZED: "unauthorized: a TCP connection must prove it holds the daemon's token",
     REFUSED: "refused: treemail refused the operation; the store is unchanged",
     INVALID: "invalid: the operation names something that does not exist or is malformed",
     STORAGE: "storage: the store failed",

@@ -38,6 +38,10 @@ def _table(*methods: Method) -> dict[str, Method]:
 
 
 METHODS: Final[dict[str, Method]] = _table(
+    Method("auth.challenge", t.AuthChallengeParams, t.AuthChallengeResult,
+           "TCP only, the first request: the server proves it holds the token."),
+    Method("auth.prove", t.AuthProveParams, t.AuthProveResult,
+           "TCP only, the second request: the client proves it holds the token."),
     Method("initialize", t.InitializeParams, t.InitializeResult,
            "The handshake; every other request before it is refused."),
     Method("shutdown", t.Empty, t.ShutdownResult,

@@ -20,6 +20,10 @@ __all__ = [
     "ApprovalListParams",
     "ApprovalListResult",
     "ApprovalView",
+    "AuthChallengeParams",
+    "AuthChallengeResult",
+    "AuthProveParams",
+    "AuthProveResult",
     "ClientCapabilities",
     "ClientInfo",
     "Empty",
@@ -105,13 +109,45 @@ class ClientCapabilities(Params):
 
 
 class InitializeParams(Params):
-    """``auth_token``: the daemon's bearer token, which a TCP connection must present in its
-    first frame (``DATA_DIR/daemon.token``); the Unix socket and stdio ignore it."""
+    """``auth_token``: no longer taken. The token never crosses the wire: a TCP connection
+    proves it holds it with ``auth.challenge`` and ``auth.prove`` first; on TCP an
+    ``auth_token`` is refused (``rpc:token_in_clear``), the Unix socket and stdio ignore it."""
 
     protocol_version: int
     client_info: ClientInfo
     capabilities: ClientCapabilities = msgspec.field(default_factory=ClientCapabilities)
     auth_token: str | None = None
+
+
+# -- authentication over TCP (spec/protocol.md, section 2) --------------------------------
+
+# 32 bytes as 64 lowercase hex digits: a nonce, or an HMAC-SHA256 proof.
+Hex32 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class AuthChallengeParams(Params):
+    """A TCP connection's first request: the client's fresh random nonce."""
+
+    client_nonce: Hex32
+
+
+class AuthChallengeResult(Result):
+    """The daemon's fresh nonce, and its proof that it holds the token:
+    HMAC-SHA256(token, "treemail-server" | client_nonce | server_nonce)."""
+
+    server_nonce: Hex32
+    server_proof: Hex32
+
+
+class AuthProveParams(Params):
+    """Sent only once the server's proof checked out:
+    HMAC-SHA256(token, "treemail-client" | server_nonce | client_nonce)."""
+
+    client_proof: Hex32
+
+
+class AuthProveResult(Result):
+    authenticated: bool
 
 
 class ServerInfo(Result):

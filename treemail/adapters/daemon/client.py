@@ -1,7 +1,8 @@
 """The async client of protocol 19, used by the CLI and the tests.
 
-``DaemonClient.connect`` opens the Unix socket (or ``tcp://HOST:PORT`` with a bearer token)
-and performs the ``initialize`` handshake.
+``DaemonClient.connect`` opens the Unix socket (or ``tcp://HOST:PORT``, where both sides
+prove they hold the daemon's token without sending it: ``handshake.py``) and performs the
+``initialize`` handshake.
 ``call`` sends a request and returns its result as plain JSON data (or decoded into a wire
 type with ``call_as``); an error answer raises ``RpcFailure``, whose ``data_code`` is
 treemail's stable code. ``every`` reads a list method page after page. Notifications land in
@@ -29,19 +30,21 @@ import contextlib
 import itertools
 import json
 import re
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
-from treemail.adapters.daemon.tcp import parse_address
+from treemail.adapters.daemon.tcp import AUTH_TIMEOUT, NONCE_BYTES, Token, parse_address
 from treemail.core.errors import (
     AnswerTooLarge,
     ClientTimeout,
     FrameTooLarge,
     InternalError,
     RequestTooLarge,
+    ServerUnproven,
     UnknownMethod,
 )
 from treemail.protocol.errors import rpc_error
@@ -94,7 +97,6 @@ class DaemonClient:
         self.server: dict[str, Any] = {}
         self.notifications: asyncio.Queue[Notification] = asyncio.Queue(maxsize=queue)
         self.on_request: OnRequest | None = None
-        self.token: str | None = None  # the bearer token initialize presents (TCP)
         # Errors the daemon could not tie to a request (a malformed or oversized frame).
         self.stray_errors: asyncio.Queue[RpcError] = asyncio.Queue(maxsize=queue)
         self._ids = itertools.count(1)
@@ -109,10 +111,11 @@ class DaemonClient:
     async def connect(cls, socket: str | Path, *, name: str = "treemail-client",
                       initialize: bool = True, token: str | None = None,
                       timeout: float | None = DEFAULT_TIMEOUT, max_frame_bytes: int = 64 << 20,
-                      **capabilities: bool) -> DaemonClient:
+                      authenticate: bool = True, **capabilities: bool) -> DaemonClient:
         """``socket`` is the daemon's Unix socket, or ``tcp://HOST:PORT`` for its loopback
-        TCP listener, where ``token`` (the daemon's bearer token) is presented in the
-        ``initialize`` handshake."""
+        TCP listener, where the listener must prove it holds ``token`` (the daemon's) before
+        the client proves it too; ``ServerUnproven`` if it does not. ``authenticate=False``
+        and ``initialize=False`` leave the connection raw (tests speak for themselves)."""
         address = str(socket)
         if address.startswith("tcp://"):
             host, port = parse_address(address)
@@ -121,17 +124,43 @@ class DaemonClient:
             reader, writer = await asyncio.open_unix_connection(
                 address.removeprefix("unix://"), limit=1 << 20)
         client = cls(reader, writer, timeout=timeout, max_frame_bytes=max_frame_bytes)
-        client.token = token
-        if initialize:
-            client.server = await client.initialize(name, **capabilities)
+        try:
+            if address.startswith("tcp://") and authenticate:
+                if token is None:
+                    raise _unproven(address, "no token was given to check its proof against")
+                await client.authenticate(Token(token), address)
+            if initialize:
+                client.server = await client.initialize(name, **capabilities)
+        except BaseException:
+            await client.close()
+            raise
         return client
+
+    async def authenticate(self, token: Token, address: str = "the TCP listener",
+                           timeout: float = AUTH_TIMEOUT) -> None:
+        """The TCP handshake, client side: the server proves it holds ``token``, and only
+        then does the client prove it too. Until the server's proof checks out the client has
+        sent a random nonce and nothing else (spec/protocol.md, section 2)."""
+        client_nonce = secrets.token_bytes(NONCE_BYTES)
+        try:
+            async with asyncio.timeout(timeout):
+                answer = await self.call("auth.challenge", {"client_nonce": client_nonce.hex()})
+        except TimeoutError:
+            raise _unproven(address, f"it did not answer within {timeout:g}s") from None
+        except ConnectionError:
+            raise _unproven(address, "it closed the connection") from None
+        server_nonce, proof = _challenge_answer(answer)
+        if server_nonce is None or not Token.matches(
+                token.server_proof(client_nonce, server_nonce), proof):
+            raise _unproven(address, "its server_proof is not an HMAC under your token")
+        async with asyncio.timeout(timeout):
+            await self.call("auth.prove", {
+                "client_proof": token.client_proof(server_nonce, client_nonce).hex()})
 
     async def initialize(self, name: str, version: int = PROTOCOL_VERSION,
                          **capabilities: bool) -> dict[str, Any]:
         params: dict[str, Any] = {"protocol_version": version, "client_info": {"name": name},
                                   "capabilities": capabilities}
-        if self.token is not None:
-            params["auth_token"] = self.token
         result: dict[str, Any] = await self.call("initialize", params)
         return result
 
@@ -377,3 +406,25 @@ def _timed_out(method: str, seconds: float | None) -> ClientTimeout:
         f"no answer to {method} within {seconds:g}s: the daemon may be stopped, hung or "
         "overloaded, and the call may or may not have taken effect; check the daemon, then "
         "retry (or allow more time)", method=method, timeout=seconds)
+
+
+def _challenge_answer(answer: Any) -> tuple[bytes | None, str]:
+    """The server's nonce (None if malformed) and proof from an ``auth.challenge`` answer."""
+    nonce = answer.get("server_nonce") if isinstance(answer, dict) else None
+    proof = answer.get("server_proof") if isinstance(answer, dict) else None
+    if not isinstance(nonce, str) or not isinstance(proof, str):
+        return None, ""
+    try:
+        raw = bytes.fromhex(nonce)
+    except ValueError:
+        return None, ""
+    return (raw, proof) if len(raw) == NONCE_BYTES else (None, "")
+
+
+def _unproven(address: str, why: str) -> ServerUnproven:
+    return ServerUnproven(
+        f"{address} did not prove it holds the daemon's token ({why}); the client sent it "
+        "nothing secret and closed the connection. Either something else listens there (is "
+        "your daemon running? another local user may have bound the port while it was "
+        "down), or your token is not this daemon's (check TREEMAIL_TOKEN or --token-file)",
+        address=address)

@@ -21,7 +21,8 @@ from typing import Any
 import attrs
 
 from treemail.adapters.daemon.budget import Budget, Closed
-from treemail.adapters.daemon.tcp import AUTH_TIMEOUT, Token
+from treemail.adapters.daemon.handshake import Handshake
+from treemail.adapters.daemon.tcp import AUTH_BYTES, AUTH_TIMEOUT, MAX_UNAUTHENTICATED
 from treemail.core.errors import ConfigError
 from treemail.protocol.jsonrpc import RpcError, encode_request
 from treemail.protocol.types import ClientCapabilities
@@ -38,7 +39,9 @@ class Limits:
     out_frames: int = 256
     read_chunk: int = 1 << 16
     peer_timeout: float = 30.0  # how long a server->client request may take, send included
-    auth_timeout: float = AUTH_TIMEOUT  # how long a TCP peer has to present its token
+    auth_timeout: float = AUTH_TIMEOUT  # how long a TCP peer has to prove it holds the token
+    auth_bytes: int = AUTH_BYTES  # what it may send until then
+    max_unauthenticated: int = MAX_UNAUTHENTICATED  # TCP peers proving themselves at once
     # The byte budget (budget.py). The most one connection holds the daemon to is about
     # max_held_bytes + max_running x its largest answer.
     max_held_bytes: int = 16 << 20
@@ -69,12 +72,12 @@ class PeerGone(Exception):
 
 class Connection:
     def __init__(self, writer: asyncio.StreamWriter, limits: Limits, name: str,
-                 token: Token | None = None) -> None:
+                 handshake: Handshake | None = None) -> None:
         self.writer = writer
         self.limits = limits
         self.name = name
-        self.token = token  # set on TCP: its first frame must present it (see tcp.py)
-        self.authenticated = token is None
+        self.handshake = handshake  # set on TCP: it proves itself first (see handshake.py)
+        self.authenticated = handshake is None
         self.hung_up = False
         self.initialized = False
         self.capabilities = ClientCapabilities()

@@ -88,6 +88,13 @@ class Methods:
     async def read(self, fn: Any, *args: Any) -> Any:
         return await self.rt.writer.quiet(fn, *args)
 
+    async def auth_challenge(self, conn: Connection,
+                             p: t.AuthChallengeParams) -> t.AuthChallengeResult:
+        raise _proved(conn, "auth.challenge")
+
+    async def auth_prove(self, conn: Connection, p: t.AuthProveParams) -> t.AuthProveResult:
+        raise _proved(conn, "auth.prove")
+
     async def initialize(self, conn: Connection, p: t.InitializeParams) -> t.InitializeResult:
         if p.protocol_version != PROTOCOL_VERSION:
             raise UnsupportedVersion(
@@ -310,6 +317,14 @@ def _version() -> str:
         return version(_package)
     except PackageNotFoundError:
         return "0+unknown"
+
+
+def _proved(conn: Connection, method: str) -> InvalidRequest:
+    # A TCP connection's handshake is answered before dispatch (handshake.py); what reaches
+    # here came on a connection that needs no proof, or has given it.
+    how = "it has proved itself already" if conn.handshake else "it is the Unix socket or stdio"
+    return InvalidRequest(f"{method}: this connection needs no proof ({how}); send it only as "
+                          "a TCP connection's first requests")
 
 
 def install(daemon: Daemon) -> None:

@@ -33,6 +33,7 @@ from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.datadir import take
 from treemail.adapters.daemon.feeds import FeedSignal, Subscriptions, WireGate
 from treemail.adapters.daemon.handlers import install
+from treemail.adapters.daemon.listener import check_socket_path
 from treemail.adapters.daemon.lock import DAEMON_ROLE
 from treemail.adapters.daemon.scripted import ScriptedAgent, ScriptedEcho
 from treemail.adapters.daemon.server import Daemon
@@ -42,7 +43,7 @@ from treemail.adapters.runtime.ids import UuidIds
 from treemail.adapters.runtime.llm import Model, OpenAICompatibleModel
 from treemail.adapters.runtime.runtime import Runtime
 from treemail.core.config import MessagingConfig
-from treemail.core.errors import ConfigError, ListenFailed
+from treemail.core.errors import ConfigError, ListenFailed, TreemailError
 
 __all__ = ["DEFAULT_DATA_DIR", "ScriptedAgent", "ScriptedEcho", "Settings", "open_daemon",
            "run_daemon"]
@@ -97,11 +98,13 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
                       tcp: tuple[str, int] | None = None) -> Daemon:
     """Take the data directory (open its store as its one writer: ``lock.py``), start the
     runtime (recovering what a crash left), and bind the socket (and ``tcp``, a loopback
-    ``(host, port)``, with the data directory's bearer token). Raises ``DataDirLocked`` if
-    another process holds it, ``NotLoopback`` for a TCP address off loopback, and
-    ``ListenFailed`` if a bind fails."""
+    ``(host, port)``, with the data directory's token). Raises ``DataDirLocked`` if
+    another process holds it, ``NotLoopback`` for a TCP address off loopback,
+    ``SocketPathTaken`` or ``SocketInUse`` for a socket path that holds a file or a live
+    socket, and ``ListenFailed`` if a bind fails."""
     if tcp is not None:
         loopback(*tcp)  # refused before anything is touched
+    check_socket_path(socket)  # so is a file that is not a socket (listener.py)
     store = take(data_dir, socket)  # the one lock (see lock.py): first, before anything else
     try:
         token = Token.load_or_create(data_dir) if tcp is not None else None
@@ -129,9 +132,11 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
             daemon.tcp = await daemon.listen_tcp(*tcp, token)
             store.describe_owner({"role": DAEMON_ROLE, "socket": str(socket),
                                   "tcp": daemon.tcp})
-    except OSError as exc:
+    except (OSError, TreemailError) as exc:
         daemon.request_stop()
         await daemon.stopped.wait()
+        if isinstance(exc, TreemailError):  # SocketInUse: another daemon serves the path
+            raise
         raise ListenFailed(f"cannot listen on {where}: {exc.strerror or exc}; free it or "
                            "choose another address", address=where) from None
     return daemon

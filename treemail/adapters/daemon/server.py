@@ -8,13 +8,18 @@ refuse new requests with ``send_message:engine_shutdown``, let the requests in f
 finish, shut the runtime down (runs stop at a boundary; claimed mail released), close the
 connections, unlink the socket, close the store (which drops the data directory's one
 lock, see ``lock.py``).
+
+On TCP a connection is a stranger until it proves it holds the token (``handshake.py``):
+until then it has ``auth_timeout`` seconds and ``auth_bytes`` bytes, and at most
+``max_unauthenticated`` such connections are served; one more is refused as it is accepted,
+before anything is read or allocated for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,8 +29,10 @@ import msgspec
 
 from treemail.adapters.daemon.connection import Connection, Limits, PeerGone
 from treemail.adapters.daemon.feeds import Subscriptions
+from treemail.adapters.daemon.handshake import Handshake, Stage
+from treemail.adapters.daemon.listener import Listener, UnixSocket, bind_tcp, bind_unix
 from treemail.adapters.daemon.registered import Registered
-from treemail.adapters.daemon.tcp import Token, loopback, refusal
+from treemail.adapters.daemon.tcp import Token, loopback
 from treemail.adapters.runtime.agent_docs import ModelFor
 from treemail.adapters.runtime.runtime import Runtime
 from treemail.core.errors import (
@@ -76,27 +83,22 @@ class Daemon:
         self.connections: set[Connection] = set()
         self.stopping = False
         self.stopped = asyncio.Event()
-        self._servers: list[asyncio.Server] = []
+        self._listeners: list[Listener] = []
+        self._serving: set[asyncio.Task[None]] = set()  # each accepted connection's task
+        self._opening = 0  # TCP connections accepted, not yet in ``connections``
         self._names = iter(range(1, 1 << 62))
         self._stop_task: asyncio.Task[None] | None = None
-        self._socket: Path | None = None
+        self._socket: UnixSocket | None = None
         self.tcp: str | None = None  # HOST:PORT of the TCP listener, when there is one
 
     # -- listening -----------------------------------------------------------------------
 
     async def listen_unix(self, path: Path) -> None:
-        """A Unix socket only its user can open: created under umask 0177, then chmod 0600,
-        so there is no moment at which another user could connect."""
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # stale: we hold the store's lock, so no live daemon serves it
-        old = os.umask(0o177)
-        try:
-            server = await asyncio.start_unix_server(self.serve, path=str(path))
-        finally:
-            os.umask(old)
-        os.chmod(path, 0o600)
-        self._servers.append(server)
-        self._socket = path
+        """The Unix socket at ``path``, which must not hold a file or a live socket
+        (``listener.py``); only its user can open it."""
+        self._socket = bind_unix(path)
+        self._listeners.append(Listener(
+            self._socket.sock, lambda sock: self._open(sock, None), str(path)))
 
     async def serve_stdio(self) -> None:
         """One connection over stdin/stdout; the daemon stops when stdin closes."""
@@ -112,17 +114,46 @@ class Daemon:
     # -- one connection --------------------------------------------------------------------
 
     async def listen_tcp(self, host: str, port: int, token: Token) -> str:
-        """A TCP listener on a loopback address; each connection must present ``token``
-        (see ``tcp.py``). Returns the address bound, ``HOST:PORT`` (port 0 picks one)."""
-        server = await asyncio.start_server(
-            lambda r, w: self.serve(r, w, token), host=loopback(host, port), port=port)
-        self._servers.append(server)
-        bound = server.sockets[0].getsockname()
-        return f"[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"{bound[0]}:{bound[1]}"
+        """A TCP listener on a loopback address; each connection must prove it holds
+        ``token`` (see ``handshake.py``). Returns the address bound, ``HOST:PORT`` (port 0
+        picks one)."""
+        socks = bind_tcp(loopback(host, port), port)
+        bound = socks[0].getsockname()
+        where = f"[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"{bound[0]}:{bound[1]}"
+        for sock in socks:
+            self._listeners.append(Listener(sock, lambda s: self._open(s, token), where))
+        return where
+
+    def _open(self, sock: socket.socket, token: Token | None) -> None:
+        """Serve a connection just accepted; on TCP, refuse it at once when
+        ``max_unauthenticated`` connections are still to prove themselves."""
+        if token is not None and self._unauthenticated() >= self.limits.max_unauthenticated:
+            _turn_away(sock, self.limits.max_unauthenticated)
+            return
+        self._opening += token is not None
+        task = asyncio.get_running_loop().create_task(self._serve_socket(sock, token))
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+
+    def _unauthenticated(self) -> int:
+        return self._opening + sum(1 for c in self.connections if not c.authenticated)
+
+    async def _serve_socket(self, sock: socket.socket, token: Token | None) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=sock)
+        except OSError:
+            sock.close()
+            return
+        finally:
+            self._opening -= token is not None
+        # ``serve`` puts the connection in ``connections`` before it first waits, so the
+        # count of connections still proving themselves has no gap.
+        await self.serve(reader, writer, token)
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     token: Token | None = None) -> None:
-        conn = Connection(writer, self.limits, f"c{next(self._names)}", token)
+        handshake = Handshake(token) if token is not None else None
+        conn = Connection(writer, self.limits, f"c{next(self._names)}", handshake)
         self.connections.add(conn)
         splitter = FrameSplitter(self.limits.max_frame_bytes)
         deadline = asyncio.get_running_loop().time() + self.limits.auth_timeout
@@ -144,35 +175,39 @@ class Daemon:
 
     async def _read(self, conn: Connection, reader: asyncio.StreamReader,
                     deadline: float) -> bytes:
-        if conn.authenticated:
+        if conn.handshake is None or conn.authenticated:
             return await reader.read(self.limits.read_chunk)
+        # One byte more than the budget's rest: a read that gets it has overrun the budget.
+        room = self.limits.auth_bytes - conn.handshake.received
         try:
             async with asyncio.timeout_at(deadline):
-                return await reader.read(self.limits.read_chunk)
+                chunk = await reader.read(room + 1)
         except TimeoutError:
-            await conn.hang_up(encode_error(None, rpc_error(refusal(
-                f"no initialize within {self.limits.auth_timeout:g}s"))))
+            await conn.hang_up(conn.handshake.refuse(
+                f"no handshake within {self.limits.auth_timeout:g}s"))
             return b""
+        conn.handshake.received += len(chunk)
+        if len(chunk) > room:
+            await conn.hang_up(conn.handshake.refuse(
+                f"more than {self.limits.auth_bytes} bytes before authentication"))
+            return b""
+        return chunk
 
-    async def _admit(self, conn: Connection, message: Incoming | Oversized) -> bool:
-        """On TCP, the first frame must be an initialize that presents the token; any other
-        frame is refused and the connection closed. True once the connection is admitted."""
-        asks = isinstance(message, Request) and message.method == "initialize"
-        token = message.params.get("auth_token") if isinstance(message, Request) else None
-        if asks and conn.token is not None and conn.token.admits(token):
-            conn.authenticated = True
-            return True
-        why = ("the first frame was not initialize" if not asks else
-               "initialize carried no auth_token" if token is None else "wrong auth_token")
-        id = message.id if isinstance(message, Request | Failure) else None
-        await conn.hang_up(encode_error(id, rpc_error(refusal(why))))
-        return False
+    async def _admit(self, conn: Connection, message: Incoming | Oversized) -> None:
+        """A frame of a TCP connection still proving itself (``handshake.py``)."""
+        assert conn.handshake is not None
+        step = conn.handshake.receive(message)
+        if step.stage is Stage.REFUSED:
+            await conn.hang_up(step.answer)
+            return
+        conn.authenticated = step.stage is Stage.PROVED
+        await conn.send(step.answer)
 
     async def _frame(self, conn: Connection, frame: bytes | Oversized) -> None:
         message = frame if isinstance(frame, Oversized) else decode_frame(frame)
-        if not conn.authenticated and not await self._admit(conn, message):
-            return
-        if isinstance(message, Oversized):
+        if not conn.authenticated:
+            await self._admit(conn, message)
+        elif isinstance(message, Oversized):
             await conn.send(encode_error(None, rpc_error(FrameTooLarge(
                 f"frame of {message.size} bytes is over the limit of "
                 f"{self.limits.max_frame_bytes} bytes; it was dropped unread",
@@ -268,15 +303,14 @@ class Daemon:
             self._stop_task = asyncio.get_running_loop().create_task(self._stop())
 
     async def _stop(self) -> None:
-        for server in self._servers:
-            server.close()
+        for listener in self._listeners:
+            listener.close()
         await self._drain_requests(timeout=self.runtime.shutdown_grace)
         await self.runtime.shutdown()
         await asyncio.gather(*(c.close() for c in list(self.connections)),
                              return_exceptions=True)
         if self._socket is not None:  # before the lock goes: a next daemon's socket stays
-            with contextlib.suppress(FileNotFoundError):
-                self._socket.unlink()
+            self._socket.release()  # only if the path still names the socket bound here
         self.store.close()  # drops the data directory's one lock (lock.py)
         self.stopped.set()
 
@@ -286,6 +320,20 @@ class Daemon:
             async with asyncio.timeout(timeout):
                 while any(c.in_flight > _asking_stop(c) for c in self.connections):
                     await asyncio.sleep(0.01)
+
+
+def _turn_away(sock: socket.socket, limit: int) -> None:
+    """Refuse a connection for the cost of one small write: no task, no buffers. What it
+    already sent is read and dropped first, so closing does not reset the connection before
+    it reads why."""
+    error = encode_error(None, rpc_error(Overloaded(
+        f"{limit} TCP connections are already waiting to authenticate; retry in a moment",
+        limit=limit)))
+    with contextlib.suppress(OSError):
+        sock.recv(4096)
+    with contextlib.suppress(OSError):
+        sock.send(error)
+    sock.close()
 
 
 def _asking_stop(conn: Connection) -> int:

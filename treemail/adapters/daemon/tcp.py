@@ -1,4 +1,4 @@
-"""The optional TCP listener: loopback only, and every connection presents a bearer token.
+"""The optional TCP listener: loopback only, and every connection proves it holds a token.
 
 A Unix socket is guarded by its file mode; a TCP port on loopback is open to every process
 of every user on the machine (and to a web page that makes the browser send to it), so it
@@ -9,11 +9,10 @@ needs a secret. The token:
   working across restarts. Delete the file to rotate it (the next start makes a new one).
 * is refused if that file is readable or writable by anyone but its owner, or owned by
   another user: the daemon will not serve a secret others may have read.
-* is presented in the ``initialize`` params, ``auth_token``. On TCP the first frame must be
-  that ``initialize``; anything else, a missing or wrong token, or no ``initialize`` within
-  ``AUTH_TIMEOUT`` seconds, is answered ``rpc:unauthorized`` (-32004) and the connection is
-  closed, so a peer cannot probe the protocol before it proves it holds the token. The
-  comparison takes the same time whatever the presented text.
+* never crosses the wire. Whoever listens on the port (another user who bound it while the
+  daemon was down, say) would collect a token sent to it, so each side proves it holds the
+  token with an HMAC over both sides' fresh nonces, the server first (``handshake.py``;
+  spec/protocol.md, section 2). A client checks the server's proof before it sends its own.
 
 Clients find the token in ``TREEMAIL_TOKEN`` or in the file (``--token-file``, by default
 ``DATA_DIR/daemon.token``); never on a command line, where other users could read it.
@@ -22,6 +21,7 @@ Clients find the token in ``TREEMAIL_TOKEN`` or in the file (``--token-file``, b
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import os
@@ -32,10 +32,22 @@ from pathlib import Path
 
 from treemail.core.errors import NotLoopback, TokenFileUnsafe, Unauthorized
 
-__all__ = ["AUTH_TIMEOUT", "TOKEN_FILE", "Token", "loopback", "parse_address", "refusal"]
+__all__ = ["AUTH_BYTES", "AUTH_TIMEOUT", "MAX_UNAUTHENTICATED", "NONCE_BYTES", "TOKEN_FILE",
+           "Token", "loopback", "parse_address", "refusal"]
 
 TOKEN_FILE = "daemon.token"
-AUTH_TIMEOUT = 10.0
+# Before it has proved itself a peer is a stranger: it gets a few seconds, a few KiB and one
+# of a few places (spec/protocol.md, "Before authentication"). An honest handshake is two
+# frames of about 120 bytes and two round trips on loopback.
+AUTH_TIMEOUT = 5.0
+AUTH_BYTES = 4096
+MAX_UNAUTHENTICATED = 32
+NONCE_BYTES = 32
+# The two directions' proofs are keyed alike, so each HMAC input starts with its own label:
+# the server's proof can never be replayed as the client's. Both labels are 15 bytes and the
+# nonces 32, so the concatenation parses one way only.
+SERVER_LABEL = b"treemail-server"
+CLIENT_LABEL = b"treemail-client"
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -66,7 +78,7 @@ def loopback(host: str, port: int) -> str:
 
 
 class Token:
-    """The bearer token of a data directory's TCP listener."""
+    """The token of a data directory's TCP listener: the key both sides prove they hold."""
 
     def __init__(self, secret: str) -> None:
         self._secret = secret.encode()
@@ -84,16 +96,28 @@ class Token:
             os.fsync(out.fileno())
         return cls(_read_private(path))
 
-    def admits(self, presented: object) -> bool:
-        """Whether ``presented`` is the token, compared in constant time."""
-        offered = presented.encode() if isinstance(presented, str) else b""
-        return hmac.compare_digest(offered, self._secret)
+    def server_proof(self, client_nonce: bytes, server_nonce: bytes) -> bytes:
+        """HMAC-SHA256(token, "treemail-server" | client_nonce | server_nonce)."""
+        return self._mac(SERVER_LABEL, client_nonce, server_nonce)
+
+    def client_proof(self, server_nonce: bytes, client_nonce: bytes) -> bytes:
+        """HMAC-SHA256(token, "treemail-client" | server_nonce | client_nonce)."""
+        return self._mac(CLIENT_LABEL, server_nonce, client_nonce)
+
+    @staticmethod
+    def matches(expected: bytes, presented: str) -> bool:
+        """Whether ``presented`` (hex) is ``expected``, compared in constant time."""
+        return hmac.compare_digest(expected.hex().encode(), presented.encode("ascii", "replace"))
+
+    def _mac(self, label: bytes, first: bytes, second: bytes) -> bytes:
+        return hmac.new(self._secret, label + first + second, hashlib.sha256).digest()
 
 
 def refusal(why: str) -> Unauthorized:
-    return Unauthorized(f"{why}; a TCP connection must first send initialize with "
-                        f"auth_token set to the daemon's token (DATA_DIR/{TOKEN_FILE}, "
-                        "or TREEMAIL_TOKEN); the connection is closed")
+    return Unauthorized(f"{why}; a TCP connection must first prove it holds the daemon's "
+                        f"token (DATA_DIR/{TOKEN_FILE}, or TREEMAIL_TOKEN) with auth.challenge "
+                        "then auth.prove (spec/protocol.md, section 2); the connection is "
+                        "closed")
 
 
 def _read_private(path: Path) -> str:

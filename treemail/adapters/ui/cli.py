@@ -69,7 +69,7 @@ def _main(argv: Sequence[str] | None) -> int:
     tui.add_argument("--connect", metavar="ADDRESS",
                      help="a daemon's address: tcp://HOST:PORT, or a socket path")
     tui.add_argument("--token-file", type=Path,
-                     help="the TCP bearer token's file (default: DATA_DIR/daemon.token; "
+                     help="the TCP token's file (default: DATA_DIR/daemon.token; "
                           "TREEMAIL_TOKEN overrides it)")
     tui.set_defaults(run=_tui, socket=None)
     args = parser.parse_args(argv)

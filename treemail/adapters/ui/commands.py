@@ -1,11 +1,12 @@
 """The daemon's subcommands of the ``treemail`` command line, registered from ``cli.py``.
 
 ``daemon`` serves a data directory; the others are clients of a running daemon, found by
-``--data-dir`` (its ``daemon.sock``), ``--socket``, or ``--connect tcp://HOST:PORT`` (with
-the daemon's bearer token, see ``tcp.py``). A daemon that is not there, one that does not
-answer within ``--timeout`` seconds (stopped, hung), one that closes the connection, an
-answer or a request over a frame limit, or an error answer, is one line on stderr and exit
-status 1; a bad command line is argparse's usage error (status 2); never a traceback.
+``--data-dir`` (its ``daemon.sock``), ``--socket``, or ``--connect tcp://HOST:PORT`` (proving
+the daemon's token without sending it, see ``handshake.py``). A daemon that is not there, one
+that does not answer within ``--timeout`` seconds (stopped, hung), one that closes the
+connection, a TCP listener that does not prove itself, an answer or a request over a frame
+limit, or an error answer, is one line on stderr and exit status 1; a bad command line is
+argparse's usage error (status 2); never a traceback.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def register(commands: Sub) -> None:
     daemon.add_argument("--stdio", action="store_true",
                         help="also serve one client over stdin/stdout")
     daemon.add_argument("--tcp", metavar="HOST:PORT", type=_tcp,
-                        help="also listen on TCP, loopback only, with a bearer token kept in "
+                        help="also listen on TCP, loopback only, with a token kept in "
                              "DATA_DIR/daemon.token (mode 0600)")
     daemon.set_defaults(run=_daemon)
     _client(commands, "sessions", "list the daemon's sessions as a table", _sessions)
@@ -148,7 +149,7 @@ def _where(parser: argparse.ArgumentParser) -> None:
 
 def _token_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", type=Path,
-                        help="the TCP bearer token's file (default: DATA_DIR/daemon.token; "
+                        help="the TCP token's file (default: DATA_DIR/daemon.token; "
                              "TREEMAIL_TOKEN overrides it)")
 
 
@@ -217,7 +218,7 @@ async def _connected(args: argparse.Namespace) -> DaemonClient | int:
                              "`treemail daemon`")
     except RpcFailure as failure:
         return _failed(args, f"{failure.data_code}: {failure.error.message}")
-    except TreemailError as error:  # no answer in time, a frame over a limit
+    except TreemailError as error:  # no answer in time, a frame over a limit, an unproven listener
         return _failed(args, str(error))
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
 from treemail.core.lifecycle import SessionState
 
@@ -256,6 +257,9 @@ def main(address: str | Path, token: str | None = None, *, approve: bool = False
         except RpcFailure as failure:
             print(f"treemail demo: {failure.data_code}: {failure.error.message}",
                   file=sys.stderr)
+            return 1
+        except TreemailError as error:  # a TCP listener that did not prove itself
+            print(f"treemail demo: {error}", file=sys.stderr)
             return 1
         try:
             return 0 if await _played(client, approve, wait) else 1
