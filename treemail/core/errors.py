@@ -74,10 +74,12 @@ __all__ = [
     "StorageError",
     "StoreClosed",
     "StoreDamaged",
+    "StoreDriverMissing",
     "StoreFormatUnknown",
     "StoreFull",
     "StoreLocked",
     "StoreMissing",
+    "StoreUrlUnknown",
     "TokenFileUnsafe",
     "ToolFailed",
     "ToolInterrupted",
@@ -203,6 +205,18 @@ class DataDirLocked(DefinitionError):
     """Another daemon holds this data directory; stop it or choose another --data-dir."""
 
     code = "daemon:data_dir_locked"
+
+
+class StoreUrlUnknown(DefinitionError):
+    """A store URL of a form treemail cannot open; the message lists the forms it accepts."""
+
+    code = "store:unknown_url"
+
+
+class StoreDriverMissing(DefinitionError):
+    """The store URL names a backend whose driver is not installed; install the extra named."""
+
+    code = "store:driver_missing"
 
 
 class ListenFailed(DefinitionError):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from treemail.adapters.daemon.client import DaemonClient
+from treemail.adapters.store.factory import open_store
 from treemail.core.records import Event
 
 __all__ = ["LiveFeed", "event_of", "stored_feed", "stored_sessions"]
@@ -44,31 +45,29 @@ class LiveFeed:
                 return event_of(note.params["event"])
 
 
-def stored_feed(store_dir: Path, after: int = 0) -> list[tuple[int, Event]]:
-    """The feed of the store in ``store_dir``, read-only (no lock taken, nothing written)."""
-    from treemail.adapters.store.lmdb_store import LmdbStore
-
-    store = LmdbStore.open(str(store_dir), readonly=True)
+def stored_feed(store: str | Path, after: int = 0) -> list[tuple[int, Event]]:
+    """The feed of the store ``store`` names (a directory or a store URL), read-only (no lock
+    taken, nothing written)."""
+    opened = open_store(store, readonly=True)
     try:
-        with store.read() as tx:
+        with opened.read() as tx:
             return list(tx.feed(after))
     finally:
-        store.close()
+        opened.close()
 
 
-def stored_sessions(store_dir: Path) -> list[dict[str, Any]]:
+def stored_sessions(store: str | Path) -> list[dict[str, Any]]:
     """The sessions of a stored store, as the daemon's ``session.list`` shows them."""
     from treemail.adapters.daemon.handlers import session_view
-    from treemail.adapters.store.lmdb_store import LmdbStore
     from treemail.core.engine import Engine
     from treemail.core.ids import CountingIds
 
-    store = LmdbStore.open(str(store_dir), readonly=True)
+    opened = open_store(store, readonly=True)
     try:
-        engine = Engine(store, CountingIds())  # read-only use: no id is ever minted
+        engine = Engine(opened, CountingIds())  # read-only use: no id is ever minted
         return [_plain(session_view(s)) for s in engine.sessions()]
     finally:
-        store.close()
+        opened.close()
 
 
 def _plain(view: Any) -> dict[str, Any]:
