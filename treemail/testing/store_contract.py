@@ -29,7 +29,7 @@ import pytest
 from treemail.core.errors import StorageError, StoreClosed
 from treemail.core.ids import CountingIds
 from treemail.core.keys import MAX_KEY
-from treemail.core.lifecycle import RunState
+from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.permissions import Action, Rules
 from treemail.core.records import (
     AgentSpec,
@@ -88,11 +88,11 @@ KEYS = tuple(IdempotencyKey(ROOT, RUN_IDS[0], f"call-{n}") for n in range(3))
 def session(sid: str, root: str, handle: str | None, ordinal: int, *, live: bool = True) -> Session:
     parent = None if sid == root else root
     agent = AgentSpec("worker", "does the work", Rules.of({"child": "allow", "*": "deny"}))
-    return Session(sid, root, parent, agent, handle, ordinal, state="idle", live=live)
+    return Session(sid, root, parent, agent, handle, ordinal, state=SessionState.IDLE, live=live)
 
 
 def message(
-    mid: str, recipient: str, seq: int, *, state: str = "accepted", body: str = "hello"
+    mid: str, recipient: str, seq: int, *, state: str = MessageState.ACCEPTED, body: str = "hello"
 ) -> Message:
     return Message(
         message_id=mid,
@@ -115,14 +115,14 @@ def populate(tx: WriteTxn) -> None:
     tx.put_session(session(OTHER_ROOT, OTHER_ROOT, "main", 4))
     tx.put_run(Run(RUN_IDS[0], ROOT, 1, RunState.RUNNING, base_hop=2))
     tx.put_message(message(MESSAGE_IDS[0], CHILD, 1))
-    tx.put_message(message(MESSAGE_IDS[1], CHILD, 2, state="admitted"))
-    tx.put_message(message(MESSAGE_IDS[2], ROOT, 3, state="consumed"))
+    tx.put_message(message(MESSAGE_IDS[1], CHILD, 2, state=MessageState.ADMITTED))
+    tx.put_message(message(MESSAGE_IDS[2], ROOT, 3, state=MessageState.CONSUMED))
     tx.add("sessions", 4)
     tx.add(f"inbox/{CHILD}", 2)
     tx.add(f"pair/{ROOT}/{CHILD}", 1)
     tx.remember(KEYS[0], SendResult(MESSAGE_IDS[0], Mode.QUEUE, RecipientState.QUEUED))
-    tx.append(ROOT, "SessionCreated", {"handle": "main"})
-    tx.append(CHILD, "SessionCreated", {"handle": "worker_1"})
+    tx.append(ROOT, "created", {"handle": "main"})
+    tx.append(CHILD, "created", {"handle": "worker_1"})
 
 
 def mutate_everything(tx: WriteTxn) -> None:
@@ -132,14 +132,14 @@ def mutate_everything(tx: WriteTxn) -> None:
     tx.put_session(session(NEWCOMER, OTHER_ROOT, "scout_2", 5))
     tx.put_run(Run(RUN_IDS[0], ROOT, 1, RunState.FINISHED, base_hop=2))
     tx.put_run(Run(RUN_IDS[1], CHILD, 1))
-    tx.put_message(message(MESSAGE_IDS[0], CHILD, 1, state="discarded"))
+    tx.put_message(message(MESSAGE_IDS[0], CHILD, 1, state=MessageState.DISCARDED))
     tx.put_message(message(MESSAGE_IDS[3], CHILD, 4))
     tx.add(f"inbox/{CHILD}", -2)
     tx.add("fresh", 7)
     tx.remember(KEYS[0], SendResult(MESSAGE_IDS[3], Mode.STEER, RecipientState.RUNNING))
     tx.remember(KEYS[1], SendResult(MESSAGE_IDS[3], Mode.QUEUE, RecipientState.QUEUED))
-    tx.append(ROOT, "RunFinished", {"run_id": RUN_IDS[0]})
-    tx.append(NEWCOMER, "SessionCreated", {"handle": "scout_2"})
+    tx.append(ROOT, "ended", {"run_id": RUN_IDS[0]})
+    tx.append(NEWCOMER, "created", {"handle": "scout_2"})
 
 
 def snapshot(tx: ReadTxn) -> dict[str, Any]:
@@ -205,7 +205,7 @@ class StoreContract:
         run = Run(RUN_IDS[0], ROOT, 3, RunState.INTERRUPTED, base_hop=4, open_request="req")
         mail = Message(
             MESSAGE_IDS[0], ROOT, CHILD, Owner.PLUGIN, "body ✓\nline", Mode.STEER, 5, 9,
-            state="claimed", run_id=RUN_IDS[0], request_id="req", reason=None,
+            state=MessageState.CLAIMED, run_id=RUN_IDS[0], request_id="req", reason=None,
         )  # fmt: skip
         result = SendResult(MESSAGE_IDS[0], Mode.STEER, RecipientState.WAKING_FINISHED)
 
@@ -295,7 +295,7 @@ class StoreContract:
             assert [m.message_id for m in tx.pending("worker")] == [MESSAGE_IDS[0]]
             assert [m.message_id for m in tx.pending("worker_2")] == [MESSAGE_IDS[1]]
 
-    @pytest.mark.parametrize("final", ["consumed", "discarded"])
+    @pytest.mark.parametrize("final", [MessageState.CONSUMED, MessageState.DISCARDED])
     def test_final_message_leaves_pending_but_stays_stored(self, store: Store, final: str) -> None:
         store.transact(populate)
         gone = message(MESSAGE_IDS[1], CHILD, 2, state=final)
@@ -306,10 +306,11 @@ class StoreContract:
 
     def test_pending_shows_the_latest_version_of_a_message(self, store: Store) -> None:
         store.transact(populate)
-        claimed = message(MESSAGE_IDS[0], CHILD, 1, state="claimed")
+        claimed = message(MESSAGE_IDS[0], CHILD, 1, state=MessageState.CLAIMED)
         store.transact(lambda tx: tx.put_message(claimed))
         with store.read() as tx:
-            assert [m.state for m in tx.pending(CHILD)] == ["claimed", "admitted"]
+            assert [m.state for m in tx.pending(CHILD)] == [MessageState.CLAIMED,
+                                                            MessageState.ADMITTED]
 
     def test_messages_can_be_rewritten_while_iterating_pending(self, store: Store) -> None:
         store.transact(populate)
@@ -317,7 +318,7 @@ class StoreContract:
         def consume_all(tx: WriteTxn) -> int:
             seen = 0
             for m in tx.pending(CHILD):
-                tx.put_message(attrs.evolve(m, state="consumed"))
+                tx.put_message(attrs.evolve(m, state=MessageState.CONSUMED))
                 seen += 1
             return seen
 

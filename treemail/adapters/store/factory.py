@@ -91,9 +91,14 @@ def open_store(url: str | os.PathLike[str], *, readonly: bool = False, sync: boo
     if where.kind is Kind.MEMORY:
         return MemoryStore()
     if where.kind is Kind.POSTGRESQL:
-        raise StoreDriverMissing(
-            f"cannot open {where.location!r}: this treemail has no PostgreSQL store yet; "
-            "use a path or memory:", url=where.location)
+        try:
+            from treemail.adapters.store.postgres_store import PostgresStore
+        except ImportError as exc:  # psycopg is an extra: treemail[postgres]
+            raise StoreDriverMissing(
+                f"a postgresql:// store needs psycopg ({exc}); install treemail[postgres] "
+                "(pip install 'treemail[postgres]')", driver="psycopg") from None
+        return PostgresStore.open(where.location, readonly=readonly, sync=sync,
+                                  durability=durability)
     from treemail.adapters.store.lmdb_store import LmdbStore
 
     return LmdbStore.open(where.location, readonly=readonly, sync=sync, durability=durability)
