@@ -295,3 +295,52 @@ def test_a_daemon_serves_a_postgresql_store_and_a_second_one_is_refused(
         assert [s.agent.name for s in reopened.sessions()] == ["default"]
     finally:
         reopened.store.close()
+
+
+def test_a_writer_killed_mid_transaction_stores_nothing_of_it_and_frees_the_store(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import textwrap
+    import time
+
+    url = postgres_cluster.url()
+    seed = open_engine(url)
+    root = seed.create_root(AgentSpec("lead", "plans"))
+    seed.store.close()
+    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from treemail import open_engine
+        from treemail.core.records import Owner
+        engine = open_engine({url!r})
+        def work(tx):
+            for n in range(50):
+                tx.add("half", 1)
+            print("inside", flush=True)
+            sys.stdin.read()  # killed here, the transaction open
+        engine.store.transact(work)
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "inside"
+        with pytest.raises(StoreLocked):  # it holds the store while it lives
+            open_store(url)
+    finally:
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+    deadline = time.monotonic() + 30
+    while True:  # the server ends the dead client's backend, and its lock, once it sees EOF
+        try:
+            store = open_store(url)
+            break
+        except StoreLocked:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    try:
+        with store.read() as tx:
+            assert tx.count("half") == 0
+            assert tx.session(root.session_id) == root
+    finally:
+        store.close()

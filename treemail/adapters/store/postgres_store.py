@@ -367,6 +367,8 @@ class PostgresStore:
     def own(self, holder: Mapping[str, str]) -> None:
         """The port's ownership: a writer holds the owner lock since ``open``; record
         ``holder`` in the ``owner`` row, for a refused second opener."""
+        if self._writer == threading.get_ident():
+            raise StorageError("own called from inside transact; call it outside")
         with self._write_lock:
             conn = self._writer_connection()
             self._holder = dict(holder)
