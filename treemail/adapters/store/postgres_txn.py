@@ -1,21 +1,32 @@
 """A ``PostgresStore`` transaction: the store port's primitives as SQL over one connection, a
 row cache that reads each row once, and savepoints that are SQL ``SAVEPOINT``s.
 
-Writes go to the server at once (write-through), so a range read or a count sees them with
-no flush step, and a savepoint is exactly PostgreSQL's: ``SAVEPOINT``, then ``RELEASE`` or
-``ROLLBACK TO``. The cache only saves reads: each row the transaction read or wrote is kept
-decoded, so a send that reads its recipient's tally for the guards and rewrites it reads it
-once, and a row known to be absent is neither fetched nor deleted. An open savepoint keeps,
-for each row it changes, how the cache had it before, and puts that back when it is rolled
-back, with the size deltas it made.
+Each row the transaction read or wrote is kept decoded in a cache, so a send that reads its
+recipient's tally for the guards and rewrites it reads it once, and a row known to be absent
+is neither fetched nor deleted. Writes are queued, not sent: a row written several times at
+one savepoint depth (a send writes its recipient's tally four times) is one statement, and
+the queue goes to the server in one pipeline (one round trip, however many statements) when
+something must see it: a range read, a count that needs an answer only the server has, the
+commit. A point read never waits for the queue: every row in it is in the cache.
 
-Sizes: each table's row count lives in ``sizes``; a transaction counts its own inserts and
-deletes (``INSERT ... RETURNING (xmax = 0)`` tells an insert from an update in one trip) and
-adds them to ``sizes`` once, just before its commit. ``size`` is the stored count plus those.
+Savepoints are PostgreSQL's (``SAVEPOINT``, ``RELEASE``, ``ROLLBACK TO``), queued in order
+with the writes. An open savepoint keeps, for each row it changes, how the cache had it
+before; undoing it puts that back, and drops its queued statements if its ``SAVEPOINT`` was
+never sent (then the server never hears of it), else queues ``ROLLBACK TO``. A send of a
+group-commit batch thus costs no round trip for its savepoint.
+
+Sizes: each table's row count lives in ``sizes``. A write whose effect on the count is known
+from the cache (an insert, a delete of a row read) counts at once; one whose row was never
+read is sent as ``INSERT ... RETURNING (xmax = 0)`` (or ``DELETE ... RETURNING``), which
+tells an insert from an update, and counts when its answer comes. The deltas go to ``sizes``
+in one statement before the commit; ``size`` is the stored count plus them.
 
 Failures: a serialization failure, a deadlock or a lost connection mark the transaction
 ``retry`` before they propagate, even if the work swallows them, so that ``transact``
 rolls back and runs the work again instead of committing part of it (as LMDB's ``map_full``).
+Any other failed statement marks it ``broken``: a queued write fails where the queue is sent,
+not where it was made, so no savepoint can claim to have undone it, and the transaction is
+only ever rolled back.
 """
 
 from __future__ import annotations
@@ -68,12 +79,14 @@ class Queries:
     get: str
     get_many: str
     upsert: str
+    update: str
     insert: str
     delete: str
     scan_from: str
     scan_range: str
     size: str
     grow: str
+    grow_many: str
     all_rows: str
 
     @classmethod
@@ -88,6 +101,7 @@ class Queries:
             get_many=q("SELECT key, value FROM {s}.rows WHERE tbl = %s AND key = ANY(%s)"),
             upsert=q("INSERT INTO {s}.rows VALUES (%s, %s, %s) ON CONFLICT (tbl, key) "
                      "DO UPDATE SET value = EXCLUDED.value RETURNING (xmax = 0)"),
+            update=q("UPDATE {s}.rows SET value = %s WHERE tbl = %s AND key = %s"),
             insert=q("INSERT INTO {s}.rows VALUES (%s, %s, %s)"),
             delete=q("DELETE FROM {s}.rows WHERE tbl = %s AND key = %s RETURNING 1"),
             scan_from=q("SELECT key, value FROM {s}.rows WHERE tbl = %s AND key >= %s "
@@ -97,18 +111,43 @@ class Queries:
             size=q("SELECT n FROM {s}.sizes WHERE tbl = %s"),
             grow=q("INSERT INTO {s}.sizes VALUES (%s, %s) ON CONFLICT (tbl) "
                    "DO UPDATE SET n = {s}.sizes.n + EXCLUDED.n"),
+            grow_many=q("INSERT INTO {s}.sizes SELECT * FROM unnest(%s::text[], %s::bigint[]) "
+                        "ON CONFLICT (tbl) DO UPDATE SET n = {s}.sizes.n + EXCLUDED.n"),
             all_rows=q("SELECT key, value FROM {s}.rows WHERE tbl = %s ORDER BY key"),
         )
 
 
 @attrs.define
+class _Write:
+    """A queued write of one row: its value (None deletes), and whether the row existed
+    before it (True, False, or None when the cache never saw it: the server will say)."""
+
+    table: Table
+    key: bytes
+    value: Any
+    existed: bool | None
+
+
+@attrs.define
 class _Open:
-    """An open savepoint: its SQL name, each row it changed as the cache had it before, and
-    the size deltas as they were when it began."""
+    """An open savepoint: its SQL name, where its ``SAVEPOINT`` sits in the queue (the
+    queue's epoch and index: unsent while the epoch is current), each row it changed as the
+    cache had it before, and the size deltas as they were when it began."""
 
     name: str
+    epoch: int
+    index: int
     before: dict[tuple[Table, bytes], Any] = attrs.Factory(dict)
     deltas: dict[Table, int] = attrs.Factory(dict)
+
+
+def _known_delta(existed: bool | None, value: Any) -> int:
+    """What a write does to its table's count, as far as the cache knows."""
+    if existed is False and value is not None:
+        return 1
+    if existed is True and value is None:
+        return -1
+    return 0
 
 
 class PgTables:
@@ -117,6 +156,7 @@ class PgTables:
     ``transact`` refuses use instead of starting an unowned one on the connection."""
 
     retry = False
+    broken = False
     done = False
 
     def __init__(self, conn: psycopg.Connection[Any], queries: Queries, *,
@@ -128,18 +168,35 @@ class PgTables:
         self.deltas: dict[Table, int] = {}
         self.base_sizes: dict[Table, int] = {}
         self.savepoints: list[_Open] = []
+        self.queue: list[_Write | str] = []
+        self.latest: dict[tuple[Table, bytes], _Write] = {}  # this depth's queued rows
+        self.unknown: dict[Table, int] = {}  # queued writes whose count the server gives
+        self.epoch = 0
 
-    def _run(self, query: str, params: tuple[Any, ...], doing: str) -> list[tuple[Any, ...]]:
+    def _check(self) -> None:
         if self.done:
             raise StorageError("this transaction has ended (used after its transact or read "
                                "returned); do the work inside the transaction")
+        if self.broken:
+            raise StorageError("an earlier statement of this transaction failed; it can only "
+                               "be rolled back")
+
+    def _failed(self, exc: psycopg.Error, doing: str) -> StorageError:
+        if isinstance(exc, RETRYABLE) or lost(exc):
+            self.retry = True
+        else:
+            self.broken = True
+        return StorageError(f"postgresql failed to {doing}: {exc}")
+
+    def _run(self, query: str, params: tuple[Any, ...], doing: str) -> list[tuple[Any, ...]]:
+        self._check()
         try:
             cursor = self.conn.execute(query, params)
             return cursor.fetchall() if cursor.description is not None else []
         except psycopg.Error as exc:
-            if isinstance(exc, RETRYABLE) or lost(exc):
-                self.retry = True
-            raise StorageError(f"postgresql failed to {doing}: {exc}") from exc
+            raise self._failed(exc, doing) from exc
+
+    # -- reads ---------------------------------------------------------------------------
 
     def get(self, table: Table, key: bytes) -> Any:
         found = self.seen.get((table, key), _UNSEEN)
@@ -151,6 +208,7 @@ class PgTables:
         return found
 
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
+        self.flush()
         bound = upper_bound(prefix)
         if bound is None:
             raw = self._run(self.q.scan_from, (table.value, prefix + start), f"scan {table}")
@@ -180,59 +238,125 @@ class PgTables:
         # damage, which ``Indexed`` reports where it follows the entry).
 
     def size(self, table: Table) -> int:
+        if self.unknown.get(table):
+            self.flush()  # the server's answers settle the counts of those writes
         base = self.base_sizes.get(table)
         if base is None:
             rows = self._run(self.q.size, (table.value,), f"count {table}")
             base = self.base_sizes[table] = int(rows[0][0]) if rows else 0
         return base + self.deltas.get(table, 0)
 
+    # -- writes: queued ------------------------------------------------------------------
+
     def put(self, table: Table, key: bytes, value: object) -> None:
-        self._touch(table, key)
-        known = self.seen.get((table, key), _UNSEEN)
-        raw = encode(value, key)
-        if known is None:  # known absent: a plain insert
-            self._run(self.q.insert, (table.value, key, raw), f"write {table}")
-            self._count(table, 1)
-        else:
-            rows = self._run(self.q.upsert, (table.value, key, raw), f"write {table}")
-            if rows and rows[0][0]:
-                self._count(table, 1)
-        self.seen[(table, key)] = value
+        self._queue(table, key, value)
 
     def insert(self, table: Table, key: bytes, value: object) -> None:
-        self._touch(table, key)
-        self._run(self.q.insert, (table.value, key, encode(value, key)), f"write {table}")
-        self._count(table, 1)
-        self.seen[(table, key)] = value
+        if (table, key) not in self.seen:
+            self.seen[(table, key)] = None  # an append: the row is new
+        self._queue(table, key, value)
 
     def delete(self, table: Table, key: bytes) -> None:
         if self.seen.get((table, key), _UNSEEN) is None:
             return  # known absent: nothing to delete
-        self._touch(table, key)
-        if self._run(self.q.delete, (table.value, key), f"delete from {table}"):
-            self._count(table, -1)
-        self.seen[(table, key)] = None
+        self._queue(table, key, None)
 
-    def _count(self, table: Table, delta: int) -> None:
-        self.deltas[table] = self.deltas.get(table, 0) + delta
-
-    def _touch(self, table: Table, key: bytes) -> None:
-        """Keep how the cache had the row before the open savepoint first changes it."""
+    def _queue(self, table: Table, key: bytes, value: Any) -> None:
+        self._check()
+        row = (table, key)
         if self.savepoints:
-            before, row = self.savepoints[-1].before, (table, key)
+            before = self.savepoints[-1].before
             if row not in before:
                 before[row] = self.seen.get(row, _UNSEEN)
+        queued = self.latest.get(row)
+        if queued is None:
+            known = self.seen.get(row, _UNSEEN)
+            queued = _Write(table, key, value, None if known is _UNSEEN else known is not None)
+            self.latest[row] = queued
+            self.queue.append(queued)
+            if queued.existed is None:
+                self.unknown[table] = self.unknown.get(table, 0) + 1
+        else:  # written again at this depth: one statement for both
+            self._count(table, -_known_delta(queued.existed, queued.value))
+            queued.value = value
+        self._count(table, _known_delta(queued.existed, value))
+        self.seen[row] = value
+
+    def _count(self, table: Table, delta: int) -> None:
+        if delta:
+            self.deltas[table] = self.deltas.get(table, 0) + delta
+
+    def _statement(self, write: _Write) -> tuple[str, tuple[Any, ...]] | None:
+        table, key, value = write.table.value, write.key, write.value
+        if value is None:
+            return None if write.existed is False else (self.q.delete, (table, key))
+        raw = encode(value, write.key)
+        if write.existed is False:
+            return self.q.insert, (table, key, raw)
+        if write.existed is True:
+            return self.q.update, (raw, table, key)
+        return self.q.upsert, (table, key, raw)
+
+    def flush(self) -> None:
+        """Send every queued statement in one pipeline, and count what the server answers."""
+        self._check()
+        if not self.queue:
+            return
+        queue, self.queue, self.latest = self.queue, [], {}
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        answers: list[tuple[int, _Write, psycopg.Cursor[Any]]] = []
+        try:
+            with self.conn.pipeline():
+                for place, item in enumerate(queue):
+                    if isinstance(item, str):
+                        self.conn.execute(item)
+                    elif (statement := self._statement(item)) is not None:
+                        cursor = self.conn.execute(*statement)
+                        if item.existed is None:
+                            answers.append((place, item, cursor))
+            for place, write, cursor in answers:
+                self._answered(epoch, place, write, cursor.fetchone())
+        except psycopg.Error as exc:
+            raise self._failed(exc, "write") from exc
+        finally:
+            self.unknown = {}
+
+    def _answered(self, epoch: int, place: int, write: _Write,
+                  row: tuple[Any, ...] | None) -> None:
+        """Count a write the server said was new (or, for a delete, was there)."""
+        if write.value is None:
+            delta = -1 if row is not None else 0
+        else:
+            delta = 1 if row is not None and row[0] else 0
+        if not delta:
+            return
+        self._count(write.table, delta)
+        # A savepoint opened after this write began with deltas that lacked it: its undo
+        # must keep it, as the write stays.
+        for opened in self.savepoints:
+            if opened.epoch == epoch and opened.index > place:
+                opened.deltas[write.table] = opened.deltas.get(write.table, 0) + delta
 
     def finish(self) -> None:
-        """Add the transaction's size deltas to ``sizes``: the last writes before commit."""
-        for table, delta in sorted(self.deltas.items()):
-            if delta:
-                self._run(self.q.grow, (table.value, delta), f"count {table}")
+        """Send the queue, then the size deltas: the last statements before the commit."""
+        self.flush()
+        changed = sorted((t.value, d) for t, d in self.deltas.items() if d)
+        if changed:
+            self._run(self.q.grow_many, ([t for t, _ in changed], [d for _, d in changed]),
+                      "count rows")
+
+    # -- savepoints ----------------------------------------------------------------------
+
+    def _mark(self, statement: str) -> None:
+        self._check()
+        self.queue.append(statement)
+        self.latest = {}  # a row written after the mark is a new statement
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
-        opened = _Open(f"sp{len(self.savepoints) + 1}", deltas=dict(self.deltas))
-        self._run(f"SAVEPOINT {opened.name}", (), "open a savepoint")
+        opened = _Open(f"sp{len(self.savepoints) + 1}", self.epoch, len(self.queue),
+                       deltas=dict(self.deltas))
+        self._mark(f"SAVEPOINT {opened.name}")
         self.savepoints.append(opened)
         try:
             yield
@@ -241,7 +365,7 @@ class PgTables:
             self._undo(opened)
             raise
         self.savepoints.pop()
-        self._run(f"RELEASE SAVEPOINT {opened.name}", (), "release a savepoint")
+        self._mark(f"RELEASE SAVEPOINT {opened.name}")
         if self.savepoints:  # its changes are now the enclosing savepoint's to undo
             enclosing = self.savepoints[-1].before
             for row, was in opened.before.items():
@@ -254,11 +378,21 @@ class PgTables:
             else:
                 self.seen[row] = was
         self.deltas = undone.deltas
-        if self.retry:
+        if self.retry or self.broken or self.done:
             return  # the transaction is lost anyway: transact rolls it all back
-        # ROLLBACK TO keeps the savepoint; RELEASE then drops it, as if it never was.
-        self._run(f"ROLLBACK TO SAVEPOINT {undone.name}", (), "undo a savepoint")
-        self._run(f"RELEASE SAVEPOINT {undone.name}", (), "undo a savepoint")
+        if undone.epoch == self.epoch:  # its SAVEPOINT was never sent: unsay it all
+            dropped = self.queue[undone.index:]
+            del self.queue[undone.index:]
+            for item in dropped:
+                if isinstance(item, _Write) and item.existed is None:
+                    self.unknown[item.table] -= 1
+            self.latest = {}
+            return
+        # Everything queued now came after its SAVEPOINT, inside it: drop it, and undo what
+        # was sent. ROLLBACK TO keeps the savepoint; RELEASE then drops it, as if it never was.
+        self.queue, self.latest, self.unknown = [], {}, {}
+        self._mark(f"ROLLBACK TO SAVEPOINT {undone.name}")
+        self._mark(f"RELEASE SAVEPOINT {undone.name}")
 
 
 class PgTxn(Indexed):
