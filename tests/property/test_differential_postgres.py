@@ -1,5 +1,6 @@
 """The differential suite on the PostgreSQL store: the engine over ``PostgresStore`` and the
-reference model, side by side, step by step, at the same profile as the main suite. Each
+reference model, side by side, step by step, at the same profile as the main suite, with
+and without group commit. Each
 example's store is a schema of its own on the session's throwaway server; a restart closes
 it and opens the same schema again, as a process that died and came back would."""
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import settings
 
 from tests.property.test_differential import DifferentialMachine
+from tests.property.test_differential_group import GroupCommitMachine
 from treemail.core.store import Store
 from treemail.testing.postgres import PostgresCluster
 
@@ -48,3 +50,16 @@ if not os.environ.get("TREEMAIL_PG_DIFF_FULL"):
     TestDifferentialPostgres.settings = settings(
         TestDifferentialPostgres.settings,
         max_examples=max(TestDifferentialPostgres.settings.max_examples // 4, 1))
+
+
+class GroupCommitPostgresMachine(GroupCommitMachine, PostgresMachine):
+    """Group commit on PostgreSQL: a burst is one transaction, each operation a savepoint
+    (queued with the writes, never sent when undone unsent: ``postgres_txn``)."""
+
+
+TestGroupCommitPostgres = GroupCommitPostgresMachine.TestCase
+# An eighth of the profile's examples (half of the quarter above), as the LMDB group suite
+# runs half of its main suite's.
+TestGroupCommitPostgres.settings = settings(
+    TestGroupCommitPostgres.settings,
+    max_examples=max(TestGroupCommitPostgres.settings.max_examples // 8, 1))
