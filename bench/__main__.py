@@ -7,7 +7,8 @@ against persist-queue put from 32 threads; (c) the full lifecycle against persis
 put+get+ack; (d) a send's cost with long histories; (e) open and recover with a long history;
 (f) peak RSS with much pending mail and after a long history; (g) CPU per send, sync off;
 (h) the model checker's states per second, and `treemail check` at its default bounds
-against its target; (i) the store's codec against the json + cattrs codec it replaced.
+against its target; (i) the store's codec against the json + cattrs codec it replaced;
+(j) the sequential durable send on PostgreSQL against the same send on LMDB.
 
 Beside the targets, lines that say what limits them, measured in the same run: bare LMDB
 writing the very rows the sends wrote, sync on (a) and off (g), so that what a send's rows
@@ -36,6 +37,7 @@ from bench import lines
 from bench.checker import checker_lines
 from bench.codec import codec_line
 from bench.lines import Line, Scale
+from bench.postgres import postgres_lines
 from bench.rigs import env_note
 from treemail.adapters.ui.console import advance, steps
 
@@ -88,12 +90,13 @@ def run(quick: bool, only: set[str], verbose: bool = False,
             "g": lambda: lines.cpu(root, scale),
             "h": lambda: checker_lines(quick),
             "i": codec_line,
+            "j": lambda: postgres_lines(root, scale),
         }
         for name, step in steps.items():
             if name in only:
                 rows += step()
                 took(name)
-    order = "abcdefghi"
+    order = "abcdefghij"
     return sorted(rows, key=lambda row: order.index(row.key[0]))
 
 
@@ -101,7 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
-    parser.add_argument("--only", default="abcdefghi", help="which lines, e.g. --only a,b")
+    parser.add_argument("--only", default="abcdefghij", help="which lines, e.g. --only a,b")
     parser.add_argument("--verbose", action="store_true", help="time each line")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args()
@@ -113,7 +116,7 @@ def main() -> None:
     start = time.perf_counter()
     only = set(args.only.replace(",", ""))
     ran = only | ({"d"} if only & {"d", "f"} else set())
-    with steps(len(ran & set("abcdefgh")), "bench") as bar:  # a bar on a terminal only
+    with steps(len(ran & set("abcdefghj")), "bench") as bar:  # a bar on a terminal only
         rows = run(args.quick, only, args.verbose,
                    lambda name: advance(bar, f"line {name} done"))
     elapsed = time.perf_counter() - start

@@ -12,7 +12,8 @@ fails saying so, it is never skipped.
 
 Speed over durability, as befits a server that dies with the tests: ``fsync=off`` (the
 store's commits still go through PostgreSQL's commit; only the flush to the disk is
-skipped, which matters for a power loss and for nothing a test does).
+skipped, which matters for a power loss and for nothing a test does). ``start(durable=True)``
+keeps the flushes, for ``just bench``.
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ class PostgresCluster:
         self.running = False
 
     @classmethod
-    def start(cls) -> PostgresCluster:
+    def start(cls, *, durable: bool = False) -> PostgresCluster:
+        """Start a server; ``durable`` keeps PostgreSQL's flushes (``fsync``, full page
+        writes) on, as a production server has them: for benchmarks, never needed by tests."""
         binaries = find_binaries()
         root = Path(tempfile.mkdtemp(prefix="treemail-pg-"))
         as_user: list[str] = []
@@ -95,8 +98,9 @@ class PostgresCluster:
         try:
             cluster._run("initdb", "-D", str(cluster.data), "-A", "trust", "-U", "postgres",
                          "--no-sync", "-E", "UTF8", "--locale=C")
-            options = (f"-k {cluster.sockets} -c listen_addresses='' -c fsync=off "
-                       "-c full_page_writes=off -c max_connections=200")
+            speed = "" if durable else "-c fsync=off -c full_page_writes=off "
+            options = (f"-k {cluster.sockets} -c listen_addresses='' {speed}"
+                       "-c max_connections=200")
             cluster._run("pg_ctl", "-D", str(cluster.data), "-o", options, "-l",
                          str(cluster.log), "-w", "-t", "60", "start")
         except BaseException:
