@@ -86,6 +86,14 @@ def test_an_unknown_form_is_a_typed_error_listing_the_accepted_ones(url: str) ->
     assert caught.value.details["forms"] == list(FORMS)
 
 
+def test_a_server_password_never_reaches_a_message() -> None:
+    from treemail.adapters.store.factory import shown
+
+    assert shown("postgresql://u:s3cret@h/db?schema=x") == "postgresql://u:***@h/db?schema=x"
+    assert shown("postgresql://u@h/db") == "postgresql://u@h/db"
+    assert shown("/srv/a:b@c") == "/srv/a:b@c"
+
+
 def test_an_unknown_form_creates_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StoreUrlUnknown):
@@ -204,6 +212,7 @@ def test_a_daemon_serves_the_store_given_by_url(tmp_path: Path) -> None:
         assert done.returncode == 2, done.stderr
         assert "daemon:data_dir_locked" in done.stderr
         assert f"pid {daemon.proc.pid}" in done.stderr and "another daemon" in done.stderr
+        assert f"the store {store}" in done.stderr and "another --store" in done.stderr
     finally:
         code, err = daemon.terminate()
     assert code == 0, err

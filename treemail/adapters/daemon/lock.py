@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from treemail.adapters.store.factory import open_store
+from treemail.adapters.store.factory import open_store, shown
 from treemail.core.errors import DataDirLocked, StoreLocked
 from treemail.core.store import Store
 
@@ -51,7 +51,7 @@ def hold(data_dir: Path, socket: Path, store: str | None = None) -> Store:
     except StoreLocked as held:
         pid, holder = str(held.details.get("pid")), held.details.get("holder")
         info = holder if isinstance(holder, dict) else {}
-        raise DataDirLocked(_refusal(data_dir, pid, info), holder=f"pid {pid}", pid=pid,
+        raise DataDirLocked(_refusal(data_dir, pid, info, store), holder=f"pid {pid}", pid=pid,
                             role=info.get("role", "embedded writer"),
                             data_dir=str(data_dir)) from None
     try:
@@ -62,11 +62,13 @@ def hold(data_dir: Path, socket: Path, store: str | None = None) -> Store:
     return opened
 
 
-def _refusal(data_dir: Path, pid: str, holder: dict[str, str]) -> str:
+def _refusal(data_dir: Path, pid: str, holder: dict[str, str], store: str | None) -> str:
+    # Named by --store, the store may be another directory's too: name the store then.
+    what = f"data directory {data_dir}" if store is None else f"the store {shown(store)}"
+    other = "--data-dir" if store is None else "--store"
     if holder.get("role") == DAEMON_ROLE:
         where = ", ".join(f"{k} {v}" for k, v in holder.items() if k != "role")
-        return (f"data directory {data_dir} is held by another daemon (pid {pid}, {where}); "
-                "stop it first, or start this one with another --data-dir")
-    return (f"data directory {data_dir} is held by pid {pid}, which has its store open as "
-            "an embedded writer; stop that program first, or start this daemon with "
-            "another --data-dir")
+        return (f"{what} is held by another daemon (pid {pid}, {where}); stop it first, or "
+                f"start this one with another {other}")
+    return (f"{what} is held by pid {pid}, which has the store open as an embedded writer; "
+            f"stop that program first, or start this daemon with another {other}")

@@ -28,7 +28,7 @@ import attrs
 from treemail.core.errors import StoreDriverMissing, StoreUrlUnknown
 from treemail.core.store import MemoryStore, Store
 
-__all__ = ["FORMS", "Kind", "StoreUrl", "holds_store", "open_store", "parse"]
+__all__ = ["FORMS", "Kind", "StoreUrl", "holds_store", "open_store", "parse", "shown"]
 
 FORMS = ("PATH", "lmdb:PATH", "memory:", "postgresql://[USER@]HOST[:PORT]/DB[?schema=NAME]")
 
@@ -113,3 +113,16 @@ def holds_store(url: str | os.PathLike[str]) -> bool:
 
         return (Path(where.location) / DATA_FILE).exists()
     return where.kind is Kind.POSTGRESQL
+
+
+def shown(url: str) -> str:
+    """``url`` as a message may show it: a server URL's password masked."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if parse(url).kind is not Kind.POSTGRESQL:
+        return url
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@",
+                                                                 ":***@", 1)))
