@@ -8,7 +8,8 @@ put+get+ack; (d) a send's cost with long histories; (e) open and recover with a 
 (f) peak RSS with much pending mail and after a long history; (g) CPU per send, sync off;
 (h) the model checker's states per second, and `treemail check` at its default bounds
 against its target; (i) the store's codec against the json + cattrs codec it replaced;
-(j) what one peer costs the daemon: idle subscriptions, and pipelined large answers.
+(j) what one peer costs the daemon: idle subscriptions, and pipelined large answers;
+(k) the sequential durable send on PostgreSQL against the same send on LMDB.
 
 Beside the targets, lines that say what limits them, measured in the same run: bare LMDB
 writing the very rows the sends wrote, sync on (a) and off (g), so that what a send's rows
@@ -38,6 +39,7 @@ from bench.bounds import bounds_lines
 from bench.checker import checker_lines
 from bench.codec import codec_line
 from bench.lines import Line, Scale
+from bench.postgres import postgres_lines
 from bench.rigs import env_note
 from treemail.adapters.ui.console import advance, steps
 
@@ -91,6 +93,7 @@ def run(quick: bool, only: set[str], verbose: bool = False,
             "h": lambda: checker_lines(quick),
             "i": codec_line,
             "j": lambda: bounds_lines(root),
+            "k": lambda: postgres_lines(root, scale),
         }
         for name, step in steps.items():
             if name in only:

@@ -6,8 +6,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
+
+from treemail.testing.postgres import PostgresCluster, PostgresMissing
 
 settings.register_profile(
     "ci",
@@ -36,3 +40,21 @@ if examples := os.environ.get("TREEMAIL_EXAMPLES"):
     )
     _profile = f"{_profile}-sized"
 settings.load_profile(_profile)
+
+
+# -- a throwaway PostgreSQL server, once per test session (per xdist worker) -------------------
+
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """A PostgreSQL server on a Unix socket in a temp dir, stopped after the session. Its
+    absence fails the tests that need it, saying what to install; it never skips them."""
+    try:
+        cluster = PostgresCluster.start()
+    except PostgresMissing as missing:
+        pytest.fail(str(missing), pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

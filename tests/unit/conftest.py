@@ -33,29 +33,38 @@ from treemail.core.records import (
 )
 from treemail.core.sending import grant_counter
 from treemail.core.store import MemoryStore, Store, WriteTxn
+from treemail.testing.postgres import PostgresCluster
 
 # ``TREEMAIL_TEST_STORES`` (comma-separated kinds) narrows the run, e.g. to ``memory`` for the
-# mutation run, where the LMDB param would only repeat the same core paths more slowly.
+# mutation run, where the LMDB and PostgreSQL params would only repeat the same core paths
+# more slowly. ``postgresql`` runs on the session's throwaway server (``postgres_cluster`` in
+# tests/conftest.py), which fails these tests, saying what to install, where there is none.
 STORES = [
     kind.strip()
-    for kind in os.environ.get("TREEMAIL_TEST_STORES", "memory,lmdb").split(",")
+    for kind in os.environ.get("TREEMAIL_TEST_STORES", "memory,lmdb,postgresql").split(",")
     if kind.strip()
 ]
 
 
-def open_store(kind: str, directory: Path) -> Store:
+def open_store(kind: str, directory: Path, server: PostgresCluster | None = None) -> Store:
     if kind == "memory":
         return MemoryStore()
     if kind == "lmdb":
         from treemail.adapters.store.lmdb_store import LmdbStore
 
         return LmdbStore.open(directory / "db", sync=False)
+    if kind == "postgresql" and server is not None:
+        from treemail.adapters.store.postgres_store import PostgresStore
+
+        return PostgresStore.open(server.url(), sync=False)
     raise ValueError(f"unknown store kind {kind!r}")
 
 
 @pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    opened = open_store(str(request.param), tmp_path)
+    kind = str(request.param)
+    server = request.getfixturevalue("postgres_cluster") if kind == "postgresql" else None
+    opened = open_store(kind, tmp_path, server)
     yield opened
     opened.close()
 

@@ -12,11 +12,14 @@ PACKAGE = Path(__file__).resolve().parents[2] / "treemail"
 
 # Each layer and the layers it may import (itself included). The top-level modules (the
 # package's facade, ``__main__``, the client re-export, the spec tables) may import any.
+# ``testing`` (the store contract, a throwaway PostgreSQL) tests a store through the core's
+# port alone, so that it fits any backend.
 MAY_IMPORT: dict[str, set[str]] = {
     "core": {"core"},
     "protocol": {"core", "protocol"},
     "models": {"core", "models"},
     "adapters.store": {"core", "adapters.store"},
+    "testing": {"core", "testing"},
     "adapters.runtime": {"core", "adapters.store", "adapters.runtime"},
     "adapters.daemon": {"core", "protocol", "adapters.store", "adapters.runtime",
                         "adapters.daemon"},

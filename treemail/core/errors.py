@@ -87,11 +87,13 @@ __all__ = [
     "StorageError",
     "StoreClosed",
     "StoreDamaged",
+    "StoreDriverMissing",
     "StoreFormatUnknown",
     "StoreFull",
     "StoreLocked",
     "StoreMissing",
     "StoreNotPrivate",
+    "StoreUrlUnknown",
     "TokenFileUnsafe",
     "TooManySubscriptions",
     "ToolFailed",
@@ -225,6 +227,18 @@ class AgentDefinedByFile(DefinitionError):
     files; edit that file, or register the doc under another name."""
 
     code = "daemon:agent_defined_by_file"
+
+
+class StoreUrlUnknown(DefinitionError):
+    """A store URL of a form treemail cannot open; the message lists the forms it accepts."""
+
+    code = "store:unknown_url"
+
+
+class StoreDriverMissing(DefinitionError):
+    """The store URL names a backend whose driver is not installed; install the extra named."""
+
+    code = "store:driver_missing"
 
 
 class ListenFailed(DefinitionError):

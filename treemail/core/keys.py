@@ -1,7 +1,7 @@
 """The store's key layout: every table, the type of its values, and the bytes of its keys.
 
-Pure: no I/O. Every store backend keys its tables with exactly these bytes, so ``MemoryStore``
-and ``LmdbStore`` agree on order and on what a key may hold, and ``treemail verify`` can
+Pure: no I/O. Every store backend keys its tables with exactly these bytes, so all backends
+agree on order and on what a key may hold, and ``treemail verify`` can
 rebuild every index from the records with the same functions that wrote it.
 
 Index keys put the owner first and a big-endian number last, so byte order is the order the

@@ -95,6 +95,15 @@ class Store(Protocol):
         of it is kept. A store may run ``work`` again (say, after growing a full map), so
         ``work`` must touch nothing but the transaction."""
         ...
+    def own(self, holder: Mapping[str, str]) -> None:
+        """Hold the store as its one writer, described by ``holder`` (what a refused second
+        writer is told: a daemon gives its role and socket). Recovery treats every run it did
+        not start as dead, so a store has exactly one writer at a time: a store opened to
+        write holds ownership from its open on (an flock for LMDB, a lock of the database
+        server for PostgreSQL), and ``own`` only says who holds it. Raises ``StoreLocked``
+        naming the holder when another process owns the store, ``StorageError`` on a store
+        opened read-only."""
+        ...
     def close(self) -> None: ...
 
 
@@ -414,6 +423,10 @@ class MemoryStore:
         """A copy of one table's rows by key: for tests and audits that look under the port."""
         self._check_open()
         return dict(self._tables.data[table])
+
+    def own(self, holder: Mapping[str, str]) -> None:
+        """A memory store lives in one process, whose it is: there is no one to refuse."""
+        self._check_open()
 
     def close(self) -> None:
         """Close the store; later use of it, or of a transaction it gave, raises."""

@@ -2,7 +2,7 @@
 
 What the daemon keeps in ``DATA_DIR`` (spec/protocol.md, "Files the daemon keeps"):
 
-* ``store/``: the LMDB store (``data.mdb``, ``lock.mdb``) and ``owner.lock``, the one lock;
+* ``store/``: the embedded store and its owner lock, the one lock (``lock.py``);
 * ``daemon.sock`` (the default socket), ``daemon.token`` (after a ``--tcp`` start);
 * ``registered-agents/``: agent docs defined over the wire (``registered.py``);
 * ``.gitignore``, holding ``*``, written into a new data directory: a data directory made
@@ -23,8 +23,8 @@ from pathlib import Path
 from treemail.adapters.daemon.lock import hold
 from treemail.adapters.daemon.registered import REGISTERED_DIR
 from treemail.adapters.daemon.tcp import TOKEN_FILE
-from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.store.private import PRIVATE_FILE, private_dir
+from treemail.core.store import Store
 
 __all__ = ["GITIGNORE", "STORE_DIR", "take"]
 
@@ -35,11 +35,12 @@ GITIGNORE = ".gitignore"
 _OURS = (STORE_DIR, REGISTERED_DIR, TOKEN_FILE, "config.toml", "agents", "daemon.sock")
 
 
-def take(data_dir: Path, socket: Path) -> LmdbStore:
-    """Make (or check) ``data_dir`` private, then hold it (``lock.py``); a new one is also
-    marked ignored by git, once it is held."""
+def take(data_dir: Path, socket: Path, store_url: str | None = None) -> Store:
+    """Make (or check) ``data_dir`` private, then hold it (``lock.py``) through its store
+    (``store_url``, by default ``DATA_DIR/store``); a new one is also marked ignored by git,
+    once it is held."""
     new = private_dir(data_dir, markers=_OURS)
-    store = hold(data_dir, socket)
+    store = hold(data_dir, socket, store_url)
     if new:
         try:
             _ignore_in_git(data_dir)

@@ -95,17 +95,18 @@ class Settings:
 
 
 async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None,
-                      tcp: tuple[str, int] | None = None) -> Daemon:
+                      tcp: tuple[str, int] | None = None, store_url: str | None = None) -> Daemon:
     """Take the data directory (open its store as its one writer: ``lock.py``), start the
     runtime (recovering what a crash left), and bind the socket (and ``tcp``, a loopback
     ``(host, port)``, with the data directory's token). Raises ``DataDirLocked`` if
     another process holds it, ``NotLoopback`` for a TCP address off loopback,
     ``SocketPathTaken`` or ``SocketInUse`` for a socket path that holds a file or a live
-    socket, and ``ListenFailed`` if a bind fails."""
+    socket, and ``ListenFailed`` if a bind fails. ``store_url`` names the store to serve (by
+    default ``DATA_DIR/store``; see ``treemail.adapters.store.factory``)."""
     if tcp is not None:
         loopback(*tcp)  # refused before anything is touched
     check_socket_path(socket)  # so is a file that is not a socket (listener.py)
-    store = take(data_dir, socket)  # the one lock (see lock.py): first, before anything else
+    store = take(data_dir, socket, store_url)  # the one lock (lock.py): first of all
     try:
         token = Token.load_or_create(data_dir) if tcp is not None else None
         settings = Settings.load(data_dir)
@@ -130,7 +131,7 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
         if tcp is not None and token is not None:
             where = f"tcp {tcp[0]}:{tcp[1]}"
             daemon.tcp = await daemon.listen_tcp(*tcp, token)
-            store.describe_owner({"role": DAEMON_ROLE, "socket": str(socket),
+            store.own({"role": DAEMON_ROLE, "socket": str(socket),
                                   "tcp": daemon.tcp})
     except (OSError, TreemailError) as exc:
         daemon.request_stop()
@@ -157,7 +158,7 @@ class _Stopper:
 
 
 async def run_daemon(data_dir: Path, socket: Path | None, stdio: bool,
-                     tcp: tuple[str, int] | None = None) -> int:
+                     tcp: tuple[str, int] | None = None, store_url: str | None = None) -> int:
     socket = socket or data_dir / "daemon.sock"
     # The handlers come first: the socket accepts clients as soon as open_daemon binds it,
     # and from then on a SIGTERM must stop the daemon in order, not kill it outright.
@@ -165,7 +166,7 @@ async def run_daemon(data_dir: Path, socket: Path | None, stdio: bool,
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopper)
-    daemon = stopper.daemon = await open_daemon(data_dir, socket, tcp=tcp)
+    daemon = stopper.daemon = await open_daemon(data_dir, socket, tcp=tcp, store_url=store_url)
     if stopper.asked:  # a signal came while it started: stop now that it can
         daemon.request_stop()
     extra = (f" and tcp://{daemon.tcp} (token in {data_dir / TOKEN_FILE})"

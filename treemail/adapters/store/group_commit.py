@@ -18,7 +18,7 @@ of the batch was kept. A store may run ``work`` again from scratch (growing a fu
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import TypeVar
 
@@ -70,6 +70,9 @@ class GroupStore:
             return self.inner.transact(work)
         with txn.savepoint() as nested:
             return work(nested)
+
+    def own(self, holder: Mapping[str, str]) -> None:
+        self.inner.own(holder)
 
     def close(self) -> None:
         self.inner.close()

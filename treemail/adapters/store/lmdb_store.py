@@ -360,10 +360,14 @@ class LmdbStore:
             except lmdb.Error as exc:
                 raise failure(exc, "grow the map") from exc
 
-    def describe_owner(self, holder: Mapping[str, str]) -> None:
-        """Tell a refused second opener who holds the store (a daemon: its role, socket)."""
-        if self._owner is not None:
-            self._owner.describe(holder)
+    def own(self, holder: Mapping[str, str]) -> None:
+        """The port's ownership: a writer holds the owner lock since ``open``; record
+        ``holder`` in it, for a refused second opener (a daemon: its role, socket)."""
+        self._check_open()
+        if self._owner is None:
+            raise StorageError(f"the store at {self._path!r} was opened read-only; open it "
+                               "without readonly=True to own it", path=self._path)
+        self._owner.describe(holder)
 
     def close(self) -> None:
         """Close the environment; later use of the store raises ``StorageError``."""

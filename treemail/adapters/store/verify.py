@@ -12,21 +12,31 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TextIO
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TextIO, runtime_checkable
 
 import attrs
 
 from treemail.adapters.store.codec import decode
-from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.store.factory import open_store
 from treemail.core import keys
-from treemail.core.errors import StorageError
+from treemail.core.errors import StorageError, TreemailError
 from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.keys import VALUE_KINDS, Table, Tally
 from treemail.core.records import Event, Message, Owner, Run, SendResult, Session
 
-__all__ = ["Report", "main", "verify"]
+__all__ = ["RawRows", "Report", "main", "verify"]
 
 Rows = Mapping[bytes, Any]
+
+
+@runtime_checkable
+class RawRows(Protocol):
+    """A store that keeps its records as the codec's bytes and can show them undecoded, so a
+    damaged one is reported instead of stopping the check (LMDB and PostgreSQL stores)."""
+
+    def raw_rows(self) -> AbstractContextManager[Callable[[Table], Iterable[tuple[bytes, bytes]]]]:
+        ...
 
 
 @attrs.define
@@ -38,7 +48,7 @@ class Report:
         self.problems.append(f"{table} {key!r}: {what}")
 
 
-def verify(store: LmdbStore) -> Report:
+def verify(store: RawRows) -> Report:
     report = Report()
     with store.raw_rows() as raw:
         tables = {table: _decoded(table, raw(table), report) for table in Table}
@@ -181,11 +191,18 @@ def _floors(t: Mapping[Table, dict[bytes, Any]]) -> dict[str, int]:
 
 
 def main(path: str, out: TextIO, err: TextIO) -> int:
-    """Verify the store at ``path``: 0 when sound, 1 on damage, 2 when it cannot be opened."""
+    """Verify the store ``path`` names (a directory or a store URL): 0 when sound, 1 on
+    damage, 2 when it cannot be opened."""
     try:
-        store = LmdbStore.open(path, readonly=True)
-    except StorageError as exc:
+        store = open_store(path, readonly=True)
+    except TreemailError as exc:
         print(f"treemail verify: {exc}", file=err)
+        return 2
+    if not isinstance(store, RawRows):
+        store.close()
+        print(f"treemail verify: the store {path!r} keeps no stored bytes to check (memory: "
+              "holds records as they are); verify a directory or a postgresql:// store",
+              file=err)
         return 2
     try:
         report = verify(store)

@@ -39,8 +39,11 @@ def _main(argv: Sequence[str] | None) -> int:
     demo = commands.add_parser("demo", help="run the demo on the embedded LMDB store")
     demo.add_argument("--path", help="keep the store in this directory (default: a temp dir)")
     daemon_commands.extend_demo(demo)
+    daemon_commands.store_option(demo, "run the demo on this new, empty store (not memory:, "
+                                       "which a restart does not find again)")
     log = commands.add_parser("log", help="replay a store's event log, or follow it live")
-    log.add_argument("path", help="the store directory")
+    log.add_argument("path", nargs="?", help="the store directory (or give --store URL)")
+    daemon_commands.store_option(log, "the store to read")
     log.add_argument("--session", help="only this session (UUID or handle)")
     log.add_argument("--follow", action="store_true", help="keep printing new events")
     log.add_argument("--interval", type=daemon_commands.seconds, default=0.5,
@@ -60,7 +63,8 @@ def _main(argv: Sequence[str] | None) -> int:
     check.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     verify = commands.add_parser(
         "verify", help="check every record's checksum and every index of a store")
-    verify.add_argument("path", help="the store directory")
+    verify.add_argument("path", nargs="?", help="the store directory (or give --store URL)")
+    daemon_commands.store_option(verify, "the store to check")
     daemon_commands.register(commands)
     tui = commands.add_parser(
         "tui", help="watch sessions converse and answer approvals (read-only on a store)")
@@ -71,10 +75,13 @@ def _main(argv: Sequence[str] | None) -> int:
     tui.add_argument("--token-file", type=Path,
                      help="the TCP token's file (default: DATA_DIR/daemon.token; "
                           "TREEMAIL_TOKEN overrides it)")
+    daemon_commands.store_option(tui, "replay this store read-only instead of DATA_DIR's")
     tui.set_defaults(run=_tui, socket=None)
     args = parser.parse_args(argv)
     if hasattr(args, "run"):  # a subcommand registered from its own module
         return int(args.run(args))
+    if args.command in ("log", "verify"):
+        args.path = _one_store(parser, args)
     if args.command == "verify":
         from treemail.adapters.store.verify import main as verify_main
 
@@ -87,10 +94,13 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.approve or args.wait is not None:
             parser.exit(2, "treemail demo: --approve and --wait go with --connect; the "
                            "embedded demo answers its own approval\n")
-        problem = _fresh_directory(args.path)
+        if args.path is not None and args.store is not None:
+            parser.exit(2, "treemail demo: give --path or --store, not both\n")
+        url = args.store if args.path is None else f"lmdb:{args.path}"
+        problem = _fresh_store(url)
         if problem is not None:
             parser.exit(2, f"treemail demo: {problem}\n")
-        return demo_main(args.path)
+        return demo_main(url)
     if args.command == "check":
         from treemail.adapters.ui.console import ProgressLine
         from treemail.models.checker import main as check_main
@@ -108,13 +118,47 @@ def _tui(args: argparse.Namespace) -> int:
     return tui_main(args)
 
 
-def _fresh_directory(path: str | None) -> str | None:
-    """Why ``path`` cannot take the demo's store, or None: the demo plays a fixed scenario
-    with fixed ids, so it needs a new or empty directory, never an existing store."""
+def _one_store(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The URL of the store ``log`` or ``verify`` reads: the positional directory (always a
+    path, whatever it holds) or ``--store URL``, one of them."""
+    if (args.path is None) == (args.store is None):
+        parser.exit(2, f"treemail {args.command}: give the store, as a directory or as "
+                       "--store URL (one of them)\n")
+    return f"lmdb:{args.path}" if args.path is not None else str(args.store)
+
+
+def _fresh_store(url: str | None) -> str | None:
+    """Why the store ``url`` names cannot take the demo, or None: the demo plays a fixed
+    scenario with fixed ids, so it needs a new or empty store, and one that a restart finds
+    again (the demo crashes and recovers in the middle)."""
+    from treemail.adapters.store.factory import Kind, open_store, parse
+    from treemail.core.errors import TreemailError
+
+    if url is None:
+        return None
+    try:
+        where = parse(url)
+        if where.kind is Kind.LMDB:
+            return _fresh_directory(where.location)
+        if where.kind is Kind.MEMORY:
+            return ("memory: is gone when the demo's process restarts its store; give a "
+                    "directory or a postgresql:// URL")
+        store = open_store(url)
+        try:
+            with store.read() as tx:
+                used = tx.feed_end() > 0 or next(tx.sessions(), None) is not None
+        finally:
+            store.close()
+    except TreemailError as exc:
+        return str(exc)
+    return (f"the store {url!r} is not empty (a store from an earlier run?); the demo needs "
+            "a new or empty store") if used else None
+
+
+def _fresh_directory(path: str) -> str | None:
+    """Why directory ``path`` cannot take the demo's store, or None."""
     from pathlib import Path
 
-    if path is None:
-        return None
     where = Path(path)
     if where.exists() and not where.is_dir():
         return f"--path {path!r} is not a directory; give a new or empty directory"
@@ -125,21 +169,16 @@ def _fresh_directory(path: str | None) -> str | None:
 
 
 def show_log(path: str, session: str | None, *, follow: bool, interval: float) -> int:
-    """Print the feed in global order; with ``follow``, poll for what is appended later."""
-    from pathlib import Path
-
-    from treemail.adapters.store.lmdb_store import LmdbStore
+    """Print the feed of the store ``path`` names (a directory or a store URL) in global
+    order; with ``follow``, poll for what is appended later."""
+    from treemail.adapters.store.factory import open_store
     from treemail.core.engine import Engine
+    from treemail.core.errors import TreemailError
     from treemail.core.ids import CountingIds
 
-    if not (Path(path) / "data.mdb").exists():
-        print(f"treemail log: no store at {path!r} (expected {path}/data.mdb)", file=sys.stderr)
-        return 2
-    from treemail.core.errors import StorageError
-
     try:
-        store = LmdbStore.open(path, readonly=True)  # a reader: no lock, never writes
-    except StorageError as exc:
+        store = open_store(path, readonly=True)  # a reader: no lock, never writes
+    except TreemailError as exc:
         print(f"treemail log: {exc}", file=sys.stderr)
         return 2
     engine = Engine(store, CountingIds())  # read-only use: no id is ever minted

@@ -29,7 +29,7 @@ from treemail.core.events import EventKind
 from treemail.core.records import Event, RecipientState
 
 __all__ = ["Names", "TokenMissing", "answer_line", "connected_demo", "extend_demo", "follow",
-           "register", "seconds", "target", "view_row"]
+           "register", "seconds", "store_option", "target", "view_row"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -44,6 +44,7 @@ def register(commands: Sub) -> None:
     daemon.add_argument("--tcp", metavar="HOST:PORT", type=_tcp,
                         help="also listen on TCP, loopback only, with a token kept in "
                              "DATA_DIR/daemon.token (mode 0600)")
+    store_option(daemon, "the store to serve (default: DATA_DIR/store)")
     daemon.set_defaults(run=_daemon)
     _client(commands, "sessions", "list the daemon's sessions as a table", _sessions)
     send = _client(commands, "send", "send agent mail as a session's running run (operators)",
@@ -147,6 +148,12 @@ def _where(parser: argparse.ArgumentParser) -> None:
                         help="the Unix socket (default: DATA_DIR/daemon.sock)")
 
 
+def store_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--store URL``: a path or lmdb:PATH, memory:, or postgresql://... (the factory's forms)."""
+    parser.add_argument("--store", metavar="URL",
+                        help=f"{help}: a directory or lmdb:PATH, memory:, or postgresql://...")
+
+
 def _token_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", type=Path,
                         help="the TCP token's file (default: DATA_DIR/daemon.token; "
@@ -170,7 +177,8 @@ def _daemon(args: argparse.Namespace) -> int:
     from treemail.adapters.daemon.host import run_daemon
 
     try:
-        return asyncio.run(run_daemon(args.data_dir, args.socket, args.stdio, args.tcp))
+        return asyncio.run(run_daemon(args.data_dir, args.socket, args.stdio, args.tcp,
+                                      args.store))
     except TreemailError as error:
         print(f"treemail daemon: {error}", file=sys.stderr)
         return 2

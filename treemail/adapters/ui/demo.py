@@ -1,4 +1,5 @@
-"""The demo: scripted agents on the asyncio ``Runtime``, over the embedded LMDB store.
+"""The demo: scripted agents on the asyncio ``Runtime``, over the embedded LMDB store (or the
+store ``treemail demo --store URL`` names).
 
 A lead delegates explore and tester; review waits queued. The lead steers running explore and
 messages review, which claims that mail when its run starts. Siblings talk, and review's send
@@ -28,7 +29,7 @@ from rich.console import Console
 from treemail.adapters.runtime.demo_agents import REVIEW, Stage, demo_agents
 from treemail.adapters.runtime.ids import SeededIds
 from treemail.adapters.runtime.runtime import Runtime
-from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.store.factory import open_store
 from treemail.adapters.ui.console import console, print_row
 from treemail.adapters.ui.transcript import brief_result as _brief
 from treemail.adapters.ui.transcript import event_row
@@ -98,15 +99,15 @@ class Transcript:
 
 
 class Demo:
-    def __init__(self, path: Path, out: TextIO, rows: Console | None = None) -> None:
-        self.path = path
+    def __init__(self, url: str, out: TextIO, rows: Console | None = None) -> None:
+        self.url = url
         self.out = out
         self.ids = SeededIds(7)
         self.stage = Stage()
         self.agents = demo_agents(self.stage)
         self.transcript = Transcript(out, rows)
         self.scene: Callable[[str], None] = lambda heading: None  # progress, on a terminal
-        self.store = LmdbStore.open(path)
+        self.store = open_store(url)
         self.rt = self._runtime()
 
     def _runtime(self) -> Runtime:
@@ -221,7 +222,7 @@ class Demo:
 
     async def recovery(self) -> None:
         self.say("Restart: a new Runtime reopens the store; recovery delivers the mail once")
-        self.store = LmdbStore.open(self.path)
+        self.store = open_store(self.url)
         self.rt = self._runtime()
         dead = await self.rt.start()
         await self.settle()
@@ -268,12 +269,12 @@ def _verify(demo: Demo) -> bool:
 SCENES = 7  # the headings the demo says, Check included
 
 
-def run_demo(path: Path, out: TextIO, scene: Callable[[str], None] | None = None,
+def run_demo(url: str, out: TextIO, scene: Callable[[str], None] | None = None,
              rows: Console | None = None) -> bool:
     """The demo, its narration on ``out`` and its rows on ``rows`` (by default a console on
     ``out``)."""
     async def play() -> bool:
-        demo = Demo(path, out, rows)
+        demo = Demo(url, out, rows)
         if scene is not None:
             demo.scene = scene
         return await _play(demo)
@@ -281,19 +282,20 @@ def run_demo(path: Path, out: TextIO, scene: Callable[[str], None] | None = None
     return asyncio.run(play())
 
 
-def _shown(path: Path) -> bool:
+def _shown(url: str) -> bool:
     """The demo, with a bar over its scenes on a terminal's stderr (the transcript, on stdout,
     is the same either way)."""
     from treemail.adapters.ui.console import advance, row_console, steps
 
     with steps(SCENES, "demo") as bar:
         # Inside: a bar on the terminal redirects sys.stdout.
-        return run_demo(path, sys.stdout, lambda heading: advance(bar, heading[:40]),
+        return run_demo(url, sys.stdout, lambda heading: advance(bar, heading[:40]),
                         row_console(bar))
 
 
-def main(path: str | None = None) -> int:
-    if path is not None:
-        return 0 if _shown(Path(path)) else 1
+def main(url: str | None = None) -> int:
+    """The demo on the store ``url`` names (a new or empty one), by default in a temp dir."""
+    if url is not None:
+        return 0 if _shown(url) else 1
     with tempfile.TemporaryDirectory(prefix="treemail-demo-") as tmp:
-        return 0 if _shown(Path(tmp) / "store") else 1
+        return 0 if _shown(f"lmdb:{Path(tmp) / 'store'}") else 1

@@ -288,7 +288,7 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         address, token = target(args) if args.connect else (None, None)
-        source = choose(args.data_dir, address, token)
+        source = choose(args.data_dir, address, token, args.store)
     except (TreemailError, TokenMissing) as exc:
         print(f"treemail tui: {exc}", file=sys.stderr)
         return 2

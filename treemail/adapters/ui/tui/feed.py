@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from treemail.adapters.daemon.client import DaemonClient
+from treemail.adapters.store.factory import open_store
 from treemail.core.records import Event
 
 __all__ = ["LiveFeed", "event_of", "stored_feed"]
@@ -44,13 +45,12 @@ class LiveFeed:
                 return event_of(note.params["event"])
 
 
-def stored_feed(store_dir: Path, after: int = 0) -> list[tuple[int, Event]]:
-    """The feed of the store in ``store_dir``, read-only (no lock taken, nothing written)."""
-    from treemail.adapters.store.lmdb_store import LmdbStore
-
-    store = LmdbStore.open(str(store_dir), readonly=True)
+def stored_feed(store: str | Path, after: int = 0) -> list[tuple[int, Event]]:
+    """The feed of the store ``store`` names (a directory or a store URL), read-only (no lock
+    taken, nothing written)."""
+    opened = open_store(store, readonly=True)
     try:
-        with store.read() as tx:
+        with opened.read() as tx:
             return list(tx.feed(after))
     finally:
-        store.close()
+        opened.close()

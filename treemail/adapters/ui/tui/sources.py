@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from treemail.adapters.daemon.client import DaemonClient
+from treemail.adapters.store.factory import holds_store
 from treemail.adapters.ui.tui.feed import LiveFeed, stored_feed
 from treemail.core.errors import InvalidRequest
 from treemail.core.records import Event
@@ -87,8 +88,8 @@ class LiveSource(Source):
 
 
 class StoreSource(Source):
-    def __init__(self, store_dir: Path) -> None:
-        self.store_dir = store_dir
+    def __init__(self, store_dir: Path | str) -> None:
+        self.store_dir = store_dir  # a directory, or any store URL
         self.where = str(store_dir)
         self.feed: list[tuple[int, Event]] = []
 
@@ -102,11 +103,11 @@ class StoreSource(Source):
 
     async def approvals(self) -> list[dict[str, Any]]:
         from treemail.adapters.daemon.handlers import approval_view
-        from treemail.adapters.store.lmdb_store import LmdbStore
+        from treemail.adapters.store.factory import open_store
         from treemail.core.engine import Engine
         from treemail.core.ids import CountingIds
 
-        store = LmdbStore.open(str(self.store_dir), readonly=True)
+        store = open_store(self.store_dir, readonly=True)
         try:
             held = Engine(store, CountingIds()).approvals(pending=True)
             return [msgspec.to_builtins(approval_view(a)) for a in held]
@@ -123,19 +124,23 @@ def _accepts(path: Path) -> bool:
     return True
 
 
-def choose(data_dir: Path, connect: str | None, token: str | None = None) -> Source:
+def choose(data_dir: Path, connect: str | None, token: str | None = None,
+           store: str | None = None) -> Source:
     """``--connect ADDRESS`` (a socket path or tcp://HOST:PORT, with ``token``): that daemon.
+    ``--store URL``: a read-only replay of that store.
     ``--data-dir DIR``: its daemon when one answers on ``DIR/daemon.sock``, else a read-only
     replay of ``DIR/store`` (or of DIR itself, when it is a store). Raises ``InvalidRequest``
     saying what to start when there is neither."""
     if connect is not None:
         return LiveSource(connect, token)
+    if store is not None:
+        return StoreSource(store)
     socket = data_dir / "daemon.sock"
     if socket.exists() and _accepts(socket):
         return LiveSource(socket)
-    for store in (data_dir / "store", data_dir):
-        if (store / "data.mdb").exists():
-            return StoreSource(store)
+    for kept in (data_dir / "store", data_dir):
+        if holds_store(kept):
+            return StoreSource(kept)
     raise InvalidRequest(f"no daemon answers at {socket} and there is no store at "
                          f"{data_dir / 'store'}; start one with `treemail daemon --data-dir "
                          f"{data_dir}`, or give --connect ADDRESS")

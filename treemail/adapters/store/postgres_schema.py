@@ -1,0 +1,133 @@
+"""The layout of a PostgreSQL store, its version, and the way from an older one to this one.
+
+A store is one PostgreSQL schema (``treemail`` unless the URL says ``?schema=NAME``), so
+several stores can share a database and dropping a schema drops a store. It holds:
+
+* ``rows (tbl, key, value)``: every row of every ``Table``, keyed by the bytes of
+  ``treemail.core.keys`` and holding the codec's bytes (compact JSON and a checksum), as the
+  LMDB store does. ``bytea`` compares byte by byte, so the primary key's order is the order
+  the port promises, and every read is a point lookup or a range over one owner's keys;
+* ``sizes (tbl, n)``: each table's row count, kept in the same transactions that change it,
+  so that ``size`` (the feed's end, read by every append) is one row, not a count;
+* ``owner``: who holds the store as its writer (pid and a description), for a refused
+  second writer to be told; the hold itself is a lock of the server (``postgres_store``);
+* ``meta``: the schema's version.
+
+Versions: ``VERSION`` is what this treemail writes. A writer creates a missing store and
+brings an older one up through ``MIGRATIONS`` (version n to n+1, each in the one transaction
+that checks the version, so a failed upgrade changes nothing); a reader never writes, so it
+refuses an older store and says how to upgrade it; any version without a way up (one that is
+newer, or older than the first migration kept) is refused, never guessed at.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+import psycopg
+from psycopg import sql
+
+from treemail.core.errors import StorageError, StoreFormatUnknown, StoreMissing
+
+__all__ = ["LOCK_SPACE", "MIGRATIONS", "VERSION", "lock_key", "settle"]
+
+VERSION = 1
+
+# Version n -> the statements that make it n + 1 ({s} is the schema). Empty while there is
+# one version; the next change to the layout adds its entry here and bumps VERSION.
+MIGRATIONS: dict[int, Sequence[str]] = {}
+
+_CREATE = (
+    "CREATE SCHEMA IF NOT EXISTS {s}",
+    "CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)",
+    "CREATE TABLE {s}.rows (tbl text NOT NULL, key bytea NOT NULL, value bytea NOT NULL, "
+    "PRIMARY KEY (tbl, key))",
+    "CREATE TABLE {s}.sizes (tbl text PRIMARY KEY, n bigint NOT NULL)",
+    "CREATE TABLE {s}.owner (one boolean PRIMARY KEY DEFAULT true CHECK (one), "
+    "pid text NOT NULL, holder text NOT NULL)",
+)
+
+# The first key of every advisory lock treemail takes, so that ours never meet an
+# application's own advisory locks in the same database.
+LOCK_SPACE = zlib.crc32(b"treemail") - (1 << 31)
+
+
+def lock_key(schema: str) -> int:
+    """The second key of the advisory locks of the store in ``schema``."""
+    return zlib.crc32(schema.encode()) - (1 << 31)
+
+
+def _statement(text: str, schema: str) -> sql.Composed:
+    return sql.SQL(text).format(s=sql.Identifier(schema))
+
+
+def settle(conn: psycopg.Connection[tuple[object, ...]], schema: str, url: str, *,
+           write: bool) -> None:
+    """Check the store's version in ``schema``; as a writer, create a missing store or
+    upgrade an older one, in one transaction (serialised between openers by a lock)."""
+    with conn.transaction():
+        if write:  # two writers creating one store at once: the second waits, then sees it
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_SPACE, lock_key(schema)))
+        found = conn.execute("SELECT to_regclass(%s)",
+                             (sql.Identifier(schema, "meta").as_string(conn),)).fetchone()
+        if found is None or found[0] is None:
+            if not write:
+                raise StoreMissing(f"no store at {url!r} (schema {schema!r} holds none); "
+                                   "open it once as a writer to create it", path=url)
+            for text in _CREATE:
+                conn.execute(_statement(text, schema))
+            _set_version(conn, schema, VERSION)
+            return
+        row = conn.execute(_statement("SELECT value FROM {s}.meta WHERE key = 'version'",
+                                      schema)).fetchone()
+        version = _version(row, url)
+        if version == VERSION:
+            return
+        _refuse_or_upgrade(conn, schema, url, version, write=write)
+
+
+def _version(row: tuple[object, ...] | None, url: str) -> int:
+    text = str(row[0]) if row is not None else ""
+    if not text.isdigit():
+        raise StoreFormatUnknown(f"the store at {url!r} has no readable schema version "
+                                 f"({text!r}); it was not written by treemail, or is damaged: "
+                                 "restore it from a copy", path=url, version=text)
+    return int(text)
+
+
+def _refuse_or_upgrade(conn: psycopg.Connection[tuple[object, ...]], schema: str, url: str,
+                       version: int, *, write: bool) -> None:
+    if version > VERSION:
+        raise StoreFormatUnknown(
+            f"the store at {url!r} has schema version {version}, newer than this treemail's "
+            f"({VERSION}); upgrade treemail to open it", path=url, version=version)
+    if any(step not in MIGRATIONS for step in range(version, VERSION)):
+        raise StoreFormatUnknown(
+            f"the store at {url!r} has schema version {version}, which this treemail can no "
+            f"longer upgrade to {VERSION}; upgrade it with the treemail release that "
+            "followed it first, or start a new store", path=url, version=version)
+    if not write:
+        raise StoreFormatUnknown(
+            f"the store at {url!r} has schema version {version}, older than this treemail's "
+            f"({VERSION}); open it once as a writer (`treemail daemon`, or "
+            "`treemail.open_store`) to upgrade it in place", path=url, version=version)
+    for step in range(version, VERSION):
+        for text in MIGRATIONS[step]:
+            conn.execute(_statement(text, schema))
+    _set_version(conn, schema, VERSION)
+
+
+def _set_version(conn: psycopg.Connection[tuple[object, ...]], schema: str, version: int) -> None:
+    try:
+        conn.execute(_statement("INSERT INTO {s}.meta VALUES ('version', %s) ON CONFLICT (key) "
+                                "DO UPDATE SET value = EXCLUDED.value", schema), (str(version),))
+    except psycopg.Error as exc:
+        raise StorageError(f"cannot mark the store in {url_free(conn)} with its version: "
+                           f"{exc}") from exc
+
+
+def url_free(conn: psycopg.Connection[tuple[object, ...]]) -> str:
+    """Where ``conn`` is connected, for a message (no password: libpq's info omits it)."""
+    info = conn.info
+    return f"postgresql database {info.dbname!r} on {info.host!r}"

@@ -1,0 +1,404 @@
+"""``PostgresStore``: the Store port on a PostgreSQL database (psycopg 3), one schema a store.
+
+Open it with ``treemail.open_store("postgresql://USER@HOST/DB?schema=NAME")``; the layout and
+its versions are in ``postgres_schema``, the primitives and savepoints in ``postgres_txn``.
+Records are the codec's bytes (JSON and a checksum) under the key bytes of
+``treemail.core.keys``, exactly as in LMDB, so ``treemail verify`` checks both alike.
+
+Transactions. One ``transact`` is one PostgreSQL transaction on the writer's connection, run
+at SERIALIZABLE; a savepoint is a SQL ``SAVEPOINT``. Why SERIALIZABLE rather than READ
+COMMITTED with explicit row locks: every guard of a send is a read (the recipient's tally, the
+pair's count, the replay index, the feed's end) followed by writes that depend on it, and
+under READ COMMITTED each of those reads would need its own ``FOR UPDATE`` (and a missing
+row, such as an idempotency key not yet stored, cannot be locked at all: it needs a
+predicate lock, which is what SERIALIZABLE takes). SERIALIZABLE makes the engine's reasoning
+("I read the count, so I may add one") true as written, for every index ``Indexed`` keeps,
+with no lock list to keep in step with it; a conflict it finds is a serialization failure,
+after which ``transact`` runs the work again from scratch on a fresh snapshot (the port lets
+a store do that). With one owner per store conflicts do not arise in the first place; they
+would if two writers ever overlapped, and then they cost a retry, never an overshoot.
+Readers get REPEATABLE READ READ ONLY: one snapshot, as an LMDB read transaction.
+
+Ownership. A writer holds a session-level advisory lock of the server, keyed by the schema,
+on the very connection it writes through, for as long as the store is open; a second writer
+is refused with ``store:locked`` naming the holder (the ``owner`` row). The server drops the
+lock with the connection, however the holder dies. After a lost connection the store
+reconnects and takes the lock again before it writes anything: if another writer took it in
+between, the write is refused, so a writer that lost its hold never writes (the lock is the
+fencing).
+
+Failures. A serialization failure or deadlock, or a connection lost before the commit was
+sent, leaves nothing stored: the work runs again (on a new connection if need be), up to
+``ATTEMPTS`` times. A connection lost while committing may or may not have committed: that
+is ``OutcomeUnknown``, as an LMDB failure after its commit point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import msgspec
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from treemail.adapters.store.postgres_schema import LOCK_SPACE, lock_key, settle
+from treemail.adapters.store.postgres_txn import RETRYABLE, PgTables, PgTxn, Queries, lost
+from treemail.core.errors import (
+    OutcomeUnknown,
+    StorageError,
+    StoreClosed,
+    StoreLocked,
+    StoreUrlUnknown,
+)
+from treemail.core.keys import Table
+from treemail.core.store import ReadTxn, WriteTxn
+
+__all__ = ["ATTEMPTS", "DEFAULT_SCHEMA", "PostgresStore", "split_url"]
+
+T = TypeVar("T")
+
+DEFAULT_SCHEMA = "treemail"
+ATTEMPTS = 10
+_READERS = 4  # pooled read connections: readers on several threads at once
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """The libpq URL without treemail's own ``schema`` parameter, and that schema."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for name, value in query if name == "schema"]
+    schema = schemas[-1] if schemas else DEFAULT_SCHEMA
+    if not schema or len(schema.encode()) > 63 or "\x00" in schema:
+        raise StoreUrlUnknown(f"cannot open a store at {_shown(url)!r}: schema must be 1 to 63 "
+                              "bytes, without NUL", url=_shown(url), forms=["?schema=NAME"])
+    rest = urlencode([(name, value) for name, value in query if name != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schema
+
+
+def _shown(url: str) -> str:
+    """``url`` without its password, for messages and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class _Retry(Exception):
+    """An attempt of ``transact`` stored nothing and may run again (reconnecting if ``lost``)."""
+
+    def __init__(self, cause: BaseException, *, lost: bool) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.lost = lost
+
+
+class PostgresStore:
+    """The Store port on PostgreSQL. Open with ``PostgresStore.open(url)``."""
+
+    def __init__(self, conninfo: str, schema: str, where: str, *, readonly: bool,
+                 synchronous: bool) -> None:
+        self._conninfo = conninfo
+        self._schema = schema
+        self._where = where  # for messages: the URL without its password
+        self._readonly = readonly
+        self._synchronous = synchronous
+        self._closed = False
+        self._write_lock = threading.Lock()
+        self._writer: int | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        self._holder: dict[str, str] = {}
+        self._queries: Queries | None = None
+        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+
+    @classmethod
+    def open(cls, url: str, *, readonly: bool = False, durability: str = "fsync",
+             sync: bool = True) -> PostgresStore:
+        """Open (as a writer, creating if needed) the store of ``url``. ``durability``
+        ``fsync`` waits for the server to flush each commit (``synchronous_commit = on``);
+        ``process`` does not (``off``): a commit survives our process dying, while a crash
+        of the server's machine may lose the last ones (never corrupting the store)."""
+        from treemail.adapters.store.durability import Durability, lmdb_flags
+
+        lmdb_flags(durability, sync)  # an unknown mode fails as it does for LMDB
+        conninfo, schema = split_url(url)
+        store = cls(conninfo, schema, _shown(url), readonly=readonly,
+                    synchronous=sync and Durability(durability) is Durability.FSYNC)
+        try:
+            store._start()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def _start(self) -> None:
+        if not self._readonly:
+            self._conn = self._connect_writer()
+        else:
+            with self._connection() as conn:
+                settle(conn, self._schema, self._where, write=False)
+                self._queries = Queries.of(self._schema, conn)
+        self._pool = ConnectionPool(self._conninfo, min_size=1, max_size=_READERS,
+                                    configure=_reader, check=ConnectionPool.check_connection,
+                                    open=False, name=f"treemail-{self._schema}")
+        self._pool.open(wait=False)
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        conn = self._dial(autocommit=False)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def _dial(self, *, autocommit: bool) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self._conninfo, autocommit=autocommit,
+                                   application_name="treemail")
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot connect to the store at {self._where!r}: {exc}",
+                               path=self._where) from exc
+
+    def _connect_writer(self) -> psycopg.Connection[Any]:
+        """A connection that holds the store's owner lock, with the schema settled."""
+        conn = self._dial(autocommit=True)
+        try:
+            held = conn.execute("SELECT pg_try_advisory_lock(%s, %s)",
+                                (LOCK_SPACE, lock_key(self._schema))).fetchone()
+            if not (held and held[0]):
+                raise self._locked(conn)
+            conn.autocommit = False
+            settle(conn, self._schema, self._where, write=True)
+            self._queries = Queries.of(self._schema, conn)
+            conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+            if not self._synchronous:
+                conn.execute("SET synchronous_commit = off")
+                conn.commit()
+            self._describe(conn, self._holder)
+        except psycopg.Error as exc:
+            conn.close()
+            raise StorageError(f"cannot open the store at {self._where!r}: {exc}",
+                               path=self._where) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _locked(self, conn: psycopg.Connection[Any]) -> StoreLocked:
+        pid, holder = "unknown", {}
+        try:
+            row = conn.execute(sql.SQL("SELECT pid, holder FROM {}.owner").format(
+                sql.Identifier(self._schema))).fetchone()
+        except psycopg.Error:
+            row = None
+        if row is not None:
+            pid = str(row[0])
+            try:
+                holder = {str(k): str(v) for k, v in msgspec.json.decode(row[1]).items()}
+            except (msgspec.DecodeError, AttributeError):
+                holder = {}
+        role = holder.get("role", "another process")
+        where = ", ".join(f"{k} {v}" for k, v in holder.items() if k != "role")
+        return StoreLocked(
+            f"the store at {self._where!r} is in use by {role} (pid {pid}"
+            f"{', ' + where if where else ''}); stop it first, or open the store read-only "
+            "to look at it", path=self._where, pid=pid, holder=holder)
+
+    def _describe(self, conn: psycopg.Connection[Any], holder: Mapping[str, str]) -> None:
+        conn.execute(sql.SQL("INSERT INTO {}.owner (pid, holder) VALUES (%s, %s) ON CONFLICT "
+                             "(one) DO UPDATE SET pid = EXCLUDED.pid, holder = EXCLUDED.holder"
+                             ).format(sql.Identifier(self._schema)),
+                     (str(os.getpid()), msgspec.json.encode(dict(holder)).decode()))
+        conn.commit()
+
+    # -- the port ------------------------------------------------------------------------
+
+    @contextmanager
+    def read(self) -> Iterator[ReadTxn]:
+        with self._reading() as conn:
+            tables = PgTables(conn, self._q(), write=False)
+            try:
+                yield PgTxn(tables)
+            finally:
+                tables.done = True
+
+    @contextmanager
+    def _reading(self) -> Iterator[psycopg.Connection[Any]]:
+        self._check_open()
+        assert self._pool is not None
+        try:
+            with self._pool.connection(timeout=60) as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise StorageError(f"no connection to the store at {self._where!r} within 60 s: "
+                               f"{exc}", path=self._where) from exc
+        except psycopg.Error as exc:
+            raise StorageError(f"postgresql failed to read the store at {self._where!r}: "
+                               f"{exc}", path=self._where) from exc
+
+    @contextmanager
+    def raw_rows(self) -> Iterator[Callable[[Table], Iterable[tuple[bytes, bytes]]]]:
+        """Each table's stored (key, value) bytes, undecoded, from one snapshot: for
+        ``treemail verify``, which must see a damaged record without stopping at it."""
+        with self._reading() as conn:
+            query = self._q().all_rows
+
+            def rows(table: Table) -> Iterable[tuple[bytes, bytes]]:
+                found = conn.execute(query, (table.value,)).fetchall()
+                return [(bytes(key), bytes(value)) for key, value in found]
+
+            yield rows
+
+    def transact(self, work: Callable[[WriteTxn], T]) -> T:
+        """Run ``work`` in one SERIALIZABLE transaction and commit it; run it again from
+        scratch after a serialization failure or a connection lost before the commit."""
+        if self._writer == threading.get_ident():
+            raise StorageError("transact called from inside transact; use txn.savepoint()")
+        with self._write_lock:
+            self._writer = threading.get_ident()
+            try:
+                return self._transact(work)
+            finally:
+                self._writer = None
+
+    def _transact(self, work: Callable[[WriteTxn], T]) -> T:
+        for attempt in range(ATTEMPTS):
+            try:
+                return self._attempt(work)
+            except _Retry as again:
+                if again.lost:
+                    self._drop_connection()
+                if attempt == ATTEMPTS - 1:
+                    raise StorageError(
+                        f"the store at {self._where!r} refused the transaction {ATTEMPTS} "
+                        f"times ({again.cause}); nothing of this operation was stored: retry "
+                        "it later", path=self._where) from again.cause
+                time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** attempt)))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _attempt(self, work: Callable[[WriteTxn], T]) -> T:
+        conn = self._writer_connection()
+        tables = PgTables(conn, self._q(), write=True)
+        try:
+            try:
+                result = work(PgTxn(tables))
+                if not tables.retry:
+                    tables.finish()
+            finally:
+                tables.done = True
+        except BaseException as exc:
+            self._rollback(conn)
+            if tables.retry:
+                raise _Retry(exc, lost=conn.closed or conn.broken) from None
+            raise
+        if tables.retry:  # the work swallowed a failure: what it did is incomplete
+            self._rollback(conn)
+            raise _Retry(StorageError("a failure inside the work was swallowed"),
+                         lost=conn.closed or conn.broken)
+        self._commit(conn)
+        return result
+
+    def _commit(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            conn.commit()
+        except RETRYABLE as exc:  # SERIALIZABLE checks at commit too: nothing was stored
+            self._rollback(conn)
+            raise _Retry(exc, lost=False) from None
+        except psycopg.Error as exc:
+            if lost(exc):
+                raise OutcomeUnknown(
+                    f"the connection to the store at {self._where!r} was lost while it "
+                    f"committed ({exc}): the operation may or may not be stored. Retry the "
+                    "same tool call with the same tool-call id: a stored send is answered "
+                    "with its original result.", path=self._where) from exc
+            self._rollback(conn)
+            raise StorageError(f"the store at {self._where!r} refused the commit ({exc}): "
+                               "nothing of this operation was stored", path=self._where) from exc
+
+    def _rollback(self, conn: psycopg.Connection[Any]) -> None:
+        if conn.closed or conn.broken:
+            return  # the server ended the transaction with the connection
+        try:
+            conn.rollback()
+        except psycopg.Error:
+            self._drop_connection()
+
+    def _writer_connection(self) -> psycopg.Connection[Any]:
+        self._check_open()
+        if self._readonly:
+            raise StorageError(f"the store at {self._where!r} was opened read-only; open it "
+                               "without readonly=True to write", path=self._where)
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            # A new connection must win the owner lock again before it writes: if another
+            # writer took the store meanwhile, this one is refused (StoreLocked).
+            self._drop_connection()
+            self._conn = self._connect_writer()
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            if not (conn.closed or conn.broken):
+                # Unlock before closing: the server ends a closed connection's backend (and
+                # drops its locks) only after the close returns, and an opener right after
+                # this close must find the store free.
+                with contextlib.suppress(psycopg.Error):
+                    conn.rollback()
+                    conn.execute("SELECT pg_advisory_unlock(%s, %s)",
+                                 (LOCK_SPACE, lock_key(self._schema)))
+                    conn.commit()
+            conn.close()
+
+    def _q(self) -> Queries:
+        if self._queries is None:
+            raise StoreClosed(f"the store at {self._where!r} is closed; open it again",
+                              path=self._where)
+        return self._queries
+
+    def own(self, holder: Mapping[str, str]) -> None:
+        """The port's ownership: a writer holds the owner lock since ``open``; record
+        ``holder`` in the ``owner`` row, for a refused second opener."""
+        if self._writer == threading.get_ident():
+            raise StorageError("own called from inside transact; call it outside")
+        with self._write_lock:
+            conn = self._writer_connection()
+            self._holder = dict(holder)
+            try:
+                self._describe(conn, self._holder)
+            except psycopg.Error as exc:
+                self._rollback(conn)
+                raise StorageError(f"cannot record the owner of {self._where!r}: {exc}",
+                                   path=self._where) from exc
+
+    def close(self) -> None:
+        """Close the connections (releasing the owner lock); later use raises."""
+        if self._writer == threading.get_ident():
+            raise StorageError("close called from inside transact; close it after transact "
+                               "returns")
+        with self._write_lock:  # let a running transaction finish first
+            if self._closed:
+                return
+            self._closed = True
+            self._drop_connection()
+            if self._pool is not None:
+                self._pool.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"the store at {self._where!r} is closed; open it again",
+                              path=self._where)
+
+
+def _reader(conn: psycopg.Connection[Any]) -> None:
+    """A pooled connection reads one snapshot per ``read`` and never writes."""
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
