@@ -19,9 +19,13 @@ from tests.unit.conftest import STORES
 from tests.unit.operations import CASES, cases_of, split_commit_request
 
 WRITING = tuple(case for case in CASES if case.writes)
+# The campaign judges a fault by reopening copies of the store's files (LMDB) or its memory:
+# the stores whose atomicity is treemail's own code. PostgreSQL's is the server's: a writer
+# killed mid-transaction is tested in tests/unit/test_postgres_store.py.
+KINDS = [kind for kind in STORES if kind in MODES]
 
 
-@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_fault_at_any_write_keeps_before_or_after(kind: str, tmp_path: Path) -> None:
     campaign = run_campaign(WRITING, kind, tmp_path)
     assert campaign.failures == []
@@ -37,7 +41,7 @@ def test_a_fault_at_any_write_keeps_before_or_after(kind: str, tmp_path: Path) -
     assert campaign.kept_before > campaign.kept_after > 0, campaign
 
 
-@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize("kind", KINDS)
 def test_the_campaign_catches_an_operation_split_in_two(kind: str, tmp_path: Path) -> None:
     """The broken build: commit_request commits its request and its output apart, so a fault
     in the second transaction keeps the first."""

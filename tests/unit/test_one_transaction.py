@@ -26,14 +26,16 @@ from tests.unit.operations import (
 )
 from treemail.core.engine import Engine
 from treemail.core.errors import TreemailError
+from treemail.testing.postgres import PostgresCluster
 
 # What each read-only case is allowed: no write transaction at all.
 READ_ONLY = sorted({case.operation for case in CASES if case.writes == 0})
 
 
-def transactions(case: Case, kind: str, directory: Path) -> tuple[int, int]:
+def transactions(case: Case, kind: str, directory: Path,
+                 server: PostgresCluster | None = None) -> tuple[int, int]:
     """The write transactions and reads the case's operation asked its store for."""
-    store = open_store(kind, directory)
+    store = open_store(kind, directory, server)
     try:
         world = World(store)
         op = case.setup(world)
@@ -46,11 +48,12 @@ def transactions(case: Case, kind: str, directory: Path) -> tuple[int, int]:
         store.close()
 
 
-def miscounted(cases: tuple[Case, ...], kind: str, directory: Path) -> list[str]:
+def miscounted(cases: tuple[Case, ...], kind: str, directory: Path,
+               server: PostgresCluster | None = None) -> list[str]:
     """Each case whose operation did not open exactly its number of write transactions."""
     wrong = []
     for n, case in enumerate(cases):
-        opened, _ = transactions(case, kind, directory / str(n))
+        opened, _ = transactions(case, kind, directory / str(n), server)
         if opened != case.writes:
             wrong.append(f"{case.id} opened {opened} write transactions, not {case.writes}")
     return wrong
@@ -74,8 +77,9 @@ def test_the_fault_points_are_every_write_of_the_port() -> None:
 
 
 @pytest.mark.parametrize("kind", STORES)
-def test_each_operation_is_one_write_transaction(kind: str, tmp_path: Path) -> None:
-    assert miscounted(CASES, kind, tmp_path) == []
+def test_each_operation_is_one_write_transaction(
+        kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    assert miscounted(CASES, kind, tmp_path, _server(kind, request)) == []
 
 
 def test_the_read_only_operations_read() -> None:
@@ -87,9 +91,19 @@ def test_the_read_only_operations_read() -> None:
 
 
 @pytest.mark.parametrize("kind", STORES)
-def test_the_count_catches_an_operation_split_in_two(kind: str, tmp_path: Path) -> None:
+def test_the_count_catches_an_operation_split_in_two(
+        kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """The broken build: commit_request commits its request and its output apart."""
+    server = _server(kind, request)
     with split_commit_request():
-        wrong = miscounted(cases_of("commit_request"), kind, tmp_path)
+        wrong = miscounted(cases_of("commit_request"), kind, tmp_path, server)
     assert wrong == ["commit_request:consumes mail, with the model's output opened 2 write "
                      "transactions, not 1"]
+
+
+def _server(kind: str, request: pytest.FixtureRequest) -> PostgresCluster | None:
+    """The session's throwaway PostgreSQL server, for the postgresql kind."""
+    if kind != "postgresql":
+        return None
+    server: PostgresCluster = request.getfixturevalue("postgres_cluster")
+    return server
