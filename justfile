@@ -11,8 +11,22 @@ demo *ARGS:
 
 # Everything CI runs: lint, strict types, the bindings check, and the fast test suite, spread
 # over one pytest-xdist worker per core (every test owns its temp dirs, sockets and ports).
-test: lint check-bindings
+test: postgres lint check-bindings
     {{python}} -m pytest tests --ignore=tests/deep -n auto --dist worksteal
+
+# The PostgreSQL store's tests start a throwaway PostgreSQL 15 server (initdb, pg_ctl as the
+# postgres user): its binaries come from Debian's package, installed here when missing and
+# root may install it; otherwise those tests fail, saying what to install.
+postgres:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    [ -x /usr/lib/postgresql/15/bin/initdb ] && exit 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "installing Debian's postgresql for the PostgreSQL store's tests"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    else
+        echo "PostgreSQL 15 is missing: its store's tests will fail; run 'sudo apt-get install postgresql'" >&2
+    fi
 
 # ruff, and mypy --strict over the package and the benchmarks.
 lint:
