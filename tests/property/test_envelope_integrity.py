@@ -24,7 +24,7 @@ from treemail.core.envelope import neutralise, render_envelope, render_subagent_
 from treemail.models.world import defuse
 
 # These properties draw long crafted bodies; half the profile's budget keeps ci quick.
-_HALF = max(settings.default.max_examples // 2, 10)
+_HALF = max(settings().max_examples // 2, 10)
 
 
 def assert_one_envelope(reading: Reading, kind: str, sender: str, hint: bool) -> None:
