@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,9 @@ def made(directory: Path) -> LmdbStore:
 def _raw(store: LmdbStore, table: Table, key: bytes | None = None) -> tuple[bytes, bytes]:
     with store._env.begin() as txn:
         if key is not None:
-            return key, bytes(txn.get(key, db=store._dbs[table]))
+            value = txn.get(key, db=store._dbs[table])
+            assert value is not None, f"no row {key!r} in {table}"
+            return key, bytes(value)
         chosen = CHOSEN.get(table, lambda record: True)
         for found, raw in txn.cursor(db=store._dbs[table]):
             if chosen(decode(VALUE_KINDS[table], raw, db=table, key=found)):
@@ -190,8 +193,8 @@ def test_a_flipped_byte_fails_the_read_only_store_and_verify(tmp_path: Path,
     readonly = LmdbStore.open(tmp_path / "s", readonly=True)
     try:
         for name, read in READS[table]:
-            assert _failure(table, key, lambda read=read: _in_read(readonly, read, key, record)
-                            ) is None, name
+            call = partial(_in_read, readonly, read, key, record)
+            assert _failure(table, key, call) is None, name
         problems = verify(readonly).problems
     finally:
         readonly.close()
