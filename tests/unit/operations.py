@@ -321,7 +321,9 @@ def _reading(call: Callable[[Engine, Session, str], object]) -> Callable[[World]
 
 
 def _first_message(e: Engine, kid: Session) -> object:
-    return e.message(e.events(kid.session_id)[1].data["message_id"])  # type: ignore[arg-type]
+    message_id = e.events(kid.session_id)[1].data["message_id"]
+    assert isinstance(message_id, str), message_id
+    return e.message(message_id)
 
 
 CASES: tuple[Case, ...] = (

@@ -144,6 +144,11 @@ def _ways(store: LmdbStore, read: Callable[[ReadTxn], object]
     return {"read txn": in_read, "write txn": lambda: store.transact(read)}
 
 
+def _bound(read: Read, key: bytes, record: Any) -> Callable[[ReadTxn], object]:
+    """``read`` of the row at ``key`` (bound now, not when the loop that makes it moves on)."""
+    return lambda tx: read(tx, key, record)
+
+
 def unchecked(store: LmdbStore, table: Table) -> list[tuple[str, str, str, str]]:
     """Each (read, way, cache, flip) of ``table``'s chosen row that did not end in the typed
     error naming it."""
@@ -151,7 +156,7 @@ def unchecked(store: LmdbStore, table: Table) -> list[tuple[str, str, str, str]]
     record = decode(VALUE_KINDS[table], raw, db=table, key=key)
     found = []
     for name, read in READS[table]:
-        ways = _ways(store, lambda tx, read=read: read(tx, key, record))  # type: ignore[misc]
+        ways = _ways(store, _bound(read, key, record))
         for cache in ("cold", "warm"):
             for where, damaged in flips(raw):
                 for way, call in ways.items():
