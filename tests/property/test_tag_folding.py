@@ -67,8 +67,10 @@ def _holds(body: str, hint: bool) -> None:
                         "subagent_result", SENDER, hint=False)
 
 
-def _property(**options: object) -> Callable[[], None]:
-    @settings(**options)  # type: ignore[arg-type]
+def _property(config: settings | None = None) -> Callable[[], None]:
+    """The property under ``config`` (the profile's settings when None)."""
+
+    @settings(config)
     @given(body=interleaved(), hint=st.booleans())
     def prop(body: str, hint: bool) -> None:
         _holds(body, hint)
@@ -121,9 +123,9 @@ def test_the_planted_folding_takes_effect() -> None:
 
 def test_the_property_catches_a_folding_that_drops_only_four_zero_width_characters() -> None:
     with four_zero_width_only(), pytest.raises(AssertionError):
-        _property(database=None, max_examples=1000, report_multiple_bugs=False,
-                  phases=[Phase.generate, Phase.target],
-                  suppress_health_check=list(HealthCheck))()
+        _property(settings(database=None, max_examples=1000, report_multiple_bugs=False,
+                           phases=[Phase.generate, Phase.target],
+                           suppress_health_check=list(HealthCheck)))()
 
 
 DESCRIPTIONS = st.one_of(interleaved(), st.text(), st.text(st.characters(
