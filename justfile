@@ -28,10 +28,10 @@ postgres:
         echo "PostgreSQL 15 is missing: its store's tests will fail; run 'sudo apt-get install postgresql'" >&2
     fi
 
-# ruff, and mypy --strict over the package and the benchmarks.
+# ruff, and mypy --strict over the package, the benchmarks and the tests (tests are code too).
 lint:
     {{python}} -m ruff check treemail tests bench
-    {{python}} -m mypy --strict treemail bench
+    {{python}} -m mypy --strict treemail bench tests
 
 # spec/bindings against the wire types: regenerated and diffed, the fingerprint pinned per
 # PROTOCOL_VERSION, and the TypeScript type-checked (typescript installed from the npm registry

@@ -13,12 +13,13 @@ import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from treemail.adapters.runtime.llm import ChatMessage, ModelReply, ScriptedModel, ToolCall
 from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
+from treemail.core.events import Payload, read
 from treemail.core.ids import CountingIds
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Event, Session
@@ -191,6 +192,18 @@ def accepted_bodies(rt: Runtime, recipient: str | None = None) -> list[str]:
 
 def events(rt: Runtime, session: Session, kind: str) -> list[Event]:
     return [e for e in rt.engine.events(session.session_id) if e.kind == kind]
+
+
+P = TypeVar("P", bound=Payload)
+
+
+def payloads(rt: Runtime, session: Session, cls: type[P]) -> list[P]:
+    """The typed payloads of the session's events of ``cls``'s kind, in order; an event of
+    that kind that does not decode as ``cls`` fails the test."""
+    found = [read(e) for e in events(rt, session, cls.KIND)]
+    typed: list[P] = [p for p in found if isinstance(p, cls)]
+    assert len(typed) == len(found), found
+    return typed
 
 
 class Recorder:

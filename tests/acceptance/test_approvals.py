@@ -82,11 +82,13 @@ def test_ask_waits_for_the_user_approve_once_sends_and_deny_is_permission_denied
         assert accepted_bodies(rt) == []  # nothing is sent while the call waits
         assert rt.engine.session(sx.session_id).state == "running"  # the run waits with it
         approved = await rt.answer(first.approval_id, approve=True, scope="once")
+        assert approved.outcome is not None
         assert approved.state is ApprovalState.APPROVED
 
         second = await _one_pending(rt)  # a once-grant covers one call: asked again
         assert second.approval_id != first.approval_id
         denied = await rt.answer(second.approval_id, approve=False)
+        assert denied.outcome is not None
         await rt.quiesce()
 
         sent, refused = results(x.requests[-1][0])
@@ -132,6 +134,7 @@ def test_a_pending_approval_survives_a_restart_and_the_answer_sends_once(
         assert await rt.start() == 1  # the waiting run was found dead
         [held] = await rt.pending_approvals()
         answered = await rt.answer(held.approval_id, approve=True, scope="session")
+        assert answered.outcome is not None
         await rt.quiesce()
         assert accepted_bodies(rt) == ["hello"] and y2.seen("hello")
         [consumed] = [e for _, e in rt.engine.feed() if e.kind == "ProducerMessageConsumed"

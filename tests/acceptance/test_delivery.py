@@ -15,6 +15,7 @@ from tests.acceptance.conftest import (
     events,
     on_user,
     open_store,
+    payloads,
     reply,
     results,
     run,
@@ -25,6 +26,7 @@ from tests.acceptance.conftest import (
 )
 from treemail.adapters.runtime.llm import ModelReply
 from treemail.core.envelope import render_envelope
+from treemail.core.events import RequestBegun
 
 
 def test_steer_joins_the_next_boundary_of_a_running_child(tmp_path: Path) -> None:
@@ -60,8 +62,8 @@ def test_steer_joins_the_next_boundary_of_a_running_child(tmp_path: Path) -> Non
         [admitted] = [e for e in events(rt, kid, "ProducerMessageAdmitted")
                       if e.data["message_id"] == sent["message_id"]]
         assert admitted.data["run_id"] == run1  # joined the in-flight run, not the next one
-        begun = [e.data for e in events(rt, kid, "RequestBegun") if e.data["run_id"] == run1]
-        assert [sent["message_id"] in b["message_ids"] for b in begun] == [False, True]
+        begun = [b for b in payloads(rt, kid, RequestBegun) if b.run_id == run1]
+        assert [sent["message_id"] in b.message_ids for b in begun] == [False, True]
         envelope = render_envelope(root.reference, "also check tests", reply_hint=True)
         assert child.inputs(1) == [envelope]  # the second request of the same run
         await rt.shutdown()
@@ -92,8 +94,8 @@ def test_a_queued_child_claims_the_message_when_its_run_starts(tmp_path: Path) -
         [admitted] = [e for e in events(rt, kid, "ProducerMessageAdmitted")
                       if e.data["message_id"] == sent["message_id"]]
         assert admitted.data["run_id"] is None  # durably waiting for the next run
-        [first, *_] = [e.data for e in events(rt, kid, "RequestBegun")]
-        assert sent["message_id"] in first["message_ids"]
+        [first, *_] = payloads(rt, kid, RequestBegun)
+        assert sent["message_id"] in first.message_ids
         envelope = render_envelope(root.reference, "read the docs too", reply_hint=True)
         assert child.inputs(0) == ["explore src/", envelope]
         await rt.shutdown()

@@ -17,6 +17,7 @@ from tests.acceptance.conftest import (
     feed_kinds,
     on_user,
     open_store,
+    payloads,
     reply,
     results,
     run,
@@ -29,6 +30,7 @@ from tests.acceptance.conftest import (
 from treemail.adapters.runtime.llm import ModelReply, ToolCall
 from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.core.events import ToolResults
 from treemail.core.records import Session
 
 
@@ -106,9 +108,9 @@ def test_a_send_racing_shutdown_is_refused_and_accepted_mail_survives(tmp_path: 
         await rt.accept(root.session_id, "go")
         await until(lambda: bool(stopping))
         await stopping[0]
-        first, second = [r for e in events(rt, root, "ToolResults") for r in e.data["results"]]
-        assert "message_id" in str(first["content"])
-        assert "send_message:engine_shutdown" in str(second["content"])
+        first, second = [r for p in payloads(rt, root, ToolResults) for r in p.results]
+        assert "message_id" in first.content
+        assert "send_message:engine_shutdown" in second.content
         assert not stuck.seen("first")  # accepted, never delivered in this life
 
     worker2 = Brain(lambda m: _says("read it"))

@@ -30,7 +30,8 @@ RULES = {
     "y": {"sibling": "allow"},
     "g": {"*": "allow", "parent": "deny"},
 }
-PLAN = {  # sender -> [(recipient, expected tool error code or None)]
+# sender -> [(recipient, expected tool error code or None)]
+PLAN: dict[str, list[tuple[str, str | None]]] = {
     "r": [("x", None), ("g", "permission:denied")],
     "x": [("y", None), ("r", None)],
     "y": [("r", "permission:denied"), ("x", None)],

@@ -215,7 +215,9 @@ class Hostile:
                                       (1, "initialize", {"protocol_version": 19,
                                                          "client_info": {"name": f"s{n}"}}),
                                       (2, "events.subscribe", {"after": 0}))))
-        address = next(a for a in self.daemon.proc.args if str(a).startswith("127.0.0.1:"))
+        argv = self.daemon.proc.args
+        assert isinstance(argv, list), argv  # DaemonProcess starts it from an argument list
+        address = next(a for a in argv if str(a).startswith("127.0.0.1:"))
         host, port = str(address).split(":")
         for _ in range(2):  # unauthenticated: one silent, one that never says initialize
             _, writer = await _open_tcp(host, int(port))

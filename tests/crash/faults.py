@@ -44,7 +44,7 @@ from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import StorageError, TreemailError
-from treemail.core.ids import CountingIds
+from treemail.core.ids import CountingIds, IdSource
 from treemail.core.keys import Table
 from treemail.core.store import MemoryStore, Store
 from treemail.models.invariants import Failure, Ledger, limits, mail_shape, recovered, settled
@@ -76,7 +76,7 @@ class _Base:
     kind: str
     directory: Path
     op: Op
-    ids: CountingIds
+    ids: IdSource
     config: MessagingConfig
     memory: MemoryStore | None = None
 

@@ -48,9 +48,10 @@ from treemail.core.delivery import message_event
 from treemail.core.engine import Engine
 from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import CountingIds
+from treemail.core.keys import Table, counter_name
 from treemail.core.keys import Tally as StoredTally
-from treemail.core.keys import counter_name
-from treemail.core.records import Event, IdempotencyKey, Message, MessageState, Owner, Session
+from treemail.core.lifecycle import MessageState
+from treemail.core.records import Event, IdempotencyKey, Message, Owner, Session
 
 __all__ = ["Tally", "assert_campaign_sound", "check_store", "drain_and_verify", "opened",
            "run_campaign"]
@@ -58,8 +59,8 @@ __all__ = ["Tally", "assert_campaign_sound", "check_store", "drain_and_verify", 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
 RUN_MS = (30, 300)
-ACCEPTED = message_event("accepted")
-CONSUMED = message_event("consumed")
+ACCEPTED = message_event(MessageState.ACCEPTED)
+CONSUMED = message_event(MessageState.CONSUMED)
 
 
 @dataclass
@@ -184,7 +185,7 @@ def opened(store_dir: Path, tally: Tally,
 # -- reading the tables ---------------------------------------------------------------------
 
 
-def rows(store: LmdbStore, db: str, kind: type[Any]) -> Iterator[tuple[bytes, Any]]:
+def rows(store: LmdbStore, db: Table, kind: type[Any]) -> Iterator[tuple[bytes, Any]]:
     with store._env.begin(write=False) as txn, txn.cursor(db=store._dbs[db]) as cursor:
         for key, raw in cursor:
             yield key, decode(kind, raw, db=db, key=key)
@@ -192,20 +193,20 @@ def rows(store: LmdbStore, db: str, kind: type[Any]) -> Iterator[tuple[bytes, An
 
 def snapshot(store: LmdbStore) -> Snapshot:
     logs: dict[str, list[Event]] = defaultdict(list)
-    for _, event in rows(store, "events", Event):
+    for _, event in rows(store, Table.EVENTS, Event):
         logs[event.session_id].append(event)
     pending_index = set()
-    for key, message_id in rows(store, "pending", str):
+    for key, message_id in rows(store, Table.PENDING, str):
         recipient, seq = key[:-9].decode(), int.from_bytes(key[-8:], "big")
         pending_index.add((recipient, seq, message_id))
-    tallies = list(rows(store, "tally", StoredTally))
+    tallies = list(rows(store, Table.TALLY, StoredTally))
     return Snapshot(
-        sessions={s.session_id: s for _, s in rows(store, "sessions", Session)},
-        messages={m.message_id: m for _, m in rows(store, "messages", Message)},
+        sessions={s.session_id: s for _, s in rows(store, Table.SESSIONS, Session)},
+        messages={m.message_id: m for _, m in rows(store, Table.MESSAGES, Message)},
         logs=dict(logs),
         last_seq={key.decode(): t.last_event for key, t in tallies},
         pending_index=pending_index,
-        counters={**{key.decode(): n for key, n in rows(store, "counters", int)},
+        counters={**{key.decode(): n for key, n in rows(store, Table.COUNTERS, int)},
                   **{counter_name(key, slot): n for key, t in tallies
                      for slot, n in t.counters.items()}},
     )
@@ -300,7 +301,8 @@ def check_messages(engine: Engine, shot: Snapshot) -> None:
         assert listed == {mid for r, _, mid in pending if r == session_id}, session_id
 
 
-_STATE_OF = {message_event(state): state for state in MessageState}
+# Keyed by the kind as the log spells it (a str).
+_STATE_OF: dict[str, MessageState] = {message_event(state): state for state in MessageState}
 
 
 def check_counters(shot: Snapshot, limits: MessagingConfig, tally: Tally) -> None:

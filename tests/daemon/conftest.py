@@ -49,7 +49,8 @@ class DaemonProcess:
         raise TimeoutError(f"daemon not ready after {timeout}s")
 
     async def client(self, **capabilities: bool) -> DaemonClient:
-        return await DaemonClient.connect(self.socket, name="tests", **capabilities)
+        # token named: mypy would otherwise match the bool capabilities against it.
+        return await DaemonClient.connect(self.socket, name="tests", token=None, **capabilities)
 
     def terminate(self, timeout: float = 20.0) -> tuple[int, str]:
         if self.proc.poll() is None:

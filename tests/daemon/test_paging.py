@@ -176,6 +176,7 @@ def _tail_calls(daemon: DaemonProcess, old: int, new: int) -> Counter[str]:
     async def go() -> Counter[str]:
         maker = await daemon.client()
         tail = await Counting.connect(daemon.socket, name="tail")
+        assert isinstance(tail, Counting)  # connect is typed to return the base class
         rows: list[Row] = []
         following = asyncio.Event()
 

@@ -157,7 +157,7 @@ def test_agent_hop_is_on_the_wire_and_in_the_log_but_never_in_the_envelope(
                 "name": "send_message", "arguments": {"to": lid, "body": body}})
             user = await client.call("run.submit", {"session_id": lid, "text": "status?"})
             await _quiet(client)
-            live = []
+            live: list[dict[str, Any]] = []
             while not any(n["event"]["kind"] == "ModelOutput" for n in live):
                 note = await client.next_notification("events/event")
                 if note.params["subscription_id"] == sub["subscription_id"]:

@@ -15,7 +15,7 @@ import threading
 from typing import IO, Any
 
 from tests.daemon.conftest import DaemonProcess, run
-from tests.daemon.test_forged_mail import LEAD
+from tests.daemon.test_scenario import LEAD
 
 STEP = 60  # seconds any one step may take, however loaded the machine
 HOSTILE = ("clip\x1b]52;c;cm0=\x07 \u202eevil \x9b2J \x1b[2K\x1b[1A \x07 \rX \x1b]0;t\x07"
@@ -63,7 +63,7 @@ def test_tail_replay_and_status_show_control_characters_escaped(daemon: DaemonPr
         assert "following the feed" in tail.stderr.readline()
         threading.Thread(target=_lines, args=(tail.stdout, followed), daemon=True).start()
         sent = run(_mail(daemon), timeout=STEP * 2)
-        seen = []
+        seen: list[str] = []
         while not any("clip" in line and "plugin mail" in line for line in seen):
             seen.append(followed.get(timeout=STEP))  # queue.Empty here: the row never came
     finally:

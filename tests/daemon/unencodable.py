@@ -9,8 +9,7 @@ from typing import Any
 from treemail.adapters.daemon import server
 from treemail.adapters.ui.cli import main
 from treemail.protocol import types as t
-
-_encode = server.encode_result
+from treemail.protocol.jsonrpc import encode_result as _encode
 
 
 def encode_result(id: Any, result: object) -> bytes:
@@ -19,5 +18,6 @@ def encode_result(id: Any, result: object) -> bytes:
     return _encode(id, result)
 
 
-server.encode_result = encode_result
+# The server module's own global: its handlers look the name up there at call time.
+server.__dict__["encode_result"] = encode_result
 raise SystemExit(main())

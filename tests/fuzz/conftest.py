@@ -17,7 +17,7 @@ TALLY: defaultdict[str, Counter[str]] = defaultdict(Counter)
 def budget(ci: int) -> int:
     """``ci`` examples under the ci profile, as many more under the deep one as it gives
     every other test (for surfaces whose examples each start a runtime or a server)."""
-    return max(1, ci * settings.default.max_examples // 200)
+    return max(1, ci * settings().max_examples // 200)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

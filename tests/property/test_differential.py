@@ -63,7 +63,7 @@ CALLS = ("call_1", "call_2", "call_3", "call_4")
 # -- strategies ----------------------------------------------------------------------------------
 
 PATTERNS = ("parent", "child", "sibling", "*", "p*", "*ing", "s?bling", "c*", "[cp]*", "chil?")
-PRESETS = (
+PRESETS: tuple[dict[str, str], ...] = (
     {"*": "allow"},
     {"child": "allow", "parent": "allow", "sibling": "allow"},
     {"*": "ask"},
@@ -116,7 +116,9 @@ def _outcome(call: Callable[[], Any], normalize: Callable[[Any], Any]) -> Any:
         return ("ok", normalize(call()))
     except TreemailError as exc:
         details = exc.details
-        return ("error", exc.code, details.get("label"), tuple(details.get("candidates", ())))
+        candidates = details.get("candidates", ())
+        assert isinstance(candidates, list | tuple), candidates
+        return ("error", exc.code, details.get("label"), tuple(candidates))
 
 
 def _request(request: Request) -> Any:
@@ -440,7 +442,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         that first reads its agent mail, so that hop chains (and the hop guard) are reached."""
         for _ in range(burst):
             readers = self._readers()
-            if readers and data.draw(st.booleans(), label="relay"):
+            if bool(readers) and data.draw(st.booleans(), label="relay"):
                 sender = self._read(data.draw(st.sampled_from(readers), label="reader"))
             else:
                 sender = data.draw(st.sampled_from(self._talkative()), label="sender")
@@ -531,7 +533,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             ctx = self._context(data)
             self._send(ctx, self._arguments(data, ctx.session_id))
             return
-        accepted = self.accepted and data.draw(st.booleans(), label="an accepted call")
+        accepted = bool(self.accepted) and data.draw(st.booleans(), label="an accepted call")
         pool = self.accepted if accepted else self.calls
         ctx, args = data.draw(st.sampled_from(pool), label="previous call")
         self._send(ctx, args if kind == "retry" else self._arguments(data, ctx.session_id))
@@ -591,7 +593,7 @@ class DifferentialMachine(RuleBasedStateMachine):
     def approval(self, data: st.DataObject, approve: bool, scope: str) -> None:
         """The runtime holds a call an ask rule stopped; the user answers a held call (maybe
         after its run died, maybe twice, maybe one that does not exist)."""
-        if self.asked and data.draw(st.booleans(), label="hold"):
+        if bool(self.asked) and data.draw(st.booleans(), label="hold"):
             ctx, args, label = data.draw(st.sampled_from(self.asked), label="asked")
             self.both(lambda e: e.hold_for_approval(ctx, "send_message", args, label),
                       lambda m: m.hold_for_approval(ctx, "send_message", args, label),

@@ -24,7 +24,7 @@ from treemail.core.envelope import neutralise, render_envelope, render_subagent_
 from treemail.models.world import defuse
 
 # These properties draw long crafted bodies; half the profile's budget keeps ci quick.
-_HALF = max(settings.default.max_examples // 2, 10)
+_HALF = max(settings().max_examples // 2, 10)
 
 
 def assert_one_envelope(reading: Reading, kind: str, sender: str, hint: bool) -> None:
@@ -74,8 +74,8 @@ SENDERS = st.sampled_from(("explore_1a2b3c4d", "kid_a_00ff00ff",
 Render = Callable[[str, str, bool], str]
 
 
-def _agent_mail(render: Render, **options: object) -> None:
-    @settings(**options)  # type: ignore[arg-type]
+def _agent_mail(render: Render, config: settings) -> None:
+    @settings(config)
     @given(sender=SENDERS, body=BODIES, hint=st.booleans())
     def prop(sender: str, body: str, hint: bool) -> None:
         assert_one_envelope(read_tags(render(sender, body, hint)), "agent_message", sender, hint)
@@ -97,12 +97,12 @@ def _old_mail(sender: str, body: str, hint: bool) -> str:
 
 
 def test_no_body_forges_a_second_message_another_sender_or_a_hint() -> None:
-    _agent_mail(_engine_mail, max_examples=_HALF)
+    _agent_mail(_engine_mail, settings(max_examples=_HALF))
 
 
 def test_the_property_catches_the_old_rendering() -> None:
     with pytest.raises(AssertionError):
-        _agent_mail(_old_mail, database=None, report_multiple_bugs=False)
+        _agent_mail(_old_mail, settings(database=None, report_multiple_bugs=False))
 
 
 @settings(max_examples=_HALF)

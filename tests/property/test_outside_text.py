@@ -17,7 +17,7 @@ from tests.property.test_envelope_integrity import BODIES
 from tests.property.test_tag_folding import interleaved
 
 # Each example starts a runtime and runs a tree of three: a tenth of the profile's budget.
-_EXAMPLES = max(settings.default.max_examples // 10, 10)
+_EXAMPLES = max(settings().max_examples // 10, 10)
 
 HOSTILE = st.one_of(BODIES, interleaved(), st.text(max_size=30)).filter(
     lambda text: not any("\ud800" <= char <= "\udfff" for char in text))

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 
 def _fresh_daemon(tmp_path: Path,
-                  scenario: Callable[[LiveSource], Awaitable[T]]) -> tuple[T, int, str]:
+                  scenario: Callable[[LiveSource], Coroutine[Any, Any, T]]) -> tuple[T, int, str]:
     """``scenario`` beside `treemail daemon` in a fresh directory (stopped after: its exit
     status and stderr), with the TUI's source found by the data directory, as `treemail tui`
     finds it."""
@@ -139,7 +139,7 @@ def test_in_the_done_whens_order_a_tui_opened_on_the_waiting_demo_lets_it_finish
             sys.executable, "-m", "treemail", "demo", "--connect", cwd=tmp_path,
             stdout=asyncio.subprocess.PIPE, stderr=subprocess.STDOUT)
         assert demo.stdout is not None
-        printed = []
+        printed: list[str] = []
         async with asyncio.timeout(90):
             while "waits for your approval" not in (line := (await demo.stdout.readline())
                                                     .decode()):

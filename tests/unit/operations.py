@@ -18,8 +18,8 @@ those without a case, and a test fails on any, so a new operation cannot go unch
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import attrs
@@ -73,15 +73,18 @@ class WatchedStore:
         if self.points == self.at:
             self.fault()
 
-    def read(self) -> Any:
+    def read(self) -> AbstractContextManager[ReadTxn]:
         self.reads += 1
         return self.inner.read()
 
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
         self.transactions += 1
-        result = self.inner.transact(lambda txn: work(_WatchedTxn(txn, self)))  # type: ignore[arg-type]
+        result = self.inner.transact(lambda txn: work(_WatchedTxn(txn, self)))
         self.point()
         return result
+
+    def own(self, holder: Mapping[str, str]) -> None:
+        self.inner.own(holder)
 
     def close(self) -> None:
         self.inner.close()
@@ -318,7 +321,9 @@ def _reading(call: Callable[[Engine, Session, str], object]) -> Callable[[World]
 
 
 def _first_message(e: Engine, kid: Session) -> object:
-    return e.message(e.events(kid.session_id)[1].data["message_id"])  # type: ignore[arg-type]
+    message_id = e.events(kid.session_id)[1].data["message_id"]
+    assert isinstance(message_id, str), message_id
+    return e.message(message_id)
 
 
 CASES: tuple[Case, ...] = (

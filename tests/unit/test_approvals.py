@@ -45,6 +45,7 @@ def test_approve_once_sends_now_and_the_retry_replays_it(world: World) -> None:
     _, a, b = _siblings(world)
     ctx = world.ctx(a)
     answered = world.engine.answer_approval(_held(world, ctx, b), approve=True, scope="once")
+    assert answered.outcome is not None
     outcome = answered.outcome.as_result()
     assert answered.state is ApprovalState.APPROVED and set(outcome) == {
         "message_id", "mode", "recipient_state"}
@@ -72,6 +73,7 @@ def test_wider_scopes_let_later_calls_through(world: World, scope: str) -> None:
 def test_denial_answers_with_the_generic_permission_error(world: World) -> None:
     _, a, b = _siblings(world)
     answered = world.engine.answer_approval(_held(world, world.ctx(a), b), approve=False)
+    assert answered.outcome is not None
     assert answered.state is ApprovalState.DENIED
     assert answered.outcome.as_result()["error"] == "permission:denied"
     assert world.pending_agent_mail(b) == 0
@@ -87,6 +89,7 @@ def test_approval_answered_after_restart_sends_exactly_once(world: World) -> Non
     assert engine.recover() >= 1  # a's run died with the process
     assert [p.approval_id for p in engine.approvals()] == [approval_id]
     answered = engine.answer_approval(approval_id, approve=True, scope="once")
+    assert answered.outcome is not None
     sent = answered.outcome.as_result()["message_id"]
     delivered = world.consume_all(b)
     assert [d.message_id for d in delivered].count(sent) == 1
@@ -98,6 +101,7 @@ def test_approval_refused_by_a_later_guard_records_that_outcome(world: World) ->
     approval_id = _held(world, world.ctx(a), b)
     world.send(root, b, "the parent fills the inbox while the call waits")
     answered = world.engine.answer_approval(approval_id, approve=True, scope="once")
+    assert answered.outcome is not None
     assert answered.state is ApprovalState.APPROVED
     assert answered.outcome.as_result()["error"] == "send_message:inbox_full"
     assert world.pending_agent_mail(b) == 1

@@ -46,13 +46,15 @@ def raw(store: LmdbStore) -> dict[Table, list[tuple[bytes, bytes]]]:
 
 
 def test_bulk_history_is_the_rows_the_port_writes(tmp_path: Path) -> None:
-    bulk = Pair(LmdbStore.open(tmp_path / "bulk", sync=False))
-    port = Pair(LmdbStore.open(tmp_path / "port", sync=False))
+    bulk_store = LmdbStore.open(tmp_path / "bulk", sync=False)
+    port_store = LmdbStore.open(tmp_path / "port", sync=False)
+    bulk, port = Pair(bulk_store), Pair(port_store)
     grow_history(bulk, 250, chunk=100)  # chunks continue each other's numbers
     for _ in range(2):
         through_the_port(port, 125)
-    bulk.send(), port.send()  # and a live send goes on from there alike
-    assert raw(bulk.store) == raw(port.store)  # type: ignore[arg-type]
+    bulk.send()  # and a live send goes on from there alike
+    port.send()
+    assert raw(bulk_store) == raw(port_store)
     for pair in (bulk, port):
         pair.store.close()
     out = io.StringIO()

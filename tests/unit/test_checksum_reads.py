@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,9 @@ def made(directory: Path) -> LmdbStore:
 def _raw(store: LmdbStore, table: Table, key: bytes | None = None) -> tuple[bytes, bytes]:
     with store._env.begin() as txn:
         if key is not None:
-            return key, bytes(txn.get(key, db=store._dbs[table]))
+            value = txn.get(key, db=store._dbs[table])
+            assert value is not None, f"no row {key!r} in {table}"
+            return key, bytes(value)
         chosen = CHOSEN.get(table, lambda record: True)
         for found, raw in txn.cursor(db=store._dbs[table]):
             if chosen(decode(VALUE_KINDS[table], raw, db=table, key=found)):
@@ -141,6 +144,11 @@ def _ways(store: LmdbStore, read: Callable[[ReadTxn], object]
     return {"read txn": in_read, "write txn": lambda: store.transact(read)}
 
 
+def _bound(read: Read, key: bytes, record: Any) -> Callable[[ReadTxn], object]:
+    """``read`` of the row at ``key`` (bound now, not when the loop that makes it moves on)."""
+    return lambda tx: read(tx, key, record)
+
+
 def unchecked(store: LmdbStore, table: Table) -> list[tuple[str, str, str, str]]:
     """Each (read, way, cache, flip) of ``table``'s chosen row that did not end in the typed
     error naming it."""
@@ -148,7 +156,7 @@ def unchecked(store: LmdbStore, table: Table) -> list[tuple[str, str, str, str]]
     record = decode(VALUE_KINDS[table], raw, db=table, key=key)
     found = []
     for name, read in READS[table]:
-        ways = _ways(store, lambda tx, read=read: read(tx, key, record))  # type: ignore[misc]
+        ways = _ways(store, _bound(read, key, record))
         for cache in ("cold", "warm"):
             for where, damaged in flips(raw):
                 for way, call in ways.items():
@@ -190,8 +198,8 @@ def test_a_flipped_byte_fails_the_read_only_store_and_verify(tmp_path: Path,
     readonly = LmdbStore.open(tmp_path / "s", readonly=True)
     try:
         for name, read in READS[table]:
-            assert _failure(table, key, lambda read=read: _in_read(readonly, read, key, record)
-                            ) is None, name
+            call = partial(_in_read, readonly, read, key, record)
+            assert _failure(table, key, call) is None, name
         problems = verify(readonly).problems
     finally:
         readonly.close()

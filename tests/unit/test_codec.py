@@ -102,9 +102,9 @@ def test_what_the_earlier_codec_wrote_decodes_to_the_same_value(
 def test_a_store_the_earlier_codec_wrote_reads_through_the_port(tmp_path: Path) -> None:
     LmdbStore.open(tmp_path, sync=False).close()  # a format-2 store, empty
     env = lmdb.open(str(tmp_path), max_dbs=16)
-    with env.begin(write=True) as tx:
+    with env.begin(write=True) as txn:
         for table, key, _, before in WRITTEN_BEFORE:
-            tx.put(key, encode(before, key), db=env.open_db(table.encode(), txn=tx))
+            txn.put(key, encode(before, key), db=env.open_db(table.encode(), txn=txn))
     env.close()
     store = LmdbStore.open(tmp_path, sync=False)
     with store.read() as tx:

@@ -206,36 +206,37 @@ def test_rules_parse_names_its_default_source() -> None:
 
 def test_lifecycle_tables_derived_at_call_time() -> None:
     # MESSAGE and SESSION are derived at import; deriving again must give exactly these tables.
+    M, S = MessageState, SessionState
     assert Lifecycle.derive(MessageLifecycle, MessageState) == Lifecycle(
         name="MessageLifecycle",
-        initial="accepted",
-        states=("accepted", "admitted", "claimed", "released", "consumed", "discarded"),
-        final=frozenset({"consumed", "discarded"}),
+        initial=M.ACCEPTED,
+        states=(M.ACCEPTED, M.ADMITTED, M.CLAIMED, M.RELEASED, M.CONSUMED, M.DISCARDED),
+        final=frozenset({M.CONSUMED, M.DISCARDED}),
         events=("admit", "claim", "release", "consume", "discard"),
         transitions={
-            ("accepted", "admit"): "admitted",
-            ("accepted", "discard"): "discarded",
-            ("admitted", "claim"): "claimed",
-            ("admitted", "discard"): "discarded",
-            ("claimed", "release"): "released",
-            ("claimed", "consume"): "consumed",
-            ("released", "claim"): "claimed",
-            ("released", "discard"): "discarded",
+            (M.ACCEPTED, "admit"): M.ADMITTED,
+            (M.ACCEPTED, "discard"): M.DISCARDED,
+            (M.ADMITTED, "claim"): M.CLAIMED,
+            (M.ADMITTED, "discard"): M.DISCARDED,
+            (M.CLAIMED, "release"): M.RELEASED,
+            (M.CLAIMED, "consume"): M.CONSUMED,
+            (M.RELEASED, "claim"): M.CLAIMED,
+            (M.RELEASED, "discard"): M.DISCARDED,
         },
     )
     assert Lifecycle.derive(SessionLifecycle, SessionState) == Lifecycle(
         name="SessionLifecycle",
-        initial="idle",
-        states=("idle", "queued", "running", "finished"),
+        initial=S.IDLE,
+        states=(S.IDLE, S.QUEUED, S.RUNNING, S.FINISHED),
         final=frozenset(),
         events=("enqueue", "start", "finish", "interrupt"),
         transitions={
-            ("idle", "enqueue"): "queued",
-            ("queued", "start"): "running",
-            ("queued", "interrupt"): "idle",
-            ("running", "finish"): "finished",
-            ("running", "interrupt"): "idle",
-            ("finished", "enqueue"): "queued",
+            (S.IDLE, "enqueue"): S.QUEUED,
+            (S.QUEUED, "start"): S.RUNNING,
+            (S.QUEUED, "interrupt"): S.IDLE,
+            (S.RUNNING, "finish"): S.FINISHED,
+            (S.RUNNING, "interrupt"): S.IDLE,
+            (S.FINISHED, "enqueue"): S.QUEUED,
         },
     )
 
@@ -549,6 +550,7 @@ def test_denial_outcome_and_event(world: World) -> None:
     _, a, _, ctx, args = _ask(world)
     held = world.engine.hold_for_approval(ctx, "send_message", args, "sibling")
     denied = world.engine.answer_approval(held.approval_id, approve=False, scope="tree")
+    assert denied.outcome is not None
     outcome = {
         "error": "permission:denied",
         "message": "permission denied: the user did not approve this call",
@@ -574,6 +576,7 @@ def test_approval_records_scope_grants_once_and_wakes_the_recipient(world: World
     assert caught.value.message == (
         "approval scope must be once, session or tree, not 'forever'")
     approved = world.engine.answer_approval(held.approval_id, approve=True, scope="session")
+    assert approved.outcome is not None
     assert approved.scope == "session"
     assert world.fresh(b).state == "queued"
     assert _last(world, a) == ("ApprovalAnswered", {

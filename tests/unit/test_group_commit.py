@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 
@@ -24,7 +26,7 @@ from treemail.core.engine import Engine
 from treemail.core.errors import InboxFull, StorageError, UnknownSubagentReference
 from treemail.core.ids import CountingIds
 from treemail.core.records import Owner, ToolContext
-from treemail.core.store import Store, WriteTxn
+from treemail.core.store import ReadTxn, Store, WriteTxn
 
 T = TypeVar("T")
 
@@ -122,7 +124,7 @@ def test_reads_inside_a_batch_see_the_batch(store: Store) -> None:
         group.batch(lambda: group.batch(lambda: None))
 
 
-async def _many(writer: Writer, calls: list[Callable[[], T]]) -> list[T | BaseException]:
+async def _many(writer: Writer, calls: Sequence[Callable[[], T]]) -> list[T | BaseException]:
     return await asyncio.gather(*(writer(call) for call in calls), return_exceptions=True)
 
 
@@ -131,7 +133,7 @@ def test_the_inbox_cap_holds_exactly_under_batching(store: Store) -> None:
     config = MessagingConfig(max_pending_per_session=cap, max_inflight_per_pair=0)
     group, engine, root, contexts = _setup(store, config, senders=8)
     writer = Writer(group=group)
-    calls = [lambda c=ctx, n=n: engine.send_message(_call(c, n), {"to": root, "body": "hi"})
+    calls = [partial(engine.send_message, _call(ctx, n), {"to": root, "body": "hi"})
              for n in range(3) for ctx in contexts]
     outcomes = asyncio.run(_many(writer, calls))
     writer.close()
@@ -150,7 +152,7 @@ class _FailingCommit:
         self.store = store
         self.fail = False
 
-    def read(self) -> Any:
+    def read(self) -> AbstractContextManager[ReadTxn]:
         return self.store.read()
 
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
@@ -162,6 +164,9 @@ class _FailingCommit:
 
         return self.store.transact(then_fail)
 
+    def own(self, holder: Mapping[str, str]) -> None:
+        self.store.own(holder)
+
     def close(self) -> None:
         self.store.close()
 
@@ -172,8 +177,7 @@ def test_a_failed_commit_fails_every_call_of_the_batch(store: Store) -> None:
     before = len(engine.pending(root))
     writer = Writer(group=group)
     failing.fail = True
-    calls = [lambda c=ctx: engine.send_message(c, {"to": root, "body": "hi"})
-             for ctx in contexts]
+    calls = [partial(engine.send_message, ctx, {"to": root, "body": "hi"}) for ctx in contexts]
     outcomes = asyncio.run(_many(writer, calls))
     writer.close()
     assert all(isinstance(o, StorageError) for o in outcomes)
@@ -223,7 +227,7 @@ def test_a_full_map_reruns_the_whole_batch(tmp_path: Path) -> None:
                            max_map_size=1 << 26)
     group, engine, root, contexts = _setup(store, senders=2)
     writer = Writer(group=group)
-    calls = [lambda c=ctx, n=n: engine.send_message(_call(c, n), {"to": root, "body": "x" * 2000})
+    calls = [partial(engine.send_message, _call(ctx, n), {"to": root, "body": "x" * 2000})
              for n in range(40) for ctx in contexts]
     outcomes = asyncio.run(_many(writer, calls))
     writer.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from statemachine import StateMachine
@@ -77,9 +77,11 @@ def test_session_lifecycle_states() -> None:
 
 @pytest.mark.parametrize(
     ("state", "event"),
-    [("claimed", "discard"), ("consumed", "claim"), ("discarded", "admit"), ("accepted", "claim")],
+    [(MessageState.CLAIMED, "discard"), (MessageState.CONSUMED, "claim"),
+     (MessageState.DISCARDED, "admit"), (MessageState.ACCEPTED, "claim")],
 )
-def test_illegal_transition_names_subject_event_and_state(state: str, event: str) -> None:
+def test_illegal_transition_names_subject_event_and_state(state: MessageState,
+                                                          event: str) -> None:
     with pytest.raises(IllegalTransition) as caught:
         MESSAGE.step("message m1", state, event)
     error = caught.value
@@ -107,7 +109,8 @@ def test_request_lifecycle_allows_one_open_request_and_ends_only_between_request
 def test_tables_are_keyed_by_the_state_enums_and_plain_values_find_them() -> None:
     assert all(isinstance(s, MessageState) for s in MESSAGE.states)
     assert all(isinstance(s, SessionState) for s in SESSION.states)
-    assert MESSAGE.step("m", "accepted", "admit") is MessageState.ADMITTED  # decoded text
+    decoded = cast("MessageState", "accepted")  # plain text, as decoded: not the enum
+    assert MESSAGE.step("m", decoded, "admit") is MessageState.ADMITTED
 
 
 def test_named_predicates() -> None:

@@ -114,7 +114,7 @@ def _recover_keeps_claims() -> object:
     return tree.engine.message(message_id).state
 
 
-def _reply_hint_always() -> object:
+def _reply_hint_always() -> list[str]:
     tree = Tree(kid=MUTE)
     tree.send(tree.root, tree.root_run, tree.kid.session_id)
     sid = tree.kid.session_id
@@ -211,8 +211,8 @@ def test_the_plant_changes_what_its_probe_observes(plant: str) -> None:
 
 
 def test_a_mute_recipient_gets_no_reply_hint_unplanted() -> None:
-    (text,) = _reply_hint_always()  # type: ignore[misc]
+    (text,) = _reply_hint_always()
     assert "send_message" not in text
     with planted("reply-hint-always"):
-        (planted_text,) = _reply_hint_always()  # type: ignore[misc]
+        (planted_text,) = _reply_hint_always()
     assert "send_message" in planted_text

@@ -49,7 +49,7 @@ def _sql(url: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, 
     """Run ``query`` on the store's database behind its back ({s} is its schema)."""
     conninfo, schema = split_url(url)
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        cursor = conn.execute(query.replace("{s}", f'"{schema}"'), params)  # type: ignore[arg-type]
+        cursor = conn.execute(query.replace("{s}", f'"{schema}"'), params)
         return cursor.fetchall() if cursor.description is not None else []
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 import pytest
@@ -25,6 +25,7 @@ from treemail.core.sending import (
     current_rules,
     grant_counter,
 )
+from treemail.core.store import WriteTxn
 
 PEER_RULES = {"parent": "allow", "sibling": "allow", "child": "allow"}
 UNKNOWN_UUID = "12345678-9abc-4def-8123-456789abcdef"
@@ -466,7 +467,11 @@ def test_a_grant_made_under_the_old_argument_shape_is_ignored(world: World,
     old = "send_message(recipient_session_id,body,mode)"
     for scope, subject in (("session", fam.a.session_id), ("tree", fam.root.session_id)):
         name = f"grant/{scope}/{subject}/{old}/sibling"
-        world.store.transact(lambda tx, name=name: tx.add(name, 1))
+
+        def grant(tx: WriteTxn, name: str = name) -> int:
+            return tx.add(name, 1)
+
+        world.store.transact(grant)
         assert _counter(world, name) == 1
     _refused(world, fam.a, arguments(fam.b), "permission:approval_required")
     world.engine.grant("tree", fam.root.session_id, "sibling")  # under the current shape
@@ -753,7 +758,8 @@ ENDED_RULES: dict[str, dict[str, str]] = {
     "no rules": {},
 }
 
-ENDS = {
+# How a run ends: each takes the world, the session and the run id.
+ENDS: dict[str, Callable[[World, Session, str], object]] = {
     "finished": lambda w, s, r: w.engine.finish_run(s.session_id, r),
     "cancelled": lambda w, s, r: w.engine.cancel_run(s.session_id, r, "the user stopped it"),
     "given up": lambda w, s, r: w.engine.give_up_run(s.session_id, r, "the model kept failing"),

@@ -3,6 +3,7 @@ hand-written tables point only at names and tests that exist."""
 
 from __future__ import annotations
 
+import enum
 import importlib
 import json
 import re
@@ -81,10 +82,17 @@ def test_main_writes_then_check_passes(tmp_path: Path) -> None:
     assert spec_tables.main(["--check", "--out", str(tmp_path)]) == 0
 
 
+class _Toy(enum.StrEnum):
+    A = "a"
+    B = "b"
+    C = "c"
+
+
 def test_mermaid_renders_initial_transitions_and_finals() -> None:
+    a, b, c = _Toy
     toy = Lifecycle(
-        name="Toy", initial="a", states=("a", "b", "c"), final=frozenset({"c"}),
-        events=("go", "stop"), transitions={("a", "go"): "b", ("b", "stop"): "c"},
+        name="Toy", initial=a, states=(a, b, c), final=frozenset({c}),
+        events=("go", "stop"), transitions={(a, "go"): b, (b, "stop"): c},
     )
     assert spec_tables.mermaid(toy) == (
         "stateDiagram-v2\n    [*] --> a\n    a --> b : go\n    b --> c : stop\n    c --> [*]\n"

@@ -111,7 +111,9 @@ class TestLmdbStore(StoreContract):
         store = self.make_store(directory)
         store.transact(populate)
         with store._env.begin(db=store._dbs[Table.MESSAGES]) as tx:
-            raw = bytearray(tx.get(MESSAGE_IDS[0].encode()))
+            value = tx.get(MESSAGE_IDS[0].encode())
+            assert value is not None
+            raw = bytearray(value)
         store.close()
         raw[position] ^= 0x01
         self.overwrite(directory, b"messages", MESSAGE_IDS[0].encode(), bytes(raw))
@@ -152,7 +154,7 @@ class TestLmdbStore(StoreContract):
 
     def counter_names(self, store: Store) -> set[str]:
         assert isinstance(store, LmdbStore)
-        with store._env.begin(db=store._dbs["counters"]) as tx:
+        with store._env.begin(db=store._dbs[Table.COUNTERS]) as tx:
             return {key.decode() for key, _ in tx.cursor()}
 
     # -- durability ------------------------------------------------------------------------
@@ -180,7 +182,11 @@ class TestLmdbStore(StoreContract):
         store = self.make_store(directory, sync=False, map_size=64 * 1024)
         body = "x" * 3000
         for n in range(200):
-            store.transact(lambda tx, n=n: tx.put_message(message(f"m{n:04}", CHILD, n, body=body)))
+
+            def put(tx: WriteTxn, n: int = n) -> None:
+                tx.put_message(message(f"m{n:04}", CHILD, n, body=body))
+
+            store.transact(put)
         store.transact(lambda tx: [tx.append(ROOT, "big", {"blob": body * 10}) for _ in range(50)])
         assert store._env.info()["map_size"] > 64 * 1024
         with store.read() as tx:

@@ -18,6 +18,7 @@ from tests.unit.test_store_contract import CHILD, populate, snapshot
 from treemail.adapters.store.lmdb_files import DATA_FILE, LOCK_FILE, OWNER_FILE, check_data_file
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.errors import StorageError, StoreDamaged, StoreLocked, StoreMissing
+from treemail.core.store import WriteTxn
 
 
 def made(directory: Path) -> Path:
@@ -177,7 +178,7 @@ def test_log_on_an_empty_data_file_reports_it_and_writes_nothing(
 
 
 def test_a_reader_follows_the_writer_past_map_growth(tmp_path: Path) -> None:
-    from tests.unit.test_store_contract import message
+    from treemail.testing.store_contract import message
 
     writer = LmdbStore.open(tmp_path / "s", sync=False, map_size=64 * 1024)
     writer.transact(lambda tx: tx.add("n", 1))
@@ -195,8 +196,11 @@ def test_a_reader_follows_the_writer_past_map_growth(tmp_path: Path) -> None:
     try:
         assert reader.stdout is not None and reader.stdout.readline().strip() == "1"
         for n in range(60):  # ~240 KB: the writer's map grows past the reader's
-            writer.transact(lambda tx, n=n: tx.put_message(message(f"m{n}", CHILD, n,
-                                                                    body="x" * 4000)))
+
+            def put(tx: WriteTxn, n: int = n) -> None:
+                tx.put_message(message(f"m{n}", CHILD, n, body="x" * 4000))
+
+            writer.transact(put)
         out, err = reader.communicate("go\n", timeout=60)
         assert out.strip() == "60", err
     finally:

@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,8 @@ def _last_event_off(rows: Rows) -> tuple[Table, bytes, Tally]:
     return Table.TALLY, key, Tally(1, tally.counters)
 
 
-DAMAGE = {
+# Each damage: the rows -> (table, key, the value to write or None to delete, what verify says).
+DAMAGE: dict[str, Callable[[Rows], tuple[Table, bytes, object | None, str]]] = {
     "pending entry dropped": lambda r: (Table.PENDING, first(r, Table.PENDING)[0], None,
                                         "is missing"),
     "pending entry invented": lambda r: (Table.PENDING, keys.pending(first(r, Table.SESSIONS)[1]
@@ -135,7 +137,9 @@ def test_a_damaged_record_is_named_and_the_rest_still_checked(tmp_path: Path) ->
         pending_id = next(iter(tx.cursor(db=env.open_db(b"pending", txn=tx))))[1][:-4]
         key = json.loads(pending_id).encode()
         db = env.open_db(b"messages", txn=tx)
-        raw = bytearray(tx.get(key, db=db))
+        value = tx.get(key, db=db)
+        assert value is not None, key
+        raw = bytearray(value)
         raw[30] ^= 0x20
         tx.put(key, bytes(raw), db=db)
     env.close()
