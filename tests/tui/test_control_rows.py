@@ -12,9 +12,9 @@ from tests.daemon.test_terminal_rows import HOSTILE, RAW, SHOWN
 from tests.tui.conftest import until
 from tests.tui.test_pilot import (
     SIZE,
-    _in_flight,
     _row,
     _rows,
+    _tool_call,
     _tree,
     daemon,  # noqa: F401 - the same daemon, one per module
 )
@@ -31,11 +31,9 @@ def test_rows_and_approvals_show_control_characters_escaped(
         app = TreemailTui(LiveSource(daemon.socket))
         async with app.run_test(size=SIZE) as pilot:
             await until(lambda: b in app.nodes, pilot.pause, "the tree shown")
-            await _in_flight(client, a)
             await client.call("plugin/producer/send", {"session_id": a, "body": HOSTILE})
-            call = await client.call("tool.call", {
-                "session_id": a, "tool_call_id": "tui-control", "name": "send_message",
-                "arguments": {"to": app.board.sessions[b].handle, "body": HOSTILE}})
+            call = await _tool_call(client, a, "tui-control",
+                                    {"to": app.board.sessions[b].handle, "body": HOSTILE})
             held = call["approval_id"]
             await until(lambda: _row(app, held) is not None, pilot.pause, "the approval shown")
             await until(lambda: any("plugin mail" in str(r[-1]) for r in _rows(app)),

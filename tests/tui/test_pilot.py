@@ -16,9 +16,10 @@ from textual.widgets import DataTable, Tree
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import WORKER
 from tests.tui.conftest import reaped, slow_daemon, until
-from treemail.adapters.daemon.client import DaemonClient
+from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.ui.tui.app import ALL, TreemailTui, pane_text
 from treemail.adapters.ui.tui.sources import LiveSource
+from treemail.core.errors import InvalidToolContext
 
 SIZE = (150, 40)
 
@@ -41,6 +42,24 @@ async def _in_flight(client: DaemonClient, sid: str) -> None:
     async with asyncio.timeout(30):
         while (await client.call("session.get", {"session_id": sid}))["state"] != "running":
             await asyncio.sleep(0.01)
+
+
+async def _tool_call(client: DaemonClient, sid: str, call_id: str,
+                     arguments: dict[str, Any]) -> dict[str, Any]:
+    """``send_message`` as the session's run in flight. Under load the run ``_in_flight`` saw
+    can end before the call reaches it (refused with engine:invalid_tool_context, nothing
+    done): then the session is given a run again and the call tried on that one."""
+    for _ in range(20):
+        await _in_flight(client, sid)
+        try:
+            answer: dict[str, Any] = await client.call("tool.call", {
+                "session_id": sid, "tool_call_id": call_id, "name": "send_message",
+                "arguments": arguments})
+            return answer
+        except RpcFailure as failure:
+            if failure.data_code != InvalidToolContext.code:
+                raise
+    raise AssertionError(f"no run of {sid} stayed in flight long enough for a tool call")
 
 
 def _cell(app: TreemailTui, table: str, key: str) -> str:
@@ -106,9 +125,8 @@ def test_an_approval_answered_for_the_tree_lets_the_send_through(
             await until(lambda: b in app.nodes, pilot.pause, "the tree shown")
             await _in_flight(client, a)
             handle_b = app.board.sessions[b].handle
-            call = await client.call("tool.call", {
-                "session_id": a, "tool_call_id": "tui-1", "name": "send_message",
-                "arguments": {"to": handle_b, "body": "I took the lexer.", "mode": "queue"}})
+            call = await _tool_call(client, a, "tui-1", {
+                "to": handle_b, "body": "I took the lexer.", "mode": "queue"})
             held = call["approval_id"]
             assert held
             await until(lambda: _row(app, held) is not None, pilot.pause, "the approval shown")
