@@ -122,7 +122,7 @@ def test_an_approval_prefix_with_slashes_is_looked_up_not_passed_on() -> None:
 
 def test_a_mistyped_handle_names_the_close_ones() -> None:
     with pytest.raises(UnknownTarget, match=r"no session named 'wroker'; did you mean "
-                                            r"'worker'\?") as near:
+                                            r"'worker'\? `treemail sessions`") as near:
         _resolve(TWO_TREES, "session", "wroker")
     assert "`treemail sessions`" in str(near.value)
     with pytest.raises(UnknownTarget) as far:

@@ -44,9 +44,9 @@ def short_approval_id(approval_id: str) -> str:
 
 
 def close_matches(text: str, names: list[str]) -> str:
-    """`` did you mean "a" or "b"?`` for the names close to ``text``, or nothing."""
+    """``did you mean 'a' or 'b'? `` for the names close to ``text``, or nothing."""
     near = difflib.get_close_matches(text, names, n=3)
-    return f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+    return f"did you mean {' or '.join(repr(n) for n in near)}? " if near else ""
 
 
 def _is_uuid(text: str) -> bool:
@@ -86,7 +86,7 @@ async def session_id(client: DaemonClient, text: str) -> str:
              if len(text) >= MIN_PREFIX else [])
     if not found:  # a mistyped handle: the handles it is close to, else where to look
         near = close_matches(text, sorted({s["handle"] for s in sessions if s["handle"]}))
-        raise UnknownTarget(f"no session named {text!r}{near}; {hint}",
+        raise UnknownTarget(f"no session named {text!r}; {near}{hint}",
                             reference=text)
     return _one("session", text, found, hint)
 

@@ -50,7 +50,8 @@ class _Version(argparse.Action):
             found = version("treemail")
         except PackageNotFoundError:  # run from a source tree that was never installed
             found = "unknown (not installed)"
-        parser.exit(0, f"treemail {found}\n")
+        print(f"treemail {found}")  # stdout, as every tool's --version: `$(treemail --version)`
+        parser.exit(0)
 
 
 def _suggest(parser: argparse.ArgumentParser, choices: Sequence[str],

@@ -136,8 +136,10 @@ async def tail(client: DaemonClient, args: argparse.Namespace) -> int:
             await follow(client, args.session, show, args.lines)
             return 0
         async for view, number in _feed(client, args.session, args.lines):
-            shown = number
-            if view is not None:
+            if view is None:
+                show(None, number)
+            else:
+                shown = number
                 json_line(view)
     except BrokenPipeError:  # stdout's reader went away (`| head`): main's to handle
         raise
