@@ -10,7 +10,7 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.ui.cli import main
-from treemail.adapters.ui.commands import STEERED
+from treemail.adapters.ui.commands import steered
 from treemail.core.records import RecipientState
 
 
@@ -65,7 +65,7 @@ def test_sessions_status_replay_steer_and_approve(
 
 
 def test_steer_says_what_every_recipient_state_means() -> None:
-    assert set(STEERED) == set(RecipientState)
+    assert set(steered()) == set(RecipientState)
 
 
 def test_errors_are_one_line_not_a_traceback(

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     pass
 
 __all__ = ["Names", "TokenMissing", "answer_line", "connected_demo", "extend_demo", "follow",
-           "json_line", "json_option", "register", "seconds", "state_text", "store_option",
-           "target", "view_row"]
+           "json_line", "json_option", "register", "seconds", "state_text", "steered",
+           "store_option", "target", "view_row"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -349,13 +349,17 @@ def _refusal(content: str) -> tuple[str, str] | None:
 
 # What each recipient_state of a steer means for the text, printed beside the stable value
 # (which scripts may match on).
-# Keyed by the wire values (RecipientState's, a test holds them equal) so that this module
-# needs no core record at import.
-STEERED: dict[str, str] = {
-    "running": "it joins the run at its next model request",
-    "queued": "it waits for the session's next run",
-    "waking_finished": "the session had finished: a new run starts with it",
-}
+def steered() -> dict[str, str]:
+    """What each recipient_state of a steer means for the text, printed beside the stable
+    value (which scripts may match on). A function, so that the core's records load only
+    when a steer is answered."""
+    from treemail.core.records import RecipientState
+
+    return {
+        RecipientState.RUNNING: "it joins the run at its next model request",
+        RecipientState.QUEUED: "it waits for the session's next run",
+        RecipientState.WAKING_FINISHED: "the session had finished: a new run starts with it",
+    }
 
 
 async def _steer(client: DaemonClient, args: argparse.Namespace) -> int:
@@ -364,7 +368,7 @@ async def _steer(client: DaemonClient, args: argparse.Namespace) -> int:
         json_line(accepted)
         return 0
     state = accepted["recipient_state"]
-    meaning = STEERED.get(state)
+    meaning = steered().get(state)
     print(f"message {accepted['message_id']}: mode {accepted['mode']}, recipient {state}"
           + (f" ({meaning})" if meaning else ""))
     return 0
@@ -390,8 +394,14 @@ async def _status(client: DaemonClient, args: argparse.Namespace) -> int:
 def state_text(step: Mapping[str, Any]) -> str:
     """A receipt's step as people say it: ``accepted``, ``claimed``, ``discarded: REASON``;
     the event's class name (``ProducerMessageDiscarded``) is the log's word, not theirs."""
+    from treemail.core.events import EventKind, message_kind
+
     kind = str(step["kind"])
-    state = kind.removeprefix("ProducerMessage").lower() or kind
+    try:  # PRODUCER_MESSAGE_DISCARDED -> discarded, if that is the state it records
+        state = EventKind(kind).name.rsplit("_", 1)[-1].lower()
+        state = state if message_kind(state).value == kind else kind
+    except ValueError:  # a kind this client does not know: shown as it is
+        state = kind
     return f"{state}: {step['reason']}" if step.get("reason") else state
 
 

@@ -31,7 +31,9 @@ class Names:
 
     async def row(self, view: View) -> Row:
         """The event view as its row, every session it names known first."""
-        if view["kind"] == "SessionCreated":  # EventKind.SESSION_CREATED, without the core
+        from treemail.core.events import EventKind  # loaded by the row's renderer anyway
+
+        if view["kind"] == EventKind.SESSION_CREATED:
             handle = view["data"].get("handle")
             sid = view["session_id"]
             self.known[sid] = handle if isinstance(handle, str) and handle else sid
