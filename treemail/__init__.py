@@ -5,15 +5,32 @@
 ``postgresql://...``).
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING, Any
 
-from treemail.core import *  # noqa: F403
-from treemail.core import __all__ as _core_all
-from treemail.core.config import MessagingConfig
-from treemail.core.engine import Engine
-from treemail.core.store import Store
+from treemail import core as _core
 
-__all__ = [*_core_all, "open_engine", "open_store"]
+if TYPE_CHECKING:
+    from treemail.core import *  # noqa: F403
+    from treemail.core.config import MessagingConfig
+    from treemail.core.engine import Engine
+    from treemail.core.store import Store
+
+__all__ = [*_core.__all__, "open_engine", "open_store"]
+
+
+if not TYPE_CHECKING:  # to mypy the names are the imports above: a typo stays an error
+
+    def __getattr__(name: str) -> Any:
+        # The core's names, imported on first use as the core imports them (see its
+        # docstring): ``treemail --version`` must not load the engine.
+        return getattr(_core, name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def open_store(url: str | os.PathLike[str], *, sync: bool = True, durability: str = "fsync",
@@ -33,6 +50,7 @@ def open_engine(url: str | os.PathLike[str], config: MessagingConfig | None = No
     that died with the last process are interrupted, their claimed mail released, and every
     session with pending mail made deliverable again."""
     from treemail.adapters.runtime.ids import UuidIds
+    from treemail.core.engine import Engine
 
     engine = Engine(open_store(url, sync=sync), UuidIds(), config)
     engine.recover()

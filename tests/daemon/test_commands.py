@@ -10,7 +10,7 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.ui.cli import main
-from treemail.adapters.ui.commands import STEERED
+from treemail.adapters.ui.commands import steered
 from treemail.core.records import RecipientState
 
 
@@ -51,10 +51,10 @@ def test_sessions_status_replay_steer_and_approve(
                for line in out.splitlines())
     code, out, _ = _cli(capsys, daemon, "status", seeded["message_id"])
     assert code == 0 and "consumed" in out.splitlines()[0]
-    assert out.splitlines()[1].split() == ["SEQ", "KIND", "RUN", "REQUEST", "REASON"]
+    assert out.splitlines()[1].split() == ["SEQ", "STATE", "RUN", "REQUEST"]
+    # States as people say them, not the events' class names.
     assert [line.split()[1] for line in out.splitlines()[2:]] == [
-        "ProducerMessageAccepted", "ProducerMessageAdmitted", "ProducerMessageClaimed",
-        "ProducerMessageConsumed"]
+        "accepted", "admitted", "claimed", "consumed"]
     code, out, _ = _cli(capsys, daemon, "replay", sid)
     assert code == 0 and "session created" in out and '"hello cli"' in out
     code, out, _ = _cli(capsys, daemon, "steer", sid, "turn left")
@@ -65,7 +65,7 @@ def test_sessions_status_replay_steer_and_approve(
 
 
 def test_steer_says_what_every_recipient_state_means() -> None:
-    assert set(STEERED) == set(RecipientState)
+    assert set(steered()) == set(RecipientState)
 
 
 def test_errors_are_one_line_not_a_traceback(

@@ -97,3 +97,34 @@ def test_a_held_call_by_the_prefix_its_row_prints() -> None:
     for text in ("0d0", "ffff"):
         with pytest.raises(UnknownTarget, match="`treemail approve`"):
             _resolve(TWO_TREES, "approval", text)
+
+
+def test_approvals_of_one_session_have_short_ids_of_their_own() -> None:
+    """The rows print an approval's short id: the session's prefix would be the same for
+    every approval of the session, so it could name none of them."""
+    shorts = [lookup.short_approval_id(a) for a in HELD]
+    assert len(set(shorts)) == len(HELD)
+    assert all(len(s) == 8 and int(s, 16) >= 0 for s in shorts)
+    assert not any(s.startswith(a[:4]) for s, a in zip(shorts, HELD, strict=True))
+    for short, held in zip(shorts, HELD, strict=True):
+        assert _resolve(TWO_TREES, "approval", short) == held
+        assert _resolve(TWO_TREES, "approval", short[:5]) == held
+
+
+def test_an_approval_prefix_with_slashes_is_looked_up_not_passed_on() -> None:
+    # Two slashes, yet a prefix of two held calls: ambiguous, never sent on as an id.
+    with pytest.raises(InvalidRequest, match="names 2 held calls") as both:
+        _resolve(TWO_TREES, "approval", f"{A}/run-1/call-")
+    assert f"approval {lookup.short_approval_id(HELD[0])}" in str(both.value)
+    assert _resolve(TWO_TREES, "approval", f"{C}/run-3/ca") == HELD[2]
+    assert _resolve(TWO_TREES, "approval", f"{C}/run") == HELD[2]
+
+
+def test_a_mistyped_handle_names_the_close_ones() -> None:
+    with pytest.raises(UnknownTarget, match=r"no session named 'wroker'; did you mean "
+                                            r"'worker'\? `treemail sessions`") as near:
+        _resolve(TWO_TREES, "session", "wroker")
+    assert "`treemail sessions`" in str(near.value)
+    with pytest.raises(UnknownTarget) as far:
+        _resolve(TWO_TREES, "session", "zzzzzzzzzz")
+    assert "did you mean" not in str(far.value)

@@ -160,7 +160,9 @@ def test_log_and_verify_take_a_store_url_as_they_take_a_directory(
 def test_log_and_verify_want_one_store(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for argv in ([command], [command, str(tmp_path), "--store", "memory:"]):
+    for argv in ([command, str(tmp_path), "--store", "memory:"],
+                 [command, str(tmp_path), "--data-dir", str(tmp_path)],
+                 [command, "--store", "memory:", "--data-dir", str(tmp_path)]):
         with pytest.raises(SystemExit) as caught:
             main(argv)
         assert caught.value.code == 2

@@ -1,30 +1,52 @@
-"""What an operator types for a session or a message, resolved to the id the daemon takes.
+"""What an operator types for a session, a message or an approval, resolved to the id the
+daemon takes.
 
-The rows `treemail tail`, `replay` and `sessions` print name a session by its handle, and a
-message or an approval by the first 8 characters of its id, so the client commands accept
-those forms too: a session by its UUID, its handle, or a unique prefix of its UUID; a message
-by its UUID or a unique prefix of it; a held call by a unique prefix of its approval id. The
-protocol itself keeps taking full ids only; this is a convenience of the command line,
-resolved through the same methods any client has.
+The rows `treemail tail`, `replay` and `sessions` print name a session by its handle, a
+message by the first 8 characters of its id, and an approval by its short id (8 hex digits of
+a hash of its whole id: the whole id begins with its session's UUID, so its first characters
+would be the same for every approval of a session). The client commands accept those forms
+too: a session by its UUID, its handle, or a unique prefix of its UUID; a message by its UUID
+or a unique prefix of it; a held call by its short id, a prefix of it, or a prefix of its whole
+id (``session/run/tool call``). The protocol itself keeps taking full ids only; this is a
+convenience of the command line, resolved through the same methods any client has.
 
-A form that names nothing is ``engine:unknown_target``; one that names several is
-``engine:invalid_request`` listing them, never a guess.
+A form that names nothing is ``engine:unknown_target``, naming the close matches if there are
+("did you mean"); one that names several is ``engine:invalid_request`` listing them, never a
+guess.
 """
 
 from __future__ import annotations
 
+import difflib
+import hashlib
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from treemail.adapters.daemon.client import DaemonClient
 from treemail.core.errors import InvalidRequest, UnknownTarget
 
-__all__ = ["approval_id", "message_id", "session_id"]
+if TYPE_CHECKING:
+    from treemail.adapters.daemon.client import DaemonClient
+
+__all__ = ["approval_id", "close_matches", "message_id", "session_id", "short_approval_id"]
 
 # A prefix shorter than this would match by accident in any real tree.
 MIN_PREFIX = 4
 # How many candidates an ambiguity error lists.
 SHOWN = 5
+# Hex digits of an approval's short id: 32 bits, as a message's 8 characters are.
+SHORT = 8
+
+
+def short_approval_id(approval_id: str) -> str:
+    """The approval's short id: stable (a hash of its whole id, nothing stored), and unlike
+    its first characters not shared by the session's other approvals."""
+    return hashlib.sha256(approval_id.encode()).hexdigest()[:SHORT]
+
+
+def close_matches(text: str, names: list[str]) -> str:
+    """``did you mean 'a' or 'b'? `` for the names close to ``text``, or nothing."""
+    near = difflib.get_close_matches(text, names, n=3)
+    return f"did you mean {' or '.join(repr(n) for n in near)}? " if near else ""
 
 
 def _is_uuid(text: str) -> bool:
@@ -34,14 +56,16 @@ def _is_uuid(text: str) -> bool:
         return False
 
 
-def _one(what: str, text: str, found: list[str], hint: str) -> str:
+def _one(what: str, text: str, found: list[str], hint: str,
+         shown: dict[str, str] | None = None) -> str:
     if len(found) == 1:
         return found[0]
     if not found:
         raise UnknownTarget(f"no {what} {text!r}; {hint}", reference=text)
-    listed = ", ".join(sorted(found)[:SHOWN]) + (" ..." if len(found) > SHOWN else "")
+    names = sorted((shown or {}).get(f, f) for f in found)
+    listed = ", ".join(names[:SHOWN]) + (" ..." if len(found) > SHOWN else "")
     raise InvalidRequest(f"{text!r} names {len(found)} {what}s ({listed}); give more of the "
-                         "id, or the full UUID", reference=text, matches=len(found))
+                         "id, or the full one", reference=text, matches=len(found))
 
 
 async def _sessions(client: DaemonClient) -> list[dict[str, Any]]:
@@ -58,10 +82,13 @@ async def session_id(client: DaemonClient, text: str) -> str:
     by_handle = [s["session_id"] for s in sessions if s["handle"] == text]
     if by_handle:  # handles are tree-scoped: the same one in two trees is ambiguous
         return _one("session", text, by_handle, hint)
-    if len(text) < MIN_PREFIX:
-        raise UnknownTarget(f"no session {text!r}; {hint}", reference=text)
-    return _one("session", text,
-                [s["session_id"] for s in sessions if s["session_id"].startswith(text)], hint)
+    found = ([s["session_id"] for s in sessions if s["session_id"].startswith(text)]
+             if len(text) >= MIN_PREFIX else [])
+    if not found:  # a mistyped handle: the handles it is close to, else where to look
+        near = close_matches(text, sorted({s["handle"] for s in sessions if s["handle"]}))
+        raise UnknownTarget(f"no session named {text!r}; {near}{hint}",
+                            reference=text)
+    return _one("session", text, found, hint)
 
 
 async def message_id(client: DaemonClient, text: str) -> str:
@@ -79,16 +106,19 @@ async def message_id(client: DaemonClient, text: str) -> str:
 
 
 async def approval_id(client: DaemonClient, text: str) -> str:
-    """The held call ``text`` names: its approval id (session/run/tool call), or a unique
-    prefix of one still held (the rows show the session's first 8 characters).
+    """The held call ``text`` names: its short id or a prefix of it, or its whole approval
+    id (session/run/tool call) or a prefix of that, among the calls still held.
 
-    An answered approval is no longer listed, so a whole id passes through untouched and the
-    daemon says what became of it."""
+    An answered approval is no longer listed, so a whole id that names no held call passes
+    through untouched and the daemon says what became of it. Only then: a prefix may hold
+    both slashes too (``SESSION/RUN/oper``), and it is looked up like any other."""
     hint = "`treemail approve` lists the calls that wait for approval"
-    if text.count("/") == 2:
+    held = [a["approval_id"] for a in (await client.call("approval.list"))["approvals"]]
+    if text in held:
         return text
-    held = (await client.call("approval.list"))["approvals"]
-    if len(text) < MIN_PREFIX:
-        raise UnknownTarget(f"no held call {text!r}; {hint}", reference=text)
-    return _one("held call", text,
-                [a["approval_id"] for a in held if a["approval_id"].startswith(text)], hint)
+    short = {a: short_approval_id(a) for a in held}
+    found = ([a for a in held if short[a].startswith(text) or a.startswith(text)]
+             if len(text) >= MIN_PREFIX else [])
+    if not found and text.count("/") == 2:
+        return text
+    return _one("held call", text, found, hint, {a: f"approval {short[a]}" for a in held})

@@ -1,4 +1,7 @@
-"""The ``treemail`` command line: the demo, the model checker, and the event log."""
+"""The ``treemail`` command line: the demo, the model checker, and the event log.
+
+Everything heavy (the engine, the store, rich, Textual) is imported by the command that uses
+it, so that ``treemail --version`` and the daemon's client commands start at once."""
 
 from __future__ import annotations
 
@@ -9,14 +12,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from treemail.adapters.ui import commands as daemon_commands
-from treemail.adapters.ui.console import console, print_row
-from treemail.adapters.ui.transcript import event_row
 
 if TYPE_CHECKING:
     from treemail.core.engine import Engine
+    from treemail.core.records import Event
 
 __all__ = ["main"]
 
@@ -33,8 +35,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, read only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("treemail")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            found = "unknown (not installed)"
+        print(f"treemail {found}")  # stdout, as every tool's --version: `$(treemail --version)`
+        parser.exit(0)
+
+
+def _suggest(parser: argparse.ArgumentParser, choices: Sequence[str],
+             argv: Sequence[str]) -> None:
+    """A mistyped command is a usage error that names the commands it is close to."""
+    import difflib
+
+    word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None or word in choices or argv.index(word) != 0:
+        return  # only a command word in first place: an option's value is not a command
+    near = difflib.get_close_matches(word, choices, n=3)
+    hint = (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near
+            else "; `treemail --help` lists them")
+    parser.print_usage(sys.stderr)
+    parser.exit(2, f"treemail: no command {word!r}{hint}\n")
+
+
 def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="treemail", description=__doc__)
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run the demo on the embedded LMDB store")
     demo.add_argument("--path", help="keep the store in this directory (default: a temp dir)")
@@ -42,8 +79,11 @@ def _main(argv: Sequence[str] | None) -> int:
     daemon_commands.store_option(demo, "run the demo on this new, empty store (not memory:, "
                                        "which a restart does not find again)")
     log = commands.add_parser("log", help="replay a store's event log, or follow it live")
-    log.add_argument("path", nargs="?", help="the store directory (or give --store URL)")
+    log.add_argument("path", nargs="?",
+                     help="the store directory (or give --store URL, or --data-dir)")
     daemon_commands.store_option(log, "the store to read")
+    _data_dir(log)
+    daemon_commands.json_option(log)
     log.add_argument("--session", help="only this session (UUID or handle)")
     log.add_argument("--follow", action="store_true", help="keep printing new events")
     log.add_argument("--interval", type=daemon_commands.seconds, default=0.5,
@@ -63,8 +103,10 @@ def _main(argv: Sequence[str] | None) -> int:
     check.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     verify = commands.add_parser(
         "verify", help="check every record's checksum and every index of a store")
-    verify.add_argument("path", nargs="?", help="the store directory (or give --store URL)")
+    verify.add_argument("path", nargs="?",
+                        help="the store directory (or give --store URL, or --data-dir)")
     daemon_commands.store_option(verify, "the store to check")
+    _data_dir(verify)
     daemon_commands.register(commands)
     tui = commands.add_parser(
         "tui", help="watch sessions converse and answer approvals (read-only on a store)")
@@ -77,6 +119,8 @@ def _main(argv: Sequence[str] | None) -> int:
                           "TREEMAIL_TOKEN overrides it)")
     daemon_commands.store_option(tui, "replay this store read-only instead of DATA_DIR's")
     tui.set_defaults(run=_tui, socket=None)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _suggest(parser, list(commands.choices), argv)
     args = parser.parse_args(argv)
     if hasattr(args, "run"):  # a subcommand registered from its own module
         return int(args.run(args))
@@ -109,7 +153,8 @@ def _main(argv: Sequence[str] | None) -> int:
         progress = None if args.quiet else ProgressLine(sys.stderr, "check")
         return check_main(args.bounds, args.config, args.messaging, args.plant,
                           history=args.history, progress=progress)
-    return show_log(args.path, args.session, follow=args.follow, interval=args.interval)
+    return show_log(args.path, args.session, follow=args.follow, interval=args.interval,
+                    as_json=args.json)
 
 
 def _tui(args: argparse.Namespace) -> int:
@@ -118,13 +163,25 @@ def _tui(args: argparse.Namespace) -> int:
     return tui_main(args)
 
 
+def _data_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="the data directory whose store to read, DATA_DIR/store, as the "
+                             "daemon keeps it (the default: ./.treemail)")
+
+
 def _one_store(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     """The URL of the store ``log`` or ``verify`` reads: the positional directory (always a
-    path, whatever it holds) or ``--store URL``, one of them."""
-    if (args.path is None) == (args.store is None):
-        parser.exit(2, f"treemail {args.command}: give the store, as a directory or as "
-                       "--store URL (one of them)\n")
-    return f"lmdb:{args.path}" if args.path is not None else str(args.store)
+    path, whatever it holds), ``--store URL`` or ``--data-dir`` (DATA_DIR/store), one of
+    them; none is ``./.treemail``'s store, as for every other command."""
+    given = [x for x in (args.path, args.store, args.data_dir) if x is not None]
+    if len(given) > 1:
+        parser.exit(2, f"treemail {args.command}: give the store once: as a directory, as "
+                       "--store URL or as --data-dir (one of them)\n")
+    if args.store is not None:
+        return str(args.store)
+    if args.path is not None:
+        return f"lmdb:{args.path}"
+    return f"lmdb:{(args.data_dir or Path('.treemail')) / 'store'}"
 
 
 def _fresh_store(url: str | None) -> str | None:
@@ -168,10 +225,13 @@ def _fresh_directory(path: str) -> str | None:
     return None
 
 
-def show_log(path: str, session: str | None, *, follow: bool, interval: float) -> int:
+def show_log(path: str, session: str | None, *, follow: bool, interval: float,
+             as_json: bool = False) -> int:
     """Print the feed of the store ``path`` names (a directory or a store URL) in global
     order; with ``follow``, poll for what is appended later."""
     from treemail.adapters.store.factory import open_store
+    from treemail.adapters.ui.console import console, print_row
+    from treemail.adapters.ui.transcript import event_row
     from treemail.core.engine import Engine
     from treemail.core.errors import TreemailError
     from treemail.core.ids import CountingIds
@@ -198,7 +258,11 @@ def show_log(path: str, session: str | None, *, follow: bool, interval: float) -
 
             for number, event in engine.feed(seen):
                 seen = number
-                if wanted is None or event.session_id == wanted:
+                if wanted is not None and event.session_id != wanted:
+                    continue
+                if as_json:  # the daemon's event view: `tail --json`'s very fields
+                    daemon_commands.json_line(_view(number, event))
+                else:
                     print_row(event_row(event, name), out)
             if not follow:
                 return 0
@@ -207,6 +271,14 @@ def show_log(path: str, session: str | None, *, follow: bool, interval: float) -
         return 0
     finally:
         store.close()
+
+
+def _view(number: int, event: Event) -> Any:
+    import msgspec
+
+    from treemail.adapters.daemon.feeds import event_view
+
+    return msgspec.to_builtins(event_view(number, event))
 
 
 def _session_id(engine: Engine, reference: str) -> str | None:

@@ -6,30 +6,38 @@ the daemon's token without sending it, see ``handshake.py``). A daemon that is n
 that does not answer within ``--timeout`` seconds (stopped, hung), one that closes the
 connection, a TCP listener that does not prove itself, an answer or a request over a frame
 limit, or an error answer, is one line on stderr and exit status 1; a bad command line is
-argparse's usage error (status 2); never a traceback.
+argparse's usage error (status 2); never a traceback. That line says what happened first and
+ends with the stable code in brackets (``[engine:unknown_target]``); with ``--json`` it is one
+JSON object with ``error`` and ``code`` apart, as every listing's rows are JSON lines there.
+
+Client commands import little at start (no engine, no store, no rich until a table is
+printed): a person types them, and scripts call them in loops.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from treemail.adapters.daemon import lookup
 from treemail.adapters.daemon.client import DEFAULT_TIMEOUT, DaemonClient, RpcFailure
 from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
+from treemail.adapters.ui import feed
+from treemail.adapters.ui.feed import Names, follow, view_row
 from treemail.adapters.ui.terminal import visible
-from treemail.adapters.ui.transcript import Row, event_row
 from treemail.core.errors import TreemailError
-from treemail.core.events import EventKind
-from treemail.core.records import Event, RecipientState
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["Names", "TokenMissing", "answer_line", "connected_demo", "extend_demo", "follow",
-           "register", "seconds", "store_option", "target", "view_row"]
+           "json_line", "json_option", "register", "seconds", "state_text", "steered",
+           "store_option", "target", "view_row"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -59,14 +67,17 @@ def register(commands: Sub) -> None:
     steer.add_argument("text", help="what to tell it")
     status = _client(commands, "status", "a message's receipt: state and history", _status)
     status.add_argument("message_id", help="the message (UUID, or a unique prefix of it)")
-    tail = _client(commands, "tail", "follow the event feed live (all sessions or one)", _tail)
+    tail = _client(commands, "tail", "follow the event feed live (all sessions or one)", feed.tail)
     tail.add_argument("session", nargs="?",
                       help="only this session (UUID, handle or UUID prefix)")
-    replay = _client(commands, "replay", "print a session's whole event log", _replay)
+    tail.add_argument("-n", "--lines", type=_count, default=0, metavar="N",
+                      help="first show the last N events of the history, then follow")
+    replay = _client(commands, "replay", "print a session's whole event log", feed.replay)
     replay.add_argument("session", help="the session (UUID, handle or UUID prefix)")
     approve = _client(commands, "approve",
                       "list held tool calls, or answer one by its approval id", _approve)
-    approve.add_argument("approval_id", nargs="?")
+    approve.add_argument("approval_id", nargs="?",
+                         help="the approval: its short id as rows print it, or its whole id")
     approve.add_argument("--deny", action="store_true", help="deny instead of approving")
     approve.add_argument("--scope", choices=("once", "session", "tree"), default="once")
 
@@ -169,8 +180,31 @@ def _client(commands: Sub, name: str, help: str, command: Command) -> argparse.A
     parser.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="how long each call waits for the daemon's answer (default: "
                              f"{DEFAULT_TIMEOUT:g})")
+    json_option(parser)
     parser.set_defaults(run=lambda args: _connect_and(command, args))
     return parser
+
+
+def json_option(parser: argparse.ArgumentParser) -> None:
+    """``--json``: JSON lines on stdout, one object a line, field names that stay (the wire's);
+    a failure is one object on stderr, its ``code`` apart from its ``error``."""
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON lines (one object a line) instead of text")
+
+
+def json_line(value: Any) -> None:
+    """One object as one line of JSON (non-ASCII text as it is, not escaped)."""
+    print(json.dumps(value, ensure_ascii=False, separators=(",", ":")), flush=True)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return value
 
 
 def _daemon(args: argparse.Namespace) -> int:
@@ -193,9 +227,11 @@ def _connect_and(command: Command, args: argparse.Namespace) -> int:
             await _resolve(client, args)
             return await command(client, args)
         except RpcFailure as failure:
-            return _failed(args, f"{failure.data_code}: {failure.error.message}")
+            return _failed(args, failure.error.message, _code(failure))
         except TreemailError as error:  # a form naming no one id; no answer in time ...
-            return _failed(args, str(error))
+            return _failed(args, error.message, error.code)
+        except BrokenPipeError:  # stdout's reader went away (`| head`): main's to handle
+            raise
         except ConnectionError:
             return _failed(args, "the daemon closed the connection before answering: it "
                                  "stopped or died; start it again with `treemail daemon`")
@@ -225,19 +261,35 @@ async def _connected(args: argparse.Namespace) -> DaemonClient | int:
         return _failed(args, f"no daemon at {address} ({exc.strerror}); start one with "
                              "`treemail daemon`")
     except RpcFailure as failure:
-        return _failed(args, f"{failure.data_code}: {failure.error.message}")
+        return _failed(args, failure.error.message, _code(failure))
     except TreemailError as error:  # no answer in time, a frame over a limit, an unproven listener
-        return _failed(args, str(error))
+        return _failed(args, error.message, error.code)
 
 
-def _failed(args: argparse.Namespace, why: str) -> int:
-    """One line on stderr, newlines and control characters escaped; status 1."""
-    print(f"treemail {args.command}: {visible(why)}", file=sys.stderr)
+def _failed(args: argparse.Namespace, why: str, code: str | None = None) -> int:
+    """One line on stderr, newlines and control characters escaped; status 1. What happened
+    comes first, for the person reading it; the stable code last, in brackets, for a search
+    or a script (``--json`` gives it a field of its own)."""
+    if getattr(args, "json", False):
+        print(json.dumps({"command": args.command, "error": why, "code": code},
+                         ensure_ascii=False), file=sys.stderr)
+        return 1
+    # A message written for a model may run over lines (a list of peers): one line here.
+    said = " ".join(line.strip() for line in why.splitlines() if line.strip())
+    print(f"treemail {args.command}: {visible(said)}" + (f" [{code}]" if code else ""),
+          file=sys.stderr)
     return 1
+
+
+def _code(failure: RpcFailure) -> str:
+    """A failure's stable code: treemail's own, else the JSON-RPC error number."""
+    return failure.data_code or f"jsonrpc:{failure.code}"
 
 
 async def _resolve(client: DaemonClient, args: argparse.Namespace) -> None:
     """The session and message forms an operator typed, as the ids the daemon takes."""
+    from treemail.adapters.daemon import lookup
+
     for name in ("sender", "session"):
         if text := getattr(args, name, None):
             setattr(args, name, await lookup.session_id(client, text))
@@ -251,6 +303,10 @@ async def _sessions(client: DaemonClient, args: argparse.Namespace) -> int:
     from treemail.adapters.ui.console import print_table
 
     sessions = await client.every("session.list")
+    if args.json:
+        for session in sessions:
+            json_line(session)
+        return 0
     print_table(("SESSION", "HANDLE", "AGENT", "STATE", "PARENT"),
                 [(s["session_id"], s["handle"] or "-", s["agent"], s["state"],
                   s["parent_session_id"] or "-") for s in sessions])
@@ -264,25 +320,55 @@ async def _send(client: DaemonClient, args: argparse.Namespace) -> int:
         "session_id": args.sender, "tool_call_id": f"operator-{uuid.uuid4()}",
         "name": "send_message",
         "arguments": {"to": args.to, "body": args.body, "mode": args.mode}})
+    held = result.get("approval_id")
+    refused = None if held else _refusal(result["content"])
+    if refused is not None:  # the tool error the model would see: for a person, a failure
+        return _failed(args, *refused)
+    if args.json:
+        json_line(result)
+        return 0
     print(visible(result["content"]))
-    if result.get("approval_id"):
-        print(f"held for approval: treemail approve {result['approval_id']}")
+    if held:  # not refused: it waits for the user, and goes out once approved
+        from treemail.adapters.daemon.lookup import short_approval_id
+
+        print(f"held for approval: treemail approve {short_approval_id(held)}")
     return 0
+
+
+def _refusal(content: str) -> tuple[str, str] | None:
+    """The message and code of a refused ``send_message``, whose content is the tool error
+    ``{"error": code, "message": message}``; None for a result."""
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and isinstance(value.get("error"), str) and value["error"]:
+        return str(value.get("message") or value["error"]), value["error"]
+    return None
 
 
 # What each recipient_state of a steer means for the text, printed beside the stable value
 # (which scripts may match on).
-STEERED: dict[str, str] = {
-    RecipientState.RUNNING: "it joins the run at its next model request",
-    RecipientState.QUEUED: "it waits for the session's next run",
-    RecipientState.WAKING_FINISHED: "the session had finished: a new run starts with it",
-}
+def steered() -> dict[str, str]:
+    """What each recipient_state of a steer means for the text, printed beside the stable
+    value (which scripts may match on). A function, so that the core's records load only
+    when a steer is answered."""
+    from treemail.core.records import RecipientState
+
+    return {
+        RecipientState.RUNNING: "it joins the run at its next model request",
+        RecipientState.QUEUED: "it waits for the session's next run",
+        RecipientState.WAKING_FINISHED: "the session had finished: a new run starts with it",
+    }
 
 
 async def _steer(client: DaemonClient, args: argparse.Namespace) -> int:
     accepted = await client.call("run.steer", {"session_id": args.session, "text": args.text})
+    if args.json:
+        json_line(accepted)
+        return 0
     state = accepted["recipient_state"]
-    meaning = STEERED.get(state)
+    meaning = steered().get(state)
     print(f"message {accepted['message_id']}: mode {accepted['mode']}, recipient {state}"
           + (f" ({meaning})" if meaning else ""))
     return 0
@@ -291,117 +377,32 @@ async def _steer(client: DaemonClient, args: argparse.Namespace) -> int:
 async def _status(client: DaemonClient, args: argparse.Namespace) -> int:
     receipt = await client.call("message.get", {"message_id": args.message_id})
     message = receipt["message"]
+    if args.json:  # the receipt as the wire has it, each step with its state as read
+        json_line({**receipt, "history": [{**step, "state": state_text(step)}
+                                          for step in receipt["history"]]})
+        return 0
     from treemail.adapters.ui.console import print_table
 
     print(visible(f"message {message['message_id']} to {message['recipient']}: "
                   f"{message['state']} ({message['owner']}, {message['mode']})"), flush=True)
-    print_table(("SEQ", "KIND", "RUN", "REQUEST", "REASON"),
-                [(f"#{step['seq']}", step["kind"], step.get("run_id") or "-",
-                  step.get("request_id") or "-", step.get("reason") or "-")
-                 for step in receipt["history"]])
+    print_table(("SEQ", "STATE", "RUN", "REQUEST"),
+                [(f"#{step['seq']}", state_text(step), step.get("run_id") or "-",
+                  step.get("request_id") or "-") for step in receipt["history"]])
     return 0
 
 
-class Names:
-    """How the rows name sessions: by handle, else by UUID. Filled from ``SessionCreated``
-    events as they pass, so a new session costs no call; a session the feed has not shown
-    (created before the rows began) is read once with ``session.get``, then remembered."""
+def state_text(step: Mapping[str, Any]) -> str:
+    """A receipt's step as people say it: ``accepted``, ``claimed``, ``discarded: REASON``;
+    the event's class name (``ProducerMessageDiscarded``) is the log's word, not theirs."""
+    from treemail.core.events import EventKind, message_kind
 
-    def __init__(self, client: DaemonClient) -> None:
-        self.client = client
-        self.known: dict[str, str] = {}
-
-    async def row(self, view: dict[str, Any]) -> Row:
-        """The event view as its row, every session it names known first."""
-        if view["kind"] == EventKind.SESSION_CREATED:
-            handle = view["data"].get("handle")
-            sid = view["session_id"]
-            self.known[sid] = handle if isinstance(handle, str) and handle else sid
-        missing: set[str] = set()
-
-        def name(sid: str | None) -> str:
-            if sid and sid not in self.known:
-                missing.add(sid)
-            return self.known.get(sid or "", sid or "?")
-
-        row = _named_row(view, name)
-        if not missing:
-            return row
-        for sid in missing:
-            await self._learn(sid)
-        return view_row(view, self.known)
-
-    async def _learn(self, session_id: str) -> None:
-        try:
-            session = await self.client.call("session.get", {"session_id": session_id})
-        except RpcFailure:  # not a session (a malformed id in an event): shown as it is
-            self.known[session_id] = session_id
-            return
-        self.known[session_id] = session["handle"] or session_id
-
-
-def view_row(view: dict[str, Any], names: Mapping[str, str]) -> Row:
-    """An event view of the wire as its transcript row, sessions named by ``names``."""
-    return _named_row(view, lambda sid: names.get(sid or "", sid or "?"))
-
-
-def _named_row(view: dict[str, Any], name: Callable[[str | None], str]) -> Row:
-    return event_row(Event(view["session_id"], view["seq"], view["kind"], view["data"]), name)
-
-
-async def follow(client: DaemonClient, session_id: str | None,
-                 show: Callable[[Row | None, int], None]) -> None:
-    """Follow the feed from its end: ``show(None, head)`` once subscribed, then each new
-    event's row with its number, for as long as the daemon serves (``ConnectionError``
-    once it stops). Sessions are named by ``Names``: a new one costs no call."""
-    head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
-    await client.call("events.subscribe", {"after": head, "session_id": session_id})
-    show(None, head)
-    names = Names(client)
-    while True:  # an idle feed is followed for as long as it takes
-        note = await client.next_notification("events/event", timeout=None)
-        view = note.params["event"]
-        show(await names.row(view), view["number"])
-
-
-async def _tail(client: DaemonClient, args: argparse.Namespace) -> int:
-    from treemail.adapters.ui.console import console, print_row
-
-    out, shown = console(), 0
-
-    def show(row: Row | None, number: int) -> None:
-        nonlocal shown
-        shown = number
-        if row is not None:
-            print_row(row, out)
-            return
-        # On stderr, so the rows on stdout stay the feed alone; it says tail now follows.
-        print(f"treemail tail: following the feed after #{number}; Ctrl-C stops",
-              file=sys.stderr, flush=True)
-
-    try:
-        await follow(client, args.session, show)
-    except ConnectionError:  # the daemon stopped, or died: say so, never wait on it
-        print(f"treemail tail: the daemon closed the connection after #{shown}: it stopped "
-              "or died; start it again with `treemail daemon`, then tail again",
-              file=sys.stderr, flush=True)
-        return 1
-    return 0
-
-
-async def _replay(client: DaemonClient, args: argparse.Namespace) -> int:
-    from treemail.adapters.ui.console import console, print_row
-
-    out = console()
-    names = Names(client)
-    after = 0
-    while True:
-        page = await client.call("events.read", {"after": after, "session_id": args.session})
-        for view in page["events"]:
-            print_row(await names.row(view), out)
-        after = page["next"]
-        if after >= page["head"]:
-            return 0
+    kind = str(step["kind"])
+    try:  # PRODUCER_MESSAGE_DISCARDED -> discarded, if that is the state it records
+        state = EventKind(kind).name.rsplit("_", 1)[-1].lower()
+        state = state if message_kind(state).value == kind else kind
+    except ValueError:  # a kind this client does not know: shown as it is
+        state = kind
+    return f"{state}: {step['reason']}" if step.get("reason") else state
 
 
 def answer_line(answered: dict[str, Any]) -> str:
@@ -411,15 +412,26 @@ def answer_line(answered: dict[str, Any]) -> str:
 
 
 async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:
+    from treemail.adapters.daemon.lookup import short_approval_id
+
     if args.approval_id is None:
         held = (await client.call("approval.list"))["approvals"]
         for a in held:
-            print(visible(f"{a['approval_id']}  {a['tool']} {a['arguments']} "
-                          f"({a['label']} peer)"))
-        if not held:
+            short = short_approval_id(a["approval_id"])
+            if args.json:
+                json_line({"short_id": short, **a})
+                continue
+            # The short id first, as the transcript's rows name the approval; the whole id
+            # last, for a script that wants no lookup.
+            print(visible(f"approval {short}  {a['tool']} {a['arguments']} "
+                          f"({a['label']} peer)  {a['approval_id']}"))
+        if not held and not args.json:
             print("no tool call waits for approval")
         return 0
     answered = await client.call("approval.answer", {
         "approval_id": args.approval_id, "approve": not args.deny, "scope": args.scope})
+    if args.json:
+        json_line({"short_id": short_approval_id(args.approval_id), **answered})
+        return 0
     print(answer_line(answered))
     return 0

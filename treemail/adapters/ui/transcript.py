@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 
+from treemail.adapters.daemon.lookup import short_approval_id
 from treemail.adapters.ui.terminal import visible
 from treemail.core import events, owners
 from treemail.core.records import Event, Session
@@ -144,10 +145,10 @@ def _results_text(results: events.ToolResults) -> str:
 
 def _approval_text(payload: events.ApprovalRequested | events.ApprovalAnswered) -> str:
     if isinstance(payload, events.ApprovalRequested):
-        return (f"approval {payload.approval_id[:8]} asked: {payload.tool} to a "
+        return (f"approval {short_approval_id(payload.approval_id)} asked: {payload.tool} to a "
                 f"{payload.label} peer waits for the user")
     scope = f", scope {payload.scope}" if payload.scope else ""
-    return (f"approval {payload.approval_id[:8]} {payload.state.value}{scope}: "
+    return (f"approval {short_approval_id(payload.approval_id)} {payload.state.value}{scope}: "
             f"{_short(payload.outcome.text(), 48)}")
 
 
