@@ -105,7 +105,9 @@ class TestPostgresStore(StoreContract):
         first = self.make_store(directory)
         first.transact(populate)
         assert isinstance(first, PostgresStore)
-        _sql(self.url(directory), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        # With a timeout the server waits until the backend is gone (and its lock with it):
+        # without one, a loaded machine let the second open find the lock still held.
+        _sql(self.url(directory), "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
              "WHERE application_name = 'treemail' AND pid <> pg_backend_pid()")
         second = open_store(self.url(directory))  # the server dropped the first one's lock
         self.opened.append(second)
@@ -184,7 +186,7 @@ class TestPostgresStore(StoreContract):
             runs.append(1)
             tx.add("n", 1)
             if len(runs) == 1:  # the server ends this very transaction's connection
-                _sql(self.url(directory), "SELECT pg_terminate_backend(pid) FROM "
+                _sql(self.url(directory), "SELECT pg_terminate_backend(pid, 10000) FROM "
                      "pg_stat_activity WHERE application_name = 'treemail' "
                      "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%%'")
                 try:
