@@ -327,6 +327,10 @@ def test_a_run_writes_its_transcript_events(world: World) -> None:
     assert [s.session_id for s in engine.sessions()] == [root.session_id, kid.session_id]
 
 
+# An interruption that was no model failure records none of a fault's fields.
+NO_FAULT = {"status": None, "endpoint": None, "hint": None}
+
+
 def test_abort_and_cancel_write_their_reasons(world: World) -> None:
     root = world.root("root", {"*": "allow"})
     kid = world.child(root, "kid", {"*": "allow"})
@@ -338,12 +342,12 @@ def test_abort_and_cancel_write_their_reasons(world: World) -> None:
         "run_id": run.run_id, "request_id": request.request_id})
     engine.cancel_run(kid.session_id, run.run_id)
     assert _last(world, kid, "RunInterrupted") == {
-        "run_id": run.run_id, "run_number": 1, "reason": "cancelled"}
+        "run_id": run.run_id, "run_number": 1, "reason": "cancelled", **NO_FAULT}
     again = world.activate(kid)
     engine.begin_request(kid.session_id, again.run_id)
     engine.cancel_run(kid.session_id, again.run_id, reason="user pressed stop")
     assert _last(world, kid, "RunInterrupted") == {
-        "run_id": again.run_id, "run_number": 2, "reason": "user pressed stop"}
+        "run_id": again.run_id, "run_number": 2, "reason": "user pressed stop", **NO_FAULT}
     assert engine.run(again.run_id).status is RunState.INTERRUPTED
 
 
@@ -353,7 +357,7 @@ def test_recover_names_the_crash_as_the_reason(world: World) -> None:
     run = world.activate(kid)
     assert world.restart().recover() == 1
     assert _last(world, kid, "RunInterrupted") == {
-        "run_id": run.run_id, "run_number": 1, "reason": "crash found at restart"}
+        "run_id": run.run_id, "run_number": 1, "reason": "crash found at restart", **NO_FAULT}
 
 
 def test_record_tool_results_needs_the_running_run(world: World) -> None:
