@@ -19,6 +19,7 @@ from treemail.core.errors import (
     AgentDocError,
     ApprovalRequired,
     ConfigError,
+    ConfigUnknownKey,
     IllegalTransition,
     InvalidRequest,
     NotTreePeer,
@@ -173,14 +174,21 @@ def test_agent_doc_prompt_keeps_everything_after_the_first_closing_fence() -> No
 # -- configuration -----------------------------------------------------------------------------
 
 
-def test_config_unknown_keys_are_listed_sorted_with_the_valid_ones() -> None:
-    with pytest.raises(ConfigError) as caught:
+def test_config_unknown_keys_name_the_first_in_order_with_the_valid_ones() -> None:
+    with pytest.raises(ConfigUnknownKey) as caught:
         MessagingConfig.from_mapping({"zz": 1, "aa": 2, "max_hops": 3})
+    assert caught.value.code == "config:unknown_key"
     assert caught.value.message == (
-        "unknown [messaging] key(s) aa, zz; valid keys are enabled, max_hops, max_body_bytes, "
-        "max_pending_per_session, max_inflight_per_pair"
+        "unknown key `aa` in [messaging] (known: `enabled`, `max_hops`, `max_body_bytes`, "
+        "`max_pending_per_session`, `max_inflight_per_pair`; every key is documented in "
+        "spec/config.md)"
     )
-    assert caught.value.details == {"keys": ["aa", "zz"]}
+    assert caught.value.details == {"table": "messaging", "key": "aa", "suggestion": None}
+
+
+def test_config_unknown_key_suggests_the_nearest() -> None:
+    with pytest.raises(ConfigUnknownKey, match="did you mean `max_hops`"):
+        MessagingConfig.from_mapping({"max_hop": 3})
 
 
 def test_config_from_toml_messages() -> None:

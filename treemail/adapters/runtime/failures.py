@@ -70,11 +70,13 @@ def fault_of(error: ModelError) -> Fault:
 
 
 def describe(error: ModelError) -> str:
-    """One line: ``HTTP 401 from URL: hint`` when the call got that far, else the code and
-    the hint (or the message when there is no hint)."""
+    """One line: ``HTTP 401 from URL: hint`` when the server answered, ``no answer from URL:
+    hint`` when it did not, else the error's code and message."""
     fault = fault_of(error)
-    where = f" from {fault.endpoint}" if fault.endpoint else ""
-    head = f"HTTP {fault.status}{where}" if fault.status is not None else f"{error.code}{where}"
+    if fault.status is not None:
+        head = f"HTTP {fault.status}" + (f" from {fault.endpoint}" if fault.endpoint else "")
+    else:
+        head = f"no answer from {fault.endpoint}" if fault.endpoint else error.code
     tail = fault.hint or error.message
     text = f"{head}: {tail}"
     return text if len(text) <= _REASON else text[:_REASON] + "..."
