@@ -78,3 +78,24 @@ def test_the_connected_demos_flags_are_refused_without_connect(
         main(["demo", "--path", str(tmp_path / "store"), *flags])
     assert done.value.code == 2
     assert "go with --connect" in capsys.readouterr().err
+
+
+def test_a_model_slower_than_the_wait_is_said_in_one_line_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """A slow model (each scripted reply takes an hour here) outlasts the demo's wait: the
+    demo says so, with what to do, and exits 1."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    (data / "config.toml").write_text("[daemon.scripted]\ndelay = 3600\n", encoding="utf-8")
+    slow = DaemonProcess(data)
+    try:
+        demo = subprocess.run(
+            [sys.executable, "-m", "treemail", "demo", "--connect", "--socket",
+             str(slow.socket), "--wait", "0.5"], capture_output=True, text=True, timeout=120)
+    finally:
+        code, err = slow.terminate()
+    assert code == 0, err
+    assert demo.returncode == 1
+    assert "Traceback" not in demo.stderr and "TimeoutError" not in demo.stderr
+    assert "still running after 0.5s" in demo.stderr and "--wait SECONDS" in demo.stderr

@@ -31,7 +31,7 @@ from treemail.core.lifecycle import SessionState
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["SCENES", "Unanswered", "main"]
+__all__ = ["SCENES", "Unanswered", "Unsettled", "main"]
 
 _QUIET = (SessionState.IDLE, SessionState.FINISHED)  # no run queued or running
 WAIT = 300.0  # seconds the demo waits for the user to answer its approval, by default
@@ -87,6 +87,18 @@ class Unanswered(Exception):
     """Nobody answered the demo's approval in time."""
 
 
+class Unsettled(Exception):
+    """The tree still had runs going when the demo stopped waiting: a slow model, most
+    often, and said so in one line, never as a traceback."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            f"the demo's sessions were still running after {seconds:g}s (a slow or stuck "
+            "model?); watch them with `treemail tail`, check the daemon's log "
+            "(DATA_DIR/daemon.log), or give the demo longer with --wait SECONDS")
+        self.seconds = seconds
+
+
 class Connected:
     def __init__(self, client: DaemonClient, *, approve: bool = False, wait: float = WAIT,
                  bar: Progress | None = None) -> None:
@@ -108,11 +120,18 @@ class Connected:
         print(f"\n== {text}", flush=True)
         self.scene(text)
 
-    async def settle(self, timeout: float = 60.0) -> None:
+    async def settle(self, timeout: float | None = None) -> None:
         """Wait until no session has a run queued or running, but for runs held on an
-        approval, and print the new rows; then have each held call answered, and again."""
+        approval, and print the new rows; then have each held call answered, and again.
+        ``Unsettled`` after ``timeout`` seconds (by default ``wait``: a real model may take
+        minutes, and the user chose how long to wait)."""
+        limit = self.wait if timeout is None else timeout
         while True:
-            held = await self._quiet(timeout)
+            try:
+                held = await self._quiet(limit)
+            except TimeoutError:
+                await self._show()  # what did happen, before saying what did not
+                raise Unsettled(limit) from None
             await self._show()
             if not held:
                 return
@@ -267,8 +286,15 @@ def main(address: str | Path, token: str | None = None, *, approve: bool = False
             print(f"treemail demo: {failure.data_code}: {failure.error.message}",
                   file=sys.stderr)
             return 1
-        except Unanswered as unanswered:
+        except (Unanswered, Unsettled) as unanswered:
             print(f"treemail demo: {unanswered}", file=sys.stderr)
+            return 1
+        except TreemailError as error:  # a call the daemon did not answer in time
+            print(f"treemail demo: {error}", file=sys.stderr)
+            return 1
+        except ConnectionError:
+            print("treemail demo: the daemon closed the connection: it stopped or died; "
+                  "start it again with `treemail daemon`", file=sys.stderr)
             return 1
         finally:
             await client.close()
