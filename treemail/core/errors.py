@@ -38,6 +38,7 @@ __all__ = [
     "ClientFailure",
     "ClientTimeout",
     "ConfigError",
+    "ConfigExists",
     "ConfigUnknownKey",
     "DataDirLocked",
     "DefinitionError",
@@ -149,6 +150,13 @@ class ConfigUnknownKey(ConfigError):
     ``suggestion``."""
 
     code = "config:unknown_key"
+
+
+class ConfigExists(ConfigError):
+    """``treemail init`` found a file it would write (``details``: ``paths``); it writes
+    nothing over the user's files."""
+
+    code = "config:exists"
 
 
 # What an agent doc got wrong: the ``problem`` detail of every AgentDocError, stable like

@@ -37,7 +37,7 @@ SCRIPTED: dict[str, type[ScriptedAgent | ScriptedEcho]] = {
 
 
 class OpenAITable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """``[daemon.openai]``: the OpenAI-compatible endpoint behind ``model = "openai"``."""
+    """``[daemon.openai]``: The OpenAI-compatible endpoint behind ``model = "openai"``."""
 
     base_url: Annotated[str, msgspec.Meta(
         description="the endpoint, with its scheme, e.g. http://localhost:8000/v1; requests "
@@ -54,7 +54,7 @@ class OpenAITable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
 
 
 class ScriptedTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """``[daemon.scripted]``: the offline models (``scripted`` and ``echo``)."""
+    """``[daemon.scripted]``: The offline models (``scripted`` and ``echo``)."""
 
     delay: Annotated[float, msgspec.Meta(
         ge=0, description="seconds each scripted reply waits, to watch a tree talk")] = 0.0
@@ -68,7 +68,7 @@ def _limits() -> dict[str, Any]:
 
 
 class DaemonTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """``[daemon]``: which model answers, and the daemon's own limits."""
+    """``[daemon]``: Which model answers, and the daemon's own limits."""
 
     model: Annotated[Adapter, msgspec.Meta(
         description="the model adapter: scripted (offline, follows the agent docs' "

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from treemail.adapters.ui import commands as daemon_commands
+from treemail.adapters.ui import init as init_command
 from treemail.adapters.ui.console import console, print_row
 from treemail.adapters.ui.transcript import event_row
 
@@ -66,6 +67,7 @@ def _main(argv: Sequence[str] | None) -> int:
     verify.add_argument("path", nargs="?", help="the store directory (or give --store URL)")
     daemon_commands.store_option(verify, "the store to check")
     daemon_commands.register(commands)
+    init_command.register(commands)
     tui = commands.add_parser(
         "tui", help="watch sessions converse and answer approvals (read-only on a store)")
     tui.add_argument("--data-dir", type=Path, default=Path("./.treemail"),
