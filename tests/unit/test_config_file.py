@@ -149,3 +149,18 @@ def test_the_daemon_refuses_a_typo_at_start_and_says_where(tmp_path: Path) -> No
     assert "config:unknown_key" in done.stderr and "did you mean [daemon]?" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (data / "store").exists()  # refused before the directory was taken
+
+
+def test_the_readme_says_where_config_lives_and_what_init_writes() -> None:
+    from treemail.adapters.daemon import logs
+    from treemail.adapters.runtime.failures import FailurePolicy
+
+    text = " ".join((SPEC.parent / "README.md").read_text(encoding="utf-8").split())
+    assert "`DATA_DIR/config.toml` and `DATA_DIR/agents/*.md`" in text
+    assert "treemail init --data-dir DIR" in text
+    assert all(f"`agents/{name}`" in text for name in AGENTS)
+    assert all(code in text for code in ("config:exists", "config:unknown_key",
+                                         "config:invalid"))
+    assert logs.MAX_BYTES == 1 << 20 and "rotated at 1 MiB" in text
+    assert f"{logs.BACKUPS} old files" in text.replace("three", "3")
+    assert FailurePolicy().limit == 3 and "tried three times" in text
