@@ -112,3 +112,17 @@ def test_a_base_url_without_a_scheme_says_so(tmp_path: Path) -> None:
     url = f"localhost:{_closed_port()}/v1"
     err = _failure_shown(tmp_path, url, "has no http:// or https:// scheme")
     assert err.count("has no http:// or https:// scheme") >= 2  # at start, and per failure
+
+
+def test_a_log_path_taken_by_a_symlink_is_not_followed_and_the_daemon_serves_on(
+    tmp_path: Path,
+) -> None:
+    data, target = tmp_path / "data", tmp_path / "elsewhere"
+    data.mkdir(mode=0o700)
+    (data / "config.toml").write_text("", encoding="utf-8")
+    (data / "daemon.log").symlink_to(target)
+    daemon = DaemonProcess(data)
+    code, err = daemon.terminate()
+    assert code == 0, err
+    assert not target.exists()
+    assert f"warning: cannot write {data / 'daemon.log'}" in err and "Traceback" not in err

@@ -66,8 +66,13 @@ def daemon_logging() -> Iterator[Callable[[Path], None]]:
     logger.addHandler(terminal)
 
     def to_file(data_dir: Path) -> None:
-        file = PrivateLog(data_dir / LOG_FILE, maxBytes=MAX_BYTES, backupCount=BACKUPS,
-                          encoding="utf-8")
+        try:
+            file = PrivateLog(data_dir / LOG_FILE, maxBytes=MAX_BYTES, backupCount=BACKUPS,
+                              encoding="utf-8")
+        except OSError as exc:  # a planted symlink, a full disk: serve on, say it here
+            logger.warning("cannot write %s (%s); logging to stderr only",
+                           data_dir / LOG_FILE, exc.strerror or exc)
+            return
         file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handlers.append(file)
         logger.addHandler(file)
