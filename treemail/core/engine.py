@@ -331,7 +331,7 @@ class Engine:
         """Interrupt a queued or running run; an open request is aborted first. ``fault``
         records what a failed model call knew beside the reason."""
         self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id, "interrupt",
-                                           reason, fault=fault))
+                                           reason, fault))
 
     def give_up_run(self, session_id: str, run_id: str, reason: str,
                     fault: events.Fault | None = None) -> bool:
@@ -339,8 +339,8 @@ class Engine:
         it; a delegated session's parent is told why. Returns whether a parent was told."""
 
         def work(tx: WriteTxn) -> bool:
-            session = runs.end(tx, self.ids, session_id, run_id, "interrupt", reason,
-                               wake=False, fault=fault)
+            session = runs.end(tx, self.ids, session_id, run_id, "interrupt", reason, fault,
+                               wake=False)
             return runs.report_interruption(tx, self.ids, session, reason)
 
         return self._transact(work)

@@ -2,8 +2,9 @@
 
 The data directory holds ``store/`` (the LMDB store, whose owner lock is the daemon's hold
 on the directory: see ``lock.py``), ``daemon.sock``, ``daemon.token`` (once ``--tcp`` was
-used; see ``tcp.py``), an optional ``config.toml``, an optional ``agents/`` directory of
-agent docs, and ``registered-agents/``, the docs clients defined (``registered.py``).
+used; see ``tcp.py``), ``daemon.log`` (``logs.py``), an optional ``config.toml`` (decoded
+strictly: ``settings.py``), an optional ``agents/`` directory of agent docs, and
+``registered-agents/``, the docs clients defined (``registered.py``).
 The config's ``[messaging]`` table sets the limits of mail, ``[daemon.limits]`` those of
 each connection (``connection.Limits``); ``[daemon] model`` names the model adapter:
 
