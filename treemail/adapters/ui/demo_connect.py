@@ -35,6 +35,7 @@ __all__ = ["SCENES", "Unanswered", "Unsettled", "main"]
 
 _QUIET = (SessionState.IDLE, SessionState.FINISHED)  # no run queued or running
 WAIT = 300.0  # seconds the demo waits for the user to answer its approval, by default
+SETTLE = 600.0  # seconds its tree may run between two scenes: a slow real model takes minutes
 
 LEAD = """---
 name: demo_lead
@@ -94,19 +95,20 @@ class Unsettled(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__(
             f"the demo's sessions were still running after {seconds:g}s (a slow or stuck "
-            "model?); watch them with `treemail tail`, check the daemon's log "
-            "(DATA_DIR/daemon.log), or give the demo longer with --wait SECONDS")
+            "model?); watch them with `treemail tail`, and check the daemon's log "
+            "(DATA_DIR/daemon.log)")
         self.seconds = seconds
 
 
 class Connected:
     def __init__(self, client: DaemonClient, *, approve: bool = False, wait: float = WAIT,
-                 bar: Progress | None = None) -> None:
+                 bar: Progress | None = None, settle_for: float = SETTLE) -> None:
         from treemail.adapters.ui.console import row_console
 
         self.client = client
         self.approve = approve  # answer the held call itself (unattended runs)
         self.wait = wait
+        self.settle_for = settle_for
         self.out = row_console(bar)  # coloured rows on a terminal, the plain lines elsewhere
         self.scene: Callable[[str], None] = lambda heading: None  # progress, on a terminal
         self.shown = 0
@@ -123,9 +125,9 @@ class Connected:
     async def settle(self, timeout: float | None = None) -> None:
         """Wait until no session has a run queued or running, but for runs held on an
         approval, and print the new rows; then have each held call answered, and again.
-        ``Unsettled`` after ``timeout`` seconds (by default ``wait``: a real model may take
-        minutes, and the user chose how long to wait)."""
-        limit = self.wait if timeout is None else timeout
+        ``Unsettled`` after ``timeout`` seconds (by default ``settle_for``: a real model may
+        take minutes)."""
+        limit = self.settle_for if timeout is None else timeout
         while True:
             try:
                 held = await self._quiet(limit)
@@ -253,19 +255,20 @@ class Connected:
 SCENES = 4  # the headings a run says with one approval, Check included
 
 
-async def _played(client: DaemonClient, approve: bool, wait: float) -> bool:
+async def _played(client: DaemonClient, approve: bool, wait: float,
+                  settle_for: float) -> bool:
     """The demo, with a bar over its scenes on a terminal's stderr (the rows, on stdout,
     are the same either way)."""
     from treemail.adapters.ui.console import advance, steps
 
     with steps(SCENES, "demo --connect") as bar:
-        demo = Connected(client, approve=approve, wait=wait, bar=bar)
+        demo = Connected(client, approve=approve, wait=wait, bar=bar, settle_for=settle_for)
         demo.scene = lambda heading: advance(bar, heading[:40])
         return await demo.play()
 
 
 def main(address: str | Path, token: str | None = None, *, approve: bool = False,
-         wait: float = WAIT) -> int:
+         wait: float = WAIT, settle_for: float = SETTLE) -> int:
     async def go() -> int:
         try:
             client = await DaemonClient.connect(address, name="treemail demo", token=token)
@@ -281,7 +284,7 @@ def main(address: str | Path, token: str | None = None, *, approve: bool = False
             print(f"treemail demo: {error}", file=sys.stderr)
             return 1
         try:
-            return 0 if await _played(client, approve, wait) else 1
+            return 0 if await _played(client, approve, wait, settle_for) else 1
         except RpcFailure as failure:
             print(f"treemail demo: {failure.data_code}: {failure.error.message}",
                   file=sys.stderr)
