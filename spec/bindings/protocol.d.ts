@@ -391,11 +391,14 @@ export interface RunFinishedData {
   reason: string;
 }
 
-/** The run was cancelled, failed, or was found dead at restart; ``reason`` says which. */
+/** The run was cancelled, failed, or was found dead at restart; ``reason`` says which. A model failure adds its HTTP ``status``, the ``endpoint`` called and a ``hint``. */
 export interface RunInterruptedData {
   run_id: string;
   run_number: number;
   reason: string;
+  status?: number | null;
+  endpoint?: string | null;
+  hint?: string | null;
 }
 
 /** A model request opened at a safe boundary and claimed ``message_ids``. */

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.conftest import DaemonProcess
+from treemail.adapters.ui import demo_connect
 from treemail.adapters.ui.cli import main
 
 APPROVE = re.compile(r"run `treemail approve (\S+)`")
@@ -78,3 +79,22 @@ def test_the_connected_demos_flags_are_refused_without_connect(
         main(["demo", "--path", str(tmp_path / "store"), *flags])
     assert done.value.code == 2
     assert "go with --connect" in capsys.readouterr().err
+
+
+def test_a_model_slower_than_the_demo_waits_is_said_in_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A slow model (each scripted reply takes an hour here) outlasts how long the demo
+    lets its tree run: the demo says so, with what to do, and exits 1."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    (data / "config.toml").write_text("[daemon.scripted]\ndelay = 3600\n", encoding="utf-8")
+    slow = DaemonProcess(data)
+    try:
+        assert demo_connect.main(slow.socket, settle_for=0.5) == 1
+    finally:
+        code, err = slow.terminate()
+    assert code == 0, err
+    said = capsys.readouterr().err
+    assert "Traceback" not in said and "TimeoutError" not in said
+    assert "still running after 0.5s" in said and "treemail tail" in said

@@ -65,9 +65,9 @@ def test_an_embedded_writer_is_refused_the_store_a_daemon_serves(tmp_path: Path)
         assert caught.value.details["pid"] == str(daemon.proc.pid)
         # Readers take no lock: they work beside the daemon.
         LmdbStore.open(tmp_path / "data" / "store", readonly=True).close()
-        # There is one lock: no other lock file in the data directory.
+        # There is one lock: no other lock file in the data directory (beside the log).
         assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
-            ".gitignore", "daemon.sock", "store"]
+            ".gitignore", "daemon.log", "daemon.sock", "store"]
     finally:
         code, err = daemon.terminate()
     assert code == 0, err

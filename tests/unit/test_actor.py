@@ -67,8 +67,8 @@ def test_the_policy_backs_off_doubling_up_to_its_cap_and_gives_up_at_its_limit()
     policy = FailurePolicy(limit=3, base=0.5, cap=3.0)
     assert [policy.delay(n) for n in range(5)] == [0.0, 1.0, 2.0, 3.0, 3.0]
     assert [policy.exhausted(n) for n in (1, 2, 3, 4)] == [False, False, True, True]
-    assert "3 times" in policy.reason(3, "model:error")
-    assert policy.reason(1, "model:error") == "model error: model:error"
+    assert "3 times" in policy.reason(3, ModelError("down", status=None))
+    assert policy.reason(1, ModelError("down", status=None)) == "model error: model:error: down"
     with pytest.raises(ValueError, match="limit must be >= 1"):
         FailurePolicy(limit=0)
 
@@ -88,7 +88,7 @@ def test_a_model_that_always_fails_is_tried_limit_times_then_the_session_waits_f
         assert naps.taken == [2.0, 3.0]  # before the 2nd and 3rd tries, none before the 1st
         assert rt.engine.session(root.session_id).state == "idle"
         reasons = interrupts(rt, root)
-        assert reasons[:2] == ["model error: model:error"] * 2
+        assert reasons[:2] == ["model error: model:error: down"] * 2
         assert "failed 3 times" in reasons[2] and "new input" in reasons[2]
         # The mail is kept, not lost: it waits with the session.
         assert [m.body for m in rt.engine.pending(root.session_id)] == ["hello"]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from treemail.core.config import DEFAULTS, MessagingConfig
-from treemail.core.errors import ConfigError
+from treemail.core.errors import ConfigError, ConfigUnknownKey
 
 CONTRACT_DEFAULTS = {
     "enabled": True,
@@ -64,15 +64,18 @@ def test_partial_table_keeps_the_other_defaults() -> None:
 
 
 def test_unknown_key_is_refused_and_named() -> None:
-    error = _refused({"max_hop": 2})
-    assert "max_hop" in error.message
-    assert error.details["keys"] == ["max_hop"]
+    with pytest.raises(ConfigUnknownKey) as caught:
+        MessagingConfig.from_mapping({"max_hop": 2})
+    assert caught.value.code == "config:unknown_key"
+    assert "`max_hop`" in caught.value.message and "did you mean `max_hops`?" in (
+        caught.value.message)
+    assert caught.value.details["key"] == "max_hop"
 
 
 def test_unknown_key_in_toml_is_refused() -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(ConfigUnknownKey) as caught:
         MessagingConfig.from_toml("[messaging]\nmax_pending = 3\n")
-    assert caught.value.code == "config:invalid"
+    assert caught.value.code == "config:unknown_key"
     assert "max_pending" in caught.value.message
 
 

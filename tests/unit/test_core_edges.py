@@ -19,6 +19,7 @@ from treemail.core.errors import (
     AgentDocError,
     ApprovalRequired,
     ConfigError,
+    ConfigUnknownKey,
     IllegalTransition,
     InvalidRequest,
     NotTreePeer,
@@ -173,14 +174,21 @@ def test_agent_doc_prompt_keeps_everything_after_the_first_closing_fence() -> No
 # -- configuration -----------------------------------------------------------------------------
 
 
-def test_config_unknown_keys_are_listed_sorted_with_the_valid_ones() -> None:
-    with pytest.raises(ConfigError) as caught:
+def test_config_unknown_keys_name_the_first_in_order_with_the_valid_ones() -> None:
+    with pytest.raises(ConfigUnknownKey) as caught:
         MessagingConfig.from_mapping({"zz": 1, "aa": 2, "max_hops": 3})
+    assert caught.value.code == "config:unknown_key"
     assert caught.value.message == (
-        "unknown [messaging] key(s) aa, zz; valid keys are enabled, max_hops, max_body_bytes, "
-        "max_pending_per_session, max_inflight_per_pair"
+        "unknown key `aa` in [messaging] (known: `enabled`, `max_hops`, `max_body_bytes`, "
+        "`max_pending_per_session`, `max_inflight_per_pair`; every key is documented in "
+        "spec/config.md)"
     )
-    assert caught.value.details == {"keys": ["aa", "zz"]}
+    assert caught.value.details == {"table": "messaging", "key": "aa", "suggestion": None}
+
+
+def test_config_unknown_key_suggests_the_nearest() -> None:
+    with pytest.raises(ConfigUnknownKey, match="did you mean `max_hops`"):
+        MessagingConfig.from_mapping({"max_hop": 3})
 
 
 def test_config_from_toml_messages() -> None:
@@ -328,6 +336,10 @@ def test_a_run_writes_its_transcript_events(world: World) -> None:
     assert [s.session_id for s in engine.sessions()] == [root.session_id, kid.session_id]
 
 
+# An interruption that was no model failure records none of a fault's fields.
+NO_FAULT = {"status": None, "endpoint": None, "hint": None}
+
+
 def test_abort_and_cancel_write_their_reasons(world: World) -> None:
     root = world.root("root", {"*": "allow"})
     kid = world.child(root, "kid", {"*": "allow"})
@@ -339,12 +351,12 @@ def test_abort_and_cancel_write_their_reasons(world: World) -> None:
         "run_id": run.run_id, "request_id": request.request_id})
     engine.cancel_run(kid.session_id, run.run_id)
     assert _last(world, kid, "RunInterrupted") == {
-        "run_id": run.run_id, "run_number": 1, "reason": "cancelled"}
+        "run_id": run.run_id, "run_number": 1, "reason": "cancelled", **NO_FAULT}
     again = world.activate(kid)
     engine.begin_request(kid.session_id, again.run_id)
     engine.cancel_run(kid.session_id, again.run_id, reason="user pressed stop")
     assert _last(world, kid, "RunInterrupted") == {
-        "run_id": again.run_id, "run_number": 2, "reason": "user pressed stop"}
+        "run_id": again.run_id, "run_number": 2, "reason": "user pressed stop", **NO_FAULT}
     assert engine.run(again.run_id).status is RunState.INTERRUPTED
 
 
@@ -354,7 +366,7 @@ def test_recover_names_the_crash_as_the_reason(world: World) -> None:
     run = world.activate(kid)
     assert world.restart().recover() == 1
     assert _last(world, kid, "RunInterrupted") == {
-        "run_id": run.run_id, "run_number": 1, "reason": "crash found at restart"}
+        "run_id": run.run_id, "run_number": 1, "reason": "crash found at restart", **NO_FAULT}
 
 
 def test_record_tool_results_needs_the_running_run(world: World) -> None:

@@ -316,7 +316,8 @@ def test_unparseable_arguments_are_kept_raw(server: FakeServer) -> None:
     assert call == ToolCall("call_9", "send_message", "{'to': 'x'}")
 
 
-@pytest.mark.parametrize(("status", "hint"), [(500, "the server failed"), (401, "check api_key")])
+@pytest.mark.parametrize(("status", "hint"),
+                         [(500, "the server failed"), (401, "check the API key")])
 def test_http_errors(server: FakeServer, status: int, hint: str) -> None:
     server.answer(status, {"error": {"message": "boom " * 200}})
     with pytest.raises(ModelError) as caught:

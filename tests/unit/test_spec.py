@@ -54,7 +54,7 @@ def test_json_table_equals_what_the_code_declares(name: str) -> None:
     assert _load(name) == JSON_TABLES[name](), f"regenerate: {spec_tables.REGENERATE}"
 
 
-@pytest.mark.parametrize("name", sorted([*JSON_TABLES, "lifecycle.md"]))
+@pytest.mark.parametrize("name", sorted([*JSON_TABLES, "lifecycle.md", "config.md"]))
 def test_generated_file_is_byte_for_byte_current(name: str) -> None:
     expected = spec_tables.generated_files()[name]
     assert (SPEC / name).read_text(encoding="utf-8") == expected, spec_tables.REGENERATE
@@ -62,7 +62,8 @@ def test_generated_file_is_byte_for_byte_current(name: str) -> None:
 
 def test_every_generated_file_is_checked() -> None:
     # The tool schemas are compared by tests/unit/test_tools.py, and by the --check run below.
-    assert set(spec_tables.generated_files()) == {*JSON_TABLES, "lifecycle.md", *schema_files()}
+    assert set(spec_tables.generated_files()) == {*JSON_TABLES, "lifecycle.md", "config.md",
+                                                  *schema_files()}
 
 
 def test_lifecycle_md_is_marked_generated_and_holds_every_diagram() -> None:

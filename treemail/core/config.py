@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 import attrs
 
-from treemail.core.errors import ConfigError
+from treemail.core.errors import ConfigError, ConfigUnknownKey
 
-__all__ = ["DEFAULTS", "MessagingConfig"]
+__all__ = ["DEFAULTS", "MessagingConfig", "unknown_key"]
 
 
 @attrs.frozen
@@ -49,11 +50,7 @@ class MessagingConfig:
                               f"valid keys are {', '.join(DEFAULTS)}", keys=[repr(k) for k in odd])
         unknown = sorted(set(table) - set(DEFAULTS))
         if unknown:
-            raise ConfigError(
-                f"unknown [messaging] key(s) {', '.join(unknown)}; "
-                f"valid keys are {', '.join(DEFAULTS)}",
-                keys=unknown,
-            )
+            raise unknown_key("messaging", unknown[0], DEFAULTS)
         return cls(**dict(table))
 
     @classmethod
@@ -68,6 +65,25 @@ class MessagingConfig:
         if not isinstance(table, dict):
             raise ConfigError("[messaging] must be a table")
         return cls.from_mapping(table)
+
+
+def unknown_key(table: str, key: str, known: Collection[str],
+                where: str = "") -> ConfigUnknownKey:
+    """The error for ``key``, unknown in ``table`` (dotted; "" is the top level, whose keys
+    are tables), naming the nearest known name: a typo is the usual cause, and a setting
+    silently ignored is worse than a refusal."""
+    def name(k: str) -> str:
+        return f"[{k}]" if not table else f"`{k}`"
+
+    close = difflib.get_close_matches(key, [str(k) for k in known], n=1, cutoff=0.6)
+    guess = f"; did you mean {name(close[0])}?" if close else ""
+    place = "the top level" if not table else f"[{table}]"
+    what = "table" if not table else "key"
+    listed = ", ".join(name(str(k)) for k in known) or "none"
+    return ConfigUnknownKey(
+        f"{where}{': ' if where else ''}unknown {what} {name(key)} in {place}{guess} "
+        f"(known: {listed}; every key is documented in spec/config.md)",
+        table=table, key=key, suggestion=close[0] if close else None)
 
 
 def _check_type(name: str, value: object, kind: type) -> None:

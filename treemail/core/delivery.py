@@ -100,13 +100,14 @@ def step_message(tx: WriteTxn, message: Message, event: str, **changes: Any) -> 
 
 
 def step_session(
-    tx: WriteTxn, session: Session, event: str, run: Run, reason: str | None = None
+    tx: WriteTxn, session: Session, event: str, run: Run, reason: str | None = None,
+    fault: events.Fault | None = None,
 ) -> Session:
     state = SESSION.step(f"session {session.session_id}", session.state, event)
     run_id = run.run_id if state.has_run else None
     updated = attrs.evolve(session, state=state, run_id=run_id)
     tx.put_session(updated)
-    events.record(tx, session.session_id, events.run_payload(event, run, reason))
+    events.record(tx, session.session_id, events.run_payload(event, run, reason, fault))
     return updated
 
 

@@ -326,16 +326,21 @@ class Engine:
 
         return self._transact(work)
 
-    def cancel_run(self, session_id: str, run_id: str, reason: str = "cancelled") -> None:
-        """Interrupt a queued or running run; an open request is aborted first."""
-        self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id, "interrupt", reason))
+    def cancel_run(self, session_id: str, run_id: str, reason: str = "cancelled",
+                   fault: events.Fault | None = None) -> None:
+        """Interrupt a queued or running run; an open request is aborted first. ``fault``
+        records what a failed model call knew beside the reason."""
+        self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id, "interrupt",
+                                           reason, fault))
 
-    def give_up_run(self, session_id: str, run_id: str, reason: str) -> bool:
+    def give_up_run(self, session_id: str, run_id: str, reason: str,
+                    fault: events.Fault | None = None) -> bool:
         """Interrupt the run and leave the session idle, its mail kept until new input wakes
         it; a delegated session's parent is told why. Returns whether a parent was told."""
 
         def work(tx: WriteTxn) -> bool:
-            session = runs.end(tx, self.ids, session_id, run_id, "interrupt", reason, wake=False)
+            session = runs.end(tx, self.ids, session_id, run_id, "interrupt", reason, fault,
+                               wake=False)
             return runs.report_interruption(tx, self.ids, session, reason)
 
         return self._transact(work)

@@ -38,6 +38,8 @@ __all__ = [
     "ClientFailure",
     "ClientTimeout",
     "ConfigError",
+    "ConfigExists",
+    "ConfigUnknownKey",
     "DataDirLocked",
     "DefinitionError",
     "DelegatingRunEnded",
@@ -137,9 +139,24 @@ class DefinitionError(TreemailError):
 
 
 class ConfigError(DefinitionError):
-    """A `[messaging]` setting is unknown, mistyped or out of range."""
+    """A config setting is mistyped or out of range, or the config file is not valid TOML."""
 
     code = "config:invalid"
+
+
+class ConfigUnknownKey(ConfigError):
+    """The config names a table or key treemail does not know (a typo, most often); the
+    message suggests the nearest known name and ``details`` carry ``table``, ``key`` and
+    ``suggestion``."""
+
+    code = "config:unknown_key"
+
+
+class ConfigExists(ConfigError):
+    """``treemail init`` found a file it would write (``details``: ``paths``); it writes
+    nothing over the user's files."""
+
+    code = "config:exists"
 
 
 # What an agent doc got wrong: the ``problem`` detail of every AgentDocError, stable like

@@ -36,6 +36,7 @@ __all__ = [
     "ApprovalRequested",
     "DelegationCompleted",
     "EventKind",
+    "Fault",
     "MessagePayload",
     "ModelOutput",
     "Payload",
@@ -199,11 +200,27 @@ class RunFinished(_RunEvent):
 
 
 @attrs.frozen
+class Fault:
+    """What a failed model call knew: the HTTP ``status`` (None when no answer came), the
+    ``endpoint`` it called and a ``hint`` saying what to check. Recorded beside an
+    interruption's reason so every reader can show why, not just that, a model failed."""
+
+    status: int | None = None
+    endpoint: str | None = None
+    hint: str | None = None
+
+
+@attrs.frozen
 class RunInterrupted(_RunEvent):
-    """The run was cancelled, failed, or was found dead at restart; ``reason`` says which."""
+    """The run was cancelled, failed, or was found dead at restart; ``reason`` says which.
+    A model failure adds its HTTP ``status``, the ``endpoint`` called and a ``hint``."""
 
     KIND: ClassVar[EventKind] = EventKind.RUN_INTERRUPTED
     reason: str
+    # Optional, so entries written before these fields existed still read back.
+    status: int | None = None
+    endpoint: str | None = None
+    hint: str | None = None
 
 
 @attrs.frozen
@@ -457,12 +474,16 @@ def run_kind(event: str) -> EventKind:
     return _RUN_KINDS[event].KIND
 
 
-def run_payload(event: str, run: Run, reason: str | None) -> RunPayload:
+def run_payload(event: str, run: Run, reason: str | None,
+                fault: Fault | None = None) -> RunPayload:
     cls = _RUN_KINDS[event]
     if cls is RunStarted:
         return RunStarted(run.run_id, run.number)
     if reason is None:
         raise ValueError(f"a {cls.KIND.value} event needs a reason")
+    if cls is RunInterrupted and fault is not None:
+        return RunInterrupted(run.run_id, run.number, reason, fault.status, fault.endpoint,
+                              fault.hint)
     return cls(run.run_id, run.number, reason)  # type: ignore[call-arg]
 
 

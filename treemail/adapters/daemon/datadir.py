@@ -3,7 +3,8 @@
 What the daemon keeps in ``DATA_DIR`` (spec/protocol.md, "Files the daemon keeps"):
 
 * ``store/``: the embedded store and its owner lock, the one lock (``lock.py``);
-* ``daemon.sock`` (the default socket), ``daemon.token`` (after a ``--tcp`` start);
+* ``daemon.sock`` (the default socket), ``daemon.token`` (after a ``--tcp`` start),
+  ``daemon.log`` (what it did, rotated; ``logs.py``);
 * ``registered-agents/``: agent docs defined over the wire (``registered.py``);
 * ``.gitignore``, holding ``*``, written into a new data directory: a data directory made
   inside a checkout (``./.treemail``, the default) is never committed by accident;
@@ -32,7 +33,8 @@ STORE_DIR = "store"
 GITIGNORE = ".gitignore"
 # What makes a directory a treemail data directory (a user may write config.toml or
 # agents/ before the first start): one of them, and a mode open to others is repaired.
-_OURS = (STORE_DIR, REGISTERED_DIR, TOKEN_FILE, "config.toml", "agents", "daemon.sock")
+_OURS = (STORE_DIR, REGISTERED_DIR, TOKEN_FILE, "config.toml", "agents", "daemon.sock",
+         "daemon.log")
 
 
 def take(data_dir: Path, socket: Path, store_url: str | None = None) -> Store:

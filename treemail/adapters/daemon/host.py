@@ -2,8 +2,9 @@
 
 The data directory holds ``store/`` (the LMDB store, whose owner lock is the daemon's hold
 on the directory: see ``lock.py``), ``daemon.sock``, ``daemon.token`` (once ``--tcp`` was
-used; see ``tcp.py``), an optional ``config.toml``, an optional ``agents/`` directory of
-agent docs, and ``registered-agents/``, the docs clients defined (``registered.py``).
+used; see ``tcp.py``), ``daemon.log`` (``logs.py``), an optional ``config.toml`` (decoded
+strictly: ``settings.py``), an optional ``agents/`` directory of agent docs, and
+``registered-agents/``, the docs clients defined (``registered.py``).
 The config's ``[messaging]`` table sets the limits of mail, ``[daemon.limits]`` those of
 each connection (``connection.Limits``); ``[daemon] model`` names the model adapter:
 
@@ -17,14 +18,11 @@ each connection (``connection.Limits``); ``[daemon] model`` names the model adap
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import os
 import signal
-import sys
-import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import attrs
 
@@ -35,67 +33,27 @@ from treemail.adapters.daemon.feeds import FeedSignal, Subscriptions, WireGate
 from treemail.adapters.daemon.handlers import install
 from treemail.adapters.daemon.listener import check_socket_path
 from treemail.adapters.daemon.lock import DAEMON_ROLE
+from treemail.adapters.daemon.logs import daemon_logging
 from treemail.adapters.daemon.scripted import ScriptedAgent, ScriptedEcho
 from treemail.adapters.daemon.server import Daemon
+from treemail.adapters.daemon.settings import Settings
 from treemail.adapters.daemon.tcp import TOKEN_FILE, Token, loopback
 from treemail.adapters.runtime.agent_docs import build_agents, load_agent_docs
 from treemail.adapters.runtime.ids import UuidIds
-from treemail.adapters.runtime.llm import Model, OpenAICompatibleModel
 from treemail.adapters.runtime.runtime import Runtime
-from treemail.core.config import MessagingConfig
-from treemail.core.errors import ConfigError, ListenFailed, TreemailError
+from treemail.core.errors import ListenFailed, TreemailError
 
 __all__ = ["DEFAULT_DATA_DIR", "ScriptedAgent", "ScriptedEcho", "Settings", "open_daemon",
            "run_daemon"]
 
+_log = logging.getLogger("treemail.daemon")
+
 DEFAULT_DATA_DIR = "./.treemail"
-_SCRIPTED: dict[str, type[ScriptedAgent | ScriptedEcho]] = {
-    "scripted": ScriptedAgent, "echo": ScriptedEcho}
-_MODELS = (*_SCRIPTED, "openai")
-
-
-@attrs.frozen
-class Settings:
-    messaging: MessagingConfig = attrs.field(factory=MessagingConfig)
-    model: str = "scripted"
-    openai: Mapping[str, Any] = attrs.field(factory=dict)
-    delay: float = 0.0
-    limits: Limits = attrs.field(factory=Limits)
-
-    @classmethod
-    def load(cls, data_dir: Path) -> Settings:
-        path = data_dir / "config.toml"
-        if not path.exists():
-            return cls()
-        try:
-            document = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
-        daemon = document.get("daemon", {})
-        model = daemon.get("model", "scripted")
-        if model not in _MODELS:
-            raise ConfigError(f"{path}: [daemon] model = {model!r}; use one of "
-                              f"{', '.join(_MODELS)}")
-        delay = daemon.get("scripted", {}).get("delay", 0.0)
-        if not isinstance(delay, int | float) or delay < 0:
-            raise ConfigError(f"{path}: [daemon.scripted] delay must be seconds >= 0")
-        return cls(MessagingConfig.from_mapping(document.get("messaging", {})), model,
-                   dict(daemon.get("openai", {})), float(delay),
-                   Limits.from_mapping(daemon.get("limits", {}), f"{path}: [daemon.limits]"))
-
-    def model_for(self, agent: str, doc_model: str | None) -> Model:
-        if self.model in _SCRIPTED:
-            return _SCRIPTED[self.model](self.delay)
-        key_env = str(self.openai.get("api_key_env", "OPENAI_API_KEY"))
-        base_url = self.openai.get("base_url")
-        if not base_url:
-            raise ConfigError("[daemon.openai] base_url is required with model = openai")
-        return OpenAICompatibleModel(str(base_url), os.environ.get(key_env),
-                                     doc_model or str(self.openai.get("model", "")))
 
 
 async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None,
-                      tcp: tuple[str, int] | None = None, store_url: str | None = None) -> Daemon:
+                      tcp: tuple[str, int] | None = None, store_url: str | None = None,
+                      settings: Settings | None = None) -> Daemon:
     """Take the data directory (open its store as its one writer: ``lock.py``), start the
     runtime (recovering what a crash left), and bind the socket (and ``tcp``, a loopback
     ``(host, port)``, with the data directory's token). Raises ``DataDirLocked`` if
@@ -109,7 +67,7 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
     store = take(data_dir, socket, store_url)  # the one lock (lock.py): first of all
     try:
         token = Token.load_or_create(data_dir) if tcp is not None else None
-        settings = Settings.load(data_dir)
+        settings = settings or Settings.load(data_dir)
         agents_dir = data_dir / "agents"
         files = load_agent_docs(agents_dir) if agents_dir.is_dir() else {}
         kept, docs = registered.Registered.open(data_dir / registered.REGISTERED_DIR, files)
@@ -160,24 +118,36 @@ class _Stopper:
 async def run_daemon(data_dir: Path, socket: Path | None, stdio: bool,
                      tcp: tuple[str, int] | None = None, store_url: str | None = None) -> int:
     socket = socket or data_dir / "daemon.sock"
+    # The config first: a typo in it is refused before anything is taken or bound.
+    settings = Settings.load(data_dir)
+    with daemon_logging() as logs:
+        return await _serve(data_dir, socket, stdio, tcp, store_url, settings, logs)
+
+
+async def _serve(data_dir: Path, socket: Path, stdio: bool, tcp: tuple[str, int] | None,
+                 store_url: str | None, settings: Settings,
+                 logs: Callable[[Path], None]) -> int:
     # The handlers come first: the socket accepts clients as soon as open_daemon binds it,
     # and from then on a SIGTERM must stop the daemon in order, not kill it outright.
     stopper = _Stopper()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopper)
-    daemon = stopper.daemon = await open_daemon(data_dir, socket, tcp=tcp, store_url=store_url)
+    daemon = stopper.daemon = await open_daemon(data_dir, socket, tcp=tcp, store_url=store_url,
+                                                settings=settings)
+    logs(data_dir)  # the file log only once the directory is this daemon's (lock.py)
     if stopper.asked:  # a signal came while it started: stop now that it can
         daemon.request_stop()
     extra = (f" and tcp://{daemon.tcp} (token in {data_dir / TOKEN_FILE})"
              if daemon.tcp else "")
-    print(f"treemail daemon: serving {data_dir} on {socket}{extra} (pid {os.getpid()})",
-          file=sys.stderr, flush=True)
+    _log.info("serving %s on %s%s (pid %d); %s", data_dir, socket, extra, os.getpid(),
+              settings.describe())
+    for warning in settings.warnings(data_dir, Path.cwd()):
+        _log.warning("%s", warning)
     if stdio:
         stdio_task = asyncio.create_task(daemon.serve_stdio(), name="stdio")
     await daemon.stopped.wait()
     if stdio:
         await asyncio.gather(stdio_task, return_exceptions=True)
-    with contextlib.suppress(OSError):
-        print("treemail daemon: stopped", file=sys.stderr, flush=True)
+    _log.info("stopped")
     return 0

@@ -24,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from treemail.adapters.runtime.failures import FailurePolicy
+from treemail.adapters.runtime.failures import FailurePolicy, fault_of
 from treemail.adapters.runtime.history import rebuild
 from treemail.adapters.runtime.llm import (
     Model,
@@ -40,12 +41,15 @@ from treemail.adapters.runtime.replies import normalise
 from treemail.adapters.runtime.toolbox import ToolBox
 from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError
-from treemail.core.events import RecordedCall, RecordedResult, Reply
+from treemail.core.events import Fault, RecordedCall, RecordedResult, Reply
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import Run, Session, ToolContext
 from treemail.core.tools import tool_definitions
 
 __all__ = ["Actor", "ActorHost", "HostedAgent", "Incident", "Jobs"]
+
+# The library only emits records; the daemon decides where they go (``daemon/logs.py``).
+_log = logging.getLogger("treemail.runtime")
 
 T = TypeVar("T")
 
@@ -257,13 +261,17 @@ class Actor:
         policy = host.failure_policy
         await host.writer(host.engine.abort_request, self.session_id, run.run_id,
                           request.request_id)
-        reason = policy.reason(self.failures, error.code)
+        reason = policy.reason(self.failures, error)
+        fault = fault_of(error)
         if policy.exhausted(self.failures):
-            await self._give_up(session, reason, error)
+            await self._give_up(session, reason, error, fault)
         else:
-            await host.writer(host.engine.cancel_run, self.session_id, run.run_id, reason)
+            _log.warning("session %s: %s (retrying)", self.session_id, reason)
+            await host.writer(host.engine.cancel_run, self.session_id, run.run_id, reason,
+                              fault)
 
-    async def _give_up(self, session: Session, reason: str, error: BaseException) -> None:
+    async def _give_up(self, session: Session, reason: str, error: BaseException,
+                       fault: Fault | None = None) -> None:
         """Interrupt the session's run, leave it idle until new input, tell a delegating
         parent, and record the incident; a run already ended is left as it is."""
         host = self.host
@@ -274,7 +282,7 @@ class Actor:
                                                            SessionState.RUNNING):
             return
         told = await host.writer(host.engine.give_up_run, self.session_id, current.run_id,
-                                 reason)
+                                 reason, fault)
         if told and session.parent_session_id is not None:
             host.poke(session.parent_session_id)
 

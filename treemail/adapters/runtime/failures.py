@@ -17,7 +17,10 @@ from collections.abc import Awaitable, Callable
 
 import attrs
 
-__all__ = ["FailurePolicy", "Sleep"]
+from treemail.core.errors import ModelError
+from treemail.core.events import Fault
+
+__all__ = ["FailurePolicy", "Sleep", "describe", "fault_of"]
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -48,9 +51,35 @@ class FailurePolicy:
         if failures > 0:
             await self.sleep(self.delay(failures))
 
-    def reason(self, failures: int, code: str) -> str:
-        """The interruption reason recorded in the log (and sent to a delegating parent)."""
+    def reason(self, failures: int, error: ModelError) -> str:
+        """The interruption reason recorded in the log (and sent to a delegating parent):
+        what failed, where, and what to check, never just the error's code."""
+        cause = describe(error)
         if self.exhausted(failures):
-            return (f"model failed {failures} times in a row ({code}); stopped until new "
+            return (f"model failed {failures} times in a row ({cause}); stopped until new "
                     "input arrives")
-        return f"model error: {code}"
+        return f"model error: {cause}"
+
+
+def fault_of(error: ModelError) -> Fault:
+    """The structured part of a model failure, recorded beside the reason."""
+    status, url, hint = (error.details.get(key) for key in ("status", "url", "hint"))
+    return Fault(status if isinstance(status, int) else None,
+                 url if isinstance(url, str) else None,
+                 hint if isinstance(hint, str) else None)
+
+
+def describe(error: ModelError) -> str:
+    """One line: ``HTTP 401 from URL: hint`` when the server answered, ``no answer from URL:
+    hint`` when it did not, else the error's code and message."""
+    fault = fault_of(error)
+    if fault.status is not None:
+        head = f"HTTP {fault.status}" + (f" from {fault.endpoint}" if fault.endpoint else "")
+    else:
+        head = f"no answer from {fault.endpoint}" if fault.endpoint else error.code
+    tail = fault.hint or error.message
+    text = f"{head}: {tail}"
+    return text if len(text) <= _REASON else text[:_REASON] + "..."
+
+
+_REASON = 400  # a reason is a line in a feed row and a parent's mail, not an error body

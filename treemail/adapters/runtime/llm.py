@@ -38,6 +38,7 @@ __all__ = [
     "ToolCall",
     "parse_reply",
     "tool_result_message",
+    "unreachable_hint",
 ]
 
 ChatMessage = Mapping[str, Any]
@@ -162,8 +163,8 @@ Sleep = Callable[[float], Awaitable[None]]
 
 _HINTS = {
     400: "the server rejected the request; check the model name and the tool schemas",
-    401: "check api_key",
-    403: "check api_key and that it may use this model",
+    401: "check the API key (the variable [daemon.openai] api_key_env names)",
+    403: "check the API key and that it may use this model",
     404: "check base_url (it usually ends in /v1) and the model name",
     429: "rate limited; retry later or lower the request rate",
 }
@@ -193,6 +194,7 @@ class OpenAICompatibleModel:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.base_url = base_url
         self.model = model
         self.timeout = timeout
         self.max_retries = max_retries
@@ -244,22 +246,22 @@ class OpenAICompatibleModel:
                 f"the request to {self.url} cannot be encoded as UTF-8 JSON "
                 f"({type(exc).__name__}: {_excerpt(str(exc))}); a message holds a lone "
                 "surrogate or a value JSON cannot carry",
-                status=None, url=self.url,
+                status=None, url=self.url, hint="a message cannot be sent as JSON",
             ) from None
         try:
             return await client.post(self.url, content=content, headers=headers,
                                      timeout=self.timeout)
         except httpx.TimeoutException as exc:
+            hint = "check the server is up and not overloaded, or raise the timeout"
             raise ModelError(
                 f"no answer from {self.url} within {self.timeout}s ({type(exc).__name__}); "
-                "check the server is up and not overloaded, or raise the timeout",
-                status=None, url=self.url,
+                f"{hint}", status=None, url=self.url, hint=hint,
             ) from exc
         except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError) as exc:
+            hint = unreachable_hint(self.base_url)
             raise ModelError(
-                f"could not reach {self.url}: {type(exc).__name__}: {exc}; check base_url and "
-                "that the server is running",
-                status=None, url=self.url,
+                f"could not reach {self.url}: {type(exc).__name__}: {exc}; {hint}",
+                status=None, url=self.url, hint=hint,
             ) from exc
 
 
@@ -283,7 +285,7 @@ def _status_error(response: httpx.Response, url: str, attempts: int) -> ModelErr
     tries = f" after {attempts} attempts" if attempts > 1 else ""
     body = _excerpt(_text(response))
     return ModelError(f"{url} answered HTTP {status}{tries}: {hint}. Body: {body}",
-                      status=status, body=body, url=url)
+                      status=status, body=body, url=url, hint=hint)
 
 
 def _text(response: httpx.Response) -> str:
@@ -300,10 +302,11 @@ def _json_body(response: httpx.Response, url: str) -> object:
         return json.loads(_text(response))
     except (ValueError, RecursionError):  # nested past the parser's limit is not JSON to us
         body = _excerpt(_text(response))
+        hint = "check base_url points at a chat-completions API"
         raise ModelError(
-            f"{url} answered HTTP {response.status_code} with a body that is not JSON; check "
-            f"base_url points at a chat-completions API. Body: {body}",
-            status=response.status_code, body=body, url=url,
+            f"{url} answered HTTP {response.status_code} with a body that is not JSON; {hint}. "
+            f"Body: {body}",
+            status=response.status_code, body=body, url=url, hint=hint,
         ) from None
 
 
@@ -367,7 +370,18 @@ def _malformed(problem: str, body: object) -> ModelError:
         f"malformed chat-completions response: {problem}; check the server speaks the "
         f"OpenAI chat-completions format. Body: {excerpt}",
         status=None, body=excerpt,
+        hint="check the server speaks the OpenAI chat-completions format",
     )
+
+
+def unreachable_hint(base_url: str) -> str:
+    """What to check when ``base_url`` cannot be reached: its scheme first, since a URL
+    without one (``localhost:8000/v1``) fails before any connection is tried."""
+    scheme = base_url.split("://", 1)[0].lower() if "://" in base_url else ""
+    if scheme not in ("http", "https"):
+        return (f"base_url {base_url!r} has no http:// or https:// scheme; write it as "
+                f"http://{base_url.split('://')[-1]}")
+    return "check base_url and that the server is running"
 
 
 def _excerpt(text: str) -> str:

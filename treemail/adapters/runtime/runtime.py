@@ -18,6 +18,7 @@ Plugins observe the durable feed live (``FeedFollower``), gate tool calls, and i
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
@@ -47,6 +48,8 @@ from treemail.core.records import (
 from treemail.core.store import Store
 
 __all__ = ["Agent", "Runtime"]
+
+_log = logging.getLogger("treemail.runtime")
 
 T = TypeVar("T")
 
@@ -283,9 +286,12 @@ class Runtime:
 
     def crashed(self, error: BaseException) -> None:
         self.crashes.append(error)
+        _log.error("an actor crashed: %s: %s", type(error).__name__, error)
 
     def incident(self, incident: Incident) -> None:
         self.incidents.append(incident)
+        # Kept for tests, and told to whoever runs the process: a give-up must not be silent.
+        _log.error("%s", incident)
 
     def evicted(self, actor: Actor) -> None:
         if self._actors.get(actor.session_id) is actor:

@@ -31,10 +31,11 @@ from treemail.core.lifecycle import SessionState
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-__all__ = ["SCENES", "Unanswered", "main"]
+__all__ = ["SCENES", "Unanswered", "Unsettled", "main"]
 
 _QUIET = (SessionState.IDLE, SessionState.FINISHED)  # no run queued or running
 WAIT = 300.0  # seconds the demo waits for the user to answer its approval, by default
+SETTLE = 600.0  # seconds its tree may run between two scenes: a slow real model takes minutes
 
 LEAD = """---
 name: demo_lead
@@ -87,14 +88,27 @@ class Unanswered(Exception):
     """Nobody answered the demo's approval in time."""
 
 
+class Unsettled(Exception):
+    """The tree still had runs going when the demo stopped waiting: a slow model, most
+    often, and said so in one line, never as a traceback."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            f"the demo's sessions were still running after {seconds:g}s (a slow or stuck "
+            "model?); watch them with `treemail tail`, and check the daemon's log "
+            "(DATA_DIR/daemon.log)")
+        self.seconds = seconds
+
+
 class Connected:
     def __init__(self, client: DaemonClient, *, approve: bool = False, wait: float = WAIT,
-                 bar: Progress | None = None) -> None:
+                 bar: Progress | None = None, settle_for: float = SETTLE) -> None:
         from treemail.adapters.ui.console import row_console
 
         self.client = client
         self.approve = approve  # answer the held call itself (unattended runs)
         self.wait = wait
+        self.settle_for = settle_for
         self.out = row_console(bar)  # coloured rows on a terminal, the plain lines elsewhere
         self.scene: Callable[[str], None] = lambda heading: None  # progress, on a terminal
         self.shown = 0
@@ -108,11 +122,18 @@ class Connected:
         print(f"\n== {text}", flush=True)
         self.scene(text)
 
-    async def settle(self, timeout: float = 60.0) -> None:
+    async def settle(self, timeout: float | None = None) -> None:
         """Wait until no session has a run queued or running, but for runs held on an
-        approval, and print the new rows; then have each held call answered, and again."""
+        approval, and print the new rows; then have each held call answered, and again.
+        ``Unsettled`` after ``timeout`` seconds (by default ``settle_for``: a real model may
+        take minutes)."""
+        limit = self.settle_for if timeout is None else timeout
         while True:
-            held = await self._quiet(timeout)
+            try:
+                held = await self._quiet(limit)
+            except TimeoutError:
+                await self._show()  # what did happen, before saying what did not
+                raise Unsettled(limit) from None
             await self._show()
             if not held:
                 return
@@ -234,19 +255,20 @@ class Connected:
 SCENES = 4  # the headings a run says with one approval, Check included
 
 
-async def _played(client: DaemonClient, approve: bool, wait: float) -> bool:
+async def _played(client: DaemonClient, approve: bool, wait: float,
+                  settle_for: float) -> bool:
     """The demo, with a bar over its scenes on a terminal's stderr (the rows, on stdout,
     are the same either way)."""
     from treemail.adapters.ui.console import advance, steps
 
     with steps(SCENES, "demo --connect") as bar:
-        demo = Connected(client, approve=approve, wait=wait, bar=bar)
+        demo = Connected(client, approve=approve, wait=wait, bar=bar, settle_for=settle_for)
         demo.scene = lambda heading: advance(bar, heading[:40])
         return await demo.play()
 
 
 def main(address: str | Path, token: str | None = None, *, approve: bool = False,
-         wait: float = WAIT) -> int:
+         wait: float = WAIT, settle_for: float = SETTLE) -> int:
     async def go() -> int:
         try:
             client = await DaemonClient.connect(address, name="treemail demo", token=token)
@@ -262,13 +284,20 @@ def main(address: str | Path, token: str | None = None, *, approve: bool = False
             print(f"treemail demo: {error}", file=sys.stderr)
             return 1
         try:
-            return 0 if await _played(client, approve, wait) else 1
+            return 0 if await _played(client, approve, wait, settle_for) else 1
         except RpcFailure as failure:
             print(f"treemail demo: {failure.data_code}: {failure.error.message}",
                   file=sys.stderr)
             return 1
-        except Unanswered as unanswered:
+        except (Unanswered, Unsettled) as unanswered:
             print(f"treemail demo: {unanswered}", file=sys.stderr)
+            return 1
+        except TreemailError as error:  # a call the daemon did not answer in time
+            print(f"treemail demo: {error}", file=sys.stderr)
+            return 1
+        except ConnectionError:
+            print("treemail demo: the daemon closed the connection: it stopped or died; "
+                  "start it again with `treemail daemon`", file=sys.stderr)
             return 1
         finally:
             await client.close()

@@ -159,7 +159,16 @@ def _run_text(payload: events.RunPayload) -> str:
         return f"run {payload.run_number} started"
     if isinstance(payload, events.RunFinished):
         return f"run {payload.run_number} finished"
-    return f"run {payload.run_number} interrupted ({payload.reason})"
+    return f"run {payload.run_number} interrupted ({payload.reason}){_fault(payload)}"
+
+
+def _fault(payload: events.RunInterrupted) -> str:
+    """A model failure's status, endpoint and hint, each only once: the reason may already
+    quote them, and a row says a thing once."""
+    parts = [(f"HTTP {payload.status}" if payload.status is not None else None),
+             payload.endpoint, payload.hint]
+    shown = [part for part in parts if part and part not in payload.reason]
+    return f" [{'; '.join(shown)}]" if shown else ""
 
 
 def _session_text(payload: events.SessionCreated | events.SessionReverted
