@@ -53,11 +53,19 @@ from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import TreemailError
 from treemail.core.ids import CountingIds
-from treemail.core.lifecycle import MessageState
+from treemail.core.lifecycle import MessageState, SessionState
 from treemail.core.records import Owner
 from treemail.core.store import MemoryStore
 from treemail.models.coverage import REPLAY, Coverage, guard_of, recording
-from treemail.models.explore import Action, Bounds, alphabet, drain_step, outcome, perform
+from treemail.models.explore import (
+    Action,
+    Bounds,
+    alphabet,
+    drain_step,
+    ended_run,
+    outcome,
+    perform,
+)
 from treemail.models.invariants import (
     INVARIANTS,
     Failure,
@@ -170,7 +178,9 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
     key = (
         restarts, model.shut, model.config.enabled,
         [(n(s.root_session_id), n(s.parent_session_id), s.agent.name, s.handle is None,
-          s.ordinal, str(s.state), n(s.run_id), s.live) for s in sessions],
+          s.ordinal, str(s.state), n(s.run_id), s.live,
+          s.state == SessionState.IDLE and ended_run(world, s) is not None)  # a late call's
+         for s in sessions],
         [(n(r.session_id), r.number if history else 0, str(r.status), n(r.open_request))
          for r in runs],
         [(n(m.recipient), n(m.sender), m.owner.value, body(m.body), m.mode.value, m.hop, m.seq,
