@@ -80,6 +80,7 @@ from treemail.models.invariants import (
 )
 from treemail.models.plants import PLANTS, planted
 from treemail.models.reference import Reference
+from treemail.models.replay import Replay, StoreFactory
 from treemail.models.snapshots import CopyableWorld, Lockstep, Node, clone, model_step, untouched
 
 __all__ = [
@@ -207,8 +208,10 @@ class Checker:
     """One search: the parent links of every state found, and the counts it reports."""
 
     def __init__(self, config: MessagingConfig, bounds: Bounds, progress: TextIO | None = None,
-                 history: bool = False, shortcuts: bool = True) -> None:
+                 history: bool = False, shortcuts: bool = True, replay: Replay | None = None
+                 ) -> None:
         self.config, self.bounds, self.progress = config, bounds, progress
+        self.replay = replay  # each transition also run on another store (``replay``)
         self.history = history
         # Off: every drain run through, the model's snapshots always on: the search before
         # those two savings, kept as `just bench`'s baseline for line (h).
@@ -219,14 +222,22 @@ class Checker:
         self.drained = 0  # states whose drain ran to the end (the others chain into it)
         self.coverage = Coverage()
         self._shown = 0.0
+        self._answer: tuple[Any, ...] = ()  # the model's answer to the last action stepped
 
     def step(self, node: Node, action: Action) -> tuple[Node, Failure | None, bool]:
         """Apply ``action`` to copies of both sides; compare answers, states, invariants.
         Also says whether the engine accepted the action."""
+        child, failure, accepted = self._step(node, action)
+        if failure is None and self.replay is not None:
+            failure = self.replay.check(node.key, action, self._answer, child.model)
+        return child, failure, accepted
+
+    def _step(self, node: Node, action: Action) -> tuple[Node, Failure | None, bool]:
         model, store, ids = clone(node)
         assert isinstance(model, Lockstep)
         got = outcome(lambda: perform(action, Engine(store, ids, node.config)))
         model, want = model_step(node, model, action)
+        self._answer = want
         if got == want and want[0] == "error" and model is node.model and \
                 action.kind != "restart" and untouched(node, store, ids):
             self._count(action, want)
@@ -332,6 +343,8 @@ class Checker:
                 child.key = canonical(child.model, child.restarts, self.history)
             if child.key not in self.parents:
                 self.parents[child.key] = (node.key, action.label)
+                if self.replay is not None:
+                    self.replay.reached(child.key, node.key, action)
                 queue.append(child)
         return None, chained
 
@@ -347,6 +360,8 @@ class Checker:
         root.model.world = CopyableWorld()
         root.key = canonical(root.model, 0, self.history)
         self.parents[root.key] = None
+        if self.replay is not None:
+            self.replay.reached(root.key, None, None)
         queue, best = deque([root]), None
         while queue:
             node = queue.popleft()
@@ -388,10 +403,14 @@ class Checker:
 
 
 def check(config: MessagingConfig = DEFAULT_CONFIG, bounds: Bounds | None = None,
-          progress: TextIO | None = None, history: bool = False) -> Result:
+          progress: TextIO | None = None, history: bool = False,
+          store: StoreFactory | None = None) -> Result:
     """Explore every interleaving within ``bounds``; the first shortest counterexample, if any.
-    ``history``: key states on their whole past too (exact id renaming only; never finite)."""
-    return Checker(config, bounds if bounds is not None else Bounds(), progress, history).run()
+    ``history``: key states on their whole past too (exact id renaming only; never finite).
+    ``store``: also run every transition on a fresh store from this factory (``replay``)."""
+    replay = Replay(store, config) if store is not None else None
+    return Checker(config, bounds if bounds is not None else Bounds(), progress, history,
+                   replay=replay).run()
 
 
 def report(result: Result, out: TextIO | None = None) -> None:
@@ -461,9 +480,11 @@ def load_config(path: str | None, inline: str) -> MessagingConfig:
 
 def main(bounds: str = "", config: str | None = None, messaging: str = "",
          plant: str | None = None, history: bool = False,
-         progress: TextIO | None = None) -> int:
+         progress: TextIO | None = None, store: StoreFactory | None = None,
+         store_name: str = "memory") -> int:
     """``treemail check``: 0 when no counterexample, 1 with one, 2 on bad arguments.
-    ``progress`` takes the live progress line (the CLI gives its console's; None: quiet)."""
+    ``progress`` takes the live progress line (the CLI gives its console's; None: quiet).
+    ``store``: a factory of fresh stores every transition also runs on (``store_name``)."""
     try:
         limits_, settings = parse_bounds(bounds), load_config(config, messaging)
         if plant is not None and plant not in PLANTS:
@@ -473,9 +494,10 @@ def main(bounds: str = "", config: str | None = None, messaging: str = "",
         return 2
     shown = ", ".join(f"{f.name}={getattr(limits_, f.name)}" for f in attrs.fields(Bounds))
     print(f"treemail check: bounds {shown}; [messaging] {_config_line(settings)}"
-          + (f"; planted bug: {plant}" if plant else ""))
+          + (f"; planted bug: {plant}" if plant else "")
+          + (f"; every transition also run on the {store_name} store" if store else ""))
     with planted(plant):
-        result = check(settings, limits_, progress, history)
+        result = check(settings, limits_, progress, history, store)
     code = 0 if result.counterexample is None else 1
     try:
         report(result)

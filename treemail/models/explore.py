@@ -63,7 +63,9 @@ KEY = "k1"  # the idempotency key of the user's keyed mail
 class Bounds:
     """How far the search goes. Successors beyond a size bound are checked, not explored."""
 
-    sessions: int = 3  # including the roots
+    # Including the roots. Four, so that one tree holds a cousin (root, two children, a
+    # grandchild): the wildcard's rule between two delegated sessions of different parents.
+    sessions: int = 4
     messages: int = 4  # accepted, of every owner: two tasks and two sends fill an inbox
     restarts: int = 1
     approvals: int = 1  # held calls; 0: every agent allows every peer, nothing is ever held
@@ -76,9 +78,9 @@ class Bounds:
     # `disabled` guard answers; 0: every restart keeps the config.
     disabled: int = 1
     # 2: a second root too, counted among the sessions; a send may name the other tree's
-    # root by its handle, which no tree but its own resolves. With it the default bounds
-    # explore 100,644 states (depth 8); 1: one tree, about 64,000.
-    trees: int = 2
+    # root by its handle, which no tree but its own resolves. 1 by default: the four
+    # sessions go to one tree, where the cousin is (the other tree's handle has its test).
+    trees: int = 1
 
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(Bounds):
@@ -253,7 +255,11 @@ def _outside(world: World, session: SessionRecord, bounds: Bounds) -> list[Actio
         return []
     sid = session.session_id
     actions = []
-    if len(world.sessions) < bounds.sessions:
+    # At most two children each: two are siblings, and beside a grandchild make a cousin; a
+    # third child is one more sibling, and four sessions would spend most of the space on
+    # the star of three.
+    children = sum(1 for s in world.sessions.values() if s.parent_session_id == sid)
+    if len(world.sessions) < bounds.sessions and children < 2:
         actions.append(Action("delegate", (sid, bounds.agent_below(session)),
                               f"delegate(parent={short(sid)})"))
     actions.append(_accept(session))

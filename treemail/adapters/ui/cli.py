@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,7 @@ from treemail.adapters.ui.transcript import event_row
 
 if TYPE_CHECKING:
     from treemail.core.engine import Engine
+    from treemail.core.store import Store
 
 __all__ = ["main"]
 
@@ -61,6 +62,9 @@ def _main(argv: Sequence[str] | None) -> int:
     check.add_argument("--history", action="store_true",
                        help="key states on their whole past too (ids renamed only)")
     check.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    check.add_argument("--store", choices=("memory", "lmdb"), default="memory",
+                       help="lmdb: also run every transition on a fresh LMDB store (replaying "
+                            "the path to its state there): slow, for small --bounds")
     verify = commands.add_parser(
         "verify", help="check every record's checksum and every index of a store")
     verify.add_argument("path", nargs="?", help="the store directory (or give --store URL)")
@@ -108,8 +112,26 @@ def _main(argv: Sequence[str] | None) -> int:
         # States explored and the rate: live on a terminal (rich), the final line elsewhere.
         progress = None if args.quiet else ProgressLine(sys.stderr, "check")
         return check_main(args.bounds, args.config, args.messaging, args.plant,
-                          history=args.history, progress=progress)
+                          history=args.history, progress=progress,
+                          store=_scratch_lmdb if args.store == "lmdb" else None,
+                          store_name=args.store)
     return show_log(args.path, args.session, follow=args.follow, interval=args.interval)
+
+
+@contextlib.contextmanager
+def _scratch_lmdb() -> Iterator[Store]:
+    """A fresh LMDB store in a temporary directory, removed afterwards: ``check --store
+    lmdb`` runs each transition on one. Unsynced: nothing in it outlives the check."""
+    import tempfile
+
+    from treemail.adapters.store.lmdb_store import LmdbStore
+
+    with tempfile.TemporaryDirectory(prefix="treemail-check-") as directory:
+        store = LmdbStore.open(Path(directory) / "store", sync=False)
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 def _tui(args: argparse.Namespace) -> int:
