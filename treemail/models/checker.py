@@ -449,7 +449,7 @@ def _pairs(text: str, what: str) -> dict[str, str]:
 
 
 def parse_bounds(text: str) -> Bounds:
-    """``sessions=3,messages=4,restarts=1,approvals=1,depth=N,disabled=1,trees=2``; omitted
+    """``sessions=4,messages=4,restarts=1,approvals=1,depth=N,disabled=1,trees=1``; omitted
     keys keep defaults."""
     given = _pairs(text, "--bounds")
     known = {field.name for field in attrs.fields(Bounds)}

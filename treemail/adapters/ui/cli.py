@@ -52,8 +52,8 @@ def _main(argv: Sequence[str] | None) -> int:
     check = commands.add_parser(
         "check", help="bounded exhaustive model check of the engine against the reference model")
     check.add_argument("--bounds", default="",
-                       help="sessions=3,messages=4,restarts=1,approvals=1,depth=N,disabled=1,"
-                            "trees=2 (any subset)")
+                       help="sessions=4,messages=4,restarts=1,approvals=1,depth=N,disabled=1,"
+                            "trees=1 (any subset)")
     check.add_argument("--config", help="a TOML file whose [messaging] table sets the limits")
     check.add_argument("--messaging", default="",
                        help="limits inline, after --config: max_pending_per_session=2,...")
