@@ -80,6 +80,8 @@ class Bounds:
     # 2: a second root too, counted among the sessions; a send may name the other tree's
     # root by its handle, which no tree but its own resolves. 1 by default: the four
     # sessions go to one tree, where the cousin is (the other tree's handle has its test).
+    # So bounded, the defaults explore 177,569 states (depth 8, every guard and transition)
+    # against 166,404 for three sessions in two trees before the newer actions.
     trees: int = 1
 
     def __attrs_post_init__(self) -> None:
