@@ -124,10 +124,10 @@ def _scratch_lmdb() -> Iterator[Store]:
     lmdb`` runs each transition on one. Unsynced: nothing in it outlives the check."""
     import tempfile
 
-    from treemail.adapters.store.lmdb_store import LmdbStore
+    from treemail.adapters.store.factory import open_store
 
     with tempfile.TemporaryDirectory(prefix="treemail-check-") as directory:
-        store = LmdbStore.open(Path(directory) / "store", sync=False)
+        store = open_store(f"lmdb:{Path(directory) / 'store'}", sync=False)
         try:
             yield store
         finally:
