@@ -10,6 +10,7 @@ claim (begin_request) and then one more action, shows at action 5 and no earlier
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,12 +19,14 @@ from typing import Any
 import attrs
 import pytest
 
-from treemail.adapters.ui.cli import main
+from treemail.adapters.store.lmdb_txn import LmdbTables
+from treemail.adapters.ui.cli import _scratch_lmdb, main
 from treemail.core import delivery, engine, guards, runs, sending
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
-from treemail.core.records import AgentSpec, Message, Owner
+from treemail.core.permissions import Rules
+from treemail.core.records import AgentSpec, Message, Owner, ToolContext
 from treemail.core.store import MemoryStore
 from treemail.models import checker, invariants
 from treemail.models.checker import (
@@ -33,8 +36,9 @@ from treemail.models.checker import (
     canonical,
     check,
 )
+from treemail.models.explore import outcome
 from treemail.models.invariants import Ledger, settled
-from treemail.models.plants import planted
+from treemail.models.plants import PLANTS, planted
 from treemail.models.reference import Reference
 
 # Small enough to be exhausted (no state left at the depth cap) in a few seconds. One tree,
@@ -273,3 +277,94 @@ def test_the_ledger_carries_what_the_feed_said_before_the_drain() -> None:
         for ledger in (Ledger(), Ledger().then(list(tx.feed())[:-1]), whole):
             found = settled(tx, ledger)
             assert found is not None and found[0] == "INV1"
+
+
+# Plants only the newer actions reach, each with the smallest bounds that reach it (one
+# tree, no restart) and how its shortest trace ends: a mode-only retry, a late call of an
+# ended run, a session-scoped approval, a revert, a cousin (four sessions in one tree).
+ONE_TREE = Bounds(sessions=3, messages=3, restarts=0, disabled=0, trees=1, depth=8)
+CHECKER_HUNTED: dict[str, tuple[Bounds, int, str]] = {
+    "mode-retry-replays": (SMALL, 5, "reused call id, other mode)"),
+    "rule-before-liveness": (attrs.evolve(ONE_TREE, depth=5), 5, "from the ended run)"),
+    "session-grant-for-tree": (ONE_TREE, 8, " steer)"),
+    "revert-spares-descendants": (attrs.evolve(ONE_TREE, depth=4), 4, "revert(#2)"),
+    "cousin-as-sibling": (attrs.evolve(ONE_TREE, sessions=4, messages=4, depth=6), 6,
+                          " steer)"),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(CHECKER_HUNTED))
+def test_a_bug_only_the_newer_actions_reach_is_caught(plant: str) -> None:
+    bounds, length, last = CHECKER_HUNTED[plant]
+    with planted(plant):
+        found = check(WINDOWED, bounds).counterexample
+    assert found is not None and found.invariant == "AGREE", plant
+    assert len(found.trace) == length and found.trace[-1].endswith(last), found.trace
+
+
+def test_every_checker_hunted_plant_is_registered() -> None:
+    assert set(CHECKER_HUNTED) <= set(PLANTS)
+
+
+def test_the_mode_only_retry_and_the_ended_run_are_refused_unplanted() -> None:
+    """Both answer the typed refusal, which the search counts among its outcomes."""
+    result = check(WINDOWED, attrs.evolve(ONE_TREE, depth=5))
+    assert result.counterexample is None
+    for code in ("send_message:idempotency_conflict", "engine:invalid_tool_context"):
+        assert result.outcomes.get(code, 0) > 0, code
+
+
+def test_the_default_bounds_reach_a_cousin() -> None:
+    """A cousin needs four sessions in one tree: root, two children, a grandchild."""
+    assert Bounds().sessions >= 4
+
+
+def _named(made: Any, field: str) -> str:
+    """The id of what either side made: the engine answers records, the model ids."""
+    return made if isinstance(made, str) else str(getattr(made, field))
+
+
+def test_a_held_call_approved_after_its_run_ended_agrees() -> None:
+    """The engine sends a held call once it is approved, even if its run has ended since
+    (approved=True skips the liveness check); the model says the same, in every scope."""
+    asking = AgentSpec("asking", "", Rules.of({"parent": "allow", "sibling": "ask", "*": "deny"}))
+    for scope in ("once", "session", "tree"):
+        answers = []
+        for side in (Engine(MemoryStore(), CountingIds(), WINDOWED),
+                     Reference(WINDOWED, CountingIds())):
+            root = _named(side.create_root(asking), "session_id")
+            kid, other = (_named(side.delegate(root, asking, "task"), "session_id")
+                          for _ in range(2))
+            run = _named(side.start_run(kid), "run_id")
+            ctx = ToolContext(kid, run, "t1")
+            arguments = {"to": other, "body": "hi", "mode": "queue"}
+            held = side.hold_for_approval(ctx, "send_message", arguments, "sibling")
+            side.finish_run(kid, run, "done")
+            answers.append(outcome(functools.partial(side.answer_approval, held.approval_id,
+                                                     True, scope)))
+        assert answers[0] == answers[1] and answers[0][0] == "ok", answers
+        assert answers[0][1][3] and "message_id" in answers[0][1][3]
+
+
+LMDB_BOUNDS = Bounds(sessions=2, messages=2, restarts=1, depth=3, disabled=0, trees=1)
+
+
+def test_the_lmdb_mode_agrees_and_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--store", "lmdb", "--quiet",
+                 "--bounds", "sessions=2,messages=2,restarts=1,depth=3,disabled=0,trees=1"]) == 0
+    assert "also run on the lmdb store" in capsys.readouterr().out
+
+
+def test_the_lmdb_mode_runs_the_engine_on_lmdb(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the LMDB store alone (a scan that stops one row early) is invisible to the
+    memory search and caught when every transition also runs on LMDB."""
+    original = LmdbTables.scan
+
+    def scan(self: LmdbTables, table: Any, prefix: bytes, start: bytes = b"") -> Any:
+        rows = original(self, table, prefix, start)
+        return rows[:-1] if len(rows) > 1 else rows
+
+    monkeypatch.setattr(LmdbTables, "scan", scan)
+    assert check(WINDOWED, LMDB_BOUNDS).counterexample is None
+    found = check(WINDOWED, LMDB_BOUNDS, store=_scratch_lmdb).counterexample
+    assert found is not None and found.invariant == "AGREE", found

@@ -169,6 +169,71 @@ def _keyed_retry_and_reuse() -> object:
     return len(user_mail), answers[0] == answers[1], answers[2]
 
 
+def _mode_only_retry() -> object:
+    """The same call id sent steered, then retried with only the mode changed."""
+    tree = Tree()
+    run_id = tree.engine.start_run(tree.kid.session_id).run_id
+    answers = []
+    for mode in ("steer", "queue"):
+        ctx = ToolContext(tree.kid.session_id, run_id, "call-1")
+        try:
+            answers.append(tree.engine.send_message(
+                ctx, {"to": tree.root.session_id, "body": "hi", "mode": mode}).message_id)
+        except TreemailError as refused:
+            answers.append(refused.code)
+    agent_mail = [m for m in tree.engine.pending(tree.root.session_id) if m.owner is Owner.AGENT]
+    return len(agent_mail), answers[1]
+
+
+def _late_call_of_an_ended_run() -> object:
+    """A kid whose rules deny everything sends from its finished run: the run is not live,
+    and that is the answer, whatever its rule says."""
+    tree = Tree(kid=MUTE)
+    sid = tree.kid.session_id
+    run_id = tree.engine.start_run(sid).run_id
+    tree.engine.finish_run(sid, run_id, "done")
+    return tree.send(tree.kid, run_id, tree.root.session_id)
+
+
+SIBLINGS_ASK = AgentSpec("asking", "asks before writing to a sibling",
+                         Rules.of({"parent": "allow", "sibling": "ask", "*": "deny"}))
+
+
+def _session_grant() -> object:
+    """Two kids; the first is approved to write to its sibling for its session; then the
+    second writes to the first."""
+    tree = Tree(kid=SIBLINGS_ASK)
+    other = tree.engine.delegate(tree.root.session_id, SIBLINGS_ASK, "task")
+    first_run = tree.engine.start_run(tree.kid.session_id).run_id
+    assert tree.send(tree.kid, first_run, other.session_id) == "permission:approval_required"
+    ctx = ToolContext(tree.kid.session_id, first_run, f"call-{tree.calls}")
+    arguments = {"to": other.session_id, "body": "hi", "mode": "queue"}
+    held = tree.engine.hold_for_approval(ctx, "send_message", arguments, "sibling")
+    tree.engine.answer_approval(held.approval_id, True, "session")
+    other_run = tree.engine.start_run(other.session_id).run_id
+    return tree.send(other, other_run, tree.kid.session_id)
+
+
+def _revert_a_branch() -> object:
+    tree = Tree()
+    grandkid = tree.engine.delegate(tree.kid.session_id, OPEN, "subtask")
+    ghosts = tree.engine.revert(tree.kid.session_id)
+    return sorted(ghosts) == sorted([tree.kid.session_id, grandkid.session_id])
+
+
+def _cousin() -> object:
+    """A grandchild writes to its parent's sibling (its cousin's parent: the wildcard's
+    rule, deny), under rules that allow siblings."""
+    siblings_only = AgentSpec("sibs", "writes to siblings", Rules.of({"sibling": "allow",
+                                                                      "*": "deny"}))
+    tree = Tree()
+    uncle = tree.engine.delegate(tree.root.session_id, OPEN, "task")
+    cousin = tree.engine.delegate(uncle.session_id, OPEN, "subtask")
+    grandkid = tree.engine.delegate(tree.kid.session_id, siblings_only, "subtask")
+    run_id = tree.engine.start_run(grandkid.session_id).run_id
+    return tree.send(grandkid, run_id, cousin.session_id)
+
+
 # plant -> (probe, what the unplanted engine answers)
 PROBES: dict[str, tuple[Callable[[], object], object]] = {
     "pair-window": (_pair_window, ["sent", "send_message:inflight_full"]),
@@ -187,6 +252,11 @@ PROBES: dict[str, tuple[Callable[[], object], object]] = {
                                (1, True, "producer:idempotency_conflict")),
     "producer-digest-ignored": (_keyed_retry_and_reuse,
                                 (1, True, "producer:idempotency_conflict")),
+    "mode-retry-replays": (_mode_only_retry, (1, "send_message:idempotency_conflict")),
+    "rule-before-liveness": (_late_call_of_an_ended_run, "engine:invalid_tool_context"),
+    "session-grant-for-tree": (_session_grant, "permission:approval_required"),
+    "revert-spares-descendants": (_revert_a_branch, True),
+    "cousin-as-sibling": (_cousin, "permission:denied"),
 }
 
 

@@ -53,11 +53,19 @@ from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import TreemailError
 from treemail.core.ids import CountingIds
-from treemail.core.lifecycle import MessageState
+from treemail.core.lifecycle import MessageState, SessionState
 from treemail.core.records import Owner
 from treemail.core.store import MemoryStore
 from treemail.models.coverage import REPLAY, Coverage, guard_of, recording
-from treemail.models.explore import Action, Bounds, alphabet, drain_step, outcome, perform
+from treemail.models.explore import (
+    Action,
+    Bounds,
+    alphabet,
+    drain_step,
+    ended_run,
+    outcome,
+    perform,
+)
 from treemail.models.invariants import (
     INVARIANTS,
     Failure,
@@ -72,6 +80,7 @@ from treemail.models.invariants import (
 )
 from treemail.models.plants import PLANTS, planted
 from treemail.models.reference import Reference
+from treemail.models.replay import Replay, StoreFactory
 from treemail.models.snapshots import CopyableWorld, Lockstep, Node, clone, model_step, untouched
 
 __all__ = [
@@ -170,7 +179,9 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
     key = (
         restarts, model.shut, model.config.enabled,
         [(n(s.root_session_id), n(s.parent_session_id), s.agent.name, s.handle is None,
-          s.ordinal, str(s.state), n(s.run_id), s.live) for s in sessions],
+          s.ordinal, str(s.state), n(s.run_id), s.live,
+          s.state == SessionState.IDLE and ended_run(world, s) is not None)  # a late call's
+         for s in sessions],
         [(n(r.session_id), r.number if history else 0, str(r.status), n(r.open_request))
          for r in runs],
         [(n(m.recipient), n(m.sender), m.owner.value, body(m.body), m.mode.value, m.hop, m.seq,
@@ -197,8 +208,10 @@ class Checker:
     """One search: the parent links of every state found, and the counts it reports."""
 
     def __init__(self, config: MessagingConfig, bounds: Bounds, progress: TextIO | None = None,
-                 history: bool = False, shortcuts: bool = True) -> None:
+                 history: bool = False, shortcuts: bool = True, replay: Replay | None = None
+                 ) -> None:
         self.config, self.bounds, self.progress = config, bounds, progress
+        self.replay = replay  # each transition also run on another store (``replay``)
         self.history = history
         # Off: every drain run through, the model's snapshots always on: the search before
         # those two savings, kept as `just bench`'s baseline for line (h).
@@ -209,14 +222,22 @@ class Checker:
         self.drained = 0  # states whose drain ran to the end (the others chain into it)
         self.coverage = Coverage()
         self._shown = 0.0
+        self._answer: tuple[Any, ...] = ()  # the model's answer to the last action stepped
 
     def step(self, node: Node, action: Action) -> tuple[Node, Failure | None, bool]:
         """Apply ``action`` to copies of both sides; compare answers, states, invariants.
         Also says whether the engine accepted the action."""
+        child, failure, accepted = self._step(node, action)
+        if failure is None and self.replay is not None:
+            failure = self.replay.check(node.key, action, self._answer, child.model)
+        return child, failure, accepted
+
+    def _step(self, node: Node, action: Action) -> tuple[Node, Failure | None, bool]:
         model, store, ids = clone(node)
         assert isinstance(model, Lockstep)
         got = outcome(lambda: perform(action, Engine(store, ids, node.config)))
         model, want = model_step(node, model, action)
+        self._answer = want
         if got == want and want[0] == "error" and model is node.model and \
                 action.kind != "restart" and untouched(node, store, ids):
             self._count(action, want)
@@ -322,6 +343,8 @@ class Checker:
                 child.key = canonical(child.model, child.restarts, self.history)
             if child.key not in self.parents:
                 self.parents[child.key] = (node.key, action.label)
+                if self.replay is not None:
+                    self.replay.reached(child.key, node.key, action)
                 queue.append(child)
         return None, chained
 
@@ -337,6 +360,8 @@ class Checker:
         root.model.world = CopyableWorld()
         root.key = canonical(root.model, 0, self.history)
         self.parents[root.key] = None
+        if self.replay is not None:
+            self.replay.reached(root.key, None, None)
         queue, best = deque([root]), None
         while queue:
             node = queue.popleft()
@@ -378,10 +403,14 @@ class Checker:
 
 
 def check(config: MessagingConfig = DEFAULT_CONFIG, bounds: Bounds | None = None,
-          progress: TextIO | None = None, history: bool = False) -> Result:
+          progress: TextIO | None = None, history: bool = False,
+          store: StoreFactory | None = None) -> Result:
     """Explore every interleaving within ``bounds``; the first shortest counterexample, if any.
-    ``history``: key states on their whole past too (exact id renaming only; never finite)."""
-    return Checker(config, bounds if bounds is not None else Bounds(), progress, history).run()
+    ``history``: key states on their whole past too (exact id renaming only; never finite).
+    ``store``: also run every transition on a fresh store from this factory (``replay``)."""
+    replay = Replay(store, config) if store is not None else None
+    return Checker(config, bounds if bounds is not None else Bounds(), progress, history,
+                   replay=replay).run()
 
 
 def report(result: Result, out: TextIO | None = None) -> None:
@@ -420,7 +449,7 @@ def _pairs(text: str, what: str) -> dict[str, str]:
 
 
 def parse_bounds(text: str) -> Bounds:
-    """``sessions=3,messages=4,restarts=1,approvals=1,depth=N,disabled=1,trees=2``; omitted
+    """``sessions=4,messages=4,restarts=1,approvals=1,depth=N,disabled=1,trees=1``; omitted
     keys keep defaults."""
     given = _pairs(text, "--bounds")
     known = {field.name for field in attrs.fields(Bounds)}
@@ -451,9 +480,11 @@ def load_config(path: str | None, inline: str) -> MessagingConfig:
 
 def main(bounds: str = "", config: str | None = None, messaging: str = "",
          plant: str | None = None, history: bool = False,
-         progress: TextIO | None = None) -> int:
+         progress: TextIO | None = None, store: StoreFactory | None = None,
+         store_name: str = "memory") -> int:
     """``treemail check``: 0 when no counterexample, 1 with one, 2 on bad arguments.
-    ``progress`` takes the live progress line (the CLI gives its console's; None: quiet)."""
+    ``progress`` takes the live progress line (the CLI gives its console's; None: quiet).
+    ``store``: a factory of fresh stores every transition also runs on (``store_name``)."""
     try:
         limits_, settings = parse_bounds(bounds), load_config(config, messaging)
         if plant is not None and plant not in PLANTS:
@@ -463,9 +494,10 @@ def main(bounds: str = "", config: str | None = None, messaging: str = "",
         return 2
     shown = ", ".join(f"{f.name}={getattr(limits_, f.name)}" for f in attrs.fields(Bounds))
     print(f"treemail check: bounds {shown}; [messaging] {_config_line(settings)}"
-          + (f"; planted bug: {plant}" if plant else ""))
+          + (f"; planted bug: {plant}" if plant else "")
+          + (f"; every transition also run on the {store_name} store" if store else ""))
     with planted(plant):
-        result = check(settings, limits_, progress, history)
+        result = check(settings, limits_, progress, history, store)
     code = 0 if result.counterexample is None else 1
     try:
         report(result)

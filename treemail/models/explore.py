@@ -21,7 +21,7 @@ import attrs
 
 from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError
-from treemail.core.lifecycle import MessageState, SessionState
+from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Mode, Owner, Run, Session, ToolContext
 from treemail.core.results import CallOutcome
@@ -37,6 +37,7 @@ __all__ = [
     "Bounds",
     "alphabet",
     "drain_step",
+    "ended_run",
     "outcome",
     "perform",
     "short",
@@ -62,7 +63,9 @@ KEY = "k1"  # the idempotency key of the user's keyed mail
 class Bounds:
     """How far the search goes. Successors beyond a size bound are checked, not explored."""
 
-    sessions: int = 3  # including the roots
+    # Including the roots. Four, so that one tree holds a cousin (root, two children, a
+    # grandchild): the wildcard's rule between two delegated sessions of different parents.
+    sessions: int = 4
     messages: int = 4  # accepted, of every owner: two tasks and two sends fill an inbox
     restarts: int = 1
     approvals: int = 1  # held calls; 0: every agent allows every peer, nothing is ever held
@@ -75,9 +78,11 @@ class Bounds:
     # `disabled` guard answers; 0: every restart keeps the config.
     disabled: int = 1
     # 2: a second root too, counted among the sessions; a send may name the other tree's
-    # root by its handle, which no tree but its own resolves. With it the default bounds
-    # explore 100,644 states (depth 8); 1: one tree, about 64,000.
-    trees: int = 2
+    # root by its handle, which no tree but its own resolves. 1 by default: the four
+    # sessions go to one tree, where the cousin is (the other tree's handle has its test).
+    # So bounded, the defaults explore 177,569 states (depth 8, every guard and transition)
+    # against 166,404 for three sessions in two trees before the newer actions.
+    trees: int = 1
 
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(Bounds):
@@ -147,7 +152,9 @@ _CALLS: dict[str, Callable[..., Any]] = {
     "send_message": _send,
     "discard": lambda t, mid: t.discard(mid, "operator decision"),
     "restart": _restart,
-    "answer_approval": lambda t, aid, approve: t.answer_approval(aid, approve, "once"),
+    "answer_approval": lambda t, aid, approve, scope="once": t.answer_approval(aid, approve,
+                                                                                scope),
+    "revert": lambda t, sid: t.revert(sid),
 }
 
 
@@ -199,18 +206,41 @@ def alphabet(model: Reference, bounds: Bounds, restarts: int) -> list[Action]:
         actions += _keyed(world, session, bounds)
         actions += _run_actions(world, session)
         actions += _sends(world, session)
+        actions += _ended_sends(world, session)
+        actions += _revert(world, session)
     for message in world.messages.values():
         if message.state not in FINAL:  # claimed ones too: the refusal must agree
             mid = message.message_id
             actions.append(Action("discard", (mid,), f"discard({short(mid)}, {message.state})"))
     if restarts < bounds.restarts:
         actions += _restarts(model, bounds)
+    actions += _answers(world)
+    return actions
+
+
+def _answers(world: World) -> list[Action]:
+    """Every pending approval answered, in every scope: a session or tree grant lets later
+    calls through unasked."""
+    actions = []
     for approval in world.approvals.values():
         if approval.state == "pending":
-            for approve, word in ((True, "approve once"), (False, "deny")):
+            for approve, scope in ((True, "once"), (True, "session"), (True, "tree"),
+                                   (False, "once")):
+                word = f"approve {scope}" if approve else "deny"
                 label = f"answer_approval({_approval_label(approval.approval_id)}, {word})"
-                actions.append(Action("answer_approval", (approval.approval_id, approve), label))
+                actions.append(Action("answer_approval",
+                                      (approval.approval_id, approve, scope), label))
     return actions
+
+
+def _revert(world: World, session: SessionRecord) -> list[Action]:
+    """A delegated branch reverted: it and its descendants become ghosts, reachable by UUID
+    only. (Reverting a root is the same walk from the top of its own tree.) One revert per
+    path: a second doubles the space again and walks the same code."""
+    if session.parent_session_id is None or not all(s.live for s in world.sessions.values()):
+        return []
+    sid = session.session_id
+    return [Action("revert", (sid,), f"revert({short(sid)})")]
 
 
 def _restarts(model: Reference, bounds: Bounds) -> list[Action]:
@@ -227,7 +257,11 @@ def _outside(world: World, session: SessionRecord, bounds: Bounds) -> list[Actio
         return []
     sid = session.session_id
     actions = []
-    if len(world.sessions) < bounds.sessions:
+    # At most two children each: two are siblings, and beside a grandchild make a cousin; a
+    # third child is one more sibling, and four sessions would spend most of the space on
+    # the star of three.
+    children = sum(1 for s in world.sessions.values() if s.parent_session_id == sid)
+    if len(world.sessions) < bounds.sessions and children < 2:
         actions.append(Action("delegate", (sid, bounds.agent_below(session)),
                               f"delegate(parent={short(sid)})"))
     actions.append(_accept(session))
@@ -325,10 +359,43 @@ def _sends(world: World, sender: SessionRecord) -> list[Action]:
             retry = ToolContext(sid, rid, last)
             actions.append(_send_action(retry, {"to": to, "body": body, "mode": mode.value},
                                         "retry"))
-            # The same call id with other arguments: a conflict, never a replay.
+            # The same call id with other arguments: a conflict, never a replay; the mode
+            # alone differing is other arguments too.
             actions.append(_send_action(retry, {"to": to, "body": body + "!",
                                                 "mode": mode.value}, "reused call id"))
+            other = "queue" if mode.value == "steer" else "steer"
+            actions.append(_send_action(retry, {"to": to, "body": body, "mode": other},
+                                        "reused call id, other mode"))
     return actions
+
+
+def ended_run(world: World, session: SessionRecord) -> str | None:
+    """The latest run of a session without one that has ended (finished or interrupted),
+    if any. Only a session at rest sends from an ended run: a finished session always has
+    one, an idle one has one unless it never ran, so the canonical form tells states apart
+    by it for idle sessions alone (every session's past runs would double the space)."""
+    if session.state not in (SessionState.IDLE, SessionState.FINISHED):
+        return None
+    ended = [r for r in world.runs.values() if r.session_id == session.session_id
+             and r.status in (RunState.FINISHED, RunState.INTERRUPTED)]
+    return max(ended, key=lambda r: r.number).run_id if ended else None
+
+
+def _ended_sends(world: World, sender: SessionRecord) -> list[Action]:
+    """A fresh call from a run that has ended (a late tool call of a finished or cancelled
+    run): refused with invalid_tool_context whatever the rule for the recipient, so one
+    send to every live peer of the tree (the rules allow, ask and deny among them)."""
+    rid = ended_run(world, sender)
+    if rid is None:
+        return []
+    calls = {k[2] for k in world.results if k[:2] == (sender.session_id, rid)}
+    calls |= {a.tool_call_id for a in world.approvals.values() if a.run_id == rid}
+    ctx = ToolContext(sender.session_id, rid, f"t{len(calls) + 1}")
+    return [_send_action(ctx, {"to": peer.reference, "body": "hi", "mode": "queue"},
+                         f"-> {short(peer.session_id)} from the ended run")
+            for peer in world.sessions.values()
+            if peer.root_session_id == sender.root_session_id and peer is not sender
+            and peer.live]
 
 
 def _send_action(ctx: ToolContext, arguments: Mapping[str, str], what: str) -> Action:

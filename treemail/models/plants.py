@@ -15,12 +15,13 @@ from typing import Any
 
 import attrs
 
-from treemail.core import delivery, engine, producers, runs, sending
+from treemail.core import approvals, delivery, engine, events, producers, runs, sending
 from treemail.core.config import MessagingConfig
-from treemail.core.errors import UnknownSubagentReference
+from treemail.core.errors import InvalidToolContext, UnknownSubagentReference
 from treemail.core.guards import inbox_counter
-from treemail.core.lifecycle import MessageState
+from treemail.core.lifecycle import MessageState, RunState
 from treemail.core.records import Message, Owner, Session
+from treemail.core.runs import need_session
 from treemail.core.store import ReadTxn, WriteTxn
 
 __all__ = ["PLANTS", "planted"]
@@ -189,6 +190,75 @@ def _steer_never_joins(original: Callable[..., Any]) -> Callable[..., Any]:
     return admit_accepted
 
 
+def _mode_retry_replays(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A call's digest leaves out its mode: the same call id retried with only the mode
+    changed replays the first call instead of being refused as other arguments."""
+
+    def arguments_digest(args: Any) -> str:
+        return sending.text_digest(args.to, args.body)
+
+    return arguments_digest
+
+
+def _rule_before_liveness(original: Any) -> Any:
+    """The sender's rule is read before its run is checked live: a late call of an ended run
+    is answered by the rule (asked and held, or denied) instead of invalid_tool_context; only
+    under an allow rule is it refused as it should be."""
+
+    def permission(a: Any) -> None:
+        sender, run = a.context()
+        sending._check_permission(a.tx, sending.current_rules(a.agents, sender), sender,
+                                  a.target(), a.ctx)
+        if run.status is not RunState.RUNNING and not a.approved:
+            raise InvalidToolContext(f"run {run.run_id} is not running")
+
+    return tuple(attrs.evolve(g, check=permission) if g.name == "permission" else g
+                 for g in original)
+
+
+def _session_grant_for_tree(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Approving a call for the session grants it to the whole tree: the sender's siblings
+    send unasked too."""
+
+    def _grant(tx: Any, approval: Any, scope: str) -> None:
+        original(tx, approval, "tree" if scope == "session" else scope)
+
+    return _grant
+
+
+def _revert_spares_descendants(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Revert makes a ghost of the session named, not of its descendants: a reverted
+    branch's children stay reachable by handle."""
+
+    def revert(self: Any, session_id: str) -> list[str]:
+        def work(tx: Any) -> list[str]:
+            target = need_session(tx, session_id)
+            if not target.live:
+                return []
+            tx.put_session(attrs.evolve(target, live=False))
+            events.record(tx, target.session_id, events.SessionReverted(session_id))
+            return [target.session_id]
+
+        done: list[str] = self._transact(work)
+        return done
+
+    return revert
+
+
+def _cousin_as_sibling(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Any two delegated sessions are labelled siblings, cousins too (two children of two
+    siblings), so a cousin gets the sibling rule instead of the wildcard's."""
+
+    def relationship(sender_id: str, sender_parent: str | None, recipient_id: str,
+                     recipient_parent: str | None) -> str:
+        label: str = original(sender_id, sender_parent, recipient_id, recipient_parent)
+        if label == "*" and sender_parent is not None and recipient_parent is not None:
+            return "sibling"
+        return label
+
+    return relationship
+
+
 # name -> (module, attribute, wrong version of it)
 PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = {
     "pair-window": (sending, "check_inflight", _pair_window),
@@ -205,6 +275,11 @@ PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., A
     "reply-hint-always": (runs, "render_mail", _reply_hint_always),
     "steer-never-joins": (runs, "admit_accepted", _steer_never_joins),
     "outside-text-raw": (runs, "render_mail", _outside_text_raw),
+    "mode-retry-replays": (sending, "arguments_digest", _mode_retry_replays),
+    "rule-before-liveness": (sending, "GUARDS", _rule_before_liveness),
+    "session-grant-for-tree": (approvals, "_grant", _session_grant_for_tree),
+    "revert-spares-descendants": (engine.Engine, "revert", _revert_spares_descendants),
+    "cousin-as-sibling": (sending, "relationship", _cousin_as_sibling),
 }
 
 

@@ -10,7 +10,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from treemail.adapters.ui import init as init_command
 if TYPE_CHECKING:
     from treemail.core.engine import Engine
     from treemail.core.records import Event
+    from treemail.core.store import Store
 
 __all__ = ["main"]
 
@@ -92,8 +93,8 @@ def _main(argv: Sequence[str] | None) -> int:
     check = commands.add_parser(
         "check", help="bounded exhaustive model check of the engine against the reference model")
     check.add_argument("--bounds", default="",
-                       help="sessions=3,messages=4,restarts=1,approvals=1,depth=N,disabled=1,"
-                            "trees=2 (any subset)")
+                       help="sessions=4,messages=4,restarts=1,approvals=1,depth=N,disabled=1,"
+                            "trees=1 (any subset)")
     check.add_argument("--config", help="a TOML file whose [messaging] table sets the limits")
     check.add_argument("--messaging", default="",
                        help="limits inline, after --config: max_pending_per_session=2,...")
@@ -102,6 +103,9 @@ def _main(argv: Sequence[str] | None) -> int:
     check.add_argument("--history", action="store_true",
                        help="key states on their whole past too (ids renamed only)")
     check.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    check.add_argument("--store", choices=("memory", "lmdb"), default="memory",
+                       help="lmdb: also run every transition on a fresh LMDB store (replaying "
+                            "the path to its state there): slow, for small --bounds")
     verify = commands.add_parser(
         "verify", help="check every record's checksum and every index of a store")
     verify.add_argument("path", nargs="?",
@@ -154,9 +158,27 @@ def _main(argv: Sequence[str] | None) -> int:
         # States explored and the rate: live on a terminal (rich), the final line elsewhere.
         progress = None if args.quiet else ProgressLine(sys.stderr, "check")
         return check_main(args.bounds, args.config, args.messaging, args.plant,
-                          history=args.history, progress=progress)
+                          history=args.history, progress=progress,
+                          store=_scratch_lmdb if args.store == "lmdb" else None,
+                          store_name=args.store)
     return show_log(args.path, args.session, follow=args.follow, interval=args.interval,
                     as_json=args.json)
+
+
+@contextlib.contextmanager
+def _scratch_lmdb() -> Iterator[Store]:
+    """A fresh LMDB store in a temporary directory, removed afterwards: ``check --store
+    lmdb`` runs each transition on one. Unsynced: nothing in it outlives the check."""
+    import tempfile
+
+    from treemail.adapters.store.factory import open_store
+
+    with tempfile.TemporaryDirectory(prefix="treemail-check-") as directory:
+        store = open_store(f"lmdb:{Path(directory) / 'store'}", sync=False)
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 def _tui(args: argparse.Namespace) -> int:
