@@ -144,8 +144,8 @@ class Engine:
         def work(tx: WriteTxn) -> Produced:
             # The wake is part of the accept's transaction: one operation, one transaction.
             produced = produce(tx, self.ids, recipient, body, owner, sender, mode, key)
-            if not produced.replayed:
-                runs.reconcile(tx, self.ids, need_session(tx, recipient).session_id)
+            if not produced.replayed:  # produce found the session by this very id
+                runs.reconcile(tx, self.ids, recipient)
             return produced
 
         return self._transact(work)
