@@ -63,10 +63,6 @@ class ScriptedTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
 Adapter = Literal["scripted", "echo", "openai"]
 
 
-def _limits() -> dict[str, Any]:
-    return {}
-
-
 class DaemonTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """``[daemon]``: Which model answers, and the daemon's own limits."""
 
@@ -76,13 +72,13 @@ class DaemonTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
                     "endpoint, see [daemon.openai])")] = "scripted"
     openai: OpenAITable = msgspec.field(default_factory=OpenAITable)
     scripted: ScriptedTable = msgspec.field(default_factory=ScriptedTable)
-    limits: dict[str, Any] = msgspec.field(default_factory=_limits)
+    limits: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class ConfigFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """The whole file: ``[messaging]`` and ``[daemon]``."""
 
-    messaging: dict[str, Any] = msgspec.field(default_factory=_limits)
+    messaging: dict[str, Any] = msgspec.field(default_factory=dict)
     daemon: DaemonTable = msgspec.field(default_factory=DaemonTable)
 
 
