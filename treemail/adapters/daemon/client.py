@@ -143,9 +143,9 @@ class DaemonClient:
         sent a random nonce and nothing else (spec/protocol.md, section 2)."""
         client_nonce = secrets.token_bytes(NONCE_BYTES)
         try:
-            async with asyncio.timeout(timeout):
-                answer = await self.call("auth.challenge", {"client_nonce": client_nonce.hex()})
-        except TimeoutError:
+            answer = await self.call("auth.challenge", {"client_nonce": client_nonce.hex()},
+                                     timeout=timeout)
+        except ClientTimeout:
             raise _unproven(address, f"it did not answer within {timeout:g}s") from None
         except ConnectionError:
             raise _unproven(address, "it closed the connection") from None
@@ -153,9 +153,9 @@ class DaemonClient:
         if server_nonce is None or not Token.matches(
                 token.server_proof(client_nonce, server_nonce), proof):
             raise _unproven(address, "its server_proof is not an HMAC under your token")
-        async with asyncio.timeout(timeout):
-            await self.call("auth.prove", {
-                "client_proof": token.client_proof(server_nonce, client_nonce).hex()})
+        await self.call("auth.prove", {
+            "client_proof": token.client_proof(server_nonce, client_nonce).hex()},
+            timeout=timeout)
 
     async def initialize(self, name: str, version: int = PROTOCOL_VERSION,
                          **capabilities: bool) -> dict[str, Any]:
