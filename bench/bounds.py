@@ -12,12 +12,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.lines import Line
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.adapters.daemon.host import open_daemon
+from treemail.protocol.methods import PROTOCOL_VERSION
 
-__all__ = ["bounds_lines"]
+__all__ = ["PIPELINED", "bounds_lines", "pipelined_lists", "vm"]
 
 IDLE = 1000
 RUNS = 9
@@ -30,7 +32,7 @@ def bounds_lines(root: Path) -> list[Line]:
     return [
         Line("j_idle", f"(j) one-message run, {IDLE:,} idle subscriptions", idle * 1e3,
              quiet * 1e3, "ms", "the same run, no subscription", "<= 2x", idle <= 2 * quiet),
-        Line("j_rss", f"(j) peak RSS, {PIPELINED} pipelined 6 MiB answers", peak / 2**20,
+        Line("j_rss", f"(j) peak RSS, {PIPELINED} pipelined lists of a 6 MiB session", peak / 2**20,
              before / 2**20, "MiB", "the daemon's RSS before them", "<= 3x",
              peak <= 3 * before),
     ]
@@ -68,11 +70,37 @@ async def _run_times(data: Path) -> tuple[float, float]:
         await daemon.stopped.wait()
 
 
-def _vm(pid: int, key: str) -> int:
+def vm(pid: int, key: str) -> int:
+    """A ``VmRSS``/``VmHWM``-style line of ``/proc/PID/status``, in bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
     raise KeyError(key)
+
+
+async def pipelined_lists(socket: Path, pid: int) -> tuple[int, int, list[dict[str, Any]]]:
+    """Against the daemon ``pid`` serving ``socket``: a session of 24 plugin mails of about
+    256 KB, then ``PIPELINED`` ``message.list`` of it written at once. The daemon's RSS
+    before, its peak (VmHWM, reset first) and every answer, in the order they came
+    (``tests/daemon/test_bounds.py`` asserts on the same run)."""
+    user = await DaemonClient.connect(socket, name="pipelined")
+    sid = (await user.call("session.create", {"agent": "default"}))["session_id"]
+    for i in range(24):
+        await user.call("plugin/producer/send",
+                        {"session_id": sid, "body": f"{i} " + "x" * (256 * 1000)})
+    await user.close()
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM
+    before = vm(pid, "VmRSS")
+    reader, writer = await asyncio.open_unix_connection(str(socket), limit=64 << 20)
+    frames = [{"id": 0, "method": "initialize", "params": {
+        "protocol_version": PROTOCOL_VERSION, "client_info": {"name": "pipelined"}}}]
+    frames += [{"id": i, "method": "message.list", "params": {"session_id": sid}}
+               for i in range(1, PIPELINED + 1)]
+    writer.write(b"".join(json.dumps({"jsonrpc": "2.0", **f}).encode() + b"\n"
+                          for f in frames))
+    answers = [json.loads(await reader.readline()) for _ in frames]
+    writer.close()
+    return before, vm(pid, "VmHWM"), answers
 
 
 async def _pipelined(data: Path) -> tuple[int, int]:
@@ -84,25 +112,8 @@ async def _pipelined(data: Path) -> tuple[int, int]:
     try:
         while not socket.exists():
             await asyncio.sleep(0.02)
-        user = await DaemonClient.connect(socket, name="bench")
-        sid = (await user.call("session.create", {"agent": "default"}))["session_id"]
-        for i in range(24):
-            await user.call("plugin/producer/send",
-                            {"session_id": sid, "body": f"{i} " + "x" * (256 * 1000)})
-        await user.close()
-        Path(f"/proc/{proc.pid}/clear_refs").write_text("5")  # resets VmHWM
-        before = _vm(proc.pid, "VmRSS")
-        reader, writer = await asyncio.open_unix_connection(str(socket), limit=64 << 20)
-        frames = [{"id": 0, "method": "initialize", "params": {
-            "protocol_version": 19, "client_info": {"name": "bench"}}}]
-        frames += [{"id": i, "method": "message.list", "params": {"session_id": sid}}
-                   for i in range(1, PIPELINED + 1)]
-        writer.write(b"".join(json.dumps({"jsonrpc": "2.0", **f}).encode() + b"\n"
-                              for f in frames))
-        for _ in frames:
-            await reader.readline()
-        writer.close()
-        return before, _vm(proc.pid, "VmHWM")
+        before, peak, _ = await pipelined_lists(socket, proc.pid)
+        return before, peak
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)

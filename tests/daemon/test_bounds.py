@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bench.bounds import PIPELINED, pipelined_lists
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.connection import Limits
@@ -36,13 +37,6 @@ def _daemon(data: Path, config: str, **kwargs: Any) -> DaemonProcess:
     (data / "agents" / "worker.md").write_text(WORKER)
     (data / "config.toml").write_text(config)
     return DaemonProcess(data, **kwargs)
-
-
-def _status(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(key)
 
 
 async def _raw(socket: Path, frames: list[dict[str, Any]], limit: int = 64 * MiB,
@@ -118,27 +112,14 @@ def test_sixty_pipelined_large_answers_keep_the_daemon_small(tmp_path: Path) -> 
     daemon = _daemon(tmp_path / "data", '[daemon]\nmodel = "echo"\n')
 
     async def go() -> tuple[int, int, list[dict[str, Any]]]:
-        user = await daemon.client()
-        sid = (await user.call("session.create", {"agent": "default"}))["session_id"]
-        for i in range(24):
-            await user.call("plugin/producer/send",
-                            {"session_id": sid, "body": f"{i} " + "x" * (256 * 1000)})
-        await user.close()
-        Path(f"/proc/{daemon.proc.pid}/clear_refs").write_text("5")  # resets VmHWM
-        before = _status(daemon.proc.pid, "VmRSS")
-        reader, writer = await _raw(daemon.socket, [_initialize("pipelined")] + [
-            {"id": i, "method": "message.list", "params": {"session_id": sid}}
-            for i in range(1, 61)])
-        answers = [json.loads(await reader.readline()) for _ in range(61)]
-        writer.close()
-        return before, _status(daemon.proc.pid, "VmHWM"), answers
+        return await pipelined_lists(daemon.socket, daemon.proc.pid)
 
     try:
         before, peak, answers = run(go(), 240)
     finally:
         code, err = daemon.terminate()
     assert code == 0, err
-    assert sorted(a["id"] for a in answers) == list(range(61))
+    assert PIPELINED == 60 and sorted(a["id"] for a in answers) == list(range(61))
     # Each answer is the same first page (pages stop near 1 MiB of bodies), and not empty.
     pages = [[m["message_id"] for m in a["result"]["messages"]] for a in answers if a["id"]]
     assert pages[0] and all(page == pages[0] for page in pages), pages
