@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 from tests.daemon.conftest import DaemonProcess, run
+from treemail.protocol import types as t
+from treemail.protocol.methods import SESSION_LIST
 
 
 def _daemon(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -44,7 +46,7 @@ def test_a_socket_another_daemon_serves_is_refused(tmp_path: Path) -> None:
         async def served() -> object:
             client = await first.client()
             try:
-                return await client.call("session.list")
+                return await client.request(SESSION_LIST, t.SessionListParams())
             finally:
                 await client.close()
 

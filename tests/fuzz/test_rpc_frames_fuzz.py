@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from tests.daemon.conftest import DaemonProcess, run
 from tests.fuzz.conftest import TALLY
 from tests.fuzz.schema_values import JSON_VALUES, params_for
-from treemail.protocol.methods import METHODS, PROTOCOL_VERSION
+from treemail.protocol import types as t
+from treemail.protocol.methods import METHODS, PROTOCOL_VERSION, SESSION_LIST
 
 SURFACE = "json-rpc frames"
 TIMEOUT = 20.0  # seconds without an answer: a hang
@@ -93,7 +94,7 @@ def line(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Line]:
     async def second_client() -> Any:
         client = await daemon.client()
         try:
-            return await client.call("session.list")
+            return await client.request(SESSION_LIST, t.SessionListParams())
         finally:
             await client.close()
 

@@ -31,6 +31,8 @@ from treemail.core.errors import (
 )
 from treemail.core.records import AgentSpec, Mode, Owner, RecipientState, SendResult
 from treemail.core.store import Store, WriteTxn
+from treemail.protocol import types as t
+from treemail.protocol.methods import SESSION_CREATE, SESSION_LIST
 from treemail.testing import StoreContract
 from treemail.testing.postgres import PostgresCluster
 from treemail.testing.store_contract import (
@@ -314,8 +316,9 @@ def test_a_daemon_serves_a_postgresql_store_and_a_second_one_is_refused(
         async def sessions() -> list[Any]:
             client = await daemon.client()
             try:
-                await client.call("session.create", {"agent": "default"})
-                listed: list[Any] = (await client.call("session.list", {}))["sessions"]
+                await client.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
+                listed: list[Any] = (await client.request(
+                    SESSION_LIST, t.SessionListParams())).sessions
                 return listed
             finally:
                 await client.close()

@@ -36,8 +36,9 @@ import json
 import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -79,7 +80,7 @@ from treemail.protocol.methods import (
     Paged,
 )
 
-__all__ = ["DEFAULT_TIMEOUT", "DaemonClient", "RpcFailure"]
+__all__ = ["DEFAULT_TIMEOUT", "Call", "DaemonClient", "RpcFailure"]
 
 # How long a call waits for its answer by default: longer than the daemon's own longest wait
 # inside a call (a plugin's tool gate, 30 s), so a slow gate is not taken for a dead daemon.
@@ -95,6 +96,15 @@ _Served = Callable[[Any], Awaitable[msgspec.Struct]]
 # ``jsonrpc`` and then ``id`` first; anything else is not taken for an id.
 _LEADING_ID = re.compile(
     rb'\A\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*,')
+
+
+@dataclass(frozen=True)
+class Call(Generic[P, R]):
+    """One request of a pipeline (``DaemonClient.pipeline``): ``params`` is checked against
+    the method's params type where the call is built."""
+
+    method: Method[P, R]
+    params: P
 
 
 class RpcFailure(Exception):
@@ -156,6 +166,14 @@ class DaemonClient:
             raise
         return client
 
+    @property
+    def capabilities(self) -> t.ServerCapabilities:
+        """What the daemon said it serves, and its limits, in its ``initialize`` answer."""
+        if self.server is None:
+            raise RuntimeError("this client has not initialized its connection: connect "
+                               "with initialize=True, or call initialize first")
+        return self.server.capabilities
+
     async def authenticate(self, token: Token, address: str = "the TCP listener",
                            timeout: float = AUTH_TIMEOUT) -> None:
         """The TCP handshake, client side: the server proves it holds ``token``, and only
@@ -198,9 +216,16 @@ class DaemonClient:
         """Pipelined: one request of ``method`` per params, all in one write, then every
         answer in order (a result, or the error it failed with: an ``RpcFailure``, a
         ``ClientFailure``)."""
-        outcomes = await self.call_many_raw([(method.name, p) for p in params],
+        return await self.pipeline([Call(method, p) for p in params], timeout=timeout)
+
+    async def pipeline(self, calls: list[Call[Any, Any]], *,
+                       timeout: float | None = None) -> list[Any]:
+        """Requests of several methods, pipelined like ``request_many``: each answer is its
+        method's result type, or the error it failed with."""
+        outcomes = await self.call_many_raw([(c.method.name, c.params) for c in calls],
                                             timeout=timeout)
-        return [o if isinstance(o, BaseException) else _decoded(method, o) for o in outcomes]
+        return [o if isinstance(o, BaseException) else _decoded(c.method, o)
+                for c, o in zip(calls, outcomes, strict=True)]
 
     async def pages(self, method: Paged[P, R, Item], params: P) -> AsyncIterator[list[Item]]:
         """The items of a list method, a page at a time, first to last."""
