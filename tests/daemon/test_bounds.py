@@ -115,10 +115,10 @@ def test_a_gate_that_stopped_reading_fails_each_tool_call_in_time(tmp_path: Path
     finally:
         code, err = daemon.terminate()
     assert code == 0, err
-    assert len(listed["sessions"]) == 3
+    assert len(listed.sessions) == 3
     for answer in answers:
-        assert "plugin:failed" in answer["content"], answer
-        assert "did not answer" in answer["content"]
+        assert "plugin:failed" in answer.content, answer
+        assert "did not answer" in answer.content
 
 
 def test_sixty_pipelined_large_answers_keep_the_daemon_small(tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_an_answer_that_cannot_be_encoded_is_still_answered(tmp_path: Path) -> N
     data.mkdir()
     daemon = DaemonProcess(data, program=(str(Path(__file__).with_name("unencodable.py")),))
 
-    async def go() -> tuple[RpcFailure, Any]:
+    async def go() -> tuple[RpcFailure, t.SessionView]:
         client = await daemon.client()
         try:
             with pytest.raises(RpcFailure) as failed:
@@ -166,7 +166,7 @@ def test_an_answer_that_cannot_be_encoded_is_still_answered(tmp_path: Path) -> N
     assert code == 0, err
     assert failure.code == -32603 and failure.data_code == "rpc:answer_failed"
     assert "approval.list" in str(failure) and "MemoryError" in str(failure)
-    assert created["session_id"]
+    assert created.session_id
 
 
 def test_subscriptions_past_the_cap_are_refused_until_one_ends(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -277,6 +277,36 @@ def test_plugin_mail_is_capped_and_the_gate_decides_over_the_wire(slow: DaemonPr
     assert len(asked) == 1  # one plugin/tool_before_call, decoded into its params type
     assert asked[0].name == "send_message" and asked[0].tool_call_id == "g1"
     assert "SessionCreated" in seen
+
+
+def test_a_gate_answer_that_is_not_a_verdict_refuses_the_call(slow: DaemonProcess) -> None:
+    """The daemon decodes a gate's answer as a ``ToolGateResult``: an answer of another shape
+    (here a plugin that answers with the wrong object) refuses the call and says why."""
+    async def go() -> t.ToolCallResult:
+        plugin = await slow.client(tool_gate=True)
+
+        async def confused(params: t.ToolGateParams) -> t.ToolGateResult:
+            # A misbehaving plugin: the cast hides the wrong answer from the type checker.
+            return cast(t.ToolGateResult, t.ShutdownResult(shutting_down=True))
+
+        plugin.serve(PLUGIN_TOOL_BEFORE_CALL, confused)
+        user = await slow.client()
+        try:
+            sid = (await user.request(SESSION_CREATE, t.SessionCreateParams(
+                agent="worker"))).session_id
+            await user.submit(sid, "work")  # a run in flight, for the call to run as
+            await _until(user, sid, "running")
+            return await user.request(TOOL_CALL, t.ToolCallParams(
+                session_id=sid, tool_call_id="g2", name="send_message",
+                arguments={"to": "nobody", "body": "hi"}))
+        finally:
+            await plugin.close()
+            await user.close()
+
+    refused = run(go())
+    assert "plugin:refused" in refused.content and "not a verdict" in refused.content
+    assert "shutting_down" in refused.content  # the decode error names what was wrong
+    assert refused.accepted is None and refused.approval_id is None
 
 
 def test_subscribe_replays_then_follows_live_with_no_gap_and_no_duplicate(

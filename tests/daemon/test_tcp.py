@@ -123,10 +123,10 @@ def test_the_daemon_proves_it_holds_the_token_and_admits_a_right_proof(tcp: TcpD
             await client.close()
 
     (answer, proved, initialized), _ = run(go())
-    server_nonce = bytes.fromhex(answer["server_nonce"])
-    assert answer["server_proof"] == token.server_proof(nonce, server_nonce).hex()
-    assert proved == {"authenticated": True}
-    assert initialized["protocol_version"] == 19
+    server_nonce = bytes.fromhex(answer.server_nonce)
+    assert answer.server_proof == token.server_proof(nonce, server_nonce).hex()
+    assert proved == t.AuthProveResult(authenticated=True)
+    assert initialized.protocol_version == 19
 
 
 @pytest.mark.parametrize(("frame", "code", "why"), [

@@ -91,14 +91,14 @@ def line(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Line]:
     yield connection
     connection.sock.close()
 
-    async def second_client() -> Any:
+    async def second_client() -> t.SessionListResult:
         client = await daemon.client()
         try:
             return await client.request(SESSION_LIST, t.SessionListParams())
         finally:
             await client.close()
 
-    assert "sessions" in run(second_client())
+    assert isinstance(run(second_client()).sessions, list)
     code, err = daemon.terminate()
     assert code == 0, err
     assert "Traceback" not in err and "failed" not in err, err[-3000:]

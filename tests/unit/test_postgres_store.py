@@ -313,17 +313,15 @@ def test_a_daemon_serves_a_postgresql_store_and_a_second_one_is_refused(
     url = postgres_cluster.url()
     daemon = DaemonProcess(tmp_path / "data", "--store", url)
     try:
-        async def sessions() -> list[Any]:
+        async def sessions() -> list[t.SessionView]:
             client = await daemon.client()
             try:
                 await client.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
-                listed: list[Any] = (await client.request(
-                    SESSION_LIST, t.SessionListParams())).sessions
-                return listed
+                return (await client.request(SESSION_LIST, t.SessionListParams())).sessions
             finally:
                 await client.close()
 
-        assert [s["agent"] for s in run(sessions())] == ["default"]
+        assert [s.agent for s in run(sessions())] == ["default"]
         done = subprocess.run(
             [sys.executable, "-m", "treemail", "daemon", "--data-dir", str(tmp_path / "two"),
              "--store", url], capture_output=True, text=True, timeout=60,
