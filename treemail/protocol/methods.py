@@ -47,6 +47,7 @@ __all__ = [
     "SESSION_LIST",
     "SHUTDOWN",
     "TOOL_CALL",
+    "Call",
     "Method",
     "Paged",
     "ParamsError",
@@ -68,6 +69,15 @@ class Method(Generic[P, R]):
     params: type[P]
     result: type[R]
     summary: str
+
+
+@dataclass(frozen=True)
+class Call(Generic[P, R]):
+    """One request of a pipeline (``DaemonClient.pipeline``): ``params`` is checked against
+    the method's params type where the call is built."""
+
+    method: Method[P, R]
+    params: P
 
 
 @dataclass(frozen=True)

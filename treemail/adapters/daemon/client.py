@@ -10,8 +10,7 @@ site. An error answer raises ``RpcFailure``, whose ``data_code`` is treemail's s
 ``every`` reads a list method page after page. Notifications land in a bounded queue
 (``notifications``; ``next_notification(EVENTS_EVENT)`` takes one, decoded); a server request
 (a plugin's tool gate) goes to the handler ``serve`` installed for it. ``call_raw`` sends any
-method name with any params and returns the answer undecoded: it is for tests that speak the
-protocol wrongly on purpose.
+name with any params, its answer undecoded: for tests that speak the protocol wrongly.
 
 No call waits for ever. Each has a timeout (``timeout``, the client's ``DEFAULT_TIMEOUT``
 unless told otherwise) that covers sending the request and waiting for its answer, and every
@@ -22,7 +21,8 @@ way its answer can fail to come is a ``ClientFailure`` with a stable code, raise
   whose id is null, which fails the calls whose frames were over the limit it names;
 * ``client:answer_too_large``: the answer is over this client's own limit; the splitter keeps
   the first bytes of the line it drops, where the daemon writes the answer's id;
-* ``client:timeout``: no answer in time (a stopped or hung daemon).
+* ``client:timeout``: no answer in time (a stopped or hung daemon);
+* ``client:answer_malformed``: the answer does not decode into the method's result type.
 
 A daemon that closes the connection fails every call in flight with ``ConnectionError``.
 """
@@ -36,9 +36,8 @@ import json
 import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -76,6 +75,7 @@ from treemail.protocol.methods import (
     RUN_STEER,
     RUN_SUBMIT,
     SERVER_REQUESTS,
+    Call,
     Method,
     Paged,
 )
@@ -96,15 +96,6 @@ _Served = Callable[[Any], Awaitable[msgspec.Struct]]
 # ``jsonrpc`` and then ``id`` first; anything else is not taken for an id.
 _LEADING_ID = re.compile(
     rb'\A\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*,')
-
-
-@dataclass(frozen=True)
-class Call(Generic[P, R]):
-    """One request of a pipeline (``DaemonClient.pipeline``): ``params`` is checked against
-    the method's params type where the call is built."""
-
-    method: Method[P, R]
-    params: P
 
 
 class RpcFailure(Exception):
