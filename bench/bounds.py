@@ -23,6 +23,8 @@ from treemail.protocol.methods import (
     EVENTS_READ,
     EVENTS_SUBSCRIBE,
     EVENTS_UNSUBSCRIBE,
+    INITIALIZE,
+    MESSAGE_LIST,
     PROTOCOL_VERSION,
     SESSION_CREATE,
 )
@@ -102,9 +104,9 @@ async def pipelined_lists(socket: Path, pid: int) -> tuple[int, int, list[dict[s
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM
     before = vm(pid, "VmRSS")
     reader, writer = await asyncio.open_unix_connection(str(socket), limit=64 << 20)
-    frames = [{"id": 0, "method": "initialize", "params": {
+    frames = [{"id": 0, "method": INITIALIZE.name, "params": {
         "protocol_version": PROTOCOL_VERSION, "client_info": {"name": "pipelined"}}}]
-    frames += [{"id": i, "method": "message.list", "params": {"session_id": sid}}
+    frames += [{"id": i, "method": MESSAGE_LIST.name, "params": {"session_id": sid}}
                for i in range(1, PIPELINED + 1)]
     writer.write(b"".join(json.dumps({"jsonrpc": "2.0", **f}).encode() + b"\n"
                           for f in frames))
