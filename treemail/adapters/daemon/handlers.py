@@ -1,5 +1,8 @@
 """The methods of protocol 19, over the runtime: each takes decoded params, returns a result.
 
+Each handler registers itself by its method's constant (``@handles(m.SESSION_GET)``), so its
+params and result are that constant's types; ``install`` binds them all to the daemon.
+
 Reads go through the runtime's writer thread too (``writer.quiet``): one thread owns the
 store, and a read never blocks the event loop.
 """
@@ -7,7 +10,8 @@ store, and a read never blocks the event loop.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from treemail import __name__ as _package
 from treemail.adapters.daemon import pages
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["ROUTES", "SERVER_NAME", "install"]
 
 SERVER_NAME = "treemail-daemon"
+T = TypeVar("T")
 
 # Every handler below registers itself here, by its method's constant.
 ROUTES = Routes()
@@ -59,7 +64,7 @@ class Methods:
         self.rt = daemon.runtime
         self.engine = daemon.runtime.engine
 
-    async def read(self, fn: Any, *args: Any) -> Any:
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
         return await self.rt.writer.quiet(fn, *args)
 
     @handles(m.AUTH_CHALLENGE)
