@@ -17,13 +17,24 @@ from typing import Any
 from bench.lines import Line
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.adapters.daemon.host import open_daemon
-from treemail.protocol.methods import PROTOCOL_VERSION
+from treemail.protocol import types as t
+from treemail.protocol.methods import (
+    EVENTS_EVENT,
+    EVENTS_READ,
+    EVENTS_SUBSCRIBE,
+    EVENTS_UNSUBSCRIBE,
+    INITIALIZE,
+    MESSAGE_LIST,
+    PROTOCOL_VERSION,
+    SESSION_CREATE,
+)
 
 __all__ = ["PIPELINED", "bounds_lines", "pipelined_lists", "vm"]
 
 IDLE = 1000
 RUNS = 9
 PIPELINED = 60
+DEFAULT_AGENT = t.SessionCreateParams(agent="default")
 
 
 def bounds_lines(root: Path) -> list[Line]:
@@ -39,15 +50,16 @@ def bounds_lines(root: Path) -> list[Line]:
 
 
 async def _one_run(client: DaemonClient, sid: str) -> float:
-    head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
-    sub = await client.call("events.subscribe", {"after": head, "session_id": sid})
+    head = (await client.request(EVENTS_READ, t.EventsReadParams(after=0, limit=1))).head
+    sub = await client.request(EVENTS_SUBSCRIBE,
+                               t.EventsSubscribeParams(after=head, session_id=sid))
     start = time.perf_counter()
-    await client.call("run.submit", {"session_id": sid, "text": "one message"})
-    while (await client.next_notification("events/event")).params["event"]["kind"] != \
-            "RunFinished":
+    await client.submit(sid, "one message")
+    while (await client.next_notification(EVENTS_EVENT)).event.kind != "RunFinished":
         pass
     took = time.perf_counter() - start
-    await client.call("events.unsubscribe", {"subscription_id": sub["subscription_id"]})
+    await client.request(EVENTS_UNSUBSCRIBE,
+                         t.EventsUnsubscribeParams(subscription_id=sub.subscription_id))
     return took
 
 
@@ -56,11 +68,12 @@ async def _run_times(data: Path) -> tuple[float, float]:
     try:
         user = await DaemonClient.connect(data / "daemon.sock", name="bench")
         idler = await DaemonClient.connect(data / "daemon.sock", name="idle")
-        idle, busy = [(await user.call("session.create", {"agent": "default"}))["session_id"]
+        idle, busy = [(await user.request(SESSION_CREATE, DEFAULT_AGENT)).session_id
                       for _ in range(2)]
         quiet = statistics.median([await _one_run(user, busy) for _ in range(RUNS)])
         for _ in range(IDLE // 50):  # under the in-flight cap
-            await idler.call_many([("events.subscribe", {"after": 0, "session_id": idle})] * 50)
+            await idler.request_many(
+                EVENTS_SUBSCRIBE, [t.EventsSubscribeParams(after=0, session_id=idle)] * 50)
         loaded = statistics.median([await _one_run(user, busy) for _ in range(RUNS)])
         await idler.close()
         await user.close()
@@ -84,17 +97,16 @@ async def pipelined_lists(socket: Path, pid: int) -> tuple[int, int, list[dict[s
     before, its peak (VmHWM, reset first) and every answer, in the order they came
     (``tests/daemon/test_bounds.py`` asserts on the same run)."""
     user = await DaemonClient.connect(socket, name="pipelined")
-    sid = (await user.call("session.create", {"agent": "default"}))["session_id"]
+    sid = (await user.request(SESSION_CREATE, DEFAULT_AGENT)).session_id
     for i in range(24):
-        await user.call("plugin/producer/send",
-                        {"session_id": sid, "body": f"{i} " + "x" * (256 * 1000)})
+        await user.producer_send(sid, f"{i} " + "x" * (256 * 1000))
     await user.close()
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM
     before = vm(pid, "VmRSS")
     reader, writer = await asyncio.open_unix_connection(str(socket), limit=64 << 20)
-    frames = [{"id": 0, "method": "initialize", "params": {
+    frames = [{"id": 0, "method": INITIALIZE.name, "params": {
         "protocol_version": PROTOCOL_VERSION, "client_info": {"name": "pipelined"}}}]
-    frames += [{"id": i, "method": "message.list", "params": {"session_id": sid}}
+    frames += [{"id": i, "method": MESSAGE_LIST.name, "params": {"session_id": sid}}
                for i in range(1, PIPELINED + 1)]
     writer.write(b"".join(json.dumps({"jsonrpc": "2.0", **f}).encode() + b"\n"
                           for f in frames))

@@ -36,14 +36,28 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from tests.crash.harness import Tally, check_store, drain_and_verify, opened, snapshot
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import LEAD
 from tests.daemon.test_scenario import WORKER as SCENARIO_WORKER
-from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.daemon.client import Call, DaemonClient, RpcFailure
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.ui.console import Ticker
 from treemail.core.config import MessagingConfig
+from treemail.protocol import types as t
+from treemail.protocol.methods import (
+    EVENTS_READ,
+    MESSAGE_LIST,
+    PLUGIN_PRODUCER_SEND,
+    RUN_STEER,
+    RUN_SUBMIT,
+    SESSION_CREATE,
+    SESSION_DELEGATE,
+    SESSION_LIST,
+    TOOL_CALL,
+)
 
 __all__ = ["LIMITS", "run_daemon_campaign"]
 
@@ -117,7 +131,7 @@ class Load:
         self.tally = tally
         self.calls = 0
         self.round = f"{rng.getrandbits(32):08x}"  # tool-call ids unique across rounds
-        self.sessions: list[dict[str, Any]] = []
+        self.sessions: list[t.SessionView] = []
 
     async def drive(self, seconds: float) -> None:
         client = await self.daemon.client()
@@ -126,7 +140,7 @@ class Load:
             await self.tree(client)
             await hostile.connect()
             async with asyncio.timeout(30):  # served, with the hostile peers connected
-                await client.call("session.list")
+                await client.request(SESSION_LIST, t.SessionListParams())
             lanes = [asyncio.create_task(self.lane(client)) for _ in range(LANES)]
             lanes.append(asyncio.create_task(hostile.pipeline(self.tally)))
             await asyncio.sleep(seconds)
@@ -141,9 +155,9 @@ class Load:
         assert peak < RSS_BOUND, f"daemon peak RSS {peak >> 20} MiB"
 
     async def tree(self, client: DaemonClient) -> None:
-        listed = await client.every("session.list")
+        listed = await client.every(SESSION_LIST, t.SessionListParams())
         if not listed:
-            listed = [await client.call("session.create", {"agent": "lead"})]
+            listed = [await client.request(SESSION_CREATE, t.SessionCreateParams(agent="lead"))]
         self.sessions = listed
 
     async def lane(self, client: DaemonClient) -> None:
@@ -156,44 +170,43 @@ class Load:
 
     async def step(self, client: DaemonClient) -> None:
         session = self.rng.choice(self.sessions)
-        sid, roll = session["session_id"], self.rng.random()
+        sid, roll = session.session_id, self.rng.random()
         self.calls += 1
         try:
             if roll < 0.1 and len(self.sessions) < MAX_SESSIONS:
-                parent = self.sessions[0]["session_id"]
-                self.sessions.append(await client.call("session.delegate", {
-                    "parent_session_id": parent, "agent": "worker",
-                    "task": f"part {self.calls}"}))
+                parent = self.sessions[0].session_id
+                self.sessions.append(await client.request(
+                    SESSION_DELEGATE, t.SessionDelegateParams(
+                        parent_session_id=parent, agent="worker", task=f"part {self.calls}")))
             elif roll < 0.3:
-                self.ack(await client.call("run.submit", {"session_id": sid,
-                                                          "text": f"turn {self.calls}"}))
+                self.ack(await client.request(
+                    RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text=f"turn {self.calls}")))
             elif roll < 0.4:
-                self.ack(await client.call("run.steer", {"session_id": sid,
-                                                         "text": f"steer {self.calls}"}))
+                self.ack(await client.request(
+                    RUN_STEER, t.RunSteerParams(session_id=sid, text=f"steer {self.calls}")))
             elif roll < 0.5:
-                self.ack(await client.call("plugin/producer/send", {
-                    "session_id": sid, "body": f"plugin {self.calls}"}))
+                self.ack(await client.request(PLUGIN_PRODUCER_SEND, t.ProducerSendParams(
+                    session_id=sid, body=f"plugin {self.calls}")))
             else:
                 await self.send(client, sid)
         except RpcFailure as refused:
             assert refused.data_code not in (None, "rpc:internal"), refused
 
     async def send(self, client: DaemonClient, sid: str) -> None:
-        peers = [s for s in self.sessions if s["session_id"] != sid]
+        peers = [s for s in self.sessions if s.session_id != sid]
         if not peers:
             return
         peer = self.rng.choice(peers)
-        answer = await client.call("tool.call", {
-            "session_id": sid, "tool_call_id": f"soak-{self.round}-{self.calls}",
-            "name": "send_message",
-            "arguments": {"to": peer["handle"] or peer["session_id"], "body": f"note {self.calls}",
-                          "mode": self.rng.choice(("steer", "queue"))}})
-        result = json.loads(answer["content"])
-        if isinstance(result, dict) and "message_id" in result:
-            self.ack(result)
+        answer = await client.request(TOOL_CALL, t.ToolCallParams(
+            session_id=sid, tool_call_id=f"soak-{self.round}-{self.calls}",
+            name="send_message", arguments={
+                "to": peer.handle or peer.session_id, "body": f"note {self.calls}",
+                "mode": self.rng.choice(("steer", "queue"))}))
+        if answer.accepted is not None:  # the send's mail, read back by the daemon
+            self.ack(answer.accepted)
 
-    def ack(self, answer: dict[str, Any]) -> None:
-        self.acked.add(str(answer["message_id"]))
+    def ack(self, answer: t.ProducerAccepted) -> None:
+        self.acked.add(answer.message_id)
 
 
 class Hostile:
@@ -230,13 +243,16 @@ class Hostile:
         assert self.pipelined is not None
         try:
             while True:
-                listed = (await self.pipelined.call("session.list"))["sessions"]
-                calls = [("message.list", {"session_id": s["session_id"]}) for s in listed]
-                calls += [("events.read", {"after": 0, "limit": 256})] * BURST
-                for answer in await self.pipelined.call_many(calls[:BURST]):
+                listed = (await self.pipelined.request(SESSION_LIST, t.SessionListParams(
+                    ))).sessions
+                calls: list[Call[Any, Any]] = [
+                    Call(MESSAGE_LIST, t.MessageListParams(session_id=s.session_id))
+                    for s in listed]
+                calls += [Call(EVENTS_READ, t.EventsReadParams(after=0, limit=256))] * BURST
+                for answer in await self.pipelined.pipeline(calls[:BURST]):
                     if isinstance(answer, ConnectionError):
                         raise answer
-                    assert isinstance(answer, dict) or (
+                    assert isinstance(answer, msgspec.Struct) or (
                         isinstance(answer, RpcFailure)
                         and answer.data_code not in (None, "rpc:internal")), answer
         except ConnectionError:

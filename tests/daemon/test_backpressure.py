@@ -14,6 +14,13 @@ from tests.daemon.conftest import run
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.host import open_daemon
+from treemail.protocol import types as t
+from treemail.protocol.methods import (
+    EVENTS_READ,
+    PLUGIN_PRODUCER_SEND,
+    SESSION_CREATE,
+    SESSION_LIST,
+)
 
 OUT_FRAMES = 8
 HIGH_WATER = 64 * 1024  # asyncio's default high-water mark of a socket's write buffer
@@ -23,14 +30,14 @@ async def _feed(data: Path, socket: Path) -> tuple[list[tuple[int, int]], int, l
     daemon = await open_daemon(data, socket, Limits(out_frames=OUT_FRAMES))
     try:
         busy = await DaemonClient.connect(socket, name="busy")
-        root = await busy.call("session.create", {"agent": "default"})
+        root = await busy.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
         for batch in range(12):  # in batches below the in-flight cap: each one is served
-            answers = await busy.call_many([
-                ("plugin/producer/send",
-                 {"session_id": root["session_id"], "body": f"m{batch}-{i} " + "x" * 200})
+            answers = await busy.request_many(PLUGIN_PRODUCER_SEND, [
+                t.ProducerSendParams(session_id=root.session_id,
+                                     body=f"m{batch}-{i} " + "x" * 200)
                 for i in range(50)])
-            assert all(isinstance(a, dict) for a in answers), answers
-        head = (await busy.call("events.read", {"after": 0, "limit": 1}))["head"]
+            assert all(isinstance(a, t.ProducerAccepted) for a in answers), answers
+        head = (await busy.request(EVENTS_READ, t.EventsReadParams(after=0, limit=1))).head
         # The stalled client: it subscribes from the start, then reads nothing for a while.
         reader, writer = await asyncio.open_unix_connection(str(socket))
         for id, method, params in ((1, "initialize", {"protocol_version": 19,
@@ -45,7 +52,7 @@ async def _feed(data: Path, socket: Path) -> tuple[list[tuple[int, int]], int, l
             seen += [c.buffered for c in daemon.connections if c.name != "c1"]
         # Another client is served at once, while the stalled one is stuck.
         started = asyncio.get_running_loop().time()
-        await busy.call("session.list")
+        await busy.request(SESSION_LIST, t.SessionListParams())
         others_wait = asyncio.get_running_loop().time() - started
         numbers = await _read_all(reader, head)
         writer.close()

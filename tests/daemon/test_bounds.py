@@ -17,6 +17,19 @@ from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.host import open_daemon
+from treemail.protocol import types as t
+from treemail.protocol.methods import (
+    APPROVAL_LIST,
+    EVENTS_EVENT,
+    EVENTS_SUBSCRIBE,
+    EVENTS_UNSUBSCRIBE,
+    PLUGIN_PRODUCER_SEND,
+    RUN_SUBMIT,
+    SESSION_CREATE,
+    SESSION_GET,
+    SESSION_LIST,
+    TOOL_CALL,
+)
 
 MiB = 1 << 20
 
@@ -56,7 +69,8 @@ def _initialize(name: str, **capabilities: bool) -> dict[str, Any]:
 
 
 async def _running(client: DaemonClient, sid: str) -> None:
-    while (await client.call("session.get", {"session_id": sid}))["state"] != "running":
+    while (await client.request(
+        SESSION_GET, t.SessionGetParams(session_id=sid))).state != "running":
         await asyncio.sleep(0.02)
 
 
@@ -74,21 +88,23 @@ def test_a_gate_that_stopped_reading_fails_each_tool_call_in_time(tmp_path: Path
         await gate_reader.readline()  # initialized; from now on it reads nothing
         user = await daemon.client()
         try:
-            sink = (await user.call("session.create", {"agent": "default"}))["session_id"]
+            sink = (await user.request(SESSION_CREATE, t.SessionCreateParams(
+                agent="default"))).session_id
             for batch in range(8):  # 400 events of 8 KiB: past its budget (and its queue)
-                answers = await user.call_many([("plugin/producer/send", {
-                    "session_id": sink, "body": f"{batch}-{i} " + "x" * (8 * 1024)})
+                answers = await user.request_many(PLUGIN_PRODUCER_SEND, [
+                    t.ProducerSendParams(session_id=sink, body=f"{batch}-{i} " + "x" * 8192)
                     for i in range(50)])
-                assert all(isinstance(a, dict) for a in answers), answers
-            agents = [(await user.call("session.create", {"agent": "worker"}))["session_id"]
+                assert all(isinstance(a, t.ProducerAccepted) for a in answers), answers
+            agents = [(await user.request(SESSION_CREATE, t.SessionCreateParams(
+                agent="worker"))).session_id
                       for _ in range(2)]
             for sid in agents:
-                await user.call("run.submit", {"session_id": sid, "text": "work"})
+                await user.request(RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text="work"))
                 await _running(user, sid)
-            calls = [user.call("tool.call", {
-                "session_id": sid, "tool_call_id": f"t{n}", "name": "send_message",
-                "arguments": {"to": "nobody", "body": "hi"}}) for n, sid in enumerate(agents)]
-            listed = await user.call("session.list")
+            calls = [user.request(TOOL_CALL, t.ToolCallParams(
+                session_id=sid, tool_call_id=f"t{n}", name="send_message",
+                arguments={"to": "nobody", "body": "hi"})) for n, sid in enumerate(agents)]
+            listed = await user.request(SESSION_LIST, t.SessionListParams())
             return list(await asyncio.gather(*calls)), listed
         finally:
             gate.close()
@@ -99,10 +115,10 @@ def test_a_gate_that_stopped_reading_fails_each_tool_call_in_time(tmp_path: Path
     finally:
         code, err = daemon.terminate()
     assert code == 0, err
-    assert len(listed["sessions"]) == 3
+    assert len(listed.sessions) == 3
     for answer in answers:
-        assert "plugin:failed" in answer["content"], answer
-        assert "did not answer" in answer["content"]
+        assert "plugin:failed" in answer.content, answer
+        assert "did not answer" in answer.content
 
 
 def test_sixty_pipelined_large_answers_keep_the_daemon_small(tmp_path: Path) -> None:
@@ -133,12 +149,13 @@ def test_an_answer_that_cannot_be_encoded_is_still_answered(tmp_path: Path) -> N
     data.mkdir()
     daemon = DaemonProcess(data, program=(str(Path(__file__).with_name("unencodable.py")),))
 
-    async def go() -> tuple[RpcFailure, Any]:
+    async def go() -> tuple[RpcFailure, t.SessionView]:
         client = await daemon.client()
         try:
             with pytest.raises(RpcFailure) as failed:
-                await client.call("approval.list")
-            return failed.value, await client.call("session.create", {"agent": "default"})
+                await client.request(APPROVAL_LIST, t.ApprovalListParams())
+            return failed.value, await client.request(
+                SESSION_CREATE, t.SessionCreateParams(agent="default"))
         finally:
             await client.close()
 
@@ -149,7 +166,7 @@ def test_an_answer_that_cannot_be_encoded_is_still_answered(tmp_path: Path) -> N
     assert code == 0, err
     assert failure.code == -32603 and failure.data_code == "rpc:answer_failed"
     assert "approval.list" in str(failure) and "MemoryError" in str(failure)
-    assert created["session_id"]
+    assert created.session_id
 
 
 def test_subscriptions_past_the_cap_are_refused_until_one_ends(tmp_path: Path) -> None:
@@ -158,13 +175,16 @@ def test_subscriptions_past_the_cap_are_refused_until_one_ends(tmp_path: Path) -
     async def go() -> tuple[list[Any], Any]:
         client = await daemon.client()
         try:
-            sid = (await client.call("session.create", {"agent": "default"}))["session_id"]
+            sid = (await client.request(
+                SESSION_CREATE, t.SessionCreateParams(agent="default"))).session_id
             # Pipelined, and to one session: each waits on the store before it is counted.
-            answers = await client.call_many(
-                [("events.subscribe", {"after": 0, "session_id": sid})] * 11)
-            await client.call("events.unsubscribe",
-                              {"subscription_id": answers[0]["subscription_id"]})
-            return answers, await client.call("events.subscribe", {"after": 0})
+            answers = await client.request_many(
+                EVENTS_SUBSCRIBE, [t.EventsSubscribeParams(after=0, session_id=sid)] * 11)
+            first = answers[0]
+            assert isinstance(first, t.EventsSubscribeResult), first
+            await client.request(EVENTS_UNSUBSCRIBE, t.EventsUnsubscribeParams(
+                subscription_id=first.subscription_id))
+            return answers, await client.request(EVENTS_SUBSCRIBE, t.EventsSubscribeParams(after=0))
         finally:
             await client.close()
 
@@ -173,12 +193,12 @@ def test_subscriptions_past_the_cap_are_refused_until_one_ends(tmp_path: Path) -
     finally:
         code, err = daemon.terminate()
     assert code == 0, err
-    assert all("subscription_id" in a for a in answers[:8])
+    assert all(isinstance(a, t.EventsSubscribeResult) for a in answers[:8])
     for refused in answers[8:]:
         assert isinstance(refused, RpcFailure)
         assert refused.code == -32001 and refused.data_code == "rpc:too_many_subscriptions"
         assert "unsubscribe" in str(refused)
-    assert "subscription_id" in again
+    assert again.subscription_id
 
 
 async def _idle_subscriptions(data: Path, socket: Path) -> tuple[int, int, list[str]]:
@@ -187,22 +207,25 @@ async def _idle_subscriptions(data: Path, socket: Path) -> tuple[int, int, list[
     try:
         idle_client = await DaemonClient.connect(socket, name="idle")
         user = await DaemonClient.connect(socket, name="user")
-        idle = (await user.call("session.create", {"agent": "default"}))["session_id"]
-        busy = (await user.call("session.create", {"agent": "default"}))["session_id"]
+        idle = (await user.request(SESSION_CREATE, t.SessionCreateParams(
+            agent="default"))).session_id
+        busy = (await user.request(SESSION_CREATE, t.SessionCreateParams(
+            agent="default"))).session_id
         for _ in range(20):  # under the in-flight cap, 1,000 in all
-            answers = await idle_client.call_many(
-                [("events.subscribe", {"after": 0, "session_id": idle})] * 50)
-            assert all("subscription_id" in a for a in answers), answers
-        live = await user.call("events.subscribe", {"after": 0, "session_id": busy})
+            answers = await idle_client.request_many(
+                EVENTS_SUBSCRIBE, [t.EventsSubscribeParams(after=0, session_id=idle)] * 50)
+            assert all(isinstance(a, t.EventsSubscribeResult) for a in answers), answers
+        live = await user.request(EVENTS_SUBSCRIBE, t.EventsSubscribeParams(
+            after=0, session_id=busy))
         while subs.parked < 1001:  # every pump has caught up and sleeps
             await asyncio.sleep(0.01)
         reads = subs.reads
-        await user.call("run.submit", {"session_id": busy, "text": "one message"})
+        await user.request(RUN_SUBMIT, t.RunSubmitParams(session_id=busy, text="one message"))
         kinds: list[str] = []
         while "RunFinished" not in kinds:
-            note = await user.next_notification("events/event")
-            assert note.params["subscription_id"] == live["subscription_id"]
-            kinds.append(note.params["event"]["kind"])
+            note = await user.next_notification(EVENTS_EVENT)
+            assert note.subscription_id == live.subscription_id
+            kinds.append(note.event.kind)
         while subs.parked < 1001:
             await asyncio.sleep(0.01)
         await idle_client.close()

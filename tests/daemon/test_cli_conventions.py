@@ -83,7 +83,7 @@ def test_a_mistyped_command_is_told_the_close_ones() -> None:
 
 def test_listings_and_feeds_speak_json_lines(daemon: DaemonProcess) -> None:
     seeded = _seed(daemon)
-    sid, mid = seeded["session"]["session_id"], seeded["message_id"]
+    sid, mid = seeded.session.session_id, seeded.message_id
     sessions = json_lines(client(daemon, "sessions", "--json").stdout)
     assert all(set(s) == SESSION_FIELDS for s in sessions)
     assert any(s["session_id"] == sid for s in sessions)
@@ -104,7 +104,7 @@ def test_listings_and_feeds_speak_json_lines(daemon: DaemonProcess) -> None:
 
 
 def test_tail_shows_the_last_rows_first_then_follows(daemon: DaemonProcess) -> None:
-    sid = _seed(daemon)["session"]["session_id"]
+    sid = _seed(daemon).session.session_id
     history = json_lines(treemail("log", "--data-dir", str(daemon.data_dir), "--json").stdout)
     tail = subprocess.Popen(
         [sys.executable, "-m", "treemail", "tail", "-n", "3", "--json", "--socket",
@@ -138,7 +138,7 @@ def test_a_failed_command_says_what_happened_then_its_code(daemon: DaemonProcess
 
 
 def test_a_mistyped_handle_is_told_the_close_one(daemon: DaemonProcess) -> None:
-    handle = _seed(daemon)["session"]["handle"]
+    handle = _seed(daemon).handle
     mistyped = handle[:-1] + ("x" if handle[-1] != "x" else "y")
     done = client(daemon, "replay", mistyped)
     assert done.returncode == 1 and "did you mean " in done.stderr

@@ -16,8 +16,18 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
-from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.daemon.client import Call, DaemonClient, RpcFailure
 from treemail.core.errors import AnswerTooLarge, ClientTimeout, RequestTooLarge
+from treemail.protocol import types as t
+from treemail.protocol.methods import (
+    INITIALIZE,
+    MESSAGE_GET,
+    MESSAGE_LIST,
+    RUN_SUBMIT,
+    SESSION_CREATE,
+    SESSION_GET,
+    SESSION_LIST,
+)
 
 STEP = 60  # seconds any one step may take, however loaded the machine
 OVER = 2 << 20  # more than the daemon's 1 MiB frame limit
@@ -43,16 +53,16 @@ def test_a_request_over_the_daemons_limit_is_refused_before_it_is_sent(
     async def go() -> None:
         client = await daemon.client()
         try:
-            root = await client.call("session.create", {"agent": "default"})
-            sid = root["session_id"]
+            root = await client.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
+            sid = root.session_id
             with pytest.raises(RequestTooLarge) as refused:
-                await client.call("run.submit", {"session_id": sid, "text": "x" * OVER},
-                                  timeout=STEP)
+                await client.request(
+                    RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text="x" * OVER), timeout=STEP)
             assert refused.value.code == "client:request_too_large"
             assert refused.value.details["limit"] == 1 << 20
             assert "run.submit" in refused.value.message
             # Nothing reached the daemon: no mail, and the connection serves on.
-            assert await client.every("message.list", {"session_id": sid}) == []
+            assert await client.every(MESSAGE_LIST, t.MessageListParams(session_id=sid)) == []
         finally:
             await client.close()
 
@@ -67,9 +77,10 @@ def test_a_frame_the_daemon_drops_unread_fails_its_call_not_the_others(
     async def go() -> None:
         client = await DaemonClient.connect(daemon.socket, initialize=False)
         try:
-            outcomes = await client.call_many(
-                [("initialize", {"protocol_version": 19, "client_info": {"name": "x" * OVER}}),
-                 ("session.list", {})], timeout=STEP)
+            outcomes = await client.pipeline([
+                Call(INITIALIZE, t.InitializeParams(
+                    protocol_version=19, client_info=t.ClientInfo(name="x" * OVER))),
+                Call(SESSION_LIST, t.SessionListParams())], timeout=STEP)
             assert isinstance(outcomes[0], RequestTooLarge), outcomes
             size, limit = outcomes[0].details["size"], outcomes[0].details["limit"]
             assert isinstance(size, int) and isinstance(limit, int), outcomes[0].details
@@ -92,17 +103,17 @@ def test_an_answer_over_the_clients_limit_fails_that_call_and_the_client_goes_on
         small = await DaemonClient.connect(daemon.socket, max_frame_bytes=64 << 10,
                                            timeout=STEP)
         try:
-            root = await writer.call("session.create", {"agent": "default"})
-            sent = await writer.call("run.submit", {"session_id": root["session_id"],
-                                                    "text": "y" * (200 << 10)})
+            root = await writer.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
+            sent = await writer.request(RUN_SUBMIT, t.RunSubmitParams(
+                session_id=root.session_id, text="y" * (200 << 10)))
             with pytest.raises(AnswerTooLarge) as dropped:
-                await small.call("message.get", {"message_id": sent["message_id"]})
+                await small.request(MESSAGE_GET, t.MessageGetParams(message_id=sent.message_id))
             assert dropped.value.code == "client:answer_too_large"
             assert dropped.value.details["limit"] == 64 << 10
             size = dropped.value.details["size"]
             assert isinstance(size, int) and size > 200 << 10
-            got = await small.call("session.get", {"session_id": root["session_id"]})
-            assert got["session_id"] == root["session_id"]
+            got = await small.request(SESSION_GET, t.SessionGetParams(session_id=root.session_id))
+            assert got.session_id == root.session_id
         finally:
             await small.close()
             await writer.close()
@@ -118,7 +129,7 @@ def test_a_stopped_daemon_times_the_call_out_and_answers_once_continued(
         try:
             os.kill(stoppable.proc.pid, signal.SIGSTOP)
             with pytest.raises(ClientTimeout) as late:
-                await client.call("session.list", timeout=0.3)
+                await client.request(SESSION_LIST, t.SessionListParams(), timeout=0.3)
             assert late.value.code == "client:timeout"
             assert late.value.details == {"method": "session.list", "timeout": 0.3}
             # A new client's handshake times out the same way (the kernel still accepts).
@@ -126,8 +137,8 @@ def test_a_stopped_daemon_times_the_call_out_and_answers_once_continued(
                 await DaemonClient.connect(stoppable.socket, timeout=0.3)
             os.kill(stoppable.proc.pid, signal.SIGCONT)
             # The late answer to the timed-out call is dropped; the next call is answered.
-            listed = await client.call("session.list", timeout=STEP)
-            assert listed["sessions"] == [] and listed["next"] is None
+            listed = await client.request(SESSION_LIST, t.SessionListParams(), timeout=STEP)
+            assert listed.sessions == [] and listed.next is None
         finally:
             await client.close()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import pytest
 
@@ -12,6 +12,8 @@ from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.ui.cli import main
 from treemail.adapters.ui.commands import steered
 from treemail.core.records import RecipientState
+from treemail.protocol import types as t
+from treemail.protocol.methods import MESSAGE_GET, RUN_SUBMIT, SESSION_CREATE
 
 
 def _cli(capsys: pytest.CaptureFixture[str], daemon: DaemonProcess, *args: str) -> tuple[
@@ -21,18 +23,25 @@ def _cli(capsys: pytest.CaptureFixture[str], daemon: DaemonProcess, *args: str) 
     return code, out, err
 
 
-def _seed(daemon: DaemonProcess) -> dict[str, Any]:
-    async def go() -> dict[str, Any]:
+class Seeded(NamedTuple):
+    session: t.SessionView
+    message_id: str  # consumed
+    handle: str  # the session's
+
+
+def _seed(daemon: DaemonProcess) -> Seeded:
+    async def go() -> Seeded:
         client = await daemon.client()
         try:
-            root = await client.call("session.create", {"agent": "default"})
-            sent = await client.call("run.submit",
-                                     {"session_id": root["session_id"], "text": "hello cli"})
+            root = await client.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
+            sent = await client.request(
+                RUN_SUBMIT, t.RunSubmitParams(session_id=root.session_id, text="hello cli"))
             async with asyncio.timeout(20):
-                while (await client.call("message.get", {"message_id": sent["message_id"]}))[
-                        "message"]["state"] != "consumed":
+                while (await client.request(MESSAGE_GET, t.MessageGetParams(
+                        message_id=sent.message_id))).message.state != "consumed":
                     await asyncio.sleep(0.02)
-            return {"session": root, "message_id": sent["message_id"]}
+            assert root.handle is not None  # every session has one
+            return Seeded(root, sent.message_id, root.handle)
         finally:
             await client.close()
 
@@ -43,13 +52,13 @@ def test_sessions_status_replay_steer_and_approve(
     daemon: DaemonProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seeded = _seed(daemon)
-    sid = seeded["session"]["session_id"]
+    sid = seeded.session.session_id
     code, out, _ = _cli(capsys, daemon, "sessions")
     assert code == 0 and out.splitlines()[0].split() == [
         "SESSION", "HANDLE", "AGENT", "STATE", "PARENT"]
-    assert any(line.startswith(sid) and seeded["session"]["handle"] in line
+    assert any(line.startswith(sid) and seeded.handle in line
                for line in out.splitlines())
-    code, out, _ = _cli(capsys, daemon, "status", seeded["message_id"])
+    code, out, _ = _cli(capsys, daemon, "status", seeded.message_id)
     assert code == 0 and "consumed" in out.splitlines()[0]
     assert out.splitlines()[1].split() == ["SEQ", "STATE", "RUN", "REQUEST"]
     # States as people say them, not the events' class names.
@@ -88,10 +97,10 @@ def test_the_forms_the_rows_print_name_sessions_and_messages(
 ) -> None:
     """A handle and a short id, as tail and replay print them, work where a UUID does."""
     seeded = _seed(daemon)
-    sid, handle = seeded["session"]["session_id"], seeded["session"]["handle"]
-    short = seeded["message_id"][:8]
+    sid, handle = seeded.session.session_id, seeded.handle
+    short = seeded.message_id[:8]
     code, out, err = _cli(capsys, daemon, "status", short)
-    assert code == 0 and out.startswith(f"message {seeded['message_id']} to {sid}"), err
+    assert code == 0 and out.startswith(f"message {seeded.message_id} to {sid}"), err
     for form in (handle, sid[:8]):
         code, out, err = _cli(capsys, daemon, "replay", form)
         assert code == 0 and '"hello cli"' in out, err

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from tests.daemon.test_scenario import LEAD, _quiet
 from treemail.adapters.daemon.client import DaemonClient
+from treemail.protocol import types as t
+from treemail.protocol.methods import (
+    MESSAGE_LIST,
+    PLUGIN_PRODUCER_SEND,
+    RUN_SUBMIT,
+    SESSION_CREATE,
+    SESSION_DELEGATE,
+)
 
 WORKER = """---
 name: worker
@@ -43,35 +50,37 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess
     assert code == 0, err
 
 
-async def _agent_mail(client: DaemonClient, sid: str) -> list[dict[str, Any]]:
-    listed = await client.call("message.list", {"session_id": sid})
-    return [m for m in listed["messages"] if m["owner"] == "agent"]
+async def _agent_mail(client: DaemonClient, sid: str) -> list[t.MessageView]:
+    listed = await client.request(MESSAGE_LIST, t.MessageListParams(session_id=sid))
+    return [m for m in listed.messages if m.owner == "agent"]
 
 
 @pytest.mark.parametrize("route", ["plugin", "user", "task"])
 def test_a_forged_envelope_never_makes_the_scripted_agent_answer_the_sibling(
     scripted: DaemonProcess, route: str,
 ) -> None:
-    async def go() -> list[dict[str, Any]]:
+    async def go() -> list[t.MessageView]:
         client = await scripted.client()
         try:
-            lead = await client.call("session.create", {"agent_doc": LEAD})
-            lid = lead["session_id"]
-            a, b = [await client.call("session.delegate", {
-                "parent_session_id": lid, "agent": "worker", "task": f"part {i}"})
+            lead = await client.request(SESSION_CREATE, t.SessionCreateParams(agent_doc=LEAD))
+            lid = lead.session_id
+            a, b = [await client.request(SESSION_DELEGATE, t.SessionDelegateParams(
+                parent_session_id=lid, agent="worker", task=f"part {i}"))
                 for i in range(2)]
             await _quiet(client, timeout=60)
-            body = forged(b["handle"])
+            assert b.handle is not None
+            body = forged(b.handle)
             if route == "plugin":
-                await client.call("plugin/producer/send", {"session_id": a["session_id"],
-                                                          "body": body})
+                await client.request(
+                    PLUGIN_PRODUCER_SEND, t.ProducerSendParams(session_id=a.session_id, body=body))
             elif route == "user":
-                await client.call("run.submit", {"session_id": a["session_id"], "text": body})
+                await client.request(
+                    RUN_SUBMIT, t.RunSubmitParams(session_id=a.session_id, text=body))
             else:  # a third worker, whose task carries the forgery
-                await client.call("session.delegate", {
-                    "parent_session_id": lid, "agent": "worker", "task": body})
+                await client.request(SESSION_DELEGATE, t.SessionDelegateParams(
+                    parent_session_id=lid, agent="worker", task=body))
             await _quiet(client, timeout=60)
-            return await _agent_mail(client, b["session_id"])
+            return await _agent_mail(client, b.session_id)
         finally:
             await client.close()
 

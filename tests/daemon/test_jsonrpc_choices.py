@@ -10,7 +10,8 @@ import json
 from typing import Any
 
 from tests.daemon.conftest import DaemonProcess, run
-from treemail.protocol.methods import PROTOCOL_VERSION
+from treemail.protocol import types as t
+from treemail.protocol.methods import MESSAGE_LIST, PROTOCOL_VERSION, SESSION_CREATE
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
               "params": {"protocol_version": PROTOCOL_VERSION, "client_info": {"name": "raw"}}}
@@ -38,7 +39,8 @@ async def _exchange(daemon: DaemonProcess, *messages: object) -> list[dict[str, 
 async def _root(daemon: DaemonProcess) -> str:
     client = await daemon.client()
     try:
-        return str((await client.call("session.create", {"agent": "default"}))["session_id"])
+        return str((await client.request(
+            SESSION_CREATE, t.SessionCreateParams(agent="default"))).session_id)
     finally:
         await client.close()
 
@@ -46,8 +48,8 @@ async def _root(daemon: DaemonProcess) -> str:
 async def _texts(daemon: DaemonProcess, sid: str) -> list[str]:
     client = await daemon.client()
     try:
-        listed = await client.call("message.list", {"session_id": sid})
-        return [m["body"] for m in listed["messages"]]
+        listed = await client.request(MESSAGE_LIST, t.MessageListParams(session_id=sid))
+        return [m.body for m in listed.messages]
     finally:
         await client.close()
 
@@ -144,7 +146,7 @@ def test_a_notification_over_the_in_flight_cap_is_refused_visibly(
     async def go() -> tuple[list[dict[str, Any]], list[str], int]:
         sid = await _root(daemon)
         client = await daemon.client()
-        limit = int(client.server["capabilities"]["max_in_flight"])
+        limit = client.capabilities.max_in_flight
         await client.close()
         frames = await _exchange(daemon, *(_submit(sid, f"n{i}") for i in range(limit * 4)))
         return frames, await _texts(daemon, sid), limit

@@ -17,6 +17,8 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from tests.fuzz.fake_server import FakeServer, Plan, serving
+from treemail.protocol import types as t
+from treemail.protocol.methods import EVENTS_READ, RUN_SUBMIT, SESSION_CREATE
 
 NO_KEY = "TREEMAIL_TEST_UNSET_KEY"
 
@@ -47,13 +49,14 @@ def _given_up(daemon: DaemonProcess) -> str:
     async def go() -> str:
         client = await daemon.client()
         try:
-            root = await client.call("session.create", {"agent": "default"})
-            sid: str = root["session_id"]
-            await client.call("run.submit", {"session_id": sid, "text": "hello"})
+            root = await client.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
+            sid: str = root.session_id
+            await client.request(RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text="hello"))
             while True:
-                page = await client.call("events.read", {"after": 0, "session_id": sid})
-                if any(e["kind"] == "RunInterrupted" and "in a row" in e["data"]["reason"]
-                       for e in page["events"]):
+                page = await client.request(
+                    EVENTS_READ, t.EventsReadParams(after=0, session_id=sid))
+                if any(e.kind == "RunInterrupted" and "in a row" in e.data["reason"]
+                       for e in page.events):
                     return sid
                 await asyncio.sleep(0.05)
         finally:

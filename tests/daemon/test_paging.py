@@ -10,15 +10,30 @@ import asyncio
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.ui.commands import follow
 from treemail.adapters.ui.transcript import Row
+from treemail.protocol import types as t
+from treemail.protocol.methods import (
+    MESSAGE_GET,
+    MESSAGE_LIST,
+    RUN_LIST,
+    RUN_SUBMIT,
+    SESSION_CREATE,
+    SESSION_DELEGATE,
+    SESSION_LIST,
+    Paged,
+)
 from treemail.protocol.types import PAGE_BODY_BYTES, PAGE_LIMIT
+
+P = TypeVar("P", bound=msgspec.Struct)
+Item = TypeVar("Item", bound=msgspec.Struct)
 
 
 @pytest.fixture
@@ -30,9 +45,10 @@ def fresh(tmp_path: Path) -> Iterator[DaemonProcess]:
     assert code == 0, err
 
 
-async def _walk(client: DaemonClient, method: str, params: dict[str, Any],
-                limit: int) -> list[list[Any]]:
-    return [page async for page in client.pages(method, {**params, "limit": limit})]
+async def _walk(client: DaemonClient, method: Paged[P, Any, Item], params: P,
+                limit: int) -> list[list[Item]]:
+    limited = msgspec.structs.replace(params, limit=limit)
+    return [page async for page in client.pages(method, limited)]
 
 
 def test_session_pages_walk_every_session_once_in_creation_order(
@@ -41,21 +57,24 @@ def test_session_pages_walk_every_session_once_in_creation_order(
     async def go() -> None:
         client = await fresh.client()
         try:
-            made = [(await client.call("session.create", {"agent": "default"}))["session_id"]
+            made = [(await client.request(
+                SESSION_CREATE, t.SessionCreateParams(agent="default"))).session_id
                     for _ in range(5)]
-            pages = await _walk(client, "session.list", {}, 2)
+            pages = await _walk(client, SESSION_LIST, t.SessionListParams(), 2)
             assert [len(p) for p in pages] == [2, 2, 1]
-            assert [s["session_id"] for p in pages for s in p] == made
+            assert [s.session_id for p in pages for s in p] == made
             # Exactly one page's worth: that page is the last, and says so.
-            whole = await client.call("session.list", {"limit": 5})
-            assert len(whole["sessions"]) == 5 and whole["next"] is None
-            first = await client.call("session.list", {"limit": 4})
-            assert first["next"] is not None
+            whole = await client.request(SESSION_LIST, t.SessionListParams(limit=5))
+            assert len(whole.sessions) == 5 and whole.next is None
+            first = await client.request(SESSION_LIST, t.SessionListParams(limit=4))
+            assert first.next is not None
             # A session created between pages lands after every cursor given out.
-            late = (await client.call("session.create", {"agent": "default"}))["session_id"]
-            rest = await client.call("session.list", {"after": first["next"], "limit": 4})
-            assert [s["session_id"] for s in rest["sessions"]] == [made[4], late]
-            assert rest["next"] is None
+            late = (await client.request(
+                SESSION_CREATE, t.SessionCreateParams(agent="default"))).session_id
+            rest = await client.request(
+                SESSION_LIST, t.SessionListParams(after=first.next, limit=4))
+            assert [s.session_id for s in rest.sessions] == [made[4], late]
+            assert rest.next is None
         finally:
             await client.close()
 
@@ -68,17 +87,19 @@ def test_a_trees_sessions_page_too_and_an_unknown_tree_is_an_error(
     async def go() -> None:
         client = await daemon.client()
         try:
-            lead = (await client.call("session.create", {"agent": "default"}))["session_id"]
-            kids = [(await client.call("session.delegate", {
-                "parent_session_id": lead, "agent": "default", "task": f"part {i}"}))[
-                    "session_id"] for i in range(3)]
-            await client.call("session.create", {"agent": "default"})  # another tree
-            pages = await _walk(client, "session.list", {"root_session_id": lead}, 3)
-            assert [[s["session_id"] for s in p] for p in pages] == [[lead, *kids[:2]],
+            lead = (await client.request(
+                SESSION_CREATE, t.SessionCreateParams(agent="default"))).session_id
+            kids = [(await client.request(SESSION_DELEGATE, t.SessionDelegateParams(
+                parent_session_id=lead, agent="default", task=f"part {i}"))).session_id
+                    for i in range(3)]
+            await client.request(
+                SESSION_CREATE, t.SessionCreateParams(agent="default"))  # another tree
+            pages = await _walk(client, SESSION_LIST, t.SessionListParams(root_session_id=lead), 3)
+            assert [[s.session_id for s in p] for p in pages] == [[lead, *kids[:2]],
                                                                      [kids[2]]]
             with pytest.raises(RpcFailure) as unknown:
-                await client.call("session.list", {
-                    "root_session_id": "00000000-0000-4000-8000-000000000000"})
+                await client.request(SESSION_LIST, t.SessionListParams(
+                    root_session_id="00000000-0000-4000-8000-000000000000"))
             assert unknown.value.data_code == "engine:unknown_target"
         finally:
             await client.close()
@@ -96,8 +117,8 @@ def test_limit_and_cursor_are_bounded_by_the_wire_type(
             for method in ("session.list", "message.list", "run.list"):
                 extra = {} if method == "session.list" else {
                     "session_id": "00000000-0000-4000-8000-000000000000"}
-                with pytest.raises(RpcFailure) as bad:
-                    await client.call(method, {**extra, **params})
+                with pytest.raises(RpcFailure) as bad:  # out of range: not a typed request
+                    await client.call_raw(method, {**extra, **params})
                 assert bad.value.data_code == "rpc:invalid_params", method
         finally:
             await client.close()
@@ -108,8 +129,8 @@ def test_limit_and_cursor_are_bounded_by_the_wire_type(
 async def _consumed(client: DaemonClient, message_ids: list[str]) -> None:
     async with asyncio.timeout(60):
         for message_id in message_ids:
-            while (await client.call("message.get", {"message_id": message_id}))["message"][
-                    "state"] != "consumed":
+            while (await client.request(MESSAGE_GET, t.MessageGetParams(
+                    message_id=message_id))).message.state != "consumed":
                 await asyncio.sleep(0.02)
 
 
@@ -117,20 +138,20 @@ def test_mail_and_run_pages_walk_the_sessions_log(daemon: DaemonProcess) -> None
     async def go() -> None:
         client = await daemon.client()
         try:
-            sid = (await client.call("session.create", {"agent": "default"}))["session_id"]
-            sent = [(await client.call("run.submit", {"session_id": sid, "text": f"m{i}"}))[
-                "message_id"] for i in range(5)]
+            sid = (await client.request(
+                SESSION_CREATE, t.SessionCreateParams(agent="default"))).session_id
+            sent = [(await client.submit(sid, f"m{i}")).message_id for i in range(5)]
             await _consumed(client, sent)
-            mail = await _walk(client, "message.list", {"session_id": sid}, 2)
+            mail = await _walk(client, MESSAGE_LIST, t.MessageListParams(session_id=sid), 2)
             assert [len(p) for p in mail] == [2, 2, 1]
-            assert [m["message_id"] for p in mail for m in p] == sent
-            runs = await _walk(client, "run.list", {"session_id": sid}, 1)
-            whole = await client.call("run.list", {"session_id": sid})
-            assert [r for p in runs for r in p] == whole["runs"] and whole["next"] is None
-            assert [r["number"] for r in whole["runs"]] == list(
-                range(1, len(whole["runs"]) + 1))
-            assert await client.every("message.list",
-                                      {"session_id": sid, "pending_only": True}) == []
+            assert [m.message_id for p in mail for m in p] == sent
+            runs = await _walk(client, RUN_LIST, t.RunListParams(session_id=sid), 1)
+            whole = await client.request(RUN_LIST, t.RunListParams(session_id=sid))
+            assert [r for p in runs for r in p] == whole.runs and whole.next is None
+            assert [r.number for r in whole.runs] == list(
+                range(1, len(whole.runs) + 1))
+            assert await client.every(
+                MESSAGE_LIST, t.MessageListParams(session_id=sid, pending_only=True)) == []
         finally:
             await client.close()
 
@@ -145,12 +166,14 @@ def test_a_page_of_mail_stops_at_about_a_megabyte_of_bodies(daemon: DaemonProces
     async def go() -> None:
         client = await daemon.client()
         try:
-            sid = (await client.call("session.create", {"agent": "default"}))["session_id"]
-            sent = [(await client.call("run.submit", {"session_id": sid,
-                                                      "text": str(i) * body}))["message_id"]
+            sid = (await client.request(
+                SESSION_CREATE, t.SessionCreateParams(agent="default"))).session_id
+            sent = [(await client.request(
+                RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text=str(i) * body))).message_id
                     for i in range(3)]
-            pages = await _walk(client, "message.list", {"session_id": sid}, PAGE_LIMIT)
-            assert [[m["message_id"] for m in p] for p in pages] == [sent[:2], sent[2:]]
+            pages = await _walk(client, MESSAGE_LIST, t.MessageListParams(
+                session_id=sid), PAGE_LIMIT)
+            assert [[m.message_id for m in p] for p in pages] == [sent[:2], sent[2:]]
         finally:
             await client.close()
 
@@ -164,10 +187,10 @@ class Counting(DaemonClient):
         super().__init__(*args, **kwargs)
         self.calls: Counter[str] = Counter()
 
-    async def call(self, method: str, params: dict[str, Any] | None = None, *,
-                   timeout: float | None = None) -> Any:
-        self.calls[method] += 1
-        return await super().call(method, params, timeout=timeout)
+    async def call_many_raw(self, calls: list[tuple[str, Any]], *,
+                            timeout: float | None = None) -> list[Any]:
+        self.calls.update(method for method, _ in calls)  # every request goes through here
+        return await super().call_many_raw(calls, timeout=timeout)
 
 
 def _tail_calls(daemon: DaemonProcess, old: int, new: int) -> Counter[str]:
@@ -187,22 +210,22 @@ def _tail_calls(daemon: DaemonProcess, old: int, new: int) -> Counter[str]:
                 rows.append(row)
 
         try:
-            before = [await maker.call("session.create", {"agent": "default"})
+            before = [await maker.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
                       for _ in range(old)]
             task = asyncio.ensure_future(follow(tail, None, show))
             await asyncio.wait_for(following.wait(), 60)
-            made = [await maker.call("session.create", {"agent": "default"})
+            made = [await maker.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
                     for _ in range(new)]
             for session in before:
-                await maker.call("run.submit", {"session_id": session["session_id"],
-                                                "text": "hello"})
+                await maker.request(RUN_SUBMIT, t.RunSubmitParams(
+                    session_id=session.session_id, text="hello"))
             async with asyncio.timeout(60):
-                while not ({s["handle"] for s in before + made}
+                while not ({s.handle for s in before + made}
                            <= {r.who for r in rows}):
                     await asyncio.sleep(0.02)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            assert all(r.who in {s["handle"] for s in before + made} for r in rows)
+            assert all(r.who in {s.handle for s in before + made} for r in rows)
             return tail.calls
         finally:
             await tail.close()

@@ -19,6 +19,8 @@ from treemail.adapters.daemon.registered import REGISTERED_DIR
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.store.private import private_dir, private_files
 from treemail.core.errors import StoreNotPrivate
+from treemail.protocol import types as t
+from treemail.protocol.methods import SESSION_CREATE
 
 DOC = "---\nname: kept_private\ndescription: Registered over the wire\n---\nYou keep secrets.\n"
 
@@ -46,7 +48,7 @@ def _served(data: Path) -> tuple[dict[str, tuple[str, int]], str]:
     async def register() -> None:
         client = await daemon.client()
         try:
-            await client.call("session.create", {"agent_doc": DOC})
+            await client.request(SESSION_CREATE, t.SessionCreateParams(agent_doc=DOC))
         finally:
             await client.close()
 

@@ -17,20 +17,22 @@ from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
+from treemail.protocol import types as t
 from treemail.protocol.jsonrpc import encode_request
+from treemail.protocol.methods import MESSAGE_GET, MESSAGE_LIST, SESSION_CREATE
 
 KEY = "3f6c1d0e-8a1b-4c55-9a0e-keyed-submit"
 
 
-async def _mail(client: DaemonClient, sid: str, text: str) -> list[dict[str, Any]]:
-    listed = await client.call("message.list", {"session_id": sid})
-    return [m for m in listed["messages"] if m["body"] == text]
+async def _mail(client: DaemonClient, sid: str, text: str) -> list[t.MessageView]:
+    listed = await client.request(MESSAGE_LIST, t.MessageListParams(session_id=sid))
+    return [m for m in listed.messages if m.body == text]
 
 
 async def _until_consumed(client: DaemonClient, message_id: str) -> None:
     async with asyncio.timeout(30):
-        while (await client.call("message.get", {"message_id": message_id}))[
-                "message"]["state"] != "consumed":
+        while (await client.request(MESSAGE_GET, t.MessageGetParams(
+                message_id=message_id))).message.state != "consumed":
             await asyncio.sleep(0.02)
 
 
@@ -52,7 +54,8 @@ def test_a_keyed_submit_accepted_before_kill_9_is_answered_again_and_delivered_o
     async def before_the_kill() -> tuple[str, str]:
         client = await first.client()
         watcher = await first.client()
-        sid = (await client.call("session.create", {"agent": "default"}))["session_id"]
+        sid = (await client.request(
+            SESSION_CREATE, t.SessionCreateParams(agent="default"))).session_id
         # Sent, and its answer never read: the client is killed with the daemon.
         await client.send_raw(encode_request(999, "run.submit", {
             "session_id": sid, "text": "keyed mail", "idempotency_key": KEY}))
@@ -62,7 +65,7 @@ def test_a_keyed_submit_accepted_before_kill_9_is_answered_again_and_delivered_o
         first.kill()
         await client.close()
         await watcher.close()
-        return sid, found[0]["message_id"]
+        return sid, found[0].message_id
 
     sid, accepted = run(before_the_kill())
     second = DaemonProcess(data)
@@ -88,11 +91,11 @@ def test_a_keyed_submit_accepted_before_kill_9_is_answered_again_and_delivered_o
     finally:
         code, err = second.terminate()
     assert code == 0, err
-    assert r["retried"]["message_id"] == accepted
+    assert r["retried"].message_id == accepted
     for refused in (r["other_text"], r["other_mode"]):
         assert refused.code == -32010 and refused.data_code == "producer:idempotency_conflict"
         assert accepted in refused.error.message
-    assert [m["message_id"] for m in r["copies"]] == [accepted] and r["others"] == []
+    assert [m.message_id for m in r["copies"]] == [accepted] and r["others"] == []
     assert _log(data, "ProducerMessageAccepted")[accepted] == 1
     assert _log(data, "ProducerMessageConsumed")[accepted] == 1
 
@@ -101,7 +104,8 @@ def test_keyed_plugin_mail_and_bad_keys_on_the_wire(daemon: DaemonProcess) -> No
     async def go() -> dict[str, Any]:
         client = await daemon.client()
         try:
-            sid = (await client.call("session.create", {"agent": "default"}))["session_id"]
+            sid = (await client.request(
+                SESSION_CREATE, t.SessionCreateParams(agent="default"))).session_id
             once = await client.producer_send(sid, "plugin note", idempotency_key="p-1")
             twice = await client.producer_send(sid, "plugin note", idempotency_key="p-1")
             # The user's keys are another space: the same key is new user mail.
@@ -117,8 +121,8 @@ def test_keyed_plugin_mail_and_bad_keys_on_the_wire(daemon: DaemonProcess) -> No
             await client.close()
 
     r = run(go())
-    assert r["once"] == r["twice"] and r["once"]["owner"] == "plugin"
-    assert r["user"]["message_id"] != r["once"]["message_id"] and r["user"]["owner"] == "user"
+    assert r["once"] == r["twice"] and r["once"].owner == "plugin"
+    assert r["user"].message_id != r["once"].message_id and r["user"].owner == "user"
     assert len(r["copies"]) == 2
     for refused in (r["empty"], r["long"]):
         assert refused.data_code == "engine:invalid_request"

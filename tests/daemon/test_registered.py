@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,6 +14,8 @@ from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.registered import REGISTERED_DIR
 from treemail.core.events import EventKind
+from treemail.protocol import types as t
+from treemail.protocol.methods import EVENTS_READ, RUN_SUBMIT, SESSION_CREATE, SESSION_LIST
 
 PLANNER = """---
 name: wire_planner
@@ -38,21 +39,21 @@ You help.
 """
 
 
-async def _settled(client: DaemonClient, timeout: float = 30) -> list[dict[str, Any]]:
+async def _settled(client: DaemonClient, timeout: float = 30) -> list[t.SessionView]:
     async with asyncio.timeout(timeout):
         while True:
-            sessions: list[dict[str, Any]] = await client.every("session.list")
-            if sessions and all(s["state"] in ("idle", "finished") for s in sessions):
+            sessions = await client.every(SESSION_LIST, t.SessionListParams())
+            if sessions and all(s.state in ("idle", "finished") for s in sessions):
                 return sessions
             await asyncio.sleep(0.05)
 
 
 async def _said(client: DaemonClient, sid: str) -> list[str]:
     """What the session's log says of its runs: model output and interruptions."""
-    page = await client.call("events.read", {"after": 0, "session_id": sid})
-    return [f"{e['kind']} {e['data'].get('reason') or e['data'].get('text') or ''}"
-            for e in page["events"]
-            if e["kind"] in (EventKind.MODEL_OUTPUT, EventKind.RUN_INTERRUPTED)]
+    page = await client.request(EVENTS_READ, t.EventsReadParams(after=0, session_id=sid))
+    return [f"{e.kind} {e.data.get('reason') or e.data.get('text') or ''}"
+            for e in page.events
+            if e.kind in (EventKind.MODEL_OUTPUT, EventKind.RUN_INTERRUPTED)]
 
 
 def test_a_restarted_daemon_still_knows_the_agents_defined_on_the_wire(tmp_path: Path) -> None:
@@ -61,10 +62,11 @@ def test_a_restarted_daemon_still_knows_the_agents_defined_on_the_wire(tmp_path:
     async def define() -> dict[str, str]:
         client = await daemon.client()
         try:
-            lead = await client.call("session.create",
-                                     {"agent_doc": PLANNER, "agent_docs": [HELPER]})
-            await client.call("run.submit", {"session_id": lead["session_id"], "text": "go"})
-            return {s["agent"]: s["session_id"] for s in await _settled(client)}
+            lead = await client.request(
+                SESSION_CREATE, t.SessionCreateParams(agent_doc=PLANNER, agent_docs=[HELPER]))
+            await client.request(
+                RUN_SUBMIT, t.RunSubmitParams(session_id=lead.session_id, text="go"))
+            return {s.agent: s.session_id for s in await _settled(client)}
         finally:
             await client.close()
 
@@ -72,7 +74,8 @@ def test_a_restarted_daemon_still_knows_the_agents_defined_on_the_wire(tmp_path:
         client = await daemon.client()
         try:
             for sid in tree.values():
-                await client.call("run.submit", {"session_id": sid, "text": "once more"})
+                await client.request(
+                    RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text="once more"))
             await _settled(client)
             return {agent: await _said(client, sid) for agent, sid in tree.items()}
         finally:
@@ -95,17 +98,19 @@ def test_a_restarted_daemon_still_knows_the_agents_defined_on_the_wire(tmp_path:
 
 
 @pytest.mark.parametrize("params", [
-    {"agent_doc": PLANNER, "agent_docs": ["---\nname: bad name!\ndescription: x\n---\n"]},
-    {"agent": "no_such_agent", "agent_docs": [HELPER]},
+    t.SessionCreateParams(agent_doc=PLANNER,
+                          agent_docs=["---\nname: bad name!\ndescription: x\n---\n"]),
+    t.SessionCreateParams(agent="no_such_agent", agent_docs=[HELPER]),
 ])
-def test_a_refused_create_keeps_no_doc(daemon: DaemonProcess, params: dict[str, Any]) -> None:
+def test_a_refused_create_keeps_no_doc(daemon: DaemonProcess,
+                                       params: t.SessionCreateParams) -> None:
     async def go() -> RpcFailure:
         client = await daemon.client()
         try:
             with pytest.raises(RpcFailure) as refused:
-                await client.call("session.create", params)
-            listed = await client.every("session.list")
-            assert not [s for s in listed if s["agent"] in ("wire_planner", "wire_helper")]
+                await client.request(SESSION_CREATE, params)
+            listed = await client.every(SESSION_LIST, t.SessionListParams())
+            assert not [s for s in listed if s.agent in ("wire_planner", "wire_helper")]
             return refused.value
         finally:
             await client.close()

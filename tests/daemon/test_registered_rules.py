@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,6 +15,8 @@ from tests.daemon.test_registered import _said, _settled
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.registered import REGISTERED_DIR
 from treemail.core.events import EventKind
+from treemail.protocol import types as t
+from treemail.protocol.methods import RUN_SUBMIT, SESSION_CREATE, SESSION_LIST
 
 HELPER = """---
 name: aide
@@ -58,15 +59,14 @@ def _kept(data: Path) -> list[str]:
 def test_concurrent_registrations_of_one_name_all_succeed(tmp_path: Path) -> None:
     data, connections, each = tmp_path / "data", 8, 32  # 256 registrations of "racer"
 
-    async def one(client: DaemonClient, i: int) -> dict[str, Any] | str:
+    async def one(client: DaemonClient, i: int) -> t.SessionView | str:
         try:
-            view: dict[str, Any] = await client.call("session.create",
-                                                     {"agent_doc": _racer(i)})
+            view = await client.request(SESSION_CREATE, t.SessionCreateParams(agent_doc=_racer(i)))
             return view
         except RpcFailure as failure:
             return str(failure.data_code)
 
-    async def race() -> list[dict[str, Any] | str]:
+    async def race() -> list[t.SessionView | str]:
         clients = [await daemon.client() for _ in range(connections)]
         try:
             return list(await asyncio.gather(*(
@@ -91,8 +91,8 @@ def test_concurrent_registrations_of_one_name_all_succeed(tmp_path: Path) -> Non
     async def again() -> str:
         client = await restarted.client()
         try:
-            view: dict[str, Any] = await client.call("session.create", {"agent": "racer"})
-            return str(view["agent"])
+            view = await client.request(SESSION_CREATE, t.SessionCreateParams(agent="racer"))
+            return view.agent
         finally:
             await client.close()
 
@@ -104,12 +104,12 @@ def test_concurrent_registrations_of_one_name_all_succeed(tmp_path: Path) -> Non
     assert code == 0, err
 
 
-async def _lead_run(client: DaemonClient, params: dict[str, Any]) -> list[str]:
+async def _lead_run(client: DaemonClient, params: t.SessionCreateParams) -> list[str]:
     """Create a lead's tree, give it a task, and return what the lead said."""
-    lead = await client.call("session.create", params)
-    await client.call("run.submit", {"session_id": lead["session_id"], "text": "go"})
+    lead = await client.request(SESSION_CREATE, params)
+    await client.request(RUN_SUBMIT, t.RunSubmitParams(session_id=lead.session_id, text="go"))
     await _settled(client)
-    return await _said(client, lead["session_id"])
+    return await _said(client, lead.session_id)
 
 
 def _steered(said: list[str]) -> bool:
@@ -123,7 +123,8 @@ def test_the_users_agents_file_wins_over_a_registration(tmp_path: Path) -> None:
     async def registered() -> list[str]:
         client = await daemon.client()
         try:
-            return await _lead_run(client, {"agent_doc": ALLOW, "agent_docs": [HELPER]})
+            return await _lead_run(client, t.SessionCreateParams(
+                agent_doc=ALLOW, agent_docs=[HELPER]))
         finally:
             await client.close()
 
@@ -140,13 +141,13 @@ def test_the_users_agents_file_wins_over_a_registration(tmp_path: Path) -> None:
     (data / "agents").mkdir()
     (data / "agents" / "lead.md").write_text(DENY)
 
-    async def revoked() -> tuple[list[str], RpcFailure, dict[str, Any]]:
+    async def revoked() -> tuple[list[str], RpcFailure, t.SessionView]:
         client = await daemon.client()
         try:
-            said = await _lead_run(client, {"agent": "lead"})
+            said = await _lead_run(client, t.SessionCreateParams(agent="lead"))
             with pytest.raises(RpcFailure) as refused:  # the wire cannot grant it back
-                await client.call("session.create", {"agent_doc": ALLOW})
-            same = await client.call("session.create", {"agent_doc": DENY})
+                await client.request(SESSION_CREATE, t.SessionCreateParams(agent_doc=ALLOW))
+            same = await client.request(SESSION_CREATE, t.SessionCreateParams(agent_doc=DENY))
             return said, refused.value, same
         finally:
             await client.close()
@@ -161,7 +162,7 @@ def test_the_users_agents_file_wins_over_a_registration(tmp_path: Path) -> None:
     assert any("delegated aide_" in line for line in said), said  # it did reach the steer
     assert refused.data_code == "daemon:agent_defined_by_file", refused
     assert str(data / "agents" / "lead.md") in str(refused)
-    assert same["agent"] == "lead"  # the file's own definition is not a conflict
+    assert same.agent == "lead"  # the file's own definition is not a conflict
     assert str(data / "agents" / "lead.md") in err  # said at start, both paths named
     assert str(data / REGISTERED_DIR / "lead.md") in err
 
@@ -171,14 +172,16 @@ def test_a_name_too_long_for_the_file_system_is_refused_and_keeps_nothing(
     long_name = "a" * 300
     doc = f"---\nname: {long_name}\ndescription: too long to be a file name\n---\nHi.\n"
 
-    async def go() -> tuple[RpcFailure, list[dict[str, Any]]]:
+    async def go() -> tuple[RpcFailure, list[t.SessionView]]:
         client = await daemon.client()
         try:
             with pytest.raises(RpcFailure) as refused:
-                await client.call("session.create", {"agent_doc": doc,
-                                                     "agent_docs": [HELPER]})
-            await client.call("session.create", {"agent_doc": HELPER})  # still works
-            return refused.value, (await client.call("session.list"))["sessions"]
+                await client.request(
+                    SESSION_CREATE, t.SessionCreateParams(agent_doc=doc, agent_docs=[HELPER]))
+            await client.request(
+                SESSION_CREATE, t.SessionCreateParams(agent_doc=HELPER))  # still works
+            return refused.value, (await client.request(
+                SESSION_LIST, t.SessionListParams())).sessions
         finally:
             await client.close()
 
@@ -190,7 +193,7 @@ def test_a_name_too_long_for_the_file_system_is_refused_and_keeps_nothing(
     assert code == 0, err
     assert refused.data_code == "agent_doc:invalid", refused
     assert "shorter name" in str(refused)
-    assert [s["agent"] for s in sessions] == ["aide"]  # the refused create made none
+    assert [s.agent for s in sessions] == ["aide"]  # the refused create made none
     assert _kept(tmp_path / "data") == ["aide.md"]  # and wrote nothing, not even its aide
 
 
@@ -218,13 +221,14 @@ def test_a_full_disk_while_registering_is_refused_and_keeps_nothing(tmp_path: Pa
     (hooks / "sitecustomize.py").write_text(FULL_DISK)
     filler = "---\nname: filler\ndescription: x\n---\nThis doc fills the disk.\n"
 
-    async def go() -> tuple[RpcFailure, list[dict[str, Any]]]:
+    async def go() -> tuple[RpcFailure, list[t.SessionView]]:
         client = await daemon.client()
         try:
             with pytest.raises(RpcFailure) as refused:  # its aide is written first
-                await client.call("session.create", {"agent_doc": filler,
-                                                     "agent_docs": [HELPER]})
-            return refused.value, (await client.call("session.list"))["sessions"]
+                await client.request(
+                    SESSION_CREATE, t.SessionCreateParams(agent_doc=filler, agent_docs=[HELPER]))
+            return refused.value, (await client.request(
+                SESSION_LIST, t.SessionListParams())).sessions
         finally:
             await client.close()
 

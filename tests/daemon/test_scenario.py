@@ -8,13 +8,35 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.core.envelope import render_envelope
+from treemail.protocol import types as t
+from treemail.protocol.methods import (
+    APPROVAL_ANSWER,
+    APPROVAL_LIST,
+    EVENTS_EVENT,
+    EVENTS_READ,
+    EVENTS_SUBSCRIBE,
+    EVENTS_UNSUBSCRIBE,
+    MESSAGE_GET,
+    MESSAGE_LIST,
+    PLUGIN_EVENT,
+    PLUGIN_PRODUCER_SEND,
+    PLUGIN_TOOL_BEFORE_CALL,
+    RUN_LIST,
+    RUN_STEER,
+    RUN_SUBMIT,
+    SESSION_CREATE,
+    SESSION_DELEGATE,
+    SESSION_GET,
+    SESSION_LIST,
+    TOOL_CALL,
+)
 
 WORKER = """---
 name: worker
@@ -55,8 +77,8 @@ def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
 async def _until(client: DaemonClient, sid: str, *states: str, timeout: float = 20) -> Any:
     async with asyncio.timeout(timeout):
         while True:
-            session = await client.call("session.get", {"session_id": sid})
-            if session["state"] in states:
+            session = await client.request(SESSION_GET, t.SessionGetParams(session_id=sid))
+            if session.state in states:
                 return session
             await asyncio.sleep(0.02)
 
@@ -64,8 +86,8 @@ async def _until(client: DaemonClient, sid: str, *states: str, timeout: float = 
 async def _quiet(client: DaemonClient, timeout: float = 30) -> None:
     async with asyncio.timeout(timeout):
         while True:
-            listed = await client.every("session.list")
-            if all(s["state"] in ("idle", "finished") for s in listed):
+            listed = await client.every(SESSION_LIST, t.SessionListParams())
+            if all(s.state in ("idle", "finished") for s in listed):
                 return
             await asyncio.sleep(0.05)
 
@@ -76,35 +98,39 @@ def test_a_tree_of_four_with_both_modes_a_wake_an_approval_and_a_steer(
     async def go() -> dict[str, Any]:
         client = await slow.client()
         try:
-            lead = await client.call("session.create", {"agent_doc": LEAD})
-            lid = lead["session_id"]
-            kids = [await client.call("session.delegate", {
-                "parent_session_id": lid, "agent": "worker", "task": f"part {i}"})
+            lead = await client.request(SESSION_CREATE, t.SessionCreateParams(agent_doc=LEAD))
+            lid = lead.session_id
+            kids = [await client.request(SESSION_DELEGATE, t.SessionDelegateParams(
+                parent_session_id=lid, agent="worker", task=f"part {i}"))
                 for i in range(2)]
-            grandchild = await client.call("session.delegate", {
-                "parent_session_id": kids[0]["session_id"], "agent": "worker",
-                "task": "a detail"})
-            tree = await client.call("session.list", {"root_session_id": lid})
-            a, b = (k["session_id"] for k in kids)
+            grandchild = await client.request(SESSION_DELEGATE, t.SessionDelegateParams(
+                parent_session_id=kids[0].session_id, agent="worker", task="a detail"))
+            tree = await client.request(SESSION_LIST, t.SessionListParams(root_session_id=lid))
+            a, b = (k.session_id for k in kids)
             # User steer into a run in flight: a is running its delegated task.
             await _until(client, a, "running")
-            steer = await client.call("run.steer", {"session_id": a, "text": "also check X"})
+            steer = await client.request(
+                RUN_STEER, t.RunSteerParams(session_id=a, text="also check X"))
             # As a's run: a message to its sibling waits for the user (ask rule).
-            call = await client.call("tool.call", {
-                "session_id": a, "tool_call_id": "t1", "name": "send_message",
-                "arguments": {"to": b, "body": "hello sibling"}})
-            held = await client.call("approval.list")
-            answered = await client.call("approval.answer", {
-                "approval_id": call["approval_id"], "approve": True, "scope": "once"})
+            call = await client.request(TOOL_CALL, t.ToolCallParams(
+                session_id=a, tool_call_id="t1", name="send_message",
+                arguments={"to": b, "body": "hello sibling"}))
+            held = await client.request(APPROVAL_LIST, t.ApprovalListParams())
+            assert call.approval_id is not None
+            answered = await client.request(APPROVAL_ANSWER, t.ApprovalAnswerParams(
+                approval_id=call.approval_id, approve=True, scope="once"))
             await _quiet(client)
             # Wake: b finished; user input wakes it.
-            finished = await client.call("session.get", {"session_id": b})
-            woken = await client.call("run.submit", {"session_id": b, "text": "one more"})
-            queued = await client.call("run.steer", {"session_id": lid, "text": "idle steer"})
+            finished = await client.request(SESSION_GET, t.SessionGetParams(session_id=b))
+            woken = await client.request(
+                RUN_SUBMIT, t.RunSubmitParams(session_id=b, text="one more"))
+            queued = await client.request(
+                RUN_STEER, t.RunSteerParams(session_id=lid, text="idle steer"))
             await _quiet(client)
-            receipt = await client.call("message.get", {"message_id": steer["message_id"]})
-            b_mail = await client.call("message.list", {"session_id": b})
-            b_runs = await client.call("run.list", {"session_id": b})
+            receipt = await client.request(
+                MESSAGE_GET, t.MessageGetParams(message_id=steer.message_id))
+            b_mail = await client.request(MESSAGE_LIST, t.MessageListParams(session_id=b))
+            b_runs = await client.request(RUN_LIST, t.RunListParams(session_id=b))
             return dict(tree=tree, steer=steer, call=call, held=held, answered=answered,
                         finished=finished, woken=woken, queued=queued, receipt=receipt,
                         b_mail=b_mail, b_runs=b_runs, grandchild=grandchild)
@@ -112,30 +138,29 @@ def test_a_tree_of_four_with_both_modes_a_wake_an_approval_and_a_steer(
             await client.close()
 
     r = run(go(), timeout=90)
-    assert len(r["tree"]["sessions"]) == 4
-    assert r["grandchild"]["parent_session_id"] == r["tree"]["sessions"][1]["session_id"]
-    assert r["steer"]["mode"] == "steer" and r["steer"]["recipient_state"] == "running"
-    assert r["steer"]["owner"] == "user" and r["steer"]["agent_hop"] is None
-    assert r["call"]["approval_id"] and "permission:approval_required" in r["call"]["content"]
-    assert [h["approval_id"] for h in r["held"]["approvals"]] == [r["call"]["approval_id"]]
-    assert r["answered"]["state"] == "approved" and r["answered"]["scope"] == "once"
-    assert '"message_id"' in (r["answered"]["outcome"] or "")
-    assert r["finished"]["state"] == "finished"
-    assert r["woken"]["recipient_state"] == "waking_finished" and r["woken"]["mode"] == "queue"
-    assert r["queued"]["mode"] == "queue"  # a steer to a session with no run waits for one
-    kinds = [h["kind"] for h in r["receipt"]["history"]]
-    assert r["receipt"]["message"]["state"] == "consumed"
+    assert len(r["tree"].sessions) == 4
+    assert r["grandchild"].parent_session_id == r["tree"].sessions[1].session_id
+    assert r["steer"].mode == "steer" and r["steer"].recipient_state == "running"
+    assert r["steer"].owner == "user" and r["steer"].agent_hop is None
+    assert r["call"].approval_id and "permission:approval_required" in r["call"].content
+    assert [h.approval_id for h in r["held"].approvals] == [r["call"].approval_id]
+    assert r["answered"].state == "approved" and r["answered"].scope == "once"
+    assert '"message_id"' in (r["answered"].outcome or "")
+    assert r["finished"].state == "finished"
+    assert r["woken"].recipient_state == "waking_finished" and r["woken"].mode == "queue"
+    assert r["queued"].mode == "queue"  # a steer to a session with no run waits for one
+    kinds = [h.kind for h in r["receipt"].history]
+    assert r["receipt"].message.state == "consumed"
     assert kinds[0] == "ProducerMessageAccepted" and kinds[-1] == "ProducerMessageConsumed"
-    owners = sorted(m["owner"] for m in r["b_mail"]["messages"])
+    owners = sorted(m.owner for m in r["b_mail"].messages)
     assert owners == ["agent", "delegation", "user"]  # the approved sibling mail arrived
-    assert all(m["state"] == "consumed" for m in r["b_mail"]["messages"])
-    assert len(r["b_runs"]["runs"]) >= 2  # its task, then the wake
+    assert all(m.state == "consumed" for m in r["b_mail"].messages)
+    assert len(r["b_runs"].runs) >= 2  # its task, then the wake
 
 
-async def _log(client: DaemonClient, sid: str) -> list[dict[str, Any]]:
-    page = await client.call("events.read", {"after": 0, "session_id": sid, "limit": 256})
-    views: list[dict[str, Any]] = page["events"]
-    return views
+async def _log(client: DaemonClient, sid: str) -> list[t.EventView]:
+    page = await client.request(EVENTS_READ, t.EventsReadParams(after=0, session_id=sid, limit=256))
+    return page.events
 
 
 def test_agent_hop_is_on_the_wire_and_in_the_log_but_never_in_the_envelope(
@@ -146,50 +171,52 @@ def test_agent_hop_is_on_the_wire_and_in_the_log_but_never_in_the_envelope(
     async def go() -> dict[str, Any]:
         client = await slow.client()
         try:
-            lead = await client.call("session.create", {"agent_doc": LEAD})
-            lid = lead["session_id"]
-            sub = await client.call("events.subscribe", {"after": 0, "session_id": lid})
-            child = await client.call("session.delegate", {
-                "parent_session_id": lid, "agent": "worker", "task": "find the bug"})
-            await _until(client, child["session_id"], "running")
-            call = await client.call("tool.call", {
-                "session_id": child["session_id"], "tool_call_id": "hop-1",
-                "name": "send_message", "arguments": {"to": lid, "body": body}})
-            user = await client.call("run.submit", {"session_id": lid, "text": "status?"})
+            lead = await client.request(SESSION_CREATE, t.SessionCreateParams(agent_doc=LEAD))
+            lid = lead.session_id
+            sub = await client.request(
+                EVENTS_SUBSCRIBE, t.EventsSubscribeParams(after=0, session_id=lid))
+            child = await client.request(SESSION_DELEGATE, t.SessionDelegateParams(
+                parent_session_id=lid, agent="worker", task="find the bug"))
+            await _until(client, child.session_id, "running")
+            call = await client.request(TOOL_CALL, t.ToolCallParams(
+                session_id=child.session_id, tool_call_id="hop-1", name="send_message",
+                arguments={"to": lid, "body": body}))
+            user = await client.request(
+                RUN_SUBMIT, t.RunSubmitParams(session_id=lid, text="status?"))
             await _quiet(client)
-            live: list[dict[str, Any]] = []
-            while not any(n["event"]["kind"] == "ModelOutput" for n in live):
-                note = await client.next_notification("events/event")
-                if note.params["subscription_id"] == sub["subscription_id"]:
-                    live.append(note.params)
+            live: list[t.EventNotification] = []
+            while not any(n.event.kind == "ModelOutput" for n in live):
+                note = await client.next_notification(EVENTS_EVENT)
+                if note.subscription_id == sub.subscription_id:
+                    live.append(note)
             return dict(call=call, user=user, child=child, live=live,
                         log=await _log(client, lid))
         finally:
             await client.close()
 
     r = run(go(), timeout=90)
-    accepted = r["call"]["accepted"]
-    message_id = accepted["message_id"]
-    assert accepted["owner"] == "agent" and isinstance(accepted["agent_hop"], int)
-    assert accepted["agent_hop"] >= 1
-    assert "agent_hop" not in r["call"]["content"]  # the sending model's tool result
-    assert r["user"]["agent_hop"] is None  # user mail has no hop
+    accepted = r["call"].accepted
+    message_id = accepted.message_id
+    assert accepted.owner == "agent" and isinstance(accepted.agent_hop, int)
+    assert accepted.agent_hop >= 1
+    assert "agent_hop" not in r["call"].content  # the sending model's tool result
+    assert r["user"].agent_hop is None  # user mail has no hop
     # The durable event, read back and streamed live, carries the same hop.
-    accepts = {v["data"]["message_id"]: v["data"] for v in r["log"]
-               if v["kind"] == "ProducerMessageAccepted"}
-    assert accepts[message_id]["agent_hop"] == accepted["agent_hop"]
-    assert accepts[r["user"]["message_id"]]["agent_hop"] is None
-    streamed = [n["event"]["data"] for n in r["live"]
-                if n["event"]["kind"] == "ProducerMessageAccepted"
-                and n["event"]["data"]["message_id"] == message_id]
-    assert [d["agent_hop"] for d in streamed] == [accepted["agent_hop"]]
+    accepts = {v.data["message_id"]: v.data for v in r["log"]
+               if v.kind == "ProducerMessageAccepted"}
+    assert accepts[message_id]["agent_hop"] == accepted.agent_hop
+    assert accepts[r["user"].message_id]["agent_hop"] is None
+    streamed = [n.event.data for n in r["live"]
+                if n.event.kind == "ProducerMessageAccepted"
+                and n.event.data["message_id"] == message_id]
+    assert [d["agent_hop"] for d in streamed] == [accepted.agent_hop]
     # What the lead's model read for that mail: the envelope alone, no hop, no id.
-    begun = next(v["data"] for v in r["log"] if v["kind"] == "RequestBegun"
-                 and message_id in v["data"]["message_ids"])
-    output = next(v["data"] for v in r["log"] if v["kind"] == "ModelOutput"
-                  and v["data"]["request_id"] == begun["request_id"])
+    begun = next(v.data for v in r["log"] if v.kind == "RequestBegun"
+                 and message_id in v.data["message_ids"])
+    output = next(v.data for v in r["log"] if v.kind == "ModelOutput"
+                  and v.data["request_id"] == begun["request_id"])
     envelope = next(text for text in output["inputs"] if body in text)
-    assert envelope == render_envelope(r["child"]["handle"], body, reply_hint=True)
+    assert envelope == render_envelope(r["child"].handle, body, reply_hint=True)
     assert "hop" not in envelope and message_id not in envelope
 
 
@@ -197,11 +224,11 @@ def test_tool_call_needs_a_run_in_flight(slow: DaemonProcess) -> None:
     async def go() -> RpcFailure:
         client = await slow.client()
         try:
-            root = await client.call("session.create", {"agent": "worker"})
+            root = await client.request(SESSION_CREATE, t.SessionCreateParams(agent="worker"))
             with pytest.raises(RpcFailure) as caught:
-                await client.call("tool.call", {
-                    "session_id": root["session_id"], "tool_call_id": "x",
-                    "name": "send_message", "arguments": {"to": "a", "body": "b"}})
+                await client.request(TOOL_CALL, t.ToolCallParams(
+                    session_id=root.session_id, tool_call_id="x", name="send_message",
+                    arguments={"to": "a", "body": "b"}))
             return caught.value
         finally:
             await client.close()
@@ -211,44 +238,75 @@ def test_tool_call_needs_a_run_in_flight(slow: DaemonProcess) -> None:
 
 
 def test_plugin_mail_is_capped_and_the_gate_decides_over_the_wire(slow: DaemonProcess) -> None:
-    async def go() -> tuple[Any, RpcFailure, Any, list[Any], list[str]]:
+    async def go() -> tuple[t.ProducerAccepted, RpcFailure, t.ToolCallResult,
+                            list[t.ToolGateParams], list[str]]:
         plugin = await slow.client(tool_gate=True, plugin_events=True)
-        asked: list[Any] = []
+        asked: list[t.ToolGateParams] = []
 
-        async def gate(method: str, params: Any) -> Any:
-            asked.append((method, params))
-            return {"allow": False, "reason": "audit says no"}
+        async def gate(params: t.ToolGateParams) -> t.ToolGateResult:
+            asked.append(params)
+            return t.ToolGateResult(allow=False, reason="audit says no")
 
-        plugin.on_request = gate
+        plugin.serve(PLUGIN_TOOL_BEFORE_CALL, gate)
         user = await slow.client()
         try:
-            root = await user.call("session.create", {"agent": "worker"})
-            sid = root["session_id"]
-            accepted = await plugin.call("plugin/producer/send",
-                                         {"session_id": sid, "body": "from a plugin"})
+            root = await user.request(SESSION_CREATE, t.SessionCreateParams(agent="worker"))
+            sid = root.session_id
+            accepted = await plugin.request(PLUGIN_PRODUCER_SEND, t.ProducerSendParams(
+                session_id=sid, body="from a plugin"))
             with pytest.raises(RpcFailure) as too_big:
-                await plugin.call("plugin/producer/send",
-                                  {"session_id": sid, "body": "x" * (256 * 1024 + 1)})
+                await plugin.request(PLUGIN_PRODUCER_SEND, t.ProducerSendParams(
+                    session_id=sid, body="x" * (256 * 1024 + 1)))
             await _until(user, sid, "running")
-            refused = await user.call("tool.call", {
-                "session_id": sid, "tool_call_id": "g1", "name": "send_message",
-                "arguments": {"to": "nobody", "body": "hi"}})
+            refused = await user.request(TOOL_CALL, t.ToolCallParams(
+                session_id=sid, tool_call_id="g1", name="send_message",
+                arguments={"to": "nobody", "body": "hi"}))
             seen: list[str] = []
             while "ProducerMessageAccepted" not in seen:
-                note = await plugin.next_notification("plugin/event")
-                seen.append(note.params["event"]["kind"])
+                note = await plugin.next_notification(PLUGIN_EVENT)
+                seen.append(note.event.kind)
             return accepted, too_big.value, refused, asked, seen
         finally:
             await plugin.close()
             await user.close()
 
     accepted, too_big, refused, asked, seen = run(go())
-    assert accepted["owner"] == "plugin"
+    assert accepted.owner == "plugin"
     assert too_big.code == -32010 and too_big.data_code == "plugin:body_too_large"
-    assert "plugin:refused" in refused["content"] and "audit says no" in refused["content"]
-    assert [m for m, _ in asked] == ["plugin/tool_before_call"]
-    assert asked[0][1]["name"] == "send_message" and asked[0][1]["tool_call_id"] == "g1"
+    assert "plugin:refused" in refused.content and "audit says no" in refused.content
+    assert len(asked) == 1  # one plugin/tool_before_call, decoded into its params type
+    assert asked[0].name == "send_message" and asked[0].tool_call_id == "g1"
     assert "SessionCreated" in seen
+
+
+def test_a_gate_answer_that_is_not_a_verdict_refuses_the_call(slow: DaemonProcess) -> None:
+    """The daemon decodes a gate's answer as a ``ToolGateResult``: an answer of another shape
+    (here a plugin that answers with the wrong object) refuses the call and says why."""
+    async def go() -> t.ToolCallResult:
+        plugin = await slow.client(tool_gate=True)
+
+        async def confused(params: t.ToolGateParams) -> t.ToolGateResult:
+            # A misbehaving plugin: the cast hides the wrong answer from the type checker.
+            return cast(t.ToolGateResult, t.ShutdownResult(shutting_down=True))
+
+        plugin.serve(PLUGIN_TOOL_BEFORE_CALL, confused)
+        user = await slow.client()
+        try:
+            sid = (await user.request(SESSION_CREATE, t.SessionCreateParams(
+                agent="worker"))).session_id
+            await user.submit(sid, "work")  # a run in flight, for the call to run as
+            await _until(user, sid, "running")
+            return await user.request(TOOL_CALL, t.ToolCallParams(
+                session_id=sid, tool_call_id="g2", name="send_message",
+                arguments={"to": "nobody", "body": "hi"}))
+        finally:
+            await plugin.close()
+            await user.close()
+
+    refused = run(go())
+    assert "plugin:refused" in refused.content and "not a verdict" in refused.content
+    assert "shutting_down" in refused.content  # the decode error names what was wrong
+    assert refused.accepted is None and refused.approval_id is None
 
 
 def test_subscribe_replays_then_follows_live_with_no_gap_and_no_duplicate(
@@ -256,35 +314,36 @@ def test_subscribe_replays_then_follows_live_with_no_gap_and_no_duplicate(
 ) -> None:
     async def traffic(client: DaemonClient, sid: str, n: int) -> None:
         for i in range(n):
-            await client.call("run.submit", {"session_id": sid, "text": f"t{i}"})
+            await client.request(RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text=f"t{i}"))
 
     async def go() -> tuple[list[int], list[int], int]:
         writer, reader = await slow.client(), await slow.client()
         try:
-            root = await writer.call("session.create", {"agent": "worker"})
-            sid = root["session_id"]
+            root = await writer.request(SESSION_CREATE, t.SessionCreateParams(agent="worker"))
+            sid = root.session_id
             await traffic(writer, sid, 5)
             busy = asyncio.create_task(traffic(writer, sid, 40))  # during the subscribe
             await asyncio.sleep(0.05)
-            sub = await reader.call("events.subscribe", {"after": 0})
+            sub = await reader.request(EVENTS_SUBSCRIBE, t.EventsSubscribeParams(after=0))
             await busy
             await _quiet(writer)
-            head = (await writer.call("events.subscribe", {"after": 0}))["head"]
+            head = (await writer.request(EVENTS_SUBSCRIBE, t.EventsSubscribeParams(after=0))).head
             numbers: list[int] = []
             while not numbers or numbers[-1] < head:
-                note = await reader.next_notification("events/event")
-                assert note.params["subscription_id"] == sub["subscription_id"]
-                numbers.append(note.params["event"]["number"])
-            await reader.call("events.unsubscribe",
-                              {"subscription_id": sub["subscription_id"]})
-            one = await reader.call("events.subscribe", {"after": 0, "session_id": sid})
+                note = await reader.next_notification(EVENTS_EVENT)
+                assert note.subscription_id == sub.subscription_id
+                numbers.append(note.event.number)
+            await reader.request(EVENTS_UNSUBSCRIBE, t.EventsUnsubscribeParams(
+                subscription_id=sub.subscription_id))
+            one = await reader.request(EVENTS_SUBSCRIBE, t.EventsSubscribeParams(
+                after=0, session_id=sid))
             mine: list[int] = []
             while not mine or mine[-1] < head:
-                note = await reader.next_notification("events/event")
-                if note.params["subscription_id"] == one["subscription_id"]:
-                    assert note.params["event"]["session_id"] == sid
-                    mine.append(note.params["event"]["number"])
-            return numbers, mine, sub["head"]
+                note = await reader.next_notification(EVENTS_EVENT)
+                if note.subscription_id == one.subscription_id:
+                    assert note.event.session_id == sid
+                    mine.append(note.event.number)
+            return numbers, mine, sub.head
         finally:
             await writer.close()
             await reader.close()
@@ -301,7 +360,8 @@ def test_unsubscribe_of_an_unknown_subscription_is_an_error(slow: DaemonProcess)
         client = await slow.client()
         try:
             with pytest.raises(RpcFailure) as caught:
-                await client.call("events.unsubscribe", {"subscription_id": "sub-999"})
+                await client.request(
+                    EVENTS_UNSUBSCRIBE, t.EventsUnsubscribeParams(subscription_id="sub-999"))
             return caught.value
         finally:
             await client.close()
@@ -318,12 +378,12 @@ def test_kill_9_mid_traffic_then_restart_delivers_every_acked_send_once(
 
     async def traffic() -> None:
         client = await daemon.client()
-        root = await client.call("session.create", {"agent": "default"})
+        root = await client.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
         try:
             for i in range(400):
-                accepted = await client.call("run.submit",
-                                             {"session_id": root["session_id"], "text": f"{i}"})
-                acked.append(accepted["message_id"])
+                accepted = await client.request(
+                    RUN_SUBMIT, t.RunSubmitParams(session_id=root.session_id, text=f"{i}"))
+                acked.append(accepted.message_id)
                 if i == 30:
                     daemon.kill()  # SIGKILL while sends are flowing
         except (ConnectionError, RpcFailure):
@@ -333,13 +393,13 @@ def test_kill_9_mid_traffic_then_restart_delivers_every_acked_send_once(
     assert len(acked) >= 30
     again = DaemonProcess(data)
 
-    async def settle() -> list[Any]:
+    async def settle() -> list[t.MessageView]:
         client = await again.client()
         try:
             await _quiet(client)
-            sessions = await client.every("session.list")
+            sessions = await client.every(SESSION_LIST, t.SessionListParams())
             return [m for s in sessions for m in
-                    await client.every("message.list", {"session_id": s["session_id"]})]
+                    await client.every(MESSAGE_LIST, t.MessageListParams(session_id=s.session_id))]
         finally:
             await client.close()
 
@@ -348,9 +408,9 @@ def test_kill_9_mid_traffic_then_restart_delivers_every_acked_send_once(
     finally:
         code, err = again.terminate()
     assert code == 0, err
-    by_id = {m["message_id"]: m for m in messages}
+    by_id = {m.message_id: m for m in messages}
     assert set(acked) <= set(by_id)
-    assert all(by_id[i]["state"] == "consumed" for i in acked)
+    assert all(by_id[i].state == "consumed" for i in acked)
     _consumed_once(data, acked)
 
 

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 from tests.daemon.conftest import DaemonProcess, run
+from treemail.protocol import types as t
+from treemail.protocol.methods import SESSION_LIST
 
 
 def _daemon(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -41,14 +43,14 @@ def test_a_socket_another_daemon_serves_is_refused(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr
         assert path.stat().st_ino == inode  # the first one's socket, still in place
 
-        async def served() -> object:
+        async def served() -> t.SessionListResult:
             client = await first.client()
             try:
-                return await client.call("session.list")
+                return await client.request(SESSION_LIST, t.SessionListParams())
             finally:
                 await client.close()
 
-        assert run(served()) == {"sessions": [], "next": None}
+        assert run(served()) == t.SessionListResult(sessions=[], next=None)
     finally:
         code, err = first.terminate()
     assert code == 0, err

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.daemon.conftest import DaemonProcess, run
-from treemail.adapters.daemon.client import RpcFailure
+from treemail.adapters.daemon.client import Call, RpcFailure
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
+from treemail.protocol import types as t
+from treemail.protocol.methods import RUN_SUBMIT, SESSION_CREATE, SHUTDOWN
 
 
 def _accepted(data_dir: Path) -> set[str]:
@@ -32,20 +34,21 @@ def test_a_send_racing_shutdown_is_refused_and_nothing_acknowledged_is_lost(
 
     async def go() -> tuple[list[Any], str]:
         client = await daemon.client()
-        root = await client.call("session.create", {"agent": "default"})
-        sid = root["session_id"]
-        first = await client.call("run.submit", {"session_id": sid, "text": "before"})
+        root = await client.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
+        sid = root.session_id
+        first = await client.request(RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text="before"))
         # Pipelined in one write: the shutdown is read first, so the sends after it race it.
-        answers = await client.call_many(
-            [("shutdown", {})] + [("run.submit", {"session_id": sid, "text": f"after {i}"})
-                                  for i in range(5)])
+        answers = await client.pipeline(
+            [Call(SHUTDOWN, t.Empty())] + [
+                Call(RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text=f"after {i}"))
+                for i in range(5)])
         await client.close()
-        return answers, first["message_id"]
+        return answers, first.message_id
 
     answers, first = run(go())
     code, err = daemon.wait()
     assert code == 0, err
-    assert answers[0] == {"shutting_down": True}
+    assert answers[0] == t.ShutdownResult(shutting_down=True)
     raced = answers[1:]
     assert raced and all(isinstance(a, RpcFailure) and a.code == -32010
                          and a.data_code == "send_message:engine_shutdown" for a in raced)
@@ -58,19 +61,19 @@ def test_sigterm_stops_in_order_and_frees_the_data_dir(tmp_path: Path) -> None:
 
     async def traffic() -> list[str]:
         client = await daemon.client()
-        root = await client.call("session.create", {"agent": "default"})
+        root = await client.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
         acked = []
         for i in range(5):
-            accepted = await client.call("run.submit",
-                                         {"session_id": root["session_id"], "text": f"m{i}"})
-            acked.append(accepted["message_id"])
+            accepted = await client.request(
+                RUN_SUBMIT, t.RunSubmitParams(session_id=root.session_id, text=f"m{i}"))
+            acked.append(accepted.message_id)
         daemon.proc.send_signal(15)
         # Whatever still reaches it is either accepted or refused with engine_shutdown.
         try:
             while True:
-                accepted = await client.call("run.submit",
-                                             {"session_id": root["session_id"], "text": "x"})
-                acked.append(accepted["message_id"])
+                accepted = await client.request(
+                    RUN_SUBMIT, t.RunSubmitParams(session_id=root.session_id, text="x"))
+                acked.append(accepted.message_id)
         except RpcFailure as refused:
             assert refused.data_code == "send_message:engine_shutdown", refused
         except ConnectionError:

@@ -29,6 +29,8 @@ from treemail.adapters.daemon.host import open_daemon
 from treemail.adapters.daemon.tcp import Token
 from treemail.adapters.ui.cli import main
 from treemail.core.errors import ServerUnproven
+from treemail.protocol import types as t
+from treemail.protocol.methods import AUTH_CHALLENGE, AUTH_PROVE, SESSION_CREATE, SESSION_LIST
 
 
 def _free_port() -> int:
@@ -75,13 +77,14 @@ async def _first_frames(address: str, *frames: dict[str, Any]) -> tuple[list[Any
         answers: list[Any] = []
         for frame in frames:
             try:
-                answers.append(await client.call(str(frame["method"]), frame["params"]))
+                # Raw: the frames are a handshake's, right or wrong on purpose.
+                answers.append(await client.call_raw(str(frame["method"]), frame["params"]))
             except RpcFailure as failure:
                 answers.append(failure)
             except ConnectionError as gone:
                 answers.append(gone)
         try:
-            await client.call("session.list")
+            await client.request(SESSION_LIST, t.SessionListParams())
         except ConnectionError:
             return answers, True
         return answers, False
@@ -110,19 +113,20 @@ def test_the_daemon_proves_it_holds_the_token_and_admits_a_right_proof(tcp: TcpD
     async def go() -> tuple[list[Any], bool]:
         client = await DaemonClient.connect(tcp.address, initialize=False, authenticate=False)
         try:
-            answer = await client.call("auth.challenge", {"client_nonce": nonce.hex()})
-            server_nonce = bytes.fromhex(answer["server_nonce"])
+            answer = await client.request(
+                AUTH_CHALLENGE, t.AuthChallengeParams(client_nonce=nonce.hex()))
+            server_nonce = bytes.fromhex(answer.server_nonce)
             proof = token.client_proof(server_nonce, nonce)
-            proved = await client.call("auth.prove", {"client_proof": proof.hex()})
+            proved = await client.request(AUTH_PROVE, t.AuthProveParams(client_proof=proof.hex()))
             return [answer, proved, await client.initialize("tests")], True
         finally:
             await client.close()
 
     (answer, proved, initialized), _ = run(go())
-    server_nonce = bytes.fromhex(answer["server_nonce"])
-    assert answer["server_proof"] == token.server_proof(nonce, server_nonce).hex()
-    assert proved == {"authenticated": True}
-    assert initialized["protocol_version"] == 19
+    server_nonce = bytes.fromhex(answer.server_nonce)
+    assert answer.server_proof == token.server_proof(nonce, server_nonce).hex()
+    assert proved == t.AuthProveResult(authenticated=True)
+    assert initialized.protocol_version == 19
 
 
 @pytest.mark.parametrize(("frame", "code", "why"), [
@@ -163,13 +167,14 @@ def test_a_wrong_client_proof_is_refused_and_closed(tcp: TcpDaemon, wrong: str) 
     async def go() -> tuple[list[Any], bool]:
         client = await DaemonClient.connect(tcp.address, initialize=False, authenticate=False)
         try:
-            answer = await client.call("auth.challenge", {"client_nonce": nonce.hex()})
-            server_nonce = bytes.fromhex(answer["server_nonce"])
+            answer = await client.request(
+                AUTH_CHALLENGE, t.AuthChallengeParams(client_nonce=nonce.hex()))
+            server_nonce = bytes.fromhex(answer.server_nonce)
             proof = {
                 "another": Token(secrets.token_urlsafe(32)).client_proof(server_nonce, nonce),
                 "near": Token(near).client_proof(server_nonce, nonce),
                 # the server's own proof sent back: the labels keep the directions apart
-                "reflected": bytes.fromhex(answer["server_proof"]),
+                "reflected": bytes.fromhex(answer.server_proof),
                 # a right proof, but for another connection's nonce
                 "replayed": Token(tcp.token).client_proof(secrets.token_bytes(32), nonce),
             }[wrong]
@@ -203,7 +208,8 @@ def test_the_proof_methods_are_refused_where_no_proof_is_due(tcp: TcpDaemon) -> 
         try:
             for client in (over_tcp, local):
                 with pytest.raises(RpcFailure) as caught:
-                    await client.call("auth.challenge", {"client_nonce": "00" * 32})
+                    await client.request(
+                        AUTH_CHALLENGE, t.AuthChallengeParams(client_nonce="00" * 32))
                 failures.append(caught.value)
             return failures
         finally:
@@ -216,19 +222,19 @@ def test_the_proof_methods_are_refused_where_no_proof_is_due(tcp: TcpDaemon) -> 
 
 
 def test_with_the_token_tcp_serves_like_the_socket(tcp: TcpDaemon) -> None:
-    async def go() -> tuple[dict[str, object], list[str]]:
+    async def go() -> tuple[t.SessionView, list[str]]:
         over_tcp = await DaemonClient.connect(tcp.address, token=tcp.token)
         local = await tcp.client()  # the Unix socket is still served, with no token
         try:
-            made = await over_tcp.call("session.create", {"agent": "default"})
-            listed = await local.call("session.list")
-            return made, [s["session_id"] for s in listed["sessions"]]
+            made = await over_tcp.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
+            listed = await local.request(SESSION_LIST, t.SessionListParams())
+            return made, [s.session_id for s in listed.sessions]
         finally:
             await over_tcp.close()
             await local.close()
 
     made, seen = run(go())
-    assert made["session_id"] in seen
+    assert made.session_id in seen
 
 
 def test_the_cli_connects_over_tcp_with_the_token_file(

@@ -22,6 +22,8 @@ from tests.daemon.conftest import run
 from tests.daemon.test_tcp import TcpDaemon
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.tcp import AUTH_BYTES, MAX_UNAUTHENTICATED
+from treemail.protocol import types as t
+from treemail.protocol.methods import SESSION_LIST
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def _peak_rss_kib(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-async def _served(address: str, token: str) -> list[object]:
+async def _served(address: str, token: str) -> list[t.SessionView]:
     """An honest TCP client's session.list, once a place is free (a refusal for want of
     places, rpc:overloaded, is retried; anything else fails the test)."""
     deadline = asyncio.get_running_loop().time() + 30
@@ -68,7 +70,7 @@ async def _served(address: str, token: str) -> list[object]:
             await asyncio.sleep(0.05)
             continue
         try:
-            return list((await client.call("session.list"))["sessions"])
+            return (await client.request(SESSION_LIST, t.SessionListParams())).sessions
         finally:
             await client.close()
 
@@ -86,15 +88,16 @@ def test_a_1_mib_first_frame_is_cut_off_at_the_byte_budget(tcp: TcpDaemon) -> No
 def test_past_the_cap_connections_are_turned_away_and_clients_are_served(
     tcp: TcpDaemon
 ) -> None:
-    async def go() -> tuple[bytes, list[object], list[object], list[object]]:
+    async def go() -> tuple[bytes, list[t.SessionView], list[t.SessionView],
+                            list[t.SessionView]]:
         honest = await DaemonClient.connect(tcp.address, token=tcp.token)  # before the flood
         local = await tcp.client()
         waiting = [_connect(tcp.port) for _ in range(MAX_UNAUTHENTICATED)]
         try:
             with _connect(tcp.port) as extra:
                 turned_away = await asyncio.to_thread(_until_closed, extra)
-            during = [(await honest.call("session.list"))["sessions"],
-                      (await local.call("session.list"))["sessions"]]
+            during = ((await honest.request(SESSION_LIST, t.SessionListParams())).sessions,
+                      (await local.request(SESSION_LIST, t.SessionListParams())).sessions)
         finally:
             for sock in waiting:
                 sock.close()

@@ -16,6 +16,8 @@ from typing import IO, Any
 
 from tests.daemon.conftest import DaemonProcess, run
 from tests.daemon.test_scenario import LEAD
+from treemail.protocol import types as t
+from treemail.protocol.methods import PLUGIN_PRODUCER_SEND, RUN_SUBMIT, SESSION_CREATE, SESSION_GET
 
 STEP = 60  # seconds any one step may take, however loaded the machine
 HOSTILE = ("clip\x1b]52;c;cm0=\x07 \u202eevil \x9b2J \x1b[2K\x1b[1A \x07 \rX \x1b]0;t\x07"
@@ -40,15 +42,17 @@ def _lines(stream: IO[str], into: queue.Queue[str]) -> None:
 async def _mail(daemon: DaemonProcess) -> dict[str, Any]:
     client = await daemon.client()
     try:
-        root = await client.call("session.create", {"agent_doc": LEAD})
-        sid = root["session_id"]
-        user = await client.call("run.submit", {"session_id": sid, "text": HOSTILE})
-        plugin = await client.call("plugin/producer/send", {"session_id": sid, "body": HOSTILE})
+        root = await client.request(SESSION_CREATE, t.SessionCreateParams(agent_doc=LEAD))
+        sid = root.session_id
+        user = await client.request(RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text=HOSTILE))
+        plugin = await client.request(
+            PLUGIN_PRODUCER_SEND, t.ProducerSendParams(session_id=sid, body=HOSTILE))
         async with asyncio.timeout(STEP):
-            while (await client.call("session.get", {"session_id": sid}))["state"] not in (
+            while (await client.request(
+                SESSION_GET, t.SessionGetParams(session_id=sid))).state not in (
                     "idle", "finished"):
                 await asyncio.sleep(0.05)
-        return {"session": sid, "user": user["message_id"], "plugin": plugin["message_id"]}
+        return {"session": sid, "user": user.message_id, "plugin": plugin.message_id}
     finally:
         await client.close()
 

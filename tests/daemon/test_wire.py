@@ -5,42 +5,64 @@ from __future__ import annotations
 
 import json
 import stat
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
-from treemail.protocol.methods import PROTOCOL_VERSION
+from treemail.protocol import types as t
+from treemail.protocol.methods import (
+    METHODS,
+    NOTIFICATIONS,
+    PROTOCOL_VERSION,
+    RUN_SUBMIT,
+    SESSION_CREATE,
+    SESSION_DELEGATE,
+    SESSION_GET,
+    SESSION_LIST,
+    Method,
+)
+
+P = TypeVar("P", bound=msgspec.Struct)
 
 
-async def _failure(client: DaemonClient, method: str, params: dict[str, Any]) -> RpcFailure:
+async def _failure(client: DaemonClient, method: Method[P, Any], params: P) -> RpcFailure:
     with pytest.raises(RpcFailure) as caught:
-        await client.call(method, params)
+        await client.request(method, params)
+    return caught.value
+
+
+async def _raw_failure(client: DaemonClient, method: str, params: Any) -> RpcFailure:
+    """A request the types cannot express (an unknown method, params of the wrong shape)."""
+    with pytest.raises(RpcFailure) as caught:
+        await client.call_raw(method, params)
     return caught.value
 
 
 async def _still_serving(*clients: DaemonClient) -> None:
     for client in clients:
-        listed = await client.call("session.list")
-        assert isinstance(listed["sessions"], list)
+        listed = await client.request(SESSION_LIST, t.SessionListParams())
+        assert isinstance(listed.sessions, list)
 
 
 def test_handshake(daemon: DaemonProcess) -> None:
-    async def go() -> dict[str, Any]:
+    async def go() -> t.InitializeResult | None:
         client = await daemon.client()
         await client.close()
         return client.server
 
     server = run(go())
     assert PROTOCOL_VERSION == 19
-    assert server["protocol_version"] == 19
-    assert server["server_info"]["name"] == "treemail-daemon"
-    capabilities = server["capabilities"]
-    assert {"initialize", "session.create", "run.submit", "shutdown"} <= set(
-        capabilities["methods"])
-    assert capabilities["max_frame_bytes"] > 0 and capabilities["max_in_flight"] > 0
-    assert capabilities["plugin_body_max_bytes"] == 256 * 1024
+    assert server is not None and server.protocol_version == 19
+    assert server.server_info.name == "treemail-daemon"
+    capabilities = server.capabilities
+    # Every method of the table is served, and said to be: the list is the handlers'.
+    assert capabilities.methods == sorted(METHODS)
+    assert capabilities.notifications == sorted(NOTIFICATIONS)
+    assert capabilities.max_frame_bytes > 0 and capabilities.max_in_flight > 0
+    assert capabilities.plugin_body_max_bytes == 256 * 1024
 
 
 def test_the_public_client_name_is_the_same_client() -> None:
@@ -57,7 +79,7 @@ def test_socket_only_for_its_user(daemon: DaemonProcess) -> None:
 
 
 def test_other_version_is_refused_clearly(daemon: DaemonProcess) -> None:
-    async def go() -> tuple[RpcFailure, dict[str, Any]]:
+    async def go() -> tuple[RpcFailure, t.InitializeResult]:
         client = await DaemonClient.connect(daemon.socket, initialize=False)
         try:
             with pytest.raises(RpcFailure) as caught:
@@ -70,15 +92,15 @@ def test_other_version_is_refused_clearly(daemon: DaemonProcess) -> None:
     refused, accepted = run(go())
     assert refused.code == -32003 and refused.data_code == "rpc:unsupported_version"
     assert "18" in refused.error.message and "19" in refused.error.message
-    assert accepted["protocol_version"] == 19
+    assert accepted.protocol_version == 19
 
 
 def test_request_before_initialize_is_refused(daemon: DaemonProcess) -> None:
     async def go() -> tuple[RpcFailure, RpcFailure]:
         client = await DaemonClient.connect(daemon.socket, initialize=False)
         try:
-            early = await _failure(client, "session.list", {})
-            unknown = await _failure(client, "no.such", {})
+            early = await _failure(client, SESSION_LIST, t.SessionListParams())
+            unknown = await _raw_failure(client, "no.such", {})
             await client.initialize("late")
             await _still_serving(client)
             return early, unknown
@@ -140,7 +162,7 @@ def test_error_answer_carries_the_request_id(daemon: DaemonProcess) -> None:
     async def go() -> list[Any]:
         client = await daemon.client()
         try:
-            return await client.call_many([("no.such", {}), ("session.list", {})])
+            return await client.call_many_raw([("no.such", {}), ("session.list", {})])
         finally:
             await client.close()
 
@@ -153,7 +175,7 @@ def test_oversized_frame_is_dropped_with_an_error(daemon: DaemonProcess) -> None
     async def go() -> Any:
         client, other = await daemon.client(), await daemon.client()
         try:
-            limit = client.server["capabilities"]["max_frame_bytes"]
+            limit = client.capabilities.max_frame_bytes
             body = "x" * (limit + 10)
             frame = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "run.submit",
                                 "params": {"session_id": "s", "text": body}}).encode()
@@ -177,7 +199,7 @@ def test_unknown_method(daemon: DaemonProcess) -> None:
     async def go() -> RpcFailure:
         client = await daemon.client()
         try:
-            failure = await _failure(client, "session.explode", {})
+            failure = await _raw_failure(client, "session.explode", {})
             await _still_serving(client)
             return failure
         finally:
@@ -199,7 +221,7 @@ def test_wrong_params_are_invalid_params(daemon: DaemonProcess, params: dict[str
     async def go() -> RpcFailure:
         client = await daemon.client()
         try:
-            failure = await _failure(client, "run.submit", params)
+            failure = await _raw_failure(client, "run.submit", params)
             await _still_serving(client)
             return failure
         finally:
@@ -214,8 +236,9 @@ def test_treemail_errors_keep_their_stable_code(daemon: DaemonProcess) -> None:
     async def go() -> tuple[RpcFailure, RpcFailure]:
         client = await daemon.client()
         try:
-            unknown = await _failure(client, "session.get", {"session_id": "nope"})
-            no_agent = await _failure(client, "session.create", {"agent": "nobody"})
+            unknown = await _failure(client, SESSION_GET, t.SessionGetParams(session_id="nope"))
+            no_agent = await _failure(client, SESSION_CREATE,
+                                      t.SessionCreateParams(agent="nobody"))
             return unknown, no_agent
         finally:
             await client.close()
@@ -229,9 +252,10 @@ def test_too_many_requests_in_flight_are_answered_overloaded(daemon: DaemonProce
     async def go() -> tuple[list[Any], int]:
         client = await daemon.client()
         try:
-            limit = client.server["capabilities"]["max_in_flight"]
+            limit = client.capabilities.max_in_flight
             # One write: the daemon reads them all before any has been answered.
-            outcomes = await client.call_many([("session.list", {})] * (limit * 4))
+            outcomes = await client.request_many(SESSION_LIST,
+                                                 [t.SessionListParams()] * (limit * 4))
             await _still_serving(client)
             return outcomes, limit
         finally:
@@ -239,7 +263,7 @@ def test_too_many_requests_in_flight_are_answered_overloaded(daemon: DaemonProce
 
     outcomes, limit = run(go())
     overloaded = [o for o in outcomes if isinstance(o, RpcFailure)]
-    served = [o for o in outcomes if isinstance(o, dict)]
+    served = [o for o in outcomes if isinstance(o, t.SessionListResult)]
     assert len(served) + len(overloaded) == len(outcomes)  # each answered exactly once
     assert overloaded and all(o.code == -32001 and o.data_code == "rpc:overloaded"
                               for o in overloaded)
@@ -268,13 +292,14 @@ def test_a_delegation_without_a_task_is_refused_like_empty_mail(
     async def go() -> tuple[RpcFailure, RpcFailure, list[Any]]:
         client = await daemon.client()
         try:
-            root = await client.call("session.create", {"agent": "default"})
-            sid = root["session_id"]
-            blank_task = await _failure(client, "session.delegate", {
-                "parent_session_id": sid, "agent": "default", "task": task})
-            blank_mail = await _failure(client, "run.submit", {"session_id": sid, "text": task})
-            tree = await client.call("session.list", {"root_session_id": sid})
-            return blank_task, blank_mail, tree["sessions"]
+            root = await client.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
+            sid = root.session_id
+            blank_task = await _failure(client, SESSION_DELEGATE, t.SessionDelegateParams(
+                parent_session_id=sid, agent="default", task=task))
+            blank_mail = await _failure(client, RUN_SUBMIT,
+                                        t.RunSubmitParams(session_id=sid, text=task))
+            tree = await client.request(SESSION_LIST, t.SessionListParams(root_session_id=sid))
+            return blank_task, blank_mail, tree.sessions
         finally:
             await client.close()
 

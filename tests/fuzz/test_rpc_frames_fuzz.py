@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from tests.daemon.conftest import DaemonProcess, run
 from tests.fuzz.conftest import TALLY
 from tests.fuzz.schema_values import JSON_VALUES, params_for
-from treemail.protocol.methods import METHODS, PROTOCOL_VERSION
+from treemail.protocol import types as t
+from treemail.protocol.methods import METHODS, PROTOCOL_VERSION, SESSION_LIST
 
 SURFACE = "json-rpc frames"
 TIMEOUT = 20.0  # seconds without an answer: a hang
@@ -90,14 +91,14 @@ def line(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Line]:
     yield connection
     connection.sock.close()
 
-    async def second_client() -> Any:
+    async def second_client() -> t.SessionListResult:
         client = await daemon.client()
         try:
-            return await client.call("session.list")
+            return await client.request(SESSION_LIST, t.SessionListParams())
         finally:
             await client.close()
 
-    assert "sessions" in run(second_client())
+    assert isinstance(run(second_client()).sessions, list)
     code, err = daemon.terminate()
     assert code == 0, err
     assert "Traceback" not in err and "failed" not in err, err[-3000:]

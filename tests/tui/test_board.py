@@ -15,6 +15,8 @@ from treemail.adapters.ui.tui.app import TreemailTui
 from treemail.adapters.ui.tui.board import Board
 from treemail.adapters.ui.tui.sources import LiveSource
 from treemail.core.store import MemoryStore
+from treemail.protocol import types as t
+from treemail.protocol.methods import SESSION_CREATE
 
 
 def test_the_live_flag_folds_from_the_feed_as_the_store_keeps_it() -> None:
@@ -52,12 +54,12 @@ def test_the_tui_shows_new_sessions_without_listing_them(tmp_path: Path) -> None
         source = CountingSource(process.socket)
         tui = TreemailTui(source)
         try:
-            first = await maker.call("session.create", {"agent": "default"})
+            first = await maker.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
             async with tui.run_test(size=(120, 40)) as pilot:
-                await until(lambda: tui.ready.is_set() and first["session_id"] in tui.nodes,
+                await until(lambda: tui.ready.is_set() and first.session_id in tui.nodes,
                             pilot.pause, "the TUI caught up")
-                made = [(await maker.call("session.create", {"agent": "default"}))[
-                    "session_id"] for _ in range(12)]
+                made = [(await maker.request(SESSION_CREATE, t.SessionCreateParams(
+                    agent="default"))).session_id for _ in range(12)]
                 await until(lambda: all(sid in tui.nodes for sid in made), pilot.pause,
                             "every new session in the tree")
                 assert isinstance(source.client, Counting)

@@ -20,6 +20,8 @@ from tests.tui.test_pilot import (
 )
 from treemail.adapters.ui.tui.app import TreemailTui, screen_text
 from treemail.adapters.ui.tui.sources import LiveSource
+from treemail.protocol import types as t
+from treemail.protocol.methods import PLUGIN_PRODUCER_SEND
 
 
 def test_rows_and_approvals_show_control_characters_escaped(
@@ -31,10 +33,12 @@ def test_rows_and_approvals_show_control_characters_escaped(
         app = TreemailTui(LiveSource(daemon.socket))
         async with app.run_test(size=SIZE) as pilot:
             await until(lambda: b in app.nodes, pilot.pause, "the tree shown")
-            await client.call("plugin/producer/send", {"session_id": a, "body": HOSTILE})
+            await client.request(
+                PLUGIN_PRODUCER_SEND, t.ProducerSendParams(session_id=a, body=HOSTILE))
             call = await _tool_call(client, a, "tui-control",
                                     {"to": app.board.sessions[b].handle, "body": HOSTILE})
-            held = call["approval_id"]
+            held = call.approval_id
+            assert held is not None
             await until(lambda: _row(app, held) is not None, pilot.pause, "the approval shown")
             await until(lambda: any("plugin mail" in str(r[-1]) for r in _rows(app)),
                         pilot.pause, "the plugin mail row")

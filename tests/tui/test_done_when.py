@@ -22,6 +22,8 @@ from tests.daemon.conftest import DaemonProcess
 from tests.tui.conftest import reaped, until
 from treemail.adapters.ui.tui.app import TreemailTui, screen_text
 from treemail.adapters.ui.tui.sources import LiveSource, choose
+from treemail.protocol import types as t
+from treemail.protocol.methods import EVENTS_READ
 
 T = TypeVar("T")
 
@@ -60,7 +62,7 @@ def _asked(printed: list[str], answered: int) -> bool:
 
 async def _followed(app: TreemailTui, source: LiveSource, pilot: Any) -> None:
     """Wait until the TUI has folded the daemon's whole feed."""
-    head = (await source._client().call("events.read", {"limit": 1}))["head"]
+    head = (await source._client().request(EVENTS_READ, t.EventsReadParams(limit=1))).head
     await until(lambda: app.board.last >= head, pilot.pause, "the TUI followed")
 
 

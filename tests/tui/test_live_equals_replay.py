@@ -25,26 +25,24 @@ from treemail.adapters.ui.cli import main
 from treemail.adapters.ui.transcript import Transcript, render_event
 from treemail.adapters.ui.tui.feed import LiveFeed, stored_feed
 from treemail.core import events
+from treemail.protocol import types as t
+from treemail.protocol.methods import EVENTS_READ, SESSION_CREATE, SESSION_GET
 
 
 async def _first_part(daemon: DaemonProcess, rec: Recorder) -> dict[str, Any]:
     """Steer, queue and a wake; then mail claimed and a steer admitted when the daemon dies."""
     client = await daemon.client()
     await rec.follow(LiveFeed(client))
-    lead = (await client.call("session.create", {"agent": "lead"}))["session_id"]
+    lead = (await client.request(SESSION_CREATE, t.SessionCreateParams(agent="lead"))).session_id
 
-    async def say(method: str, text: str) -> str:
-        sent = await client.call(method, {"session_id": lead, "text": text})
-        return str(sent["message_id"])
-
-    woke = await say("run.submit", "Plan the work.")
+    woke = (await client.submit(lead, "Plan the work.")).message_id
     await rec.until(mail(events.ProducerMessageClaimed, woke))
-    steered = await say("run.steer", "Look at the tokenizer first.")
-    queued = await say("run.submit", "Afterwards, write the summary.")
+    steered = (await client.steer(lead, "Look at the tokenizer first.")).message_id
+    queued = (await client.submit(lead, "Afterwards, write the summary.")).message_id
     await rec.until(mail(events.ProducerMessageConsumed, queued))
-    crashed = await say("run.submit", "Take your time.")
+    crashed = (await client.submit(lead, "Take your time.")).message_id
     await rec.until(mail(events.ProducerMessageClaimed, crashed))
-    dropped = await say("run.steer", "Never mind the details.")
+    dropped = (await client.steer(lead, "Never mind the details.")).message_id
     await rec.until(mail(events.ProducerMessageAdmitted, dropped))
     await rec.stop()
     daemon.kill()
@@ -71,10 +69,11 @@ async def _after_restart(daemon: DaemonProcess, rec: Recorder, ids: dict[str, An
     await rec.until(mail(events.ProducerMessageReleased, ids["crashed"]))
     await rec.until(mail(events.ProducerMessageConsumed, ids["crashed"]))
     async with asyncio.timeout(30):  # the run that read it ends; then the feed is still
-        while (await client.call("session.get", {"session_id": ids["lead"]}))["state"] not in (
+        while (await client.request(
+            SESSION_GET, t.SessionGetParams(session_id=ids["lead"]))).state not in (
                 "finished", "idle"):
             await asyncio.sleep(0.02)
-    head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
+    head = (await client.request(EVENTS_READ, t.EventsReadParams(after=0, limit=1))).head
     await rec.until(lambda _: rec.last >= head)
     await rec.stop()
     await client.close()

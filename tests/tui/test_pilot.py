@@ -20,6 +20,16 @@ from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.ui.tui.app import ALL, TreemailTui, pane_text
 from treemail.adapters.ui.tui.sources import LiveSource
 from treemail.core.errors import InvalidToolContext
+from treemail.protocol import types as t
+from treemail.protocol.methods import (
+    APPROVAL_LIST,
+    RUN_STEER,
+    RUN_SUBMIT,
+    SESSION_CREATE,
+    SESSION_DELEGATE,
+    SESSION_GET,
+    TOOL_CALL,
+)
 
 SIZE = (150, 40)
 
@@ -38,24 +48,23 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
 async def _in_flight(client: DaemonClient, sid: str) -> None:
     """Give the session a run and wait until it is in flight: its first run may be over by
     now, and each model turn holds the next one in flight for the daemon's delay."""
-    await client.call("run.submit", {"session_id": sid, "text": "Start."})
+    await client.request(RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text="Start."))
     async with asyncio.timeout(30):
-        while (await client.call("session.get", {"session_id": sid}))["state"] != "running":
+        while (await client.request(
+            SESSION_GET, t.SessionGetParams(session_id=sid))).state != "running":
             await asyncio.sleep(0.01)
 
 
 async def _tool_call(client: DaemonClient, sid: str, call_id: str,
-                     arguments: dict[str, Any]) -> dict[str, Any]:
+                     arguments: dict[str, Any]) -> t.ToolCallResult:
     """``send_message`` as the session's run in flight. Under load the run ``_in_flight`` saw
     can end before the call reaches it (refused with engine:invalid_tool_context, nothing
     done): then the session is given a run again and the call tried on that one."""
     for _ in range(20):
         await _in_flight(client, sid)
         try:
-            answer: dict[str, Any] = await client.call("tool.call", {
-                "session_id": sid, "tool_call_id": call_id, "name": "send_message",
-                "arguments": arguments})
-            return answer
+            return await client.request(TOOL_CALL, t.ToolCallParams(
+                session_id=sid, tool_call_id=call_id, name="send_message", arguments=arguments))
         except RpcFailure as failure:
             if failure.data_code != InvalidToolContext.code:
                 raise
@@ -68,9 +77,9 @@ def _cell(app: TreemailTui, table: str, key: str) -> str:
 
 
 async def _tree(client: DaemonClient, agent: str, children: int) -> tuple[str, list[str]]:
-    lead = (await client.call("session.create", {"agent": "lead"}))["session_id"]
-    kids = [(await client.call("session.delegate", {
-        "parent_session_id": lead, "agent": agent, "task": f"part {i}"}))["session_id"]
+    lead = (await client.request(SESSION_CREATE, t.SessionCreateParams(agent="lead"))).session_id
+    kids = [(await client.request(SESSION_DELEGATE, t.SessionDelegateParams(
+        parent_session_id=lead, agent=agent, task=f"part {i}"))).session_id
         for i in range(children)]
     return lead, kids
 
@@ -93,9 +102,9 @@ def test_a_steer_row_appears_in_the_selected_session_and_turns_consumed(
             assert "child of lead_" in pane_text(app, "#transcript")
 
             await _in_flight(client, child)
-            steer = await client.call("run.steer", {"session_id": child,
-                                                    "text": "Look at the tokenizer first."})
-            key = f"mail:{steer['message_id']}"
+            steer = await client.request(
+                RUN_STEER, t.RunSteerParams(session_id=child, text="Look at the tokenizer first."))
+            key = f"mail:{steer.message_id}"
             seen: list[str] = []
 
             def consumed() -> bool:
@@ -127,7 +136,7 @@ def test_an_approval_answered_for_the_tree_lets_the_send_through(
             handle_b = app.board.sessions[b].handle
             call = await _tool_call(client, a, "tui-1", {
                 "to": handle_b, "body": "I took the lexer.", "mode": "queue"})
-            held = call["approval_id"]
+            held = call.approval_id
             assert held
             await until(lambda: _row(app, held) is not None, pilot.pause, "the approval shown")
             assert _row(app, held) == [app.board.sessions[a].handle, handle_b, "sibling",
@@ -136,7 +145,7 @@ def test_an_approval_answered_for_the_tree_lets_the_send_through(
             await pilot.press("t")
             await until(lambda: _row(app, held) is None, pilot.pause, "the approval answered")
             answered = await _approval(client, held)
-            assert (answered["state"], answered["scope"]) == ("approved", "tree")
+            assert (answered.state, answered.scope) == ("approved", "tree")
             app.query_one("#sessions", Tree).move_cursor(app.nodes[b])
             await until(lambda: any('agent mail from' in str(r[-1]) and "I took the lexer."
                                     in str(r[-1]) for r in _rows(app)), pilot.pause,
@@ -156,10 +165,9 @@ def _row(app: TreemailTui, approval_id: str) -> list[str] | None:
     return [str(c) for c in grid.get_row(approval_id)] if approval_id in grid.rows else None
 
 
-async def _approval(client: DaemonClient, approval_id: str) -> dict[str, Any]:
-    every = (await client.call("approval.list", {"pending_only": False}))["approvals"]
-    found: dict[str, Any] = next(a for a in every if a["approval_id"] == approval_id)
-    return found
+async def _approval(client: DaemonClient, approval_id: str) -> t.ApprovalView:
+    every = await client.request(APPROVAL_LIST, t.ApprovalListParams(pending_only=False))
+    return next(a for a in every.approvals if a.approval_id == approval_id)
 
 
 def test_a_daemon_that_goes_away_is_shown_not_waited_on(tmp_path: Path) -> None:

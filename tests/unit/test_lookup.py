@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+import msgspec
 import pytest
 
 from treemail.adapters.daemon import lookup
@@ -25,19 +26,43 @@ class Listing:
                  held: tuple[str, ...] = ()) -> None:
         self.sessions, self.messages, self.held = sessions, messages, held
 
-    pages = DaemonClient.pages  # the real client's paging, over this call
-    every = DaemonClient.every
+    # The real client's typed calls and paging, over this answering of raw calls.
+    request, request_many, pipeline = (DaemonClient.request, DaemonClient.request_many,
+                                       DaemonClient.pipeline)
+    pages, every = DaemonClient.pages, DaemonClient.every
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def call_many_raw(self, calls: list[tuple[str, Any]], *,
+                            timeout: float | None = None) -> list[Any]:
+        return [self.call(method, msgspec.to_builtins(params)) for method, params in calls]
+
+    def call(self, method: str, asked: dict[str, Any]) -> dict[str, Any]:
         if method == "approval.list":
-            return {"approvals": [{"approval_id": a} for a in self.held]}
-        asked = params or {}
+            return {"approvals": [_approval(a) for a in self.held]}
         if method == "session.list":
-            return _page("sessions", [{"session_id": sid, "handle": handle}
+            return _page("sessions", [_session(sid, handle)
                                       for sid, handle in self.sessions.items()], asked)
         assert method == "message.list"
-        return _page("messages", [{"message_id": m} for m in self.messages[asked["session_id"]]],
-                     asked)
+        return _page("messages", [_message(m, asked["session_id"])
+                                  for m in self.messages[asked["session_id"]]], asked)
+
+
+def _session(sid: str, handle: str | None) -> dict[str, Any]:
+    return {"session_id": sid, "root_session_id": sid, "parent_session_id": None,
+            "handle": handle, "agent": "default", "state": "idle", "run_id": None,
+            "live": True}
+
+
+def _message(message_id: str, recipient: str) -> dict[str, Any]:
+    return {"message_id": message_id, "recipient": recipient, "sender": None,
+            "owner": "user", "mode": "queue", "state": "consumed", "body": "",
+            "run_id": None, "reason": None}
+
+
+def _approval(approval_id: str) -> dict[str, Any]:
+    session_id, run_id, tool_call_id = approval_id.split("/")
+    return {"approval_id": approval_id, "session_id": session_id, "run_id": run_id,
+            "tool_call_id": tool_call_id, "tool": "send_message", "arguments": {},
+            "label": "sibling", "state": "pending", "scope": None, "outcome": None}
 
 
 def _page(field: str, items: list[dict[str, Any]], asked: dict[str, Any]) -> dict[str, Any]:

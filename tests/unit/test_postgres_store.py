@@ -31,6 +31,8 @@ from treemail.core.errors import (
 )
 from treemail.core.records import AgentSpec, Mode, Owner, RecipientState, SendResult
 from treemail.core.store import Store, WriteTxn
+from treemail.protocol import types as t
+from treemail.protocol.methods import SESSION_CREATE, SESSION_LIST
 from treemail.testing import StoreContract
 from treemail.testing.postgres import PostgresCluster
 from treemail.testing.store_contract import (
@@ -311,16 +313,15 @@ def test_a_daemon_serves_a_postgresql_store_and_a_second_one_is_refused(
     url = postgres_cluster.url()
     daemon = DaemonProcess(tmp_path / "data", "--store", url)
     try:
-        async def sessions() -> list[Any]:
+        async def sessions() -> list[t.SessionView]:
             client = await daemon.client()
             try:
-                await client.call("session.create", {"agent": "default"})
-                listed: list[Any] = (await client.call("session.list", {}))["sessions"]
-                return listed
+                await client.request(SESSION_CREATE, t.SessionCreateParams(agent="default"))
+                return (await client.request(SESSION_LIST, t.SessionListParams())).sessions
             finally:
                 await client.close()
 
-        assert [s["agent"] for s in run(sessions())] == ["default"]
+        assert [s.agent for s in run(sessions())] == ["default"]
         done = subprocess.run(
             [sys.executable, "-m", "treemail", "daemon", "--data-dir", str(tmp_path / "two"),
              "--store", url], capture_output=True, text=True, timeout=60,

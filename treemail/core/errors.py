@@ -31,6 +31,7 @@ __all__ = [
     "AgentDefinedByFile",
     "AgentDocError",
     "AnswerFailed",
+    "AnswerMalformed",
     "AnswerTooLarge",
     "ApprovalPending",
     "ApprovalRequired",
@@ -599,6 +600,13 @@ class AnswerTooLarge(ClientFailure):
     have taken effect. Ask for less (a smaller page), or raise the client's limit."""
 
     code = "client:answer_too_large"
+
+
+class AnswerMalformed(ClientFailure):
+    """The daemon's answer does not decode into the method's result type (a daemon of
+    another version, or a bug); the call may have taken effect. Read the state back."""
+
+    code = "client:answer_malformed"
 
 
 # -- the wire (protocol 19) -----------------------------------------------------------------

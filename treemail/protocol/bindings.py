@@ -37,7 +37,7 @@ TYPESCRIPT_FILE = "protocol.d.ts"
 _REF = "#/$defs/{name}"
 
 
-def _refs(table: dict[str, Method]) -> dict[str, Any]:
+def _refs(table: dict[str, Method[Any, Any]]) -> dict[str, Any]:
     return {m.name: {"summary": m.summary, "params": {"$ref": _REF.format(name=m.params.__name__)},
                      "result": {"$ref": _REF.format(name=m.result.__name__)}}
             for m in table.values()}

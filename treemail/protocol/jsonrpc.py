@@ -7,7 +7,7 @@ the id when one could be read, so the connection goes on serving its next frame.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -22,6 +22,7 @@ from treemail.protocol.errors import (
     RpcError,
     rpc_error,
 )
+from treemail.protocol.methods import Method
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -39,6 +40,7 @@ __all__ = [
     "RpcError",
     "decode_frame",
     "encode_error",
+    "encode_notice",
     "encode_notification",
     "encode_request",
     "encode_result",
@@ -151,6 +153,14 @@ def encode_error(id: RequestId | None, error: RpcError) -> bytes:
 
 def encode_notification(method: str, params: object) -> bytes:
     return _encoder.encode({"jsonrpc": "2.0", "method": method, "params": params}) + b"\n"
+
+
+P = TypeVar("P", bound=msgspec.Struct)
+
+
+def encode_notice(method: Method[P, Any], params: P) -> bytes:
+    """A notification of one of the ``NOTIFICATIONS`` constants, its params typed by it."""
+    return encode_notification(method.name, params)
 
 
 def encode_request(id: RequestId, method: str, params: object) -> bytes:

@@ -1,108 +1,204 @@
-"""Protocol 19's method table: each method's name, params type, result type and summary.
+"""Protocol 19's methods: one typed constant per method, notification and server request.
 
-The server dispatches through this table, the client encodes through it, and the bindings
-are generated from it, so a method exists on the wire exactly when it is listed here.
+Each constant is a ``Method[P, R]``: its wire name, its params type ``P`` and its result type
+``R`` (msgspec Structs). The client sends through them (``DaemonClient.request(SESSION_GET,
+t.SessionGetParams(...))`` is typed ``t.SessionView``), the server binds its handlers to them
+(``@handles(SESSION_GET)``), and the bindings are generated from the tables derived below, so
+a method exists on the wire exactly when it has a constant listed in ``METHODS``, and a renamed
+method or field is a type error at every use.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, NamedTuple
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
 from treemail.protocol import types as t
 
 __all__ = [
+    "APPROVAL_ANSWER",
+    "APPROVAL_LIST",
+    "AUTH_CHALLENGE",
+    "AUTH_PROVE",
+    "EVENTS_EVENT",
+    "EVENTS_READ",
+    "EVENTS_SUBSCRIBE",
+    "EVENTS_UNSUBSCRIBE",
+    "INITIALIZE",
+    "MESSAGE_GET",
+    "MESSAGE_LIST",
     "METHODS",
     "NOTIFICATIONS",
     "PAGED",
+    "PLUGIN_EVENT",
+    "PLUGIN_PRODUCER_SEND",
+    "PLUGIN_TOOL_BEFORE_CALL",
     "PROTOCOL_VERSION",
+    "RUN_GET",
+    "RUN_LIST",
+    "RUN_STEER",
+    "RUN_SUBMIT",
     "SERVER_REQUESTS",
+    "SESSION_CREATE",
+    "SESSION_DELEGATE",
+    "SESSION_GET",
+    "SESSION_LIST",
+    "SHUTDOWN",
+    "TOOL_CALL",
+    "Call",
     "Method",
+    "Paged",
     "ParamsError",
     "decode_params",
 ]
 
 PROTOCOL_VERSION: Final = 19
 
+P = TypeVar("P", bound=msgspec.Struct)
+R = TypeVar("R", bound=msgspec.Struct)
+Item = TypeVar("Item", bound=msgspec.Struct)  # a page's item
 
-class Method(NamedTuple):
+
+@dataclass(frozen=True)
+class Method(Generic[P, R]):
+    """One method of the wire: ``name`` takes ``params`` and answers ``result``."""
+
     name: str
-    params: type[msgspec.Struct]
-    result: type[msgspec.Struct]
+    params: type[P]
+    result: type[R]
     summary: str
 
 
-def _table(*methods: Method) -> dict[str, Method]:
-    return {m.name: m for m in methods}
+@dataclass(frozen=True)
+class Call(Generic[P, R]):
+    """One request of a pipeline (``DaemonClient.pipeline``): ``params`` is checked against
+    the method's params type where the call is built."""
+
+    method: Method[P, R]
+    params: P
 
 
-METHODS: Final[dict[str, Method]] = _table(
-    Method("auth.challenge", t.AuthChallengeParams, t.AuthChallengeResult,
-           "TCP only, the first request: the server proves it holds the token."),
-    Method("auth.prove", t.AuthProveParams, t.AuthProveResult,
-           "TCP only, the second request: the client proves it holds the token."),
-    Method("initialize", t.InitializeParams, t.InitializeResult,
-           "The handshake; every other request before it is refused."),
-    Method("shutdown", t.Empty, t.ShutdownResult,
-           "Stop the daemon in order: new sends are refused, runs stop at a boundary."),
-    Method("session.create", t.SessionCreateParams, t.SessionView,
-           "A new tree whose root runs an agent, known by name or given as an agent doc."),
-    Method("session.get", t.SessionGetParams, t.SessionView, "One session."),
-    Method("session.list", t.SessionListParams, t.SessionListResult,
-           "A page of the sessions, or of one tree's, in creation order."),
-    Method("session.delegate", t.SessionDelegateParams, t.SessionView,
-           "A child of a session in its tree; the task arrives as delegation mail."),
-    Method("run.submit", t.RunSubmitParams, t.ProducerAccepted,
-           "User input for the session's next run (queue mode); it wakes the session."),
-    Method("run.steer", t.RunSteerParams, t.ProducerAccepted,
-           "User steering: joins the in-flight run at its next safe boundary."),
-    Method("run.get", t.RunGetParams, t.RunView, "One run."),
-    Method("run.list", t.RunListParams, t.RunListResult, "A page of a session's runs, in order."),
-    Method("message.get", t.MessageGetParams, t.MessageReceipt,
-           "A receipt: the message's lifecycle state and its history."),
-    Method("message.list", t.MessageListParams, t.MessageListResult,
-           "A page of the mail a session received, or of its pending mail."),
-    Method("tool.call", t.ToolCallParams, t.ToolCallResult,
-           "Run a tool as the session's in-flight run (the daemon as tool executor)."),
-    Method("approval.list", t.ApprovalListParams, t.ApprovalListResult,
-           "Tool calls held by ask rules."),
-    Method("approval.answer", t.ApprovalAnswerParams, t.ApprovalView,
-           "Approve (scope once, session or tree) or deny a held call."),
-    Method("events.subscribe", t.EventsSubscribeParams, t.EventsSubscribeResult,
-           "Replay the feed after a number, then stream it live: no gap, no duplicate."),
-    Method("events.read", t.EventsReadParams, t.EventsReadResult,
-           "One page of the feed after a number, optionally for one session."),
-    Method("events.unsubscribe", t.EventsUnsubscribeParams, t.EventsUnsubscribeResult,
-           "End a subscription."),
-    Method("plugin/producer/send", t.ProducerSendParams, t.ProducerAccepted,
-           "Plugin-owned mail into any session, at most 256 KiB of UTF-8."),
-)
+@dataclass(frozen=True)
+class Paged(Method[P, R], Generic[P, R, Item]):
+    """A list method: its params take ``after`` and ``limit``, its result holds the page's
+    items of type ``Item`` in the field ``items`` and the cursor of the next page in ``next``.
+    ``Item`` is not in any argument, so each constant names it in its annotation."""
+
+    items: str = ""
+
+    def __post_init__(self) -> None:
+        # Caught at import: a paged result must hold the field its constant names.
+        fields = self.result.__struct_fields__
+        if self.items not in fields or "next" not in fields or (
+                "after" not in self.params.__struct_fields__):
+            raise TypeError(f"{self.name}: {self.result.__name__} has no page field "
+                            f"{self.items!r} (or no next / after)")
+
+    def page(self, result: R) -> list[Item]:
+        page: list[Item] = getattr(result, self.items)
+        return page
+
+
+AUTH_CHALLENGE: Final = Method(
+    "auth.challenge", t.AuthChallengeParams, t.AuthChallengeResult,
+    "TCP only, the first request: the server proves it holds the token.")
+AUTH_PROVE: Final = Method(
+    "auth.prove", t.AuthProveParams, t.AuthProveResult,
+    "TCP only, the second request: the client proves it holds the token.")
+INITIALIZE: Final = Method(
+    "initialize", t.InitializeParams, t.InitializeResult,
+    "The handshake; every other request before it is refused.")
+SHUTDOWN: Final = Method(
+    "shutdown", t.Empty, t.ShutdownResult,
+    "Stop the daemon in order: new sends are refused, runs stop at a boundary.")
+SESSION_CREATE: Final = Method(
+    "session.create", t.SessionCreateParams, t.SessionView,
+    "A new tree whose root runs an agent, known by name or given as an agent doc.")
+SESSION_GET: Final = Method("session.get", t.SessionGetParams, t.SessionView, "One session.")
+SESSION_LIST: Final[Paged[t.SessionListParams, t.SessionListResult, t.SessionView]] = Paged(
+    "session.list", t.SessionListParams, t.SessionListResult,
+    "A page of the sessions, or of one tree's, in creation order.", items="sessions")
+SESSION_DELEGATE: Final = Method(
+    "session.delegate", t.SessionDelegateParams, t.SessionView,
+    "A child of a session in its tree; the task arrives as delegation mail.")
+RUN_SUBMIT: Final = Method(
+    "run.submit", t.RunSubmitParams, t.ProducerAccepted,
+    "User input for the session's next run (queue mode); it wakes the session.")
+RUN_STEER: Final = Method(
+    "run.steer", t.RunSteerParams, t.ProducerAccepted,
+    "User steering: joins the in-flight run at its next safe boundary.")
+RUN_GET: Final = Method("run.get", t.RunGetParams, t.RunView, "One run.")
+RUN_LIST: Final[Paged[t.RunListParams, t.RunListResult, t.RunView]] = Paged(
+    "run.list", t.RunListParams, t.RunListResult, "A page of a session's runs, in order.",
+    items="runs")
+MESSAGE_GET: Final = Method(
+    "message.get", t.MessageGetParams, t.MessageReceipt,
+    "A receipt: the message's lifecycle state and its history.")
+MESSAGE_LIST: Final[Paged[t.MessageListParams, t.MessageListResult, t.MessageView]] = Paged(
+    "message.list", t.MessageListParams, t.MessageListResult,
+    "A page of the mail a session received, or of its pending mail.", items="messages")
+TOOL_CALL: Final = Method(
+    "tool.call", t.ToolCallParams, t.ToolCallResult,
+    "Run a tool as the session's in-flight run (the daemon as tool executor).")
+APPROVAL_LIST: Final = Method(
+    "approval.list", t.ApprovalListParams, t.ApprovalListResult,
+    "Tool calls held by ask rules.")
+APPROVAL_ANSWER: Final = Method(
+    "approval.answer", t.ApprovalAnswerParams, t.ApprovalView,
+    "Approve (scope once, session or tree) or deny a held call.")
+EVENTS_SUBSCRIBE: Final = Method(
+    "events.subscribe", t.EventsSubscribeParams, t.EventsSubscribeResult,
+    "Replay the feed after a number, then stream it live: no gap, no duplicate.")
+EVENTS_READ: Final = Method(
+    "events.read", t.EventsReadParams, t.EventsReadResult,
+    "One page of the feed after a number, optionally for one session.")
+EVENTS_UNSUBSCRIBE: Final = Method(
+    "events.unsubscribe", t.EventsUnsubscribeParams, t.EventsUnsubscribeResult,
+    "End a subscription.")
+PLUGIN_PRODUCER_SEND: Final = Method(
+    "plugin/producer/send", t.ProducerSendParams, t.ProducerAccepted,
+    "Plugin-owned mail into any session, at most 256 KiB of UTF-8.")
+
+# Server -> client notifications: their params types (a notification has no result).
+EVENTS_EVENT: Final = Method(
+    "events/event", t.EventNotification, t.Empty, "The next event of a subscription.")
+PLUGIN_EVENT: Final = Method(
+    "plugin/event", t.PluginEventNotification, t.Empty,
+    "Every durable event, to plugin connections that asked for them.")
+
+# Server -> client requests (a plugin connection answers them).
+PLUGIN_TOOL_BEFORE_CALL: Final = Method(
+    "plugin/tool_before_call", t.ToolGateParams, t.ToolGateResult,
+    "Asked of gating plugins before every tool call; false refuses it.")
+
+
+def _table(*methods: Method[Any, Any]) -> dict[str, Method[Any, Any]]:
+    table = {m.name: m for m in methods}
+    assert len(table) == len(methods), "two constants share a wire name"
+    return table
+
+
+# The tables, by wire name, in the order the bindings list them.
+METHODS: Final = _table(
+    AUTH_CHALLENGE, AUTH_PROVE, INITIALIZE, SHUTDOWN, SESSION_CREATE, SESSION_GET,
+    SESSION_LIST, SESSION_DELEGATE, RUN_SUBMIT, RUN_STEER, RUN_GET, RUN_LIST, MESSAGE_GET,
+    MESSAGE_LIST, TOOL_CALL, APPROVAL_LIST, APPROVAL_ANSWER, EVENTS_SUBSCRIBE, EVENTS_READ,
+    EVENTS_UNSUBSCRIBE, PLUGIN_PRODUCER_SEND)
+NOTIFICATIONS: Final = _table(EVENTS_EVENT, PLUGIN_EVENT)
+SERVER_REQUESTS: Final = _table(PLUGIN_TOOL_BEFORE_CALL)
 
 # The list methods, which answer in pages (``after``, ``limit`` and ``next``): the field of
 # each one's result that holds the page's items.
-PAGED: Final[dict[str, str]] = {
-    "session.list": "sessions", "run.list": "runs", "message.list": "messages"}
-
-# Server -> client notifications, by method name: their params types.
-NOTIFICATIONS: Final[dict[str, Method]] = _table(
-    Method("events/event", t.EventNotification, t.Empty, "The next event of a subscription."),
-    Method("plugin/event", t.PluginEventNotification, t.Empty,
-           "Every durable event, to plugin connections that asked for them."),
-)
-
-# Server -> client requests (a plugin connection answers them).
-SERVER_REQUESTS: Final[dict[str, Method]] = _table(
-    Method("plugin/tool_before_call", t.ToolGateParams, t.ToolGateResult,
-           "Asked of gating plugins before every tool call; false refuses it."),
-)
+PAGED: Final = {m.name: m.items for m in METHODS.values() if isinstance(m, Paged)}
 
 
 class ParamsError(Exception):
     """The params do not match the method's params type; the message names the path."""
 
 
-def decode_params(method: Method, raw: dict[str, Any]) -> msgspec.Struct:
+def decode_params(method: Method[P, Any], raw: dict[str, Any]) -> P:
     try:
         return msgspec.convert(raw, method.params)
     except msgspec.ValidationError as exc:

@@ -79,8 +79,9 @@ Limit = Annotated[int, msgspec.Meta(ge=1, le=PAGE_LIMIT)]
 Cursor = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class Params(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Base of every params object: strict, so a misspelt field is an error, not a no-op."""
+class Params(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """Base of every params object: strict, so a misspelt field is an error, not a no-op.
+    A field left at its default is not sent: a request carries what its caller set."""
 
 
 class Result(msgspec.Struct, kw_only=True):

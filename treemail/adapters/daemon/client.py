@@ -3,11 +3,14 @@
 ``DaemonClient.connect`` opens the Unix socket (or ``tcp://HOST:PORT``, where both sides
 prove they hold the daemon's token without sending it: ``handshake.py``) and performs the
 ``initialize`` handshake.
-``call`` sends a request and returns its result as plain JSON data (or decoded into a wire
-type with ``call_as``); an error answer raises ``RpcFailure``, whose ``data_code`` is
-treemail's stable code. ``every`` reads a list method page after page. Notifications land in
-a bounded queue (``notifications``); a server request (a plugin's tool gate) goes to
-``on_request``.
+``request(METHOD, params)`` sends a request through one of the method constants of
+``treemail.protocol.methods``: ``params`` is that method's params Struct and the answer comes
+back decoded into its result type, so a renamed method or field is a type error at every call
+site. An error answer raises ``RpcFailure``, whose ``data_code`` is treemail's stable code.
+``every`` reads a list method page after page. Notifications land in a bounded queue
+(``notifications``; ``next_notification(EVENTS_EVENT)`` takes one, decoded); a server request
+(a plugin's tool gate) goes to the handler ``serve`` installed for it. ``call_raw`` sends any
+name with any params, its answer undecoded: for tests that speak the protocol wrongly.
 
 No call waits for ever. Each has a timeout (``timeout``, the client's ``DEFAULT_TIMEOUT``
 unless told otherwise) that covers sending the request and waiting for its answer, and every
@@ -18,7 +21,8 @@ way its answer can fail to come is a ``ClientFailure`` with a stable code, raise
   whose id is null, which fails the calls whose frames were over the limit it names;
 * ``client:answer_too_large``: the answer is over this client's own limit; the splitter keeps
   the first bytes of the line it drops, where the daemon writes the answer's id;
-* ``client:timeout``: no answer in time (a stopped or hung daemon).
+* ``client:timeout``: no answer in time (a stopped or hung daemon);
+* ``client:answer_malformed``: the answer does not decode into the method's result type.
 
 A daemon that closes the connection fails every call in flight with ``ConnectionError``.
 """
@@ -39,6 +43,7 @@ import msgspec
 
 from treemail.adapters.daemon.tcp import AUTH_TIMEOUT, NONCE_BYTES, Token, parse_address
 from treemail.core.errors import (
+    AnswerMalformed,
     AnswerTooLarge,
     ClientTimeout,
     FrameTooLarge,
@@ -47,6 +52,7 @@ from treemail.core.errors import (
     ServerUnproven,
     UnknownMethod,
 )
+from treemail.protocol import types as t
 from treemail.protocol.errors import rpc_error
 from treemail.protocol.framing import FrameSplitter, Oversized
 from treemail.protocol.jsonrpc import (
@@ -60,16 +66,31 @@ from treemail.protocol.jsonrpc import (
     encode_request,
     encode_result,
 )
-from treemail.protocol.methods import PAGED, PROTOCOL_VERSION
+from treemail.protocol.methods import (
+    AUTH_CHALLENGE,
+    AUTH_PROVE,
+    INITIALIZE,
+    PLUGIN_PRODUCER_SEND,
+    PROTOCOL_VERSION,
+    RUN_STEER,
+    RUN_SUBMIT,
+    SERVER_REQUESTS,
+    Call,
+    Method,
+    Paged,
+)
 
-__all__ = ["DEFAULT_TIMEOUT", "DaemonClient", "RpcFailure"]
+__all__ = ["DEFAULT_TIMEOUT", "Call", "DaemonClient", "RpcFailure"]
 
 # How long a call waits for its answer by default: longer than the daemon's own longest wait
 # inside a call (a plugin's tool gate, 30 s), so a slow gate is not taken for a dead daemon.
 DEFAULT_TIMEOUT = 60.0
 
-S = TypeVar("S", bound=msgspec.Struct)
-OnRequest = Callable[[str, Any], Awaitable[Any]]
+P = TypeVar("P", bound=msgspec.Struct)
+R = TypeVar("R", bound=msgspec.Struct)
+Item = TypeVar("Item", bound=msgspec.Struct)
+# A server request's handler, as ``serve`` keeps it: the raw params in, the result out.
+_Served = Callable[[Any], Awaitable[msgspec.Struct]]
 
 # The id of a response, read off the head of a line too large to decode: the daemon writes
 # ``jsonrpc`` and then ``id`` first; anything else is not taken for an id.
@@ -94,9 +115,9 @@ class DaemonClient:
         self.reader = reader
         self.writer = writer
         self.timeout = timeout  # seconds a call waits by default; None: no limit
-        self.server: dict[str, Any] = {}
+        self.server: t.InitializeResult | None = None  # the daemon's initialize answer
         self.notifications: asyncio.Queue[Notification] = asyncio.Queue(maxsize=queue)
-        self.on_request: OnRequest | None = None
+        self._served: dict[str, _Served] = {}
         # Errors the daemon could not tie to a request (a malformed or oversized frame).
         self.stray_errors: asyncio.Queue[RpcError] = asyncio.Queue(maxsize=queue)
         self._ids = itertools.count(1)
@@ -136,6 +157,14 @@ class DaemonClient:
             raise
         return client
 
+    @property
+    def capabilities(self) -> t.ServerCapabilities:
+        """What the daemon said it serves, and its limits, in its ``initialize`` answer."""
+        if self.server is None:
+            raise RuntimeError("this client has not initialized its connection: connect "
+                               "with initialize=True, or call initialize first")
+        return self.server.capabilities
+
     async def authenticate(self, token: Token, address: str = "the TCP listener",
                            timeout: float = AUTH_TIMEOUT) -> None:
         """The TCP handshake, client side: the server proves it holds ``token``, and only
@@ -143,43 +172,95 @@ class DaemonClient:
         sent a random nonce and nothing else (spec/protocol.md, section 2)."""
         client_nonce = secrets.token_bytes(NONCE_BYTES)
         try:
-            answer = await self.call("auth.challenge", {"client_nonce": client_nonce.hex()},
-                                     timeout=timeout)
+            answer = await self.call_raw(AUTH_CHALLENGE.name,
+                                         {"client_nonce": client_nonce.hex()}, timeout=timeout)
         except ClientTimeout:
             raise _unproven(address, f"it did not answer within {timeout:g}s") from None
         except ConnectionError:
             raise _unproven(address, "it closed the connection") from None
+        # Read by hand, not decoded: a listener that is not the daemon may answer anything,
+        # and every malformed answer is the one failure, ``ServerUnproven``.
         server_nonce, proof = _challenge_answer(answer)
         if server_nonce is None or not Token.matches(
                 token.server_proof(client_nonce, server_nonce), proof):
             raise _unproven(address, "its server_proof is not an HMAC under your token")
-        await self.call("auth.prove", {
-            "client_proof": token.client_proof(server_nonce, client_nonce).hex()},
-            timeout=timeout)
+        await self.request(AUTH_PROVE, t.AuthProveParams(
+            client_proof=token.client_proof(server_nonce, client_nonce).hex()), timeout=timeout)
 
     async def initialize(self, name: str, version: int = PROTOCOL_VERSION,
-                         **capabilities: bool) -> dict[str, Any]:
-        params: dict[str, Any] = {"protocol_version": version, "client_info": {"name": name},
-                                  "capabilities": capabilities}
-        result: dict[str, Any] = await self.call("initialize", params)
-        return result
+                         **capabilities: bool) -> t.InitializeResult:
+        return await self.request(INITIALIZE, t.InitializeParams(
+            protocol_version=version, client_info=t.ClientInfo(name=name),
+            capabilities=t.ClientCapabilities(**capabilities)))
 
-    async def call(self, method: str, params: dict[str, Any] | None = None, *,
-                   timeout: float | None = None) -> Any:
-        """The result of one request; ``timeout`` seconds (default: the client's) for
-        sending it and for its answer."""
-        (outcome,) = await self._exchange([(method, params or {})], timeout)
+    async def request(self, method: Method[P, R], params: P, *,
+                      timeout: float | None = None) -> R:
+        """The result of one request, decoded into the method's result type; ``timeout``
+        seconds (default: the client's) for sending it and for its answer."""
+        (outcome,) = await self.request_many(method, [params], timeout=timeout)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    async def call_many(self, calls: list[tuple[str, dict[str, Any]]], *,
-                        timeout: float | None = None) -> list[Any]:
-        """Pipelined: every request in one write, then every answer, in order (a result, or
-        the error it failed with: an ``RpcFailure``, a ``ClientFailure``)."""
+    async def request_many(self, method: Method[P, R], params: list[P], *,
+                           timeout: float | None = None) -> list[R | BaseException]:
+        """Pipelined: one request of ``method`` per params, all in one write, then every
+        answer in order (a result, or the error it failed with: an ``RpcFailure``, a
+        ``ClientFailure``)."""
+        return await self.pipeline([Call(method, p) for p in params], timeout=timeout)
+
+    async def pipeline(self, calls: list[Call[Any, Any]], *,
+                       timeout: float | None = None) -> list[Any]:
+        """Requests of several methods, pipelined like ``request_many``: each answer is its
+        method's result type, or the error it failed with."""
+        outcomes = await self.call_many_raw([(c.method.name, c.params) for c in calls],
+                                            timeout=timeout)
+        return [o if isinstance(o, BaseException) else _decoded(c.method, o)
+                for c, o in zip(calls, outcomes, strict=True)]
+
+    async def pages(self, method: Paged[P, R, Item], params: P) -> AsyncIterator[list[Item]]:
+        """The items of a list method, a page at a time, first to last."""
+        while True:
+            page = await self.request(method, params)
+            yield method.page(page)
+            cursor = getattr(page, "next", None)
+            if cursor is None:
+                return
+            params = msgspec.structs.replace(params, after=cursor)
+
+    async def every(self, method: Paged[P, R, Item], params: P) -> list[Item]:
+        """Every item of a list method, read page after page."""
+        return [item async for page in self.pages(method, params) for item in page]
+
+    def serve(self, method: Method[P, R], handler: Callable[[P], Awaitable[R]]) -> None:
+        """Answer the server request ``method`` (a plugin's tool gate) with ``handler``: its
+        params arrive decoded; one that does not decode is answered with an error."""
+        if method.name not in SERVER_REQUESTS:
+            raise ValueError(f"{method.name} is not a server request; see SERVER_REQUESTS")
+
+        async def decoded(raw: Any) -> msgspec.Struct:
+            return await handler(msgspec.convert(raw, method.params))
+
+        self._served[method.name] = decoded
+
+    async def call_raw(self, method: str, params: Any = None, *,
+                       timeout: float | None = None) -> Any:
+        """One request of any method name with any params, its answer undecoded JSON data:
+        for tests that send unknown methods or malformed params on purpose (use ``request``
+        for everything else)."""
+        (outcome,) = await self.call_many_raw([(method, {} if params is None else params)],
+                                              timeout=timeout)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def call_many_raw(self, calls: list[tuple[str, Any]], *,
+                            timeout: float | None = None) -> list[Any]:
+        """``call_raw`` pipelined: every request in one write, then every answer, in order
+        (a result, or the error it failed with)."""
         return await self._exchange(calls, timeout) if calls else []
 
-    async def _exchange(self, calls: list[tuple[str, dict[str, Any]]],
+    async def _exchange(self, calls: list[tuple[str, Any]],
                         timeout: float | None) -> list[Any]:
         if self._reading.done():  # no answer could ever be read
             raise ConnectionError("the daemon closed the connection")
@@ -214,65 +295,45 @@ class DaemonClient:
 
     def _daemon_limit(self) -> int | None:
         """The daemon's frame limit, as its ``initialize`` answer stated it."""
-        capabilities = self.server.get("capabilities")
-        limit = capabilities.get("max_frame_bytes") if isinstance(capabilities, dict) else None
-        return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
-
-    async def pages(self, method: str,
-                    params: dict[str, Any] | None = None) -> AsyncIterator[list[Any]]:
-        """The items of a list method (``PAGED``), a page at a time, first to last."""
-        field, asked = PAGED[method], dict(params or {})
-        while True:
-            page = await self.call(method, asked)
-            yield page[field]
-            if page.get("next") is None:
-                return
-            asked["after"] = page["next"]
-
-    async def every(self, method: str, params: dict[str, Any] | None = None) -> list[Any]:
-        """Every item of a list method (``PAGED``), read page after page."""
-        return [item async for page in self.pages(method, params) for item in page]
-
-    async def call_as(self, result: type[S], method: str,
-                      params: dict[str, Any] | None = None) -> S:
-        return msgspec.convert(await self.call(method, params), result)
+        return self.server.capabilities.max_frame_bytes if self.server is not None else None
 
     # The producer sends. ``idempotency_key`` (optional) makes a retry safe: after a lost
     # answer, the same call with the same key is answered with the first message id.
 
     async def submit(self, session_id: str, text: str, *,
-                     idempotency_key: str | None = None) -> Any:
+                     idempotency_key: str | None = None) -> t.ProducerAccepted:
         """``run.submit``: user input for the session's next run."""
-        return await self.call("run.submit", _keyed(
-            {"session_id": session_id, "text": text}, idempotency_key))
+        return await self.request(RUN_SUBMIT, t.RunSubmitParams(
+            session_id=session_id, text=text, idempotency_key=idempotency_key))
 
     async def steer(self, session_id: str, text: str, *,
-                    idempotency_key: str | None = None) -> Any:
+                    idempotency_key: str | None = None) -> t.ProducerAccepted:
         """``run.steer``: user steering that joins the run in flight."""
-        return await self.call("run.steer", _keyed(
-            {"session_id": session_id, "text": text}, idempotency_key))
+        return await self.request(RUN_STEER, t.RunSteerParams(
+            session_id=session_id, text=text, idempotency_key=idempotency_key))
 
     async def producer_send(self, session_id: str, body: str, *,
-                            idempotency_key: str | None = None) -> Any:
+                            idempotency_key: str | None = None) -> t.ProducerAccepted:
         """``plugin/producer/send``: plugin-owned mail into a session."""
-        return await self.call("plugin/producer/send", _keyed(
-            {"session_id": session_id, "body": body}, idempotency_key))
+        return await self.request(PLUGIN_PRODUCER_SEND, t.ProducerSendParams(
+            session_id=session_id, body=body, idempotency_key=idempotency_key))
 
     async def send_raw(self, frame: bytes) -> None:
         """Write bytes as they are (tests send malformed frames with it)."""
         self.writer.write(frame)
         await self.writer.drain()
 
-    async def next_notification(self, method: str | None = None,
-                                timeout: float | None = 10.0) -> Notification:
-        """The next notification (of ``method``), waiting up to ``timeout`` seconds (None:
-        no limit); ``ConnectionError`` once the connection is closed and every notification
-        it brought has been taken, so a watcher never waits on a daemon that is gone."""
+    async def next_notification(self, method: Method[P, Any],
+                                timeout: float | None = 10.0) -> P:
+        """The next notification of ``method``, decoded into its params type, waiting up to
+        ``timeout`` seconds (None: no limit); others before it are dropped.
+        ``ConnectionError`` once the connection is closed and every notification it brought
+        has been taken, so a watcher never waits on a daemon that is gone."""
         async with asyncio.timeout(timeout):
             while True:
                 note = await self._notification()
-                if method is None or note.method == method:
-                    return note
+                if note.method == method.name:
+                    return msgspec.convert(note.params, method.params)
 
     async def _notification(self) -> Notification:
         while True:
@@ -375,13 +436,13 @@ class DaemonClient:
             method=method, size=frame.size, limit=limit))
 
     async def _serve(self, request: Request) -> None:
-        if self.on_request is None:
+        handler = self._served.get(request.method)
+        if handler is None:
             reply = encode_error(request.id, rpc_error(UnknownMethod(
                 f"this client serves no {request.method}", method=request.method)))
         else:
             try:
-                reply = encode_result(request.id, await self.on_request(request.method,
-                                                                        request.params))
+                reply = encode_result(request.id, await handler(request.params))
             except Exception as exc:
                 reply = encode_error(request.id, rpc_error(InternalError(
                     f"{request.method} failed in the client ({type(exc).__name__}: {exc})",
@@ -390,8 +451,14 @@ class DaemonClient:
             await self.send_raw(reply)
 
 
-def _keyed(params: dict[str, Any], key: str | None) -> dict[str, Any]:
-    return params if key is None else {**params, "idempotency_key": key}
+def _decoded(method: Method[Any, R], answer: Any) -> R:
+    try:
+        return msgspec.convert(answer, method.result)
+    except msgspec.ValidationError as exc:
+        raise AnswerMalformed(
+            f"the answer to {method.name} is not a {method.result.__name__} ({exc}); the "
+            "call may have taken effect: read the state back, and check that the daemon "
+            f"speaks protocol {PROTOCOL_VERSION}", method=method.name) from None
 
 
 def _request_too_large(method: str, size: int, limit: int) -> RequestTooLarge:

@@ -16,18 +16,23 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
+import msgspec
 
 from treemail.adapters.daemon.budget import Budget, Closed
 from treemail.adapters.daemon.handshake import Handshake
 from treemail.adapters.daemon.tcp import AUTH_BYTES, AUTH_TIMEOUT, MAX_UNAUTHENTICATED
 from treemail.core.errors import ConfigError
 from treemail.protocol.jsonrpc import RpcError, encode_request
+from treemail.protocol.methods import Method
 from treemail.protocol.types import ClientCapabilities
 
 __all__ = ["Connection", "Limits", "PeerGone"]
+
+P = TypeVar("P", bound=msgspec.Struct)
+R = TypeVar("R", bound=msgspec.Struct)
 
 
 @attrs.frozen
@@ -82,6 +87,7 @@ class Connection:
         self.initialized = False
         self.capabilities = ClientCapabilities()
         self.in_flight = 0
+        self.asking_stop = 0  # of those, ``shutdown`` requests (the stop does not wait on them)
         self.subscriptions = 0
         self.budget = Budget(limits.max_held_bytes)
         self.running = asyncio.Semaphore(limits.max_running)
@@ -136,8 +142,12 @@ class Connection:
         self.hung_up = True
         await self._out.put(b"")  # the pump closes the socket when it reaches this
 
-    async def ask(self, method: str, params: object) -> Any:
-        """A server -> client request; its result, or ``PeerGone``/``RpcError`` raised."""
+    async def ask(self, method: Method[P, R], params: P) -> R:
+        """A server -> client request (one of ``SERVER_REQUESTS``); its result decoded, or
+        ``PeerGone`` raised, or ``msgspec.ValidationError`` for an answer of another shape."""
+        return msgspec.convert(await self._ask(method.name, params), method.result)
+
+    async def _ask(self, method: str, params: object) -> Any:
         id = f"s{next(self._ids)}"
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._asked[id] = answer

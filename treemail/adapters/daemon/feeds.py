@@ -19,26 +19,24 @@ import bisect
 import contextlib
 import itertools
 from collections.abc import Callable, Iterable
-from typing import Any
+
+import msgspec
 
 from treemail.adapters.daemon.connection import Connection, PeerGone
+from treemail.adapters.daemon.views import event_view
 from treemail.adapters.runtime.llm import ToolCall
 from treemail.adapters.runtime.plugins import PluginFailed, PluginRefusal
 from treemail.adapters.runtime.runtime import Runtime
 from treemail.core.errors import TooManySubscriptions, UnknownTarget
 from treemail.core.records import Event, Session
 from treemail.protocol import types as t
-from treemail.protocol.jsonrpc import encode_notification
+from treemail.protocol.jsonrpc import encode_notice
+from treemail.protocol.methods import EVENTS_EVENT, PLUGIN_EVENT, PLUGIN_TOOL_BEFORE_CALL
 
-__all__ = ["BATCH", "RING", "FeedSignal", "Subscriptions", "WireGate", "event_view"]
+__all__ = ["BATCH", "RING", "FeedSignal", "Subscriptions", "WireGate"]
 
 BATCH = 256  # events read per store read: bounds a replay's memory, whatever its length
 RING = 64  # recent events kept for live pumps: few, as an event may carry a 256 KiB body
-
-
-def event_view(number: int, event: Event) -> t.EventView:
-    return t.EventView(number=number, session_id=event.session_id, seq=event.seq,
-                       kind=event.kind, data=dict(event.data))
 
 
 class Wake:
@@ -115,7 +113,7 @@ class Subscriptions:
         sub_id = f"sub-{next(self._ids)}"
 
         def send(view: t.EventView) -> bytes:
-            return encode_notification("events/event", t.EventNotification(
+            return encode_notice(EVENTS_EVENT, t.EventNotification(
                 subscription_id=sub_id, event=view))
 
         task = conn.spawn(self.pump(conn, after, send, session_id), f"{conn.name} {sub_id}")
@@ -150,7 +148,7 @@ class Subscriptions:
 
     def plugin_events(self, conn: Connection, after: int) -> None:
         def send(view: t.EventView) -> bytes:
-            return encode_notification("plugin/event", t.PluginEventNotification(event=view))
+            return encode_notice(PLUGIN_EVENT, t.PluginEventNotification(event=view))
 
         conn.spawn(self.pump(conn, after, send, None), f"{conn.name} plugin events")
 
@@ -200,12 +198,13 @@ class WireGate:
             if not (conn.initialized and conn.capabilities.tool_gate):
                 continue
             try:
-                verdict: Any = await conn.ask("plugin/tool_before_call", params)
+                verdict = await conn.ask(PLUGIN_TOOL_BEFORE_CALL, params)
             except PeerGone as gone:
                 raise PluginFailed(f"gate {conn.name} did not answer ({gone}); the call was "
                                    "refused, nothing ran", plugin=conn.name) from None
-            allow = verdict.get("allow") if isinstance(verdict, dict) else None
-            if allow is not True:
-                reason = verdict.get("reason") if isinstance(verdict, dict) else None
-                raise PluginRefusal(f"refused by plugin {conn.name}: {reason or 'no reason'}",
-                                    plugin=conn.name)
+            except msgspec.ValidationError as exc:
+                raise PluginRefusal(f"refused by plugin {conn.name}: its answer is not a "
+                                    f"verdict ({exc})", plugin=conn.name) from None
+            if not verdict.allow:
+                raise PluginRefusal(f"refused by plugin {conn.name}: "
+                                    f"{verdict.reason or 'no reason'}", plugin=conn.name)

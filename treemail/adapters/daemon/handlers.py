@@ -1,5 +1,8 @@
 """The methods of protocol 19, over the runtime: each takes decoded params, returns a result.
 
+Each handler registers itself by its method's constant (``@handles(m.SESSION_GET)``), so its
+params and result are that constant's types; ``install`` binds them all to the daemon.
+
 Reads go through the runtime's writer thread too (``writer.quiet``): one thread owns the
 store, and a read never blocks the event loop.
 """
@@ -7,16 +10,25 @@ store, and a read never blocks the event loop.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from treemail import __name__ as _package
 from treemail.adapters.daemon import pages
 from treemail.adapters.daemon.connection import Connection
+from treemail.adapters.daemon.routes import Routes
+from treemail.adapters.daemon.views import (
+    accepted_view,
+    approval_view,
+    message_view,
+    run_view,
+    session_view,
+)
 from treemail.adapters.runtime.agent_docs import build_agents
 from treemail.adapters.runtime.llm import ToolCall
+from treemail.core import events
 from treemail.core.agents import AgentDoc, parse_agent_doc
 from treemail.core.errors import InvalidRequest, InvalidToolContext, UnsupportedVersion
-from treemail.core.events import EventKind
 from treemail.core.lifecycle import SessionState
 from treemail.core.producers import PLUGIN_BODY_MAX_BYTES, Produced
 from treemail.core.records import (
@@ -26,57 +38,24 @@ from treemail.core.records import (
     Mode,
     Owner,
     RecipientState,
-    Run,
     Session,
     ToolContext,
 )
+from treemail.protocol import methods as m
 from treemail.protocol import types as t
-from treemail.protocol.methods import METHODS, NOTIFICATIONS, PROTOCOL_VERSION
 
 if TYPE_CHECKING:
-    from treemail.adapters.daemon.server import Daemon, Handler
+    from treemail.adapters.daemon.server import Daemon
     from treemail.adapters.runtime.runtime import Agent
 
-__all__ = ["SERVER_NAME", "install", "message_view", "session_view"]
+__all__ = ["ROUTES", "SERVER_NAME", "install"]
 
 SERVER_NAME = "treemail-daemon"
+T = TypeVar("T")
 
-
-def session_view(session: Session) -> t.SessionView:
-    return t.SessionView(
-        session_id=session.session_id, root_session_id=session.root_session_id,
-        parent_session_id=session.parent_session_id, handle=session.handle,
-        agent=session.agent.name, state=session.state, run_id=session.run_id,
-        live=session.live)
-
-
-def message_view(message: Message) -> t.MessageView:
-    return t.MessageView(
-        message_id=message.message_id, recipient=message.recipient, sender=message.sender,
-        owner=message.owner.value, mode=message.mode.value, state=message.state,
-        body=message.body, run_id=message.run_id, reason=message.reason)
-
-
-def run_view(run: Run) -> t.RunView:
-    return t.RunView(run_id=run.run_id, session_id=run.session_id, number=run.number,
-                     status=run.status.value, base_hop=run.base_hop)
-
-
-def accepted_view(message: Message, mode: str, recipient_state: str) -> t.ProducerAccepted:
-    """An accept as its sender sees it; ``agent_hop`` only for agent mail."""
-    return t.ProducerAccepted(
-        message_id=message.message_id, session_id=message.recipient,
-        owner=message.owner.value, mode=mode, recipient_state=recipient_state,
-        agent_hop=message.hop if message.owner is Owner.AGENT else None)
-
-
-def approval_view(a: Approval) -> t.ApprovalView:
-    return t.ApprovalView(
-        approval_id=a.approval_id, session_id=a.session_id, run_id=a.run_id,
-        tool_call_id=a.tool_call_id, tool=a.tool, arguments=dict(a.arguments), label=a.label,
-        state=a.state.value, scope=a.scope,
-        outcome=a.outcome.text() if a.outcome is not None else None)
-
+# Every handler below registers itself here, by its method's constant.
+ROUTES = Routes()
+handles = ROUTES.handles
 
 
 class Methods:
@@ -85,22 +64,25 @@ class Methods:
         self.rt = daemon.runtime
         self.engine = daemon.runtime.engine
 
-    async def read(self, fn: Any, *args: Any) -> Any:
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
         return await self.rt.writer.quiet(fn, *args)
 
+    @handles(m.AUTH_CHALLENGE)
     async def auth_challenge(self, conn: Connection,
                              p: t.AuthChallengeParams) -> t.AuthChallengeResult:
-        raise _proved(conn, "auth.challenge")
+        raise _proved(conn, m.AUTH_CHALLENGE)
 
+    @handles(m.AUTH_PROVE)
     async def auth_prove(self, conn: Connection, p: t.AuthProveParams) -> t.AuthProveResult:
-        raise _proved(conn, "auth.prove")
+        raise _proved(conn, m.AUTH_PROVE)
 
+    @handles(m.INITIALIZE)
     async def initialize(self, conn: Connection, p: t.InitializeParams) -> t.InitializeResult:
-        if p.protocol_version != PROTOCOL_VERSION:
+        if p.protocol_version != m.PROTOCOL_VERSION:
             raise UnsupportedVersion(
                 f"protocol version {p.protocol_version} is not supported; this daemon speaks "
-                f"protocol_version {PROTOCOL_VERSION}", asked=p.protocol_version,
-                supported=PROTOCOL_VERSION)
+                f"protocol_version {m.PROTOCOL_VERSION}", asked=p.protocol_version,
+                supported=m.PROTOCOL_VERSION)
         if conn.initialized:
             raise InvalidRequest("this connection is already initialized; initialize once")
         conn.initialized = True
@@ -109,17 +91,19 @@ class Methods:
             self.daemon.subscriptions.plugin_events(conn, await self.daemon.subscriptions.head())
         limits = self.daemon.limits
         return t.InitializeResult(
-            protocol_version=PROTOCOL_VERSION,
+            protocol_version=m.PROTOCOL_VERSION,
             server_info=t.ServerInfo(name=SERVER_NAME, version=_version()),
             capabilities=t.ServerCapabilities(
-                methods=sorted(self.daemon.handlers), notifications=sorted(NOTIFICATIONS),
+                methods=sorted(self.daemon.handlers), notifications=sorted(m.NOTIFICATIONS),
                 max_frame_bytes=limits.max_frame_bytes, max_in_flight=limits.max_in_flight,
                 plugin_body_max_bytes=PLUGIN_BODY_MAX_BYTES))
 
+    @handles(m.SHUTDOWN)
     async def shutdown(self, conn: Connection, p: t.Empty) -> t.ShutdownResult:
         self.daemon.request_stop()
         return t.ShutdownResult(shutting_down=True)
 
+    @handles(m.SESSION_CREATE)
     async def session_create(self, conn: Connection,
                              p: t.SessionCreateParams) -> t.SessionView:
         if (p.agent is None) == (p.agent_doc is None):
@@ -147,21 +131,20 @@ class Methods:
 
     def _register(self, docs: list[AgentDoc], built: dict[str, Agent]) -> None:
         """Add (or replace) the agents the docs define, built with the daemon's model."""
-        tool_agents = self.rt.tools.agents
-        assert isinstance(tool_agents, dict)  # the runtime built it as a dict of specs
-        for doc in docs:
-            self.rt.agents[doc.spec.name] = built[doc.spec.name]
-            tool_agents[doc.spec.name] = doc.spec
+        self.rt.register({doc.spec.name: built[doc.spec.name] for doc in docs})
 
+    @handles(m.SESSION_GET)
     async def session_get(self, conn: Connection, p: t.SessionGetParams) -> t.SessionView:
         return session_view(await self.read(self.engine.session, p.session_id))
 
+    @handles(m.SESSION_LIST)
     async def session_list(self, conn: Connection,
                            p: t.SessionListParams) -> t.SessionListResult:
         found, next = await self.read(pages.sessions, self.engine, p.root_session_id, p.after,
                                       p.limit)
         return t.SessionListResult(sessions=[session_view(s) for s in found], next=next)
 
+    @handles(m.RUN_SUBMIT)
     async def run_submit(self, conn: Connection, p: t.RunSubmitParams) -> t.ProducerAccepted:
         return await self.accept(p.session_id, p.text, Owner.USER, Mode.QUEUE,
                                  p.idempotency_key)
@@ -177,6 +160,7 @@ class Methods:
         return await self.accepted(produced.result.message_id,
                                    produced.result.recipient_state)
 
+    @handles(m.RUN_STEER)
     async def run_steer(self, conn: Connection, p: t.RunSteerParams) -> t.ProducerAccepted:
         return await self.accept(p.session_id, p.text, Owner.USER, Mode.STEER,
                                  p.idempotency_key)
@@ -189,6 +173,7 @@ class Methods:
         joined = message.mode is Mode.STEER and message.run_id is not None
         return accepted_view(message, "steer" if joined else "queue", state.value)
 
+    @handles(m.SESSION_DELEGATE)
     async def session_delegate(self, conn: Connection,
                                p: t.SessionDelegateParams) -> t.SessionView:
         spec = self.rt.agent(p.agent).spec if p.agent in self.rt.agents else None
@@ -200,30 +185,36 @@ class Methods:
         self.rt.poke(child.session_id)
         return session_view(child)
 
+    @handles(m.RUN_GET)
     async def run_get(self, conn: Connection, p: t.RunGetParams) -> t.RunView:
         return run_view(await self.read(self.engine.run, p.run_id))
 
+    @handles(m.RUN_LIST)
     async def run_list(self, conn: Connection, p: t.RunListParams) -> t.RunListResult:
         found, next = await self.read(pages.runs, self.engine, p.session_id, p.after, p.limit)
         return t.RunListResult(runs=[run_view(r) for r in found], next=next)
 
+    @handles(m.MESSAGE_LIST)
     async def message_list(self, conn: Connection,
                            p: t.MessageListParams) -> t.MessageListResult:
         found, next = await self.read(pages.messages, self.engine, p.session_id, p.after,
                                       p.limit, p.pending_only)
         return t.MessageListResult(messages=[message_view(m) for m in found], next=next)
 
+    @handles(m.MESSAGE_GET)
     async def message_get(self, conn: Connection, p: t.MessageGetParams) -> t.MessageReceipt:
         message: Message = await self.read(self.engine.message, p.message_id)
-        events: list[Event] = await self.read(self.engine.events, message.recipient)
+        logged: list[Event] = await self.read(self.engine.events, message.recipient)
         history = [
-            t.MessageHistoryEntry(seq=e.seq, kind=e.kind, run_id=_text(e.data, "run_id"),
-                                  request_id=_text(e.data, "request_id"),
-                                  reason=_text(e.data, "reason"))
-            for e in events if e.data.get("message_id") == p.message_id
-            and e.kind in _MAIL_KINDS]
+            t.MessageHistoryEntry(
+                seq=event.seq, kind=event.kind, run_id=mail.run_id, request_id=mail.request_id,
+                reason=mail.reason if isinstance(mail, events.ProducerMessageDiscarded)
+                else None)
+            for event, mail in events.typed(logged)
+            if isinstance(mail, events.MESSAGE_PAYLOADS) and mail.message_id == p.message_id]
         return t.MessageReceipt(message=message_view(message), history=history)
 
+    @handles(m.TOOL_CALL)
     async def tool_call(self, conn: Connection, p: t.ToolCallParams) -> t.ToolCallResult:
         session: Session = await self.read(self.engine.session, p.session_id)
         if session.state is not SessionState.RUNNING or session.run_id is None:
@@ -254,16 +245,19 @@ class Methods:
         return accepted_view(message, str(result.get("mode")),
                              str(result.get("recipient_state")))
 
+    @handles(m.APPROVAL_LIST)
     async def approval_list(self, conn: Connection,
                             p: t.ApprovalListParams) -> t.ApprovalListResult:
         approvals: list[Approval] = await self.rt.writer.quiet(
             lambda: self.engine.approvals(pending=p.pending_only))
         return t.ApprovalListResult(approvals=[approval_view(a) for a in approvals])
 
+    @handles(m.APPROVAL_ANSWER)
     async def approval_answer(self, conn: Connection,
                               p: t.ApprovalAnswerParams) -> t.ApprovalView:
         return approval_view(await self.rt.answer(p.approval_id, p.approve, p.scope))
 
+    @handles(m.EVENTS_SUBSCRIBE)
     async def events_subscribe(self, conn: Connection,
                                p: t.EventsSubscribeParams) -> t.EventsSubscribeResult:
         if p.after < 0:
@@ -272,6 +266,7 @@ class Methods:
         sub_id = await self.daemon.subscriptions.subscribe(conn, p.after, p.session_id)
         return t.EventsSubscribeResult(subscription_id=sub_id, head=head)
 
+    @handles(m.EVENTS_READ)
     async def events_read(self, conn: Connection,
                           p: t.EventsReadParams) -> t.EventsReadResult:
         if p.after < 0:
@@ -280,11 +275,13 @@ class Methods:
                                                                  p.limit)
         return t.EventsReadResult(events=views, next=next, head=head)
 
+    @handles(m.EVENTS_UNSUBSCRIBE)
     async def events_unsubscribe(self, conn: Connection,
                                  p: t.EventsUnsubscribeParams) -> t.EventsUnsubscribeResult:
         await self.daemon.subscriptions.unsubscribe(conn, p.subscription_id)
         return t.EventsUnsubscribeResult(unsubscribed=True)
 
+    @handles(m.PLUGIN_PRODUCER_SEND)
     async def plugin_producer_send(self, conn: Connection,
                                    p: t.ProducerSendParams) -> t.ProducerAccepted:
         # The 256 KiB cap is the engine's (producers.check_mail): it holds for in-process
@@ -293,21 +290,12 @@ class Methods:
                                  p.idempotency_key)
 
 
-# The kinds that record a message's lifecycle steps: its receipt's history.
-_MAIL_KINDS = frozenset(k for k in EventKind if k.name.startswith("PRODUCER_MESSAGE_"))
-
-
 def _json(text: str) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def _text(data: object, key: str) -> str | None:
-    value = data.get(key) if isinstance(data, dict) else None
-    return value if isinstance(value, str) else None
 
 
 def _version() -> str:
@@ -319,20 +307,14 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _proved(conn: Connection, method: str) -> InvalidRequest:
+def _proved(conn: Connection, method: m.Method[Any, Any]) -> InvalidRequest:
     # A TCP connection's handshake is answered before dispatch (handshake.py); what reaches
     # here came on a connection that needs no proof, or has given it.
     how = "it has proved itself already" if conn.handshake else "it is the Unix socket or stdio"
-    return InvalidRequest(f"{method}: this connection needs no proof ({how}); send it only as "
+    return InvalidRequest(f"{method.name}: this connection needs no proof ({how}); send it only as "
                           "a TCP connection's first requests")
 
 
 def install(daemon: Daemon) -> None:
-    """Bind every method of the table to its implementation: ``session.create`` to
-    ``Methods.session_create``; a method without one is a bug caught here, at start."""
-    methods = Methods(daemon)
-    table: dict[str, Handler] = {}
-    for name in METHODS:
-        table[name] = getattr(methods, name.replace(".", "_").replace("/", "_"))
-    daemon.handlers = table
-
+    """Bind every registered handler to the daemon; a method without one is refused here."""
+    daemon.handlers = ROUTES.bind(Methods(daemon))

@@ -32,7 +32,14 @@ from treemail.protocol import types as t
 from treemail.protocol.errors import rpc_error
 from treemail.protocol.framing import Oversized
 from treemail.protocol.jsonrpc import Failure, Incoming, Request, encode_error, encode_result
-from treemail.protocol.methods import METHODS, ParamsError, decode_params
+from treemail.protocol.methods import (
+    AUTH_CHALLENGE,
+    AUTH_PROVE,
+    INITIALIZE,
+    METHODS,
+    ParamsError,
+    decode_params,
+)
 
 __all__ = ["Handshake", "Stage", "Step"]
 
@@ -98,7 +105,7 @@ class Handshake:
                     self.stage)
 
     def _unexpected(self, request: Request | None) -> Unauthorized:
-        if request is not None and request.method == "initialize" and isinstance(
+        if request is not None and request.method == INITIALIZE.name and isinstance(
                 request.params, dict) and "auth_token" in request.params:
             return ClearToken(
                 "initialize carried auth_token: this daemon no longer takes the token in "
@@ -118,8 +125,8 @@ class Handshake:
 
 
 _EXPECTED: dict[Stage, frozenset[str]] = {
-    Stage.CHALLENGE: frozenset({"auth.challenge"}),
-    Stage.PROVE: frozenset({"auth.prove"}),
+    Stage.CHALLENGE: frozenset({AUTH_CHALLENGE.name}),
+    Stage.PROVE: frozenset({AUTH_PROVE.name}),
     Stage.PROVED: frozenset(),
     Stage.REFUSED: frozenset(),
 }

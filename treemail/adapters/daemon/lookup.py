@@ -20,9 +20,11 @@ from __future__ import annotations
 import difflib
 import hashlib
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from treemail.core.errors import InvalidRequest, UnknownTarget
+from treemail.protocol import types as t
+from treemail.protocol.methods import APPROVAL_LIST, MESSAGE_LIST, SESSION_LIST
 
 if TYPE_CHECKING:
     from treemail.adapters.daemon.client import DaemonClient
@@ -68,9 +70,8 @@ def _one(what: str, text: str, found: list[str], hint: str,
                          "id, or the full one", reference=text, matches=len(found))
 
 
-async def _sessions(client: DaemonClient) -> list[dict[str, Any]]:
-    sessions: list[dict[str, Any]] = await client.every("session.list")
-    return sessions
+async def _sessions(client: DaemonClient) -> list[t.SessionView]:
+    return await client.every(SESSION_LIST, t.SessionListParams())
 
 
 async def session_id(client: DaemonClient, text: str) -> str:
@@ -79,13 +80,13 @@ async def session_id(client: DaemonClient, text: str) -> str:
         return text
     sessions = await _sessions(client)
     hint = "`treemail sessions` lists every session with its handle"
-    by_handle = [s["session_id"] for s in sessions if s["handle"] == text]
+    by_handle = [s.session_id for s in sessions if s.handle == text]
     if by_handle:  # handles are tree-scoped: the same one in two trees is ambiguous
         return _one("session", text, by_handle, hint)
-    found = ([s["session_id"] for s in sessions if s["session_id"].startswith(text)]
+    found = ([s.session_id for s in sessions if s.session_id.startswith(text)]
              if len(text) >= MIN_PREFIX else [])
     if not found:  # a mistyped handle: the handles it is close to, else where to look
-        near = close_matches(text, sorted({s["handle"] for s in sessions if s["handle"]}))
+        near = close_matches(text, sorted({s.handle for s in sessions if s.handle}))
         raise UnknownTarget(f"no session named {text!r}; {near}{hint}",
                             reference=text)
     return _one("session", text, found, hint)
@@ -100,8 +101,9 @@ async def message_id(client: DaemonClient, text: str) -> str:
         raise UnknownTarget(f"no message {text!r}; {hint}", reference=text)
     found: list[str] = []
     for session in await _sessions(client):
-        async for page in client.pages("message.list", {"session_id": session["session_id"]}):
-            found += [m["message_id"] for m in page if m["message_id"].startswith(text)]
+        params = t.MessageListParams(session_id=session.session_id)
+        async for page in client.pages(MESSAGE_LIST, params):
+            found += [m.message_id for m in page if m.message_id.startswith(text)]
     return _one("message", text, found, hint)
 
 
@@ -113,7 +115,8 @@ async def approval_id(client: DaemonClient, text: str) -> str:
     through untouched and the daemon says what became of it. Only then: a prefix may hold
     both slashes too (``SESSION/RUN/oper``), and it is looked up like any other."""
     hint = "`treemail approve` lists the calls that wait for approval"
-    held = [a["approval_id"] for a in (await client.call("approval.list"))["approvals"]]
+    listed = await client.request(APPROVAL_LIST, t.ApprovalListParams())
+    held = [a.approval_id for a in listed.approvals]
     if text in held:
         return text
     short = {a: short_approval_id(a) for a in held}

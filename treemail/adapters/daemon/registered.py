@@ -43,6 +43,7 @@ from treemail.core.errors import (
     StoreFull,
     TreemailError,
 )
+from treemail.protocol.methods import SESSION_CREATE
 
 __all__ = ["REGISTERED_DIR", "Registered", "save"]
 
@@ -191,7 +192,7 @@ def _check_length(directory: Path, name: str) -> None:
             f"agent name {name[:40]!r}... is {len(name.encode())} bytes: the daemon keeps a "
             f"registered agent in a file named after it, and the file system allows "
             f"{limit - 3} bytes for it; choose a shorter name (nothing was registered)",
-            source="session.create", field="name", problem="bad_name", agent=name)
+            source=SESSION_CREATE.name, field="name", problem="bad_name", agent=name)
 
 
 def _not_kept(directory: Path, docs: Sequence[tuple[AgentDoc, str]],
@@ -203,7 +204,7 @@ def _not_kept(directory: Path, docs: Sequence[tuple[AgentDoc, str]],
                          "registered)", path=str(directory))
     if exc.errno == errno.ENAMETOOLONG:
         return AgentDocError(f"{what}: a name is too long for the file system; choose a "
-                             "shorter name (nothing was registered)", source="session.create",
+                             "shorter name (nothing was registered)", source=SESSION_CREATE.name,
                              field="name", problem="bad_name")
     return StorageError(f"{what}: {exc.strerror or exc}; fix that and retry (nothing was "
                         "registered)", path=str(directory))

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import socket
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from treemail.adapters.daemon.feeds import Subscriptions
 from treemail.adapters.daemon.handshake import Handshake, Stage
 from treemail.adapters.daemon.listener import Listener, UnixSocket, bind_tcp, bind_unix
 from treemail.adapters.daemon.registered import Registered
+from treemail.adapters.daemon.routes import Handler
 from treemail.adapters.daemon.tcp import Token, loopback
 from treemail.adapters.runtime.agent_docs import ModelFor
 from treemail.adapters.runtime.runtime import Runtime
@@ -59,14 +59,19 @@ from treemail.protocol.jsonrpc import (
     encode_error,
     encode_result,
 )
-from treemail.protocol.methods import METHODS, Method, ParamsError, decode_params
+from treemail.protocol.methods import (
+    INITIALIZE,
+    METHODS,
+    SHUTDOWN,
+    Method,
+    ParamsError,
+    decode_params,
+)
 
-__all__ = ["Daemon", "Handler"]
-
-Handler = Callable[[Connection, Any], Awaitable[msgspec.Struct]]
+__all__ = ["Daemon"]
 
 # Methods that still answer while the daemon stops; every other one is refused.
-_WHILE_STOPPING = frozenset({"initialize", "shutdown"})
+_WHILE_STOPPING = frozenset({INITIALIZE.name, SHUTDOWN.name})
 
 
 class Daemon:
@@ -239,6 +244,9 @@ class Daemon:
 
     async def _answer(self, conn: Connection, call: Request | Notification, size: int) -> None:
         frame: bytes | None = None
+        # Counted apart, so the ordered stop does not wait for the request that asked for it.
+        asks_stop = call.method == SHUTDOWN.name
+        conn.asking_stop += asks_stop
         try:
             # An answer's size is known only once it is built: so few are built at once,
             # and none starts while the connection is over its budget. A notification has
@@ -253,6 +261,7 @@ class Daemon:
             return  # it closed while the request waited for room: no one to answer
         finally:
             conn.in_flight -= 1
+            conn.asking_stop -= asks_stop
             conn.budget.give(size)
         # A notification's outcome, result or error, is not sent: JSON-RPC forbids answering
         # one, and a client that needs to know sends a request. Nor is it logged: a peer
@@ -282,7 +291,7 @@ class Daemon:
         if method is None or handler is None:
             raise UnknownMethod(f"no method {request.method!r}; see spec/bindings for the "
                                 "methods of this protocol", method=request.method)
-        if not conn.initialized and method.name != "initialize":
+        if not conn.initialized and method is not INITIALIZE:
             raise NotInitialized(f"{method.name} before initialize: send initialize first",
                                  method=method.name)
         params = _params(method, request.params)
@@ -315,10 +324,10 @@ class Daemon:
         self.stopped.set()
 
     async def _drain_requests(self, timeout: float) -> None:
-        # The shutdown request itself is in flight: it answers right after asking to stop.
+        # The shutdown requests themselves are in flight: each answers right after asking.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
-                while any(c.in_flight > _asking_stop(c) for c in self.connections):
+                while any(c.in_flight > c.asking_stop for c in self.connections):
                     await asyncio.sleep(0.01)
 
 
@@ -336,13 +345,10 @@ def _turn_away(sock: socket.socket, limit: int) -> None:
     sock.close()
 
 
-def _asking_stop(conn: Connection) -> int:
-    return sum(1 for task in conn.tasks if task.get_name().endswith(" shutdown"))
-
-
-def _params(method: Method, raw: Any) -> msgspec.Struct:
+def _params(method: Method[Any, Any], raw: Any) -> msgspec.Struct:
     try:
-        return decode_params(method, raw)
+        params: msgspec.Struct = decode_params(method, raw)
+        return params
     except ParamsError as exc:
         raise InvalidParams(f"{method.name}: {exc}", method=method.name) from None
 

@@ -89,8 +89,9 @@ class Runtime:
         self.engine = Engine(group, ids, config, agents=self._spec)
         self.plugins = PluginHost(plugins)
         self.writer = Writer(self._written, group=group)
-        self.tools = ToolBox(self.engine, self.writer,
-                             {name: a.spec for name, a in agents.items()},
+        # The delegation tools' catalogue: kept beside ``agents`` by ``register``.
+        self._specs = {name: a.spec for name, a in agents.items()}
+        self.tools = ToolBox(self.engine, self.writer, self._specs,
                              self.plugins if self.plugins.gates else None)
         self.idle_timeout = idle_timeout
         # ``max_model_failures`` is the short form of a default policy with that limit.
@@ -183,6 +184,12 @@ class Runtime:
         """The agent catalogue the engine reads permissions through."""
         agent = self.agents.get(name)
         return agent.spec if agent is not None else None
+
+    def register(self, agents: Mapping[str, Agent]) -> None:
+        """Add (or replace) agents by name: sessions created or delegated from now on may
+        run them, and the delegation tools offer them."""
+        self.agents.update(agents)
+        self._specs.update({name: a.spec for name, a in agents.items()})
 
     def resident(self, session_id: str) -> bool:
         """Whether the session's actor is in memory (not evicted)."""

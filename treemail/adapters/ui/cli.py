@@ -300,7 +300,7 @@ def show_log(path: str, session: str | None, *, follow: bool, interval: float,
 def _view(number: int, event: Event) -> Any:
     import msgspec
 
-    from treemail.adapters.daemon.feeds import event_view
+    from treemail.adapters.daemon.views import event_view
 
     return msgspec.to_builtins(event_view(number, event))
 

@@ -25,12 +25,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import msgspec
+
 from treemail.adapters.daemon.client import DEFAULT_TIMEOUT, DaemonClient, RpcFailure
 from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
 from treemail.adapters.ui import feed
 from treemail.adapters.ui.feed import Names, follow, view_row
 from treemail.adapters.ui.terminal import visible
 from treemail.core.errors import TreemailError
+from treemail.protocol import methods as m
+from treemail.protocol import types as t
 
 if TYPE_CHECKING:
     pass
@@ -302,32 +306,32 @@ async def _resolve(client: DaemonClient, args: argparse.Namespace) -> None:
 async def _sessions(client: DaemonClient, args: argparse.Namespace) -> int:
     from treemail.adapters.ui.console import print_table
 
-    sessions = await client.every("session.list")
+    sessions = await client.every(m.SESSION_LIST, t.SessionListParams())
     if args.json:
         for session in sessions:
-            json_line(session)
+            json_line(msgspec.to_builtins(session))
         return 0
     print_table(("SESSION", "HANDLE", "AGENT", "STATE", "PARENT"),
-                [(s["session_id"], s["handle"] or "-", s["agent"], s["state"],
-                  s["parent_session_id"] or "-") for s in sessions])
+                [(s.session_id, s.handle or "-", s.agent, s.state,
+                  s.parent_session_id or "-") for s in sessions])
     return 0
 
 
 async def _send(client: DaemonClient, args: argparse.Namespace) -> int:
     import uuid
 
-    result = await client.call("tool.call", {
-        "session_id": args.sender, "tool_call_id": f"operator-{uuid.uuid4()}",
-        "name": "send_message",
-        "arguments": {"to": args.to, "body": args.body, "mode": args.mode}})
-    held = result.get("approval_id")
-    refused = None if held else _refusal(result["content"])
+    result = await client.request(m.TOOL_CALL, t.ToolCallParams(
+        session_id=args.sender, tool_call_id=f"operator-{uuid.uuid4()}",
+        name="send_message",
+        arguments={"to": args.to, "body": args.body, "mode": args.mode}))
+    held = result.approval_id
+    refused = None if held else _refusal(result.content)
     if refused is not None:  # the tool error the model would see: for a person, a failure
         return _failed(args, *refused)
     if args.json:
-        json_line(result)
+        json_line(msgspec.to_builtins(result))
         return 0
-    print(visible(result["content"]))
+    print(visible(result.content))
     if held:  # not refused: it waits for the user, and goes out once approved
         from treemail.adapters.daemon.lookup import short_approval_id
 
@@ -363,31 +367,31 @@ def steered() -> dict[str, str]:
 
 
 async def _steer(client: DaemonClient, args: argparse.Namespace) -> int:
-    accepted = await client.call("run.steer", {"session_id": args.session, "text": args.text})
+    accepted = await client.steer(args.session, args.text)
     if args.json:
-        json_line(accepted)
+        json_line(msgspec.to_builtins(accepted))
         return 0
-    state = accepted["recipient_state"]
+    state = accepted.recipient_state
     meaning = steered().get(state)
-    print(f"message {accepted['message_id']}: mode {accepted['mode']}, recipient {state}"
+    print(f"message {accepted.message_id}: mode {accepted.mode}, recipient {state}"
           + (f" ({meaning})" if meaning else ""))
     return 0
 
 
 async def _status(client: DaemonClient, args: argparse.Namespace) -> int:
-    receipt = await client.call("message.get", {"message_id": args.message_id})
-    message = receipt["message"]
+    receipt = await client.request(m.MESSAGE_GET, t.MessageGetParams(message_id=args.message_id))
+    message, history = receipt.message, msgspec.to_builtins(receipt.history)
     if args.json:  # the receipt as the wire has it, each step with its state as read
-        json_line({**receipt, "history": [{**step, "state": state_text(step)}
-                                          for step in receipt["history"]]})
+        json_line({**msgspec.to_builtins(receipt),
+                   "history": [{**step, "state": state_text(step)} for step in history]})
         return 0
     from treemail.adapters.ui.console import print_table
 
-    print(visible(f"message {message['message_id']} to {message['recipient']}: "
-                  f"{message['state']} ({message['owner']}, {message['mode']})"), flush=True)
+    print(visible(f"message {message.message_id} to {message.recipient}: "
+                  f"{message.state} ({message.owner}, {message.mode})"), flush=True)
     print_table(("SEQ", "STATE", "RUN", "REQUEST"),
                 [(f"#{step['seq']}", state_text(step), step.get("run_id") or "-",
-                  step.get("request_id") or "-") for step in receipt["history"]])
+                  step.get("request_id") or "-") for step in history])
     return 0
 
 
@@ -415,7 +419,8 @@ async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:
     from treemail.adapters.daemon.lookup import short_approval_id
 
     if args.approval_id is None:
-        held = (await client.call("approval.list"))["approvals"]
+        listed = await client.request(m.APPROVAL_LIST, t.ApprovalListParams())
+        held: list[dict[str, Any]] = msgspec.to_builtins(listed.approvals)
         for a in held:
             short = short_approval_id(a["approval_id"])
             if args.json:
@@ -428,8 +433,9 @@ async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:
         if not held and not args.json:
             print("no tool call waits for approval")
         return 0
-    answered = await client.call("approval.answer", {
-        "approval_id": args.approval_id, "approve": not args.deny, "scope": args.scope})
+    answered: dict[str, Any] = msgspec.to_builtins(await client.request(
+        m.APPROVAL_ANSWER, t.ApprovalAnswerParams(approval_id=args.approval_id,
+                                                  approve=not args.deny, scope=args.scope)))
     if args.json:
         json_line({"short_id": short_approval_id(args.approval_id), **answered})
         return 0

@@ -21,12 +21,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
 from treemail.core.lifecycle import SessionState
+from treemail.protocol import methods as m
+from treemail.protocol import types as t
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -115,9 +119,6 @@ class Connected:
         self.root = ""  # the demo's tree, once created
         self.names: dict[str, str] = {}
 
-    async def call(self, method: str, params: dict[str, Any]) -> Any:
-        return await self.client.call(method, params)
-
     def say(self, text: str) -> None:
         print(f"\n== {text}", flush=True)
         self.scene(text)
@@ -140,20 +141,20 @@ class Connected:
             for approval in held:
                 await self._answered(approval)
 
-    async def _quiet(self, timeout: float) -> list[dict[str, Any]]:
+    async def _quiet(self, timeout: float) -> list[t.ApprovalView]:
         """The pending approvals, once every session is idle, finished, or held by one."""
         async with asyncio.timeout(timeout):
             while True:
                 # Its own tree only: not an earlier run's, nor every session of the daemon.
-                sessions = await self.client.every("session.list",
-                                                   {"root_session_id": self.root})
-                approvals = (await self.call("approval.list", {"pending_only": True}))
-                self.names |= {s["session_id"]: s["handle"] or s["session_id"]
-                               for s in sessions}
-                tree = {s["session_id"]: s for s in sessions}
-                held = [a for a in approvals["approvals"] if a["session_id"] in tree]
-                waiting = {a["session_id"] for a in held}
-                if all(s["state"] in _QUIET or sid in waiting for sid, s in tree.items()):
+                sessions = await self.client.every(
+                    m.SESSION_LIST, t.SessionListParams(root_session_id=self.root))
+                approvals = await self.client.request(
+                    m.APPROVAL_LIST, t.ApprovalListParams(pending_only=True))
+                self.names |= {s.session_id: s.handle or s.session_id for s in sessions}
+                tree = {s.session_id: s for s in sessions}
+                held = [a for a in approvals.approvals if a.session_id in tree]
+                waiting = {a.session_id for a in held}
+                if all(s.state in _QUIET or sid in waiting for sid, s in tree.items()):
                     return held
                 await asyncio.sleep(0.05)
 
@@ -162,41 +163,43 @@ class Connected:
         from treemail.adapters.ui.console import print_row
 
         while True:
-            page = await self.call("events.read", {"after": self.shown})
-            for view in page["events"]:
+            page = await self.client.request(m.EVENTS_READ,
+                                             t.EventsReadParams(after=self.shown))
+            for view in page.events:
                 print_row(view_row(view, self.names), self.out)
-            self.shown = page["next"]
-            if self.shown >= page["head"]:
+            self.shown = page.next
+            if self.shown >= page.head:
                 return
 
-    async def _answered(self, approval: dict[str, Any]) -> None:
+    async def _answered(self, approval: t.ApprovalView) -> None:
         """Wait for the user's answer to ``approval`` (or give it, with ``approve``)."""
         from treemail.adapters.ui.commands import answer_line
 
-        arguments = approval.get("arguments") or {}
-        sender = self.names.get(approval["session_id"], approval["session_id"])
-        self.say(f"{sender}'s {approval['tool']} to {arguments.get('to', '?')} waits for "
-                 f"your approval (a {approval['label']} peer, and its rules ask)")
+        arguments = approval.arguments or {}
+        sender = self.names.get(approval.session_id, approval.session_id)
+        self.say(f"{sender}'s {approval.tool} to {arguments.get('to', '?')} waits for "
+                 f"your approval (a {approval.label} peer, and its rules ask)")
         print(f'    body: "{arguments.get("body", "")}"')
         if self.approve:
             print("    --approve: the demo answers it itself: approve, scope once", flush=True)
-            answer = await self.call("approval.answer", {
-                "approval_id": approval["approval_id"], "approve": True, "scope": "once"})
+            answer = await self.client.request(m.APPROVAL_ANSWER, t.ApprovalAnswerParams(
+                approval_id=approval.approval_id, approve=True, scope="once"))
         else:
             print("    answer it in `treemail tui` (a: approve once, s: for the session, t: for "
                   "the tree, d: deny),", flush=True)
-            print(f"    or run `treemail approve {approval['approval_id']}`; the demo waits "
+            print(f"    or run `treemail approve {approval.approval_id}`; the demo waits "
                   f"{self.wait:g}s for it", flush=True)
-            answer = await self._answer(approval["approval_id"])
-        print(f"    answered: {answer_line(answer)}", flush=True)
+            answer = await self._answer(approval.approval_id)
+        print(f"    answered: {answer_line(msgspec.to_builtins(answer))}", flush=True)
 
-    async def _answer(self, approval_id: str) -> dict[str, Any]:
+    async def _answer(self, approval_id: str) -> t.ApprovalView:
         deadline = time.monotonic() + self.wait
         while time.monotonic() < deadline:
-            every = (await self.call("approval.list", {"pending_only": False}))["approvals"]
-            answer = next((a for a in every if a["approval_id"] == approval_id), None)
-            if answer is not None and answer["state"] != "pending":
-                return dict(answer)
+            every = (await self.client.request(
+                m.APPROVAL_LIST, t.ApprovalListParams(pending_only=False))).approvals
+            answer = next((a for a in every if a.approval_id == approval_id), None)
+            if answer is not None and answer.state != "pending":
+                return answer
             await asyncio.sleep(0.1)
         raise Unanswered(
             f"nobody answered approval {approval_id} within {self.wait:g}s; the call stays "
@@ -204,45 +207,44 @@ class Connected:
             "`treemail tui`), or run the demo with --approve to have it answer itself")
 
     async def play(self) -> bool:
-        self.shown = (await self.call("events.read", {"after": 0, "limit": 1}))["head"]
+        self.shown = (await self.client.request(
+            m.EVENTS_READ, t.EventsReadParams(after=0, limit=1))).head
         self.say("A user asks the lead; its model delegates, steers a child, reads replies")
-        lead = await self.call("session.create", {"agent_doc": LEAD,
-                                                  "agent_docs": [EXPLORE, TESTER, REVIEW]})
-        lid = self.root = lead["session_id"]
-        await self.call("run.submit", {"session_id": lid,
-                                       "text": "Ship the parser fix, reviewed and tested."})
+        lead = await self.client.request(m.SESSION_CREATE, t.SessionCreateParams(
+            agent_doc=LEAD, agent_docs=[EXPLORE, TESTER, REVIEW]))
+        lid = self.root = lead.session_id
+        await self.client.submit(lid, "Ship the parser fix, reviewed and tested.")
         await self.settle()
-        tree = {s["agent"]: s["session_id"]
-                for s in await self.client.every("session.list", {"root_session_id": lid})}
+        tree = {s.agent: s.session_id for s in await self.client.every(
+            m.SESSION_LIST, t.SessionListParams(root_session_id=lid))}
         self.say("The user steers explore and writes to tester")
-        steer = await self.call("run.steer", {"session_id": tree["demo_explore"],
-                                              "text": "Look at the tokenizer first."})
-        print(f"    steer: mode {steer['mode']}, recipient {steer['recipient_state']}")
-        await self.call("run.submit", {"session_id": tree["demo_tester"],
-                                       "text": "Run the suite again."})
+        steer = await self.client.steer(tree["demo_explore"], "Look at the tokenizer first.")
+        print(f"    steer: mode {steer.mode}, recipient {steer.recipient_state}")
+        await self.client.submit(tree["demo_tester"], "Run the suite again.")
         await self.settle()
-        receipt = await self.call("message.get", {"message_id": steer["message_id"]})
-        print(f"    the steer's receipt: {receipt['message']['state']} after "
-              f"{len(receipt['history'])} steps")
+        receipt = await self.client.request(
+            m.MESSAGE_GET, t.MessageGetParams(message_id=steer.message_id))
+        print(f"    the steer's receipt: {receipt.message.state} after "
+              f"{len(receipt.history)} steps")
         return await self.check(lid)
 
     async def check(self, root: str) -> bool:
         accepted: set[str] = set()
         consumed: Counter[str] = Counter()
-        tree = await self.client.every("session.list", {"root_session_id": root})
+        tree = await self.client.every(m.SESSION_LIST, t.SessionListParams(root_session_id=root))
         for session in tree:
             after = 0
             while True:
-                page = await self.call("events.read",
-                                       {"after": after, "session_id": session["session_id"]})
-                for view in page["events"]:
-                    message_id = view["data"].get("message_id")
-                    if view["kind"] == EventKind.PRODUCER_MESSAGE_ACCEPTED:
+                page = await self.client.request(m.EVENTS_READ, t.EventsReadParams(
+                    after=after, session_id=session.session_id))
+                for view in page.events:
+                    message_id: str = view.data.get("message_id", "")
+                    if view.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED:
                         accepted.add(message_id)
-                    elif view["kind"] == EventKind.PRODUCER_MESSAGE_CONSUMED:
+                    elif view.kind == EventKind.PRODUCER_MESSAGE_CONSUMED:
                         consumed[message_id] += 1
-                after = page["next"]
-                if after >= page["head"]:
+                after = page.next
+                if after >= page.head:
                     break
         exact = set(consumed) == accepted and all(n == 1 for n in consumed.values())
         self.say("Check")

@@ -8,16 +8,20 @@ import argparse
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.protocol import types as t
+from treemail.protocol.methods import EVENTS_EVENT, EVENTS_READ, EVENTS_SUBSCRIBE, SESSION_GET
 
 if TYPE_CHECKING:
     from treemail.adapters.ui.transcript import Row
 
 __all__ = ["Names", "follow", "replay", "tail", "view_row"]
 
-View = dict[str, Any]
+View = t.EventView
 
 
 class Names:
@@ -33,9 +37,9 @@ class Names:
         """The event view as its row, every session it names known first."""
         from treemail.core.events import EventKind  # loaded by the row's renderer anyway
 
-        if view["kind"] == EventKind.SESSION_CREATED:
-            handle = view["data"].get("handle")
-            sid = view["session_id"]
+        if view.kind == EventKind.SESSION_CREATED:
+            handle = view.data.get("handle")
+            sid = view.session_id
             self.known[sid] = handle if isinstance(handle, str) and handle else sid
         missing: set[str] = set()
 
@@ -53,11 +57,12 @@ class Names:
 
     async def _learn(self, session_id: str) -> None:
         try:
-            session = await self.client.call("session.get", {"session_id": session_id})
+            session = await self.client.request(
+                SESSION_GET, t.SessionGetParams(session_id=session_id))
         except RpcFailure:  # not a session (a malformed id in an event): shown as it is
             self.known[session_id] = session_id
             return
-        self.known[session_id] = session["handle"] or session_id
+        self.known[session_id] = session.handle or session_id
 
 
 def view_row(view: View, names: Mapping[str, str]) -> Row:
@@ -69,7 +74,7 @@ def _named_row(view: View, name: Callable[[str | None], str]) -> Row:
     from treemail.adapters.ui.transcript import event_row  # the core's events, when shown
     from treemail.core.records import Event
 
-    return event_row(Event(view["session_id"], view["seq"], view["kind"], view["data"]), name)
+    return event_row(Event(view.session_id, view.seq, view.kind, view.data), name)
 
 
 async def _views(client: DaemonClient, session_id: str | None, after: int,
@@ -77,13 +82,14 @@ async def _views(client: DaemonClient, session_id: str | None, after: int,
     """The feed's events numbered ``after`` < number <= ``upto`` (one session's, or all),
     page by page."""
     while after < upto:
-        page = await client.call("events.read", {"after": after, "session_id": session_id})
-        for view in page["events"]:
-            if view["number"] <= upto:
+        page = await client.request(EVENTS_READ,
+                                    t.EventsReadParams(after=after, session_id=session_id))
+        for view in page.events:
+            if view.number <= upto:
                 yield view
-        if page["next"] <= after:  # nothing more to read (the feed ends before upto)
+        if page.next <= after:  # nothing more to read (the feed ends before upto)
             return
-        after = page["next"]
+        after = page.next
 
 
 async def _feed(client: DaemonClient, session_id: str | None,
@@ -91,20 +97,20 @@ async def _feed(client: DaemonClient, session_id: str | None,
     """The last ``last`` events up to the feed's end, then ``(None, head)`` once subscribed
     after that end, then each new event, for as long as the daemon serves
     (``ConnectionError`` once it stops)."""
-    head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
+    head = (await client.request(EVENTS_READ, t.EventsReadParams(after=0, limit=1))).head
     if last:
         # One session's last N may lie anywhere in the feed: read its events, keep N.
         start = 0 if session_id is not None else max(0, head - last)
         history: deque[View] = deque(maxlen=last)
         history.extend([view async for view in _views(client, session_id, start, head)])
         for view in history:
-            yield view, view["number"]
-    await client.call("events.subscribe", {"after": head, "session_id": session_id})
+            yield view, view.number
+    await client.request(EVENTS_SUBSCRIBE,
+                         t.EventsSubscribeParams(after=head, session_id=session_id))
     yield None, head
     while True:  # an idle feed is followed for as long as it takes
-        note = await client.next_notification("events/event", timeout=None)
-        view = note.params["event"]
-        yield view, view["number"]
+        note = await client.next_notification(EVENTS_EVENT, timeout=None)
+        yield note.event, note.event.number
 
 
 async def follow(client: DaemonClient, session_id: str | None,
@@ -142,7 +148,7 @@ async def tail(client: DaemonClient, args: argparse.Namespace) -> int:
                 show(None, number)
             else:
                 shown = number
-                json_line(view)
+                json_line(msgspec.to_builtins(view))
     except BrokenPipeError:  # stdout's reader went away (`| head`): main's to handle
         raise
     except ConnectionError:  # the daemon stopped, or died: say so, never wait on it
@@ -159,10 +165,10 @@ async def replay(client: DaemonClient, args: argparse.Namespace) -> int:
 
     out = console()
     names = Names(client)
-    head = (await client.call("events.read", {"after": 0, "limit": 1}))["head"]
+    head = (await client.request(EVENTS_READ, t.EventsReadParams(after=0, limit=1))).head
     async for view in _views(client, args.session, 0, head):
         if args.json:
-            json_line(view)
+            json_line(msgspec.to_builtins(view))
         else:
             print_row(await names.row(view), out)
     return 0

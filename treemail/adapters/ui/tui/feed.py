@@ -7,19 +7,19 @@ Both give ``(number, Event)`` in feed order, so the rows folded from them are th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.adapters.store.factory import open_store
 from treemail.core.records import Event
+from treemail.protocol import types as t
+from treemail.protocol.methods import EVENTS_EVENT, EVENTS_SUBSCRIBE
 
 __all__ = ["LiveFeed", "event_of", "stored_feed"]
 
 
-def event_of(view: dict[str, Any]) -> tuple[int, Event]:
+def event_of(view: t.EventView) -> tuple[int, Event]:
     """An ``EventView`` off the wire as (feed number, Event)."""
-    return int(view["number"]), Event(view["session_id"], int(view["seq"]), view["kind"],
-                                      view["data"])
+    return view.number, Event(view.session_id, view.seq, view.kind, view.data)
 
 
 class LiveFeed:
@@ -31,18 +31,18 @@ class LiveFeed:
 
     async def start(self, after: int = 0, session_id: str | None = None) -> int:
         """Subscribe; the feed's end at that moment."""
-        result = await self.client.call("events.subscribe",
-                                        {"after": after, "session_id": session_id})
-        self.subscription = str(result["subscription_id"])
-        return int(result["head"])
+        result = await self.client.request(
+            EVENTS_SUBSCRIBE, t.EventsSubscribeParams(after=after, session_id=session_id))
+        self.subscription = result.subscription_id
+        return result.head
 
     async def next(self) -> tuple[int, Event]:
         """The next event, however long it takes; ``ConnectionError`` once the daemon has
         closed the connection (the client says so as soon as it is)."""
         while True:
-            note = await self.client.next_notification("events/event", timeout=None)
-            if note.params.get("subscription_id") == self.subscription:
-                return event_of(note.params["event"])
+            note = await self.client.next_notification(EVENTS_EVENT, timeout=None)
+            if note.subscription_id == self.subscription:
+                return event_of(note.event)
 
 
 def stored_feed(store: str | Path, after: int = 0) -> list[tuple[int, Event]]:

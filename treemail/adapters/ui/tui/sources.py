@@ -15,6 +15,8 @@ from treemail.adapters.store.factory import holds_store
 from treemail.adapters.ui.tui.feed import LiveFeed, stored_feed
 from treemail.core.errors import InvalidRequest
 from treemail.core.records import Event
+from treemail.protocol import types as t
+from treemail.protocol.methods import APPROVAL_ANSWER, APPROVAL_LIST
 
 __all__ = ["LiveSource", "Source", "StoreSource", "choose"]
 
@@ -79,11 +81,15 @@ class LiveSource(Source):
             yield await self.feed.next()
 
     async def approvals(self) -> list[dict[str, Any]]:
-        return list((await self._client().call("approval.list"))["approvals"])
+        listed = await self._client().request(APPROVAL_LIST, t.ApprovalListParams())
+        approvals: list[dict[str, Any]] = msgspec.to_builtins(listed.approvals)
+        return approvals
 
     async def answer(self, approval_id: str, approve: bool, scope: str) -> dict[str, Any]:
-        answered: dict[str, Any] = await self._client().call(
-            "approval.answer", {"approval_id": approval_id, "approve": approve, "scope": scope})
+        answered: dict[str, Any] = msgspec.to_builtins(await self._client().request(
+            APPROVAL_ANSWER, msgspec.convert(  # checks the scope, a string from the view
+                {"approval_id": approval_id, "approve": approve, "scope": scope},
+                t.ApprovalAnswerParams)))
         return answered
 
 
@@ -102,7 +108,7 @@ class StoreSource(Source):
             yield item
 
     async def approvals(self) -> list[dict[str, Any]]:
-        from treemail.adapters.daemon.handlers import approval_view
+        from treemail.adapters.daemon.views import approval_view
         from treemail.adapters.store.factory import open_store
         from treemail.core.engine import Engine
         from treemail.core.ids import CountingIds

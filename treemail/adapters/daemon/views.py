@@ -1,0 +1,53 @@
+"""The core's records as the wire shows them: the result types of protocol 19, built from a
+session, run, message, approval or event. The daemon's methods answer with these, and the
+UI builds the same views from a store it reads directly, so both show one shape."""
+
+from __future__ import annotations
+
+from treemail.core.records import Approval, Event, Message, Owner, Run, Session
+from treemail.protocol import types as t
+
+__all__ = ["accepted_view", "approval_view", "event_view", "message_view", "run_view",
+           "session_view"]
+
+
+def session_view(session: Session) -> t.SessionView:
+    return t.SessionView(
+        session_id=session.session_id, root_session_id=session.root_session_id,
+        parent_session_id=session.parent_session_id, handle=session.handle,
+        agent=session.agent.name, state=session.state, run_id=session.run_id,
+        live=session.live)
+
+
+def message_view(message: Message) -> t.MessageView:
+    return t.MessageView(
+        message_id=message.message_id, recipient=message.recipient, sender=message.sender,
+        owner=message.owner.value, mode=message.mode.value, state=message.state,
+        body=message.body, run_id=message.run_id, reason=message.reason)
+
+
+def run_view(run: Run) -> t.RunView:
+    return t.RunView(run_id=run.run_id, session_id=run.session_id, number=run.number,
+                     status=run.status.value, base_hop=run.base_hop)
+
+
+def accepted_view(message: Message, mode: str, recipient_state: str) -> t.ProducerAccepted:
+    """An accept as its sender sees it; ``agent_hop`` only for agent mail."""
+    return t.ProducerAccepted(
+        message_id=message.message_id, session_id=message.recipient,
+        owner=message.owner.value, mode=mode, recipient_state=recipient_state,
+        agent_hop=message.hop if message.owner is Owner.AGENT else None)
+
+
+def approval_view(a: Approval) -> t.ApprovalView:
+    return t.ApprovalView(
+        approval_id=a.approval_id, session_id=a.session_id, run_id=a.run_id,
+        tool_call_id=a.tool_call_id, tool=a.tool, arguments=dict(a.arguments), label=a.label,
+        state=a.state.value, scope=a.scope,
+        outcome=a.outcome.text() if a.outcome is not None else None)
+
+
+def event_view(number: int, event: Event) -> t.EventView:
+    """An event of the durable feed, with its feed ``number``."""
+    return t.EventView(number=number, session_id=event.session_id, seq=event.seq,
+                       kind=event.kind, data=dict(event.data))
