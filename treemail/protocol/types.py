@@ -9,9 +9,12 @@ an added result field is not a breaking change for them (it still changes the fi
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 import msgspec
+
+from treemail.core.lifecycle import MessageState, RunState, SessionState
+from treemail.core.records import ApprovalState, Mode, Owner, RecipientState
 
 __all__ = [
     "PAGE_BODY_BYTES",
@@ -19,6 +22,7 @@ __all__ = [
     "ApprovalAnswerParams",
     "ApprovalListParams",
     "ApprovalListResult",
+    "ApprovalOutcome",
     "ApprovalView",
     "AuthChallengeParams",
     "AuthChallengeResult",
@@ -77,10 +81,32 @@ PAGE_LIMIT: Final = 256
 PAGE_BODY_BYTES: Final = 1 << 20
 Limit = Annotated[int, msgspec.Meta(ge=1, le=PAGE_LIMIT)]
 Cursor = Annotated[int, msgspec.Meta(ge=0)]
+# Mail text: the engine refuses mail that is empty or only whitespace. ``\S`` is searched for,
+# not matched whole, by msgspec and by JSON Schema alike, and Python's ``\s`` is exactly
+# ``str.isspace``, which ``str.strip`` (the engine's test) uses.
+MailText = Annotated[str, msgspec.Meta(pattern=r"\S")]
+# An idempotency key: 1 to 256 bytes of UTF-8 (``ids.MAX_REFERENCE``). A schema counts
+# characters, so 256 characters is the bound it can state; the daemon also refuses more than
+# 256 bytes, and unprintable text (``producers.check_key``).
+IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
 class Params(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Base of every params object: strict, so a misspelt field is an error, not a no-op."""
+    """Base of every params object: strict, so a misspelt field is an error, not a no-op.
+
+    ``EXACTLY_ONE_OF``: groups of fields of which exactly one must be given (not null).
+    Decoding refuses params that break a group, and the bindings state each group as a
+    schema ``oneOf``, so both refuse the same params."""
+
+    EXACTLY_ONE_OF: ClassVar[tuple[tuple[str, ...], ...]] = ()
+
+    def __post_init__(self) -> None:
+        for group in self.EXACTLY_ONE_OF:
+            given = [name for name in group if getattr(self, name) is not None]
+            if len(given) != 1:
+                # msgspec reports a ValueError raised here as a ValidationError.
+                raise ValueError(f"give exactly one of {' and '.join(group)}; "
+                                 f"got {' and '.join(given) if given else 'neither'}")
 
 
 class Result(msgspec.Struct, kw_only=True):
@@ -182,7 +208,7 @@ class SessionView(Result):
     parent_session_id: str | None
     handle: str | None
     agent: str
-    state: str
+    state: SessionState
     run_id: str | None
     live: bool
 
@@ -193,6 +219,8 @@ class SessionCreateParams(Params):
     ``agent_docs`` define more agents first, for the tree to delegate to; an agent doc
     replaces a daemon agent of the same name, except one a file of the data directory's
     ``agents/`` defines (``daemon:agent_defined_by_file``)."""
+
+    EXACTLY_ONE_OF = (("agent", "agent_doc"),)
 
     agent: str | None = None
     agent_doc: str | None = None
@@ -233,7 +261,7 @@ class RunView(Result):
     run_id: str
     session_id: str
     number: int
-    status: str
+    status: RunState
     base_hop: int
 
 
@@ -267,8 +295,8 @@ class RunSubmitParams(Params):
     producer kind (user or plugin), and kept as long as the store."""
 
     session_id: str
-    text: str
-    idempotency_key: str | None = None
+    text: MailText
+    idempotency_key: IdempotencyKey | None = None
 
 
 class RunSteerParams(Params):
@@ -278,8 +306,8 @@ class RunSteerParams(Params):
     ``run.submit`` and then by ``run.steer`` is other mail, and refused)."""
 
     session_id: str
-    text: str
-    idempotency_key: str | None = None
+    text: MailText
+    idempotency_key: IdempotencyKey | None = None
 
 
 class ProducerAccepted(Result):
@@ -288,9 +316,9 @@ class ProducerAccepted(Result):
 
     message_id: str
     session_id: str
-    owner: str
-    mode: str
-    recipient_state: str
+    owner: Owner
+    mode: Mode
+    recipient_state: RecipientState
     agent_hop: int | None = None
 
 
@@ -301,9 +329,9 @@ class MessageView(Result):
     message_id: str
     recipient: str
     sender: str | None
-    owner: str
-    mode: str
-    state: str
+    owner: Owner
+    mode: Mode
+    state: MessageState
     body: str
     run_id: str | None
     reason: str | None
@@ -372,7 +400,18 @@ class ToolCallResult(Result):
     accepted: ProducerAccepted | None = None
 
 
+class ApprovalOutcome(Result):
+    """What an answered call produced, in the shape the ``ApprovalAnswered`` event records
+    it: the result's fields, or the error's ``error`` code and ``message``."""
+
+    result: dict[str, str] | None = None
+    error: str | None = None
+    message: str | None = None
+
+
 class ApprovalView(Result):
+    """A held tool call; ``outcome``, once answered, is what the call produced."""
+
     approval_id: str
     session_id: str
     run_id: str
@@ -380,9 +419,9 @@ class ApprovalView(Result):
     tool: str
     arguments: dict[str, Any]
     label: str
-    state: str
+    state: ApprovalState
     scope: str | None
-    outcome: str | None
+    outcome: ApprovalOutcome | None
 
 
 class ApprovalListParams(Params):
@@ -417,7 +456,7 @@ class EventsSubscribeParams(Params):
     """Every event after feed number ``after`` (0: from the start), replayed and then live,
     in order, each once; only ``session_id``'s when given."""
 
-    after: int = 0
+    after: Cursor = 0
     session_id: str | None = None
 
 
@@ -430,7 +469,7 @@ class EventsReadParams(Params):
     """A page of the feed after ``after`` (at most ``limit`` events, at most 256), only
     ``session_id``'s when given; ``next`` is where the next page starts."""
 
-    after: int = 0
+    after: Cursor = 0
     session_id: str | None = None
     limit: int = 256
 
@@ -457,8 +496,8 @@ class ProducerSendParams(Params):
     ``idempotency_key``: as for ``run.submit``, in the plugins' key space of the session."""
 
     session_id: str
-    body: str
-    idempotency_key: str | None = None
+    body: MailText
+    idempotency_key: IdempotencyKey | None = None
 
 
 # -- notifications and server requests ----------------------------------------------------

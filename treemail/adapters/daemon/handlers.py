@@ -30,6 +30,7 @@ from treemail.core.records import (
     Session,
     ToolContext,
 )
+from treemail.core.results import CallOutcome
 from treemail.protocol import types as t
 from treemail.protocol.methods import METHODS, NOTIFICATIONS, PROTOCOL_VERSION
 
@@ -53,20 +54,21 @@ def session_view(session: Session) -> t.SessionView:
 def message_view(message: Message) -> t.MessageView:
     return t.MessageView(
         message_id=message.message_id, recipient=message.recipient, sender=message.sender,
-        owner=message.owner.value, mode=message.mode.value, state=message.state,
+        owner=message.owner, mode=message.mode, state=message.state,
         body=message.body, run_id=message.run_id, reason=message.reason)
 
 
 def run_view(run: Run) -> t.RunView:
     return t.RunView(run_id=run.run_id, session_id=run.session_id, number=run.number,
-                     status=run.status.value, base_hop=run.base_hop)
+                     status=run.status, base_hop=run.base_hop)
 
 
-def accepted_view(message: Message, mode: str, recipient_state: str) -> t.ProducerAccepted:
+def accepted_view(message: Message, mode: Mode,
+                  recipient_state: RecipientState) -> t.ProducerAccepted:
     """An accept as its sender sees it; ``agent_hop`` only for agent mail."""
     return t.ProducerAccepted(
         message_id=message.message_id, session_id=message.recipient,
-        owner=message.owner.value, mode=mode, recipient_state=recipient_state,
+        owner=message.owner, mode=mode, recipient_state=recipient_state,
         agent_hop=message.hop if message.owner is Owner.AGENT else None)
 
 
@@ -74,8 +76,15 @@ def approval_view(a: Approval) -> t.ApprovalView:
     return t.ApprovalView(
         approval_id=a.approval_id, session_id=a.session_id, run_id=a.run_id,
         tool_call_id=a.tool_call_id, tool=a.tool, arguments=dict(a.arguments), label=a.label,
-        state=a.state.value, scope=a.scope,
-        outcome=a.outcome.text() if a.outcome is not None else None)
+        state=a.state, scope=a.scope, outcome=_outcome(a.outcome))
+
+
+def _outcome(outcome: CallOutcome | None) -> t.ApprovalOutcome | None:
+    """The outcome in the ``ApprovalAnswered`` event's shape: the same object on both."""
+    if outcome is None:
+        return None
+    result = dict(outcome.result) if outcome.result is not None else None
+    return t.ApprovalOutcome(result=result, error=outcome.error, message=outcome.message)
 
 
 
@@ -122,9 +131,6 @@ class Methods:
 
     async def session_create(self, conn: Connection,
                              p: t.SessionCreateParams) -> t.SessionView:
-        if (p.agent is None) == (p.agent_doc is None):
-            raise InvalidRequest("session.create takes exactly one of agent (a known agent's "
-                                 "name) and agent_doc (an agent doc's text)")
         # Every doc is parsed, and every agent built, before any is kept or registered: a
         # bad one changes nothing.
         sources = [(text, f"session.create agent_docs[{index}]")
@@ -187,7 +193,7 @@ class Methods:
         the mail joined a run in flight."""
         message: Message = await self.read(self.engine.message, message_id)
         joined = message.mode is Mode.STEER and message.run_id is not None
-        return accepted_view(message, "steer" if joined else "queue", state.value)
+        return accepted_view(message, Mode.STEER if joined else Mode.QUEUE, state)
 
     async def session_delegate(self, conn: Connection,
                                p: t.SessionDelegateParams) -> t.SessionView:
@@ -251,8 +257,8 @@ class Methods:
         if result is None or not isinstance(result.get("message_id"), str):
             return None  # refused: the content is the tool error, nothing was accepted
         message: Message = await self.read(self.engine.message, result["message_id"])
-        return accepted_view(message, str(result.get("mode")),
-                             str(result.get("recipient_state")))
+        return accepted_view(message, Mode(result["mode"]),
+                             RecipientState(result["recipient_state"]))
 
     async def approval_list(self, conn: Connection,
                             p: t.ApprovalListParams) -> t.ApprovalListResult:
@@ -266,16 +272,12 @@ class Methods:
 
     async def events_subscribe(self, conn: Connection,
                                p: t.EventsSubscribeParams) -> t.EventsSubscribeResult:
-        if p.after < 0:
-            raise InvalidRequest("after is a feed number: 0 (the start) or more")
         head = await self.daemon.subscriptions.head()
         sub_id = await self.daemon.subscriptions.subscribe(conn, p.after, p.session_id)
         return t.EventsSubscribeResult(subscription_id=sub_id, head=head)
 
     async def events_read(self, conn: Connection,
                           p: t.EventsReadParams) -> t.EventsReadResult:
-        if p.after < 0:
-            raise InvalidRequest("after is a feed number: 0 (the start) or more")
         views, next, head = await self.daemon.subscriptions.page(p.after, p.session_id,
                                                                  p.limit)
         return t.EventsReadResult(events=views, next=next, head=head)
