@@ -106,4 +106,11 @@ def decode_params(method: Method, raw: dict[str, Any]) -> msgspec.Struct:
     try:
         return msgspec.convert(raw, method.params)
     except msgspec.ValidationError as exc:
-        raise ParamsError(str(exc)) from None
+        raise ParamsError(_in_words(str(exc))) from None
+
+
+def _in_words(message: str) -> str:
+    """msgspec's message with each pattern it names replaced by what the pattern asks for."""
+    for pattern, words in t.PATTERNS.items():
+        message = message.replace(f"`str` matching regex {pattern!r}", words)
+    return message

@@ -19,6 +19,7 @@ from treemail.core.records import ApprovalState, Mode, Owner, RecipientState
 __all__ = [
     "PAGE_BODY_BYTES",
     "PAGE_LIMIT",
+    "PATTERNS",
     "ApprovalAnswerParams",
     "ApprovalListParams",
     "ApprovalListResult",
@@ -84,7 +85,8 @@ Cursor = Annotated[int, msgspec.Meta(ge=0)]
 # Mail text: the engine refuses mail that is empty or only whitespace. ``\S`` is searched for,
 # not matched whole, by msgspec and by JSON Schema alike, and Python's ``\s`` is exactly
 # ``str.isspace``, which ``str.strip`` (the engine's test) uses.
-MailText = Annotated[str, msgspec.Meta(pattern=r"\S")]
+MAIL_PATTERN: Final = r"\S"
+MailText = Annotated[str, msgspec.Meta(pattern=MAIL_PATTERN)]
 # An idempotency key: 1 to 256 bytes of UTF-8 (``ids.MAX_REFERENCE``). A schema counts
 # characters, so 256 characters is the bound it can state; the daemon also refuses more than
 # 256 bytes, and unprintable text (``producers.check_key``).
@@ -148,7 +150,12 @@ class InitializeParams(Params):
 # -- authentication over TCP (spec/protocol.md, section 2) --------------------------------
 
 # 32 bytes as 64 lowercase hex digits: a nonce, or an HMAC-SHA256 proof.
-Hex32 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+HEX32_PATTERN: Final = "^[0-9a-f]{64}$"
+Hex32 = Annotated[str, msgspec.Meta(pattern=HEX32_PATTERN)]
+
+# What each pattern asks for, in words: a params error names this, not the regex.
+PATTERNS: Final = {MAIL_PATTERN: "text that is not empty or only whitespace",
+                   HEX32_PATTERN: "64 lowercase hex digits (32 bytes)"}
 
 
 class AuthChallengeParams(Params):
