@@ -4,7 +4,10 @@ msgspec, not attrs: one declaration gives fast strict decoding (a wrong type or 
 field is a ``ValidationError`` naming the path, which the server answers as invalid params)
 and its JSON Schema (``msgspec.json.schema_components``), from which the TypeScript bindings
 are generated too. Params forbid unknown fields; results are read leniently by clients, so
-an added result field is not a breaking change for them (it still changes the fingerprint).
+an added result field is not a breaking change for them (``compat.py`` classifies it as
+additive). A state is its core enum, so the schema lists its values; the wire carries the
+value, as before. Bounds (``Meta``) and ``EXACTLY_ONE_OF`` groups are checked by decoding
+and stated by the schema alike.
 """
 
 from __future__ import annotations
