@@ -11,6 +11,7 @@ from typing import Any, Final, NamedTuple
 import msgspec
 
 from treemail.protocol import types as t
+from treemail.protocol.rules import PATTERNS
 
 __all__ = [
     "METHODS",
@@ -111,6 +112,6 @@ def decode_params(method: Method, raw: dict[str, Any]) -> msgspec.Struct:
 
 def _in_words(message: str) -> str:
     """msgspec's message with each pattern it names replaced by what the pattern asks for."""
-    for pattern, words in t.PATTERNS.items():
+    for pattern, words in PATTERNS.items():
         message = message.replace(f"`str` matching regex {pattern!r}", words)
     return message

@@ -18,11 +18,11 @@ import msgspec
 
 from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.records import ApprovalState, Mode, Owner, RecipientState
+from treemail.protocol.rules import Hex32, IdempotencyKey, MailText, check_exactly_one_of
 
 __all__ = [
     "PAGE_BODY_BYTES",
     "PAGE_LIMIT",
-    "PATTERNS",
     "ApprovalAnswerParams",
     "ApprovalListParams",
     "ApprovalListResult",
@@ -85,15 +85,6 @@ PAGE_LIMIT: Final = 256
 PAGE_BODY_BYTES: Final = 1 << 20
 Limit = Annotated[int, msgspec.Meta(ge=1, le=PAGE_LIMIT)]
 Cursor = Annotated[int, msgspec.Meta(ge=0)]
-# Mail text: the engine refuses mail that is empty or only whitespace. ``\S`` is searched for,
-# not matched whole, by msgspec and by JSON Schema alike, and Python's ``\s`` is exactly
-# ``str.isspace``, which ``str.strip`` (the engine's test) uses.
-MAIL_PATTERN: Final = r"\S"
-MailText = Annotated[str, msgspec.Meta(pattern=MAIL_PATTERN)]
-# An idempotency key: 1 to 256 bytes of UTF-8 (``ids.MAX_REFERENCE``). A schema counts
-# characters, so 256 characters is the bound it can state; the daemon also refuses more than
-# 256 bytes, and unprintable text (``producers.check_key``).
-IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
 class Params(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -106,12 +97,7 @@ class Params(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     EXACTLY_ONE_OF: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
     def __post_init__(self) -> None:
-        for group in self.EXACTLY_ONE_OF:
-            given = [name for name in group if getattr(self, name) is not None]
-            if len(given) != 1:
-                # msgspec reports a ValueError raised here as a ValidationError.
-                raise ValueError(f"give exactly one of {' and '.join(group)}; "
-                                 f"got {' and '.join(given) if given else 'neither'}")
+        check_exactly_one_of(self, self.EXACTLY_ONE_OF)
 
 
 class Result(msgspec.Struct, kw_only=True):
@@ -151,14 +137,6 @@ class InitializeParams(Params):
 
 
 # -- authentication over TCP (spec/protocol.md, section 2) --------------------------------
-
-# 32 bytes as 64 lowercase hex digits: a nonce, or an HMAC-SHA256 proof.
-HEX32_PATTERN: Final = "^[0-9a-f]{64}$"
-Hex32 = Annotated[str, msgspec.Meta(pattern=HEX32_PATTERN)]
-
-# What each pattern asks for, in words: a params error names this, not the regex.
-PATTERNS: Final = {MAIL_PATTERN: "text that is not empty or only whitespace",
-                   HEX32_PATTERN: "64 lowercase hex digits (32 bytes)"}
 
 
 class AuthChallengeParams(Params):

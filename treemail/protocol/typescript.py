@@ -114,9 +114,11 @@ def _def(name: str, schema: dict[str, Any]) -> list[str]:
         required = set(schema.get("required", ()))
         return [*_doc(schema), f"export interface {name} "
                 f"{_object(schema.get('properties', {}), required)}", ""]
-    if len(schema.get("oneOf", ())) > 2:  # a long union: one member a line
-        members = "".join(f"\n  | {_ts(member)}" for member in schema["oneOf"])
-        return [*_doc(schema), f"export type {name} ={members};", ""]
+    members = [_ts(m) for m in schema.get("oneOf", ())] or [
+        json.dumps(v) for v in schema.get("enum", ())]
+    if len(members) > 6:  # a long union: one member a line
+        lines = "".join(f"\n  | {member}" for member in members)
+        return [*_doc(schema), f"export type {name} ={lines};", ""]
     return [*_doc(schema), f"export type {name} = {_ts(schema)};", ""]
 
 
