@@ -37,6 +37,7 @@ REFUSED: dict[str, list[dict[str, Any]]] = {
                    {"session_id": SID, "text": "hi", "idempotency_key": ""},
                    {"session_id": SID, "text": "hi", "idempotency_key": "k" * 257}],
     "run.steer": [{"session_id": SID, "text": "\u2003"}],
+    "session.delegate": [{"parent_session_id": SID, "agent": "a", "task": " "}],
     "plugin/producer/send": [{"session_id": SID, "body": "  "},
                              {"session_id": SID, "body": "b", "idempotency_key": ""}],
     "events.read": [{"after": -1}],

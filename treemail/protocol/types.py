@@ -88,11 +88,14 @@ Cursor = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class Params(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Base of every params object: strict, so a misspelt field is an error, not a no-op.
+    """Base of every params object: strict, so a misspelt field is an error, not a no-op."""
 
-    ``EXACTLY_ONE_OF``: groups of fields of which exactly one must be given (not null).
-    Decoding refuses params that break a group, and the bindings state each group as a
-    schema ``oneOf``, so both refuse the same params."""
+
+class GroupedParams(Params):
+    """Params with ``EXACTLY_ONE_OF``: groups of fields of which exactly one must be given
+    (not null). Decoding refuses params that break a group, and the bindings state each
+    group as a schema ``oneOf``, so both refuse the same params. (A base of its own: the
+    check costs every decode a Python call, so only these pay it.)"""
 
     EXACTLY_ONE_OF: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
@@ -201,7 +204,7 @@ class SessionView(Result):
     live: bool
 
 
-class SessionCreateParams(Params):
+class SessionCreateParams(GroupedParams):
     """A new tree whose root runs ``agent`` (a known agent's name), or the agent that
     ``agent_doc`` (an agent doc's full text: YAML frontmatter and prompt) defines.
     ``agent_docs`` define more agents first, for the tree to delegate to; an agent doc
@@ -218,7 +221,7 @@ class SessionCreateParams(Params):
 class SessionDelegateParams(Params):
     parent_session_id: str
     agent: str
-    task: str
+    task: MailText
 
 
 class SessionGetParams(Params):
