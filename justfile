@@ -33,16 +33,25 @@ lint:
     {{python}} -m ruff check treemail tests bench
     {{python}} -m mypy --strict treemail bench tests
 
-# spec/bindings against the wire types: regenerated and diffed, the fingerprint pinned per
-# PROTOCOL_VERSION, and the TypeScript type-checked (typescript installed from the npm registry
-# into tools/bindings/node_modules on first use, pinned by its package-lock.json).
+# spec/bindings against the wire types: regenerated and diffed, every difference from the
+# version's pinned snapshot classified (breaking fails; additive must be in
+# spec/protocol-changelog.md), and the TypeScript type-checked with what a client relies on
+# (tools/bindings/usage.ts; typescript installed from the npm registry into
+# tools/bindings/node_modules on first use, pinned by its package-lock.json).
 check-bindings:
     {{python}} -m treemail.adapters.daemon.bindings check
     cd tools/bindings && { [ -x node_modules/.bin/tsc ] || npm ci --silent --no-audit --no-fund; }
-    tools/bindings/node_modules/.bin/tsc --noEmit --strict spec/bindings/protocol.d.ts
+    tools/bindings/node_modules/.bin/tsc --noEmit --strict spec/bindings/protocol.ts tools/bindings/usage.ts
 
-# Rewrite spec/bindings from the wire types (after bumping PROTOCOL_VERSION; --amend re-pins).
+# Rewrite spec/bindings from the wire types (after bumping PROTOCOL_VERSION, which pins the
+# new version; --amend re-pins the current one while it is unreleased).
 write-bindings *ARGS:
+    {{python}} -m treemail.adapters.daemon.bindings write {{ARGS}}
+
+# Regenerate everything derived under spec/: the tables (errors, events, config, lifecycles)
+# and the bindings (ARGS: --amend to re-pin the unreleased version).
+spec *ARGS:
+    {{python}} -m treemail.spec_tables
     {{python}} -m treemail.adapters.daemon.bindings write {{ARGS}}
 
 # The bounded exhaustive model checker at its default bounds.

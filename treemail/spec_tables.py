@@ -49,7 +49,7 @@ from treemail.core.records import AgentSpec, Session
 from treemail.core.runs import REQUEST_LOG
 from treemail.core.sending import GUARDS, _recipient_state
 from treemail.core.tools import schema_files
-from treemail.protocol.errors import jsonrpc_code
+from treemail.protocol.errors import jsonrpc_code, registered
 
 __all__ = [
     "REGENERATE",
@@ -253,12 +253,7 @@ def run_table() -> Table:
 
 def _error_classes() -> list[type[errors.TreemailError]]:
     """Every subclass of the root declared in errors.py (a test's subclass is not the API)."""
-    found, todo = [], list(errors.TreemailError.__subclasses__())
-    while todo:
-        cls = todo.pop(0)
-        todo.extend(cls.__subclasses__())
-        found += [cls] if cls.__module__ == errors.__name__ else []
-    return found
+    return registered()
 
 
 def _family(cls: type[errors.TreemailError]) -> str:

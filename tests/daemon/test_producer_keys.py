@@ -114,8 +114,12 @@ def test_keyed_plugin_mail_and_bad_keys_on_the_wire(daemon: DaemonProcess) -> No
                 await client.submit(sid, "hi", idempotency_key="")
             with pytest.raises(RpcFailure) as long_key:
                 await client.submit(sid, "hi", idempotency_key="k" * 257)
+            # 200 characters, as the schema allows, but 400 bytes: the engine refuses it.
+            with pytest.raises(RpcFailure) as wide_key:
+                await client.submit(sid, "hi", idempotency_key="\u00e9" * 200)
             return {"once": once, "twice": twice, "user": user, "empty": empty_key.value,
-                    "long": long_key.value, "copies": await _mail(client, sid, "plugin note"),
+                    "long": long_key.value, "wide": wide_key.value,
+                    "copies": await _mail(client, sid, "plugin note"),
                     "hi": await _mail(client, sid, "hi")}
         finally:
             await client.close()
@@ -124,7 +128,10 @@ def test_keyed_plugin_mail_and_bad_keys_on_the_wire(daemon: DaemonProcess) -> No
     assert r["once"] == r["twice"] and r["once"].owner == "plugin"
     assert r["user"].message_id != r["once"].message_id and r["user"].owner == "user"
     assert len(r["copies"]) == 2
+    # Lengths the schema of spec/bindings states are refused as params; bytes, by the engine.
     for refused in (r["empty"], r["long"]):
-        assert refused.data_code == "engine:invalid_request"
-        assert "idempotency key" in refused.error.message
+        assert refused.data_code == "rpc:invalid_params"
+        assert "at `$.idempotency_key`" in refused.error.message
+    assert r["wide"].data_code == "engine:invalid_request"
+    assert "idempotency key" in r["wide"].error.message
     assert r["hi"] == []

@@ -145,7 +145,9 @@ def test_a_tree_of_four_with_both_modes_a_wake_an_approval_and_a_steer(
     assert r["call"].approval_id and "permission:approval_required" in r["call"].content
     assert [h.approval_id for h in r["held"].approvals] == [r["call"].approval_id]
     assert r["answered"].state == "approved" and r["answered"].scope == "once"
-    assert '"message_id"' in (r["answered"].outcome or "")
+    outcome = r["answered"].outcome  # an object, the ApprovalAnswered event's shape
+    assert outcome is not None and outcome.result is not None, outcome
+    assert "message_id" in outcome.result and outcome.error is None, outcome
     assert r["finished"].state == "finished"
     assert r["woken"].recipient_state == "waking_finished" and r["woken"].mode == "queue"
     assert r["queued"].mode == "queue"  # a steer to a session with no run waits for one

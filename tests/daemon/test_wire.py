@@ -304,7 +304,8 @@ def test_a_delegation_without_a_task_is_refused_like_empty_mail(
             await client.close()
 
     blank_task, blank_mail, tree = run(go())
-    assert blank_task.data_code == blank_mail.data_code == "engine:invalid_request"
+    # Both are refused as params, as the schema of spec/bindings refuses them.
+    assert blank_task.data_code == blank_mail.data_code == "rpc:invalid_params"
     assert blank_task.code == blank_mail.code
-    assert "task" in blank_task.error.message
+    assert "not empty or only whitespace - at `$.task`" in blank_task.error.message
     assert len(tree) == 1  # no child was made

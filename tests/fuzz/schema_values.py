@@ -1,9 +1,9 @@
 """Params for every protocol method, generated from spec/bindings/protocol.schema.json.
 
 hypothesis-jsonschema 0.23.1 does not work with our Hypothesis, so this small generator
-reads the subset of JSON Schema the bindings use ($ref, anyOf, enum, object with properties
-and required, string (with a pattern: matching text, and any text), integer, number,
-boolean, null, array with items) and refuses any
+reads the subset of JSON Schema the bindings use ($ref, anyOf, oneOf, const, enum, object
+with properties and required, string (with a pattern: matching text, and any text), integer,
+number, boolean, null, array with items) and refuses any
 other keyword, so a new one in the bindings fails here instead of being ignored. Besides
 valid params it makes wrong ones: a value of the wrong type, an unknown key, a required key
 missing, or arbitrary JSON in place of the whole object.
@@ -25,8 +25,11 @@ __all__ = ["JSON_VALUES", "params_for"]
 BINDINGS = Path(__file__).resolve().parents[2] / "spec" / "bindings" / "protocol.schema.json"
 # Keywords that only describe, and those this reader turns into values.
 _NOTES = {"title", "description", "default", "$comment"}
-_SHAPES = {"$ref", "anyOf", "enum", "type", "properties", "required", "additionalProperties",
-           "items", "minimum", "maximum", "pattern"}
+# Bounds (minimum, lengths, pattern, an object's oneOf of required fields) are not aimed at:
+# the text and integers drawn fall on both sides of them, so params break them too.
+_SHAPES = {"$ref", "anyOf", "oneOf", "const", "enum", "type", "properties", "required",
+           "additionalProperties", "items", "minimum", "maximum", "pattern", "minLength",
+           "maxLength"}
 
 # Arbitrary JSON, with big integers and long text besides the shared strategy's.
 JSON_VALUES: st.SearchStrategy[Any] = st.one_of(
@@ -47,6 +50,10 @@ def _value(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         return st.deferred(lambda: _value(_document()["$defs"][schema["$ref"].split("/")[-1]]))
     if "anyOf" in schema:
         return st.one_of([_value(option) for option in schema["anyOf"]])
+    if "oneOf" in schema and "type" not in schema:
+        return st.one_of([_value(option) for option in schema["oneOf"]])
+    if "const" in schema:
+        return st.just(schema["const"])
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
     kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]

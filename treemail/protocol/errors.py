@@ -28,6 +28,7 @@ __all__ = [
     "ErrorData",
     "RpcError",
     "jsonrpc_code",
+    "registered",
     "rpc_error",
 ]
 
@@ -98,6 +99,17 @@ WIRE_CODES: Final[dict[int, str]] = {
     STORAGE: "storage: the store failed",
     FAILED: "failed: another treemail error",
 }
+
+
+def registered() -> list[type[e.TreemailError]]:
+    """Every error class of the registry, the root's subclasses declared in
+    ``treemail.core.errors`` (a test's subclass is not the API), breadth first."""
+    found, todo = [], list(e.TreemailError.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        todo.extend(cls.__subclasses__())
+        found += [cls] if cls.__module__ == e.__name__ else []
+    return found
 
 
 def jsonrpc_code(cls: type[e.TreemailError]) -> int:

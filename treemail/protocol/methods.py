@@ -16,6 +16,7 @@ from typing import Any, Final, Generic, TypeVar
 import msgspec
 
 from treemail.protocol import types as t
+from treemail.protocol.rules import PATTERNS
 
 __all__ = [
     "APPROVAL_ANSWER",
@@ -202,4 +203,11 @@ def decode_params(method: Method[P, Any], raw: dict[str, Any]) -> P:
     try:
         return msgspec.convert(raw, method.params)
     except msgspec.ValidationError as exc:
-        raise ParamsError(str(exc)) from None
+        raise ParamsError(_in_words(str(exc))) from None
+
+
+def _in_words(message: str) -> str:
+    """msgspec's message with each pattern it names replaced by what the pattern asks for."""
+    for pattern, words in PATTERNS.items():
+        message = message.replace(f"`str` matching regex {pattern!r}", words)
+    return message

@@ -4,14 +4,21 @@ msgspec, not attrs: one declaration gives fast strict decoding (a wrong type or 
 field is a ``ValidationError`` naming the path, which the server answers as invalid params)
 and its JSON Schema (``msgspec.json.schema_components``), from which the TypeScript bindings
 are generated too. Params forbid unknown fields; results are read leniently by clients, so
-an added result field is not a breaking change for them (it still changes the fingerprint).
+an added result field is not a breaking change for them (``compat.py`` classifies it as
+additive). A state is its core enum, so the schema lists its values; the wire carries the
+value, as before. Bounds (``Meta``) and ``EXACTLY_ONE_OF`` groups are checked by decoding
+and stated by the schema alike.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 import msgspec
+
+from treemail.core.lifecycle import MessageState, RunState, SessionState
+from treemail.core.records import ApprovalState, Mode, Owner, RecipientState
+from treemail.protocol.rules import Hex32, IdempotencyKey, MailText, check_exactly_one_of
 
 __all__ = [
     "PAGE_BODY_BYTES",
@@ -19,6 +26,7 @@ __all__ = [
     "ApprovalAnswerParams",
     "ApprovalListParams",
     "ApprovalListResult",
+    "ApprovalOutcome",
     "ApprovalView",
     "AuthChallengeParams",
     "AuthChallengeResult",
@@ -84,6 +92,18 @@ class Params(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defa
     A field left at its default is not sent: a request carries what its caller set."""
 
 
+class GroupedParams(Params):
+    """Params with ``EXACTLY_ONE_OF``: groups of fields of which exactly one must be given
+    (not null). Decoding refuses params that break a group, and the bindings state each
+    group as a schema ``oneOf``, so both refuse the same params. (A base of its own: the
+    check costs every decode a Python call, so only these pay it.)"""
+
+    EXACTLY_ONE_OF: ClassVar[tuple[tuple[str, ...], ...]] = ()
+
+    def __post_init__(self) -> None:
+        check_exactly_one_of(self, self.EXACTLY_ONE_OF)
+
+
 class Result(msgspec.Struct, kw_only=True):
     """Base of every result object."""
 
@@ -121,9 +141,6 @@ class InitializeParams(Params):
 
 
 # -- authentication over TCP (spec/protocol.md, section 2) --------------------------------
-
-# 32 bytes as 64 lowercase hex digits: a nonce, or an HMAC-SHA256 proof.
-Hex32 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 
 
 class AuthChallengeParams(Params):
@@ -183,17 +200,19 @@ class SessionView(Result):
     parent_session_id: str | None
     handle: str | None
     agent: str
-    state: str
+    state: SessionState
     run_id: str | None
     live: bool
 
 
-class SessionCreateParams(Params):
+class SessionCreateParams(GroupedParams):
     """A new tree whose root runs ``agent`` (a known agent's name), or the agent that
     ``agent_doc`` (an agent doc's full text: YAML frontmatter and prompt) defines.
     ``agent_docs`` define more agents first, for the tree to delegate to; an agent doc
     replaces a daemon agent of the same name, except one a file of the data directory's
     ``agents/`` defines (``daemon:agent_defined_by_file``)."""
+
+    EXACTLY_ONE_OF = (("agent", "agent_doc"),)
 
     agent: str | None = None
     agent_doc: str | None = None
@@ -203,7 +222,7 @@ class SessionCreateParams(Params):
 class SessionDelegateParams(Params):
     parent_session_id: str
     agent: str
-    task: str
+    task: MailText
 
 
 class SessionGetParams(Params):
@@ -234,7 +253,7 @@ class RunView(Result):
     run_id: str
     session_id: str
     number: int
-    status: str
+    status: RunState
     base_hop: int
 
 
@@ -268,8 +287,8 @@ class RunSubmitParams(Params):
     producer kind (user or plugin), and kept as long as the store."""
 
     session_id: str
-    text: str
-    idempotency_key: str | None = None
+    text: MailText
+    idempotency_key: IdempotencyKey | None = None
 
 
 class RunSteerParams(Params):
@@ -279,8 +298,8 @@ class RunSteerParams(Params):
     ``run.submit`` and then by ``run.steer`` is other mail, and refused)."""
 
     session_id: str
-    text: str
-    idempotency_key: str | None = None
+    text: MailText
+    idempotency_key: IdempotencyKey | None = None
 
 
 class ProducerAccepted(Result):
@@ -289,9 +308,9 @@ class ProducerAccepted(Result):
 
     message_id: str
     session_id: str
-    owner: str
-    mode: str
-    recipient_state: str
+    owner: Owner
+    mode: Mode
+    recipient_state: RecipientState
     agent_hop: int | None = None
 
 
@@ -302,9 +321,9 @@ class MessageView(Result):
     message_id: str
     recipient: str
     sender: str | None
-    owner: str
-    mode: str
-    state: str
+    owner: Owner
+    mode: Mode
+    state: MessageState
     body: str
     run_id: str | None
     reason: str | None
@@ -373,7 +392,18 @@ class ToolCallResult(Result):
     accepted: ProducerAccepted | None = None
 
 
+class ApprovalOutcome(Result):
+    """What an answered call produced, in the shape the ``ApprovalAnswered`` event records
+    it: the result's fields, or the error's ``error`` code and ``message``."""
+
+    result: dict[str, str] | None = None
+    error: str | None = None
+    message: str | None = None
+
+
 class ApprovalView(Result):
+    """A held tool call; ``outcome``, once answered, is what the call produced."""
+
     approval_id: str
     session_id: str
     run_id: str
@@ -381,9 +411,9 @@ class ApprovalView(Result):
     tool: str
     arguments: dict[str, Any]
     label: str
-    state: str
+    state: ApprovalState
     scope: str | None
-    outcome: str | None
+    outcome: ApprovalOutcome | None
 
 
 class ApprovalListParams(Params):
@@ -418,7 +448,7 @@ class EventsSubscribeParams(Params):
     """Every event after feed number ``after`` (0: from the start), replayed and then live,
     in order, each once; only ``session_id``'s when given."""
 
-    after: int = 0
+    after: Cursor = 0
     session_id: str | None = None
 
 
@@ -431,7 +461,7 @@ class EventsReadParams(Params):
     """A page of the feed after ``after`` (at most ``limit`` events, at most 256), only
     ``session_id``'s when given; ``next`` is where the next page starts."""
 
-    after: int = 0
+    after: Cursor = 0
     session_id: str | None = None
     limit: int = 256
 
@@ -458,8 +488,8 @@ class ProducerSendParams(Params):
     ``idempotency_key``: as for ``run.submit``, in the plugins' key space of the session."""
 
     session_id: str
-    body: str
-    idempotency_key: str | None = None
+    body: MailText
+    idempotency_key: IdempotencyKey | None = None
 
 
 # -- notifications and server requests ----------------------------------------------------

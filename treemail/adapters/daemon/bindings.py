@@ -2,49 +2,77 @@
 
 ``check`` regenerates every binding into a temporary directory, compares it file by file
 with the committed one, and fails on any difference, naming the command that rewrites them.
-It also fails when the wire types changed but ``PROTOCOL_VERSION`` did not: the fingerprint
-of the schemas is pinned per version in ``fingerprints.json``, and ``write`` refuses to
-re-pin a version that already has one unless told ``--amend`` (for a version not yet
-released).
+It also holds the wire to its pinned version: ``pinned/protocol-<N>.schema.json`` is the
+bundle of protocol N as released, and every difference from it is classified
+(``treemail.protocol.compat``). A breaking one fails unless ``PROTOCOL_VERSION`` is bumped;
+an additive one passes once the protocol changelog (``spec/protocol-changelog.md``) names it
+under the version's heading. ``write`` pins a version that has no snapshot yet, and refuses
+to re-pin one unless told ``--amend`` (for a version not yet released).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import re
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from treemail.protocol.bindings import fingerprint, generate, schema_bundle
+from treemail.protocol.bindings import dump, generate, schema_bundle
+from treemail.protocol.compat import ADDITIVE, BREAKING, Difference, compare
 from treemail.protocol.methods import PROTOCOL_VERSION
 
-__all__ = ["FINGERPRINTS", "check", "main", "write"]
+__all__ = ["CHANGELOG", "check", "classified", "main", "pinned_path", "write"]
 
 DEFAULT_DIR = Path("spec/bindings")
-FINGERPRINTS = "fingerprints.json"
+CHANGELOG = "protocol-changelog.md"  # beside the bindings' directory
 REWRITE = "just write-bindings"
 
 
-def _pins(directory: Path) -> dict[str, str]:
-    path = directory / FINGERPRINTS
-    pins = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    return {str(k): str(v) for k, v in pins.items()}
+def pinned_path(directory: Path, version: int = PROTOCOL_VERSION) -> Path:
+    return directory / "pinned" / f"protocol-{version}.schema.json"
 
 
-def version_problem(directory: Path) -> str | None:
-    """Why the pinned fingerprint does not fit the wire types of ``PROTOCOL_VERSION``."""
-    current, version = fingerprint(schema_bundle()), str(PROTOCOL_VERSION)
-    pinned = _pins(directory).get(version)
-    if pinned is None:
-        return (f"protocol version {version} has no pinned fingerprint in "
-                f"{directory / FINGERPRINTS}; run `{REWRITE}` to pin it")
-    if pinned != current:
-        return (f"the wire types changed but PROTOCOL_VERSION is still {version} (pinned "
-                f"fingerprint {pinned[:12]}, now {current[:12]}): bump PROTOCOL_VERSION in "
-                f"treemail/protocol/methods.py, then run `{REWRITE}`")
-    return None
+def _pinned(directory: Path) -> dict[str, Any] | None:
+    path = pinned_path(directory)
+    pinned: dict[str, Any] | None = (json.loads(path.read_text(encoding="utf-8"))
+                                     if path.exists() else None)
+    return pinned
+
+
+def classified(directory: Path) -> list[Difference] | None:
+    """Every difference of the wire types from the pinned bundle; None when none is pinned."""
+    pinned = _pinned(directory)
+    return None if pinned is None else compare(pinned, schema_bundle())
+
+
+def changelog_entries(directory: Path) -> str:
+    """The changelog's section of ``PROTOCOL_VERSION``: from its heading to the next."""
+    path = directory.parent / CHANGELOG
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    found = re.search(rf"^## Protocol {PROTOCOL_VERSION}\b.*?(?=^## |\Z)", text,
+                      re.MULTILINE | re.DOTALL)
+    return found.group(0) if found else ""
+
+
+def version_problems(directory: Path) -> list[str]:
+    """Why the wire types do not fit ``PROTOCOL_VERSION`` as pinned."""
+    found = classified(directory)
+    if found is None:
+        return [f"protocol version {PROTOCOL_VERSION} has no pinned snapshot "
+                f"{pinned_path(directory)}; run `{REWRITE}` to pin it"]
+    breaking = [d for d in found if d.kind == BREAKING]
+    problems = [f"{d} (a breaking change: bump PROTOCOL_VERSION in "
+                f"treemail/protocol/methods.py, then run `{REWRITE}`; or `{REWRITE} --amend` "
+                f"while protocol {PROTOCOL_VERSION} is unreleased)" for d in breaking]
+    listed = changelog_entries(directory)
+    problems += [f"{d} is not in the protocol changelog: name `{d.subject}` under "
+                 f"'## Protocol {PROTOCOL_VERSION}' in {directory.parent / CHANGELOG}"
+                 for d in found if d.kind == ADDITIVE and f"`{d.subject}`" not in listed]
+    return problems
 
 
 def differences(directory: Path) -> list[str]:
@@ -67,7 +95,7 @@ def differences(directory: Path) -> list[str]:
 
 
 def check(directory: Path = DEFAULT_DIR) -> list[str]:
-    problems = [p for p in [version_problem(directory)] if p]
+    problems = version_problems(directory)
     found = differences(directory)
     if found:
         problems.append(f"spec/bindings is out of date; run `{REWRITE}` to rewrite it")
@@ -76,17 +104,21 @@ def check(directory: Path = DEFAULT_DIR) -> list[str]:
 
 
 def write(directory: Path = DEFAULT_DIR, *, amend: bool = False) -> str | None:
-    """Rewrite the bindings and pin the fingerprint; an error message if it must not."""
-    problem = version_problem(directory)
-    pins = _pins(directory)
-    if problem is not None and str(PROTOCOL_VERSION) in pins and not amend:
-        return problem + " (or pass --amend while this version is unreleased)"
+    """Rewrite the bindings, pinning the version if it is not yet; an error message if a
+    breaking change must not be written under the pinned version."""
+    found = classified(directory)
+    breaking = [str(d) for d in found or () if d.kind == BREAKING]
+    if breaking and not amend:
+        return ("the wire types break protocol " f"{PROTOCOL_VERSION} as pinned:\n  "
+                + "\n  ".join(breaking) + "\nbump PROTOCOL_VERSION in "
+                "treemail/protocol/methods.py (or pass --amend while this version is "
+                "unreleased)")
     directory.mkdir(parents=True, exist_ok=True)
     for name, text in generate().items():
         (directory / name).write_text(text, encoding="utf-8")
-    pins[str(PROTOCOL_VERSION)] = fingerprint(schema_bundle())
-    (directory / FINGERPRINTS).write_text(json.dumps(pins, indent=2, sort_keys=True) + "\n",
-                                          encoding="utf-8")
+    if found is None or amend:
+        pinned_path(directory).parent.mkdir(parents=True, exist_ok=True)
+        pinned_path(directory).write_text(dump(schema_bundle()), encoding="utf-8")
     return None
 
 

@@ -106,9 +106,6 @@ class Methods:
     @handles(m.SESSION_CREATE)
     async def session_create(self, conn: Connection,
                              p: t.SessionCreateParams) -> t.SessionView:
-        if (p.agent is None) == (p.agent_doc is None):
-            raise InvalidRequest("session.create takes exactly one of agent (a known agent's "
-                                 "name) and agent_doc (an agent doc's text)")
         # Every doc is parsed, and every agent built, before any is kept or registered: a
         # bad one changes nothing.
         sources = [(text, f"session.create agent_docs[{index}]")
@@ -171,7 +168,7 @@ class Methods:
         the mail joined a run in flight."""
         message: Message = await self.read(self.engine.message, message_id)
         joined = message.mode is Mode.STEER and message.run_id is not None
-        return accepted_view(message, "steer" if joined else "queue", state.value)
+        return accepted_view(message, Mode.STEER if joined else Mode.QUEUE, state)
 
     @handles(m.SESSION_DELEGATE)
     async def session_delegate(self, conn: Connection,
@@ -242,8 +239,8 @@ class Methods:
         if result is None or not isinstance(result.get("message_id"), str):
             return None  # refused: the content is the tool error, nothing was accepted
         message: Message = await self.read(self.engine.message, result["message_id"])
-        return accepted_view(message, str(result.get("mode")),
-                             str(result.get("recipient_state")))
+        return accepted_view(message, Mode(result["mode"]),
+                             RecipientState(result["recipient_state"]))
 
     @handles(m.APPROVAL_LIST)
     async def approval_list(self, conn: Connection,
@@ -260,8 +257,6 @@ class Methods:
     @handles(m.EVENTS_SUBSCRIBE)
     async def events_subscribe(self, conn: Connection,
                                p: t.EventsSubscribeParams) -> t.EventsSubscribeResult:
-        if p.after < 0:
-            raise InvalidRequest("after is a feed number: 0 (the start) or more")
         head = await self.daemon.subscriptions.head()
         sub_id = await self.daemon.subscriptions.subscribe(conn, p.after, p.session_id)
         return t.EventsSubscribeResult(subscription_id=sub_id, head=head)
@@ -269,8 +264,6 @@ class Methods:
     @handles(m.EVENTS_READ)
     async def events_read(self, conn: Connection,
                           p: t.EventsReadParams) -> t.EventsReadResult:
-        if p.after < 0:
-            raise InvalidRequest("after is a feed number: 0 (the start) or more")
         views, next, head = await self.daemon.subscriptions.page(p.after, p.session_id,
                                                                  p.limit)
         return t.EventsReadResult(events=views, next=next, head=head)

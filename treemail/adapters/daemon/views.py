@@ -4,7 +4,17 @@ UI builds the same views from a store it reads directly, so both show one shape.
 
 from __future__ import annotations
 
-from treemail.core.records import Approval, Event, Message, Owner, Run, Session
+from treemail.core.records import (
+    Approval,
+    Event,
+    Message,
+    Mode,
+    Owner,
+    RecipientState,
+    Run,
+    Session,
+)
+from treemail.core.results import CallOutcome
 from treemail.protocol import types as t
 
 __all__ = ["accepted_view", "approval_view", "event_view", "message_view", "run_view",
@@ -22,20 +32,21 @@ def session_view(session: Session) -> t.SessionView:
 def message_view(message: Message) -> t.MessageView:
     return t.MessageView(
         message_id=message.message_id, recipient=message.recipient, sender=message.sender,
-        owner=message.owner.value, mode=message.mode.value, state=message.state,
+        owner=message.owner, mode=message.mode, state=message.state,
         body=message.body, run_id=message.run_id, reason=message.reason)
 
 
 def run_view(run: Run) -> t.RunView:
     return t.RunView(run_id=run.run_id, session_id=run.session_id, number=run.number,
-                     status=run.status.value, base_hop=run.base_hop)
+                     status=run.status, base_hop=run.base_hop)
 
 
-def accepted_view(message: Message, mode: str, recipient_state: str) -> t.ProducerAccepted:
+def accepted_view(message: Message, mode: Mode,
+                  recipient_state: RecipientState) -> t.ProducerAccepted:
     """An accept as its sender sees it; ``agent_hop`` only for agent mail."""
     return t.ProducerAccepted(
         message_id=message.message_id, session_id=message.recipient,
-        owner=message.owner.value, mode=mode, recipient_state=recipient_state,
+        owner=message.owner, mode=mode, recipient_state=recipient_state,
         agent_hop=message.hop if message.owner is Owner.AGENT else None)
 
 
@@ -43,8 +54,15 @@ def approval_view(a: Approval) -> t.ApprovalView:
     return t.ApprovalView(
         approval_id=a.approval_id, session_id=a.session_id, run_id=a.run_id,
         tool_call_id=a.tool_call_id, tool=a.tool, arguments=dict(a.arguments), label=a.label,
-        state=a.state.value, scope=a.scope,
-        outcome=a.outcome.text() if a.outcome is not None else None)
+        state=a.state, scope=a.scope, outcome=_outcome(a.outcome))
+
+
+def _outcome(outcome: CallOutcome | None) -> t.ApprovalOutcome | None:
+    """The outcome in the ``ApprovalAnswered`` event's shape: the same object on both."""
+    if outcome is None:
+        return None
+    result = dict(outcome.result) if outcome.result is not None else None
+    return t.ApprovalOutcome(result=result, error=outcome.error, message=outcome.message)
 
 
 def event_view(number: int, event: Event) -> t.EventView:

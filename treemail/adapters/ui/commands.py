@@ -33,6 +33,7 @@ from treemail.adapters.ui import feed
 from treemail.adapters.ui.feed import Names, follow, view_row
 from treemail.adapters.ui.terminal import visible
 from treemail.core.errors import TreemailError
+from treemail.core.results import CallOutcome
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
 
@@ -412,7 +413,11 @@ def state_text(step: Mapping[str, Any]) -> str:
 def answer_line(answered: dict[str, Any]) -> str:
     """An answered approval as one line: its state, the scope of an approval, the outcome."""
     scope = f" (scope {answered['scope']})" if answered.get("scope") else ""
-    return visible(f"{answered['state']}{scope}: {answered['outcome']}")
+    outcome = answered.get("outcome")  # an object, as the ApprovalAnswered event records it
+    text = "no outcome yet" if outcome is None else CallOutcome(
+        result=outcome.get("result"), error=outcome.get("error"),
+        message=outcome.get("message")).text()
+    return visible(f"{answered['state']}{scope}: {text}")
 
 
 async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:

@@ -1,11 +1,38 @@
 // Generated from protocol.schema.json by `just write-bindings`; do not edit.
 
-export declare const PROTOCOL_VERSION: 19;
+/** The protocol version this file describes: send it in `initialize`. */
+export const PROTOCOL_VERSION = 19 as const;
+
+/** The JSON-RPC `error.code` of each family of treemail errors. */
+export const WIRE_ERRORS = {
+  "-32700": "parse error: the frame is not UTF-8 JSON",
+  "-32603": "internal error: a daemon bug; the message says what failed",
+  "-32602": "invalid params: the params do not match the method's schema",
+  "-32601": "unknown method",
+  "-32600": "invalid request: not a JSON-RPC 2.0 message, or a frame over the limit",
+  "-32013": "failed: another treemail error",
+  "-32012": "storage: the store failed",
+  "-32011": "invalid: the operation names something that does not exist or is malformed",
+  "-32010": "refused: treemail refused the operation; the store is unchanged",
+  "-32004": "unauthorized: a TCP connection must prove it holds the daemon's token",
+  "-32003": "unsupported protocol version",
+  "-32002": "not initialized: send initialize first",
+  "-32001": "overloaded: too many requests in flight on this connection; retry later"
+} as const;
 
 export interface ApprovalAnswerParams {
   approval_id: string;
   approve: boolean;
   scope?: "once" | "session" | "tree";
+}
+
+/** A ApprovalAnswered event. */
+export interface ApprovalAnsweredEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ApprovalAnswered";
+  data: ApprovalAnsweredData;
 }
 
 export interface ApprovalListParams {
@@ -16,6 +43,25 @@ export interface ApprovalListResult {
   approvals: Array<ApprovalView>;
 }
 
+/** What an answered call produced, in the shape the ``ApprovalAnswered`` event records it: the result's fields, or the error's ``error`` code and ``message``. */
+export interface ApprovalOutcome {
+  result?: Record<string, string> | null;
+  error?: string | null;
+  message?: string | null;
+}
+
+/** A ApprovalRequested event. */
+export interface ApprovalRequestedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ApprovalRequested";
+  data: ApprovalRequestedData;
+}
+
+export type ApprovalState = "approved" | "denied" | "pending";
+
+/** A held tool call; ``outcome``, once answered, is what the call produced. */
 export interface ApprovalView {
   approval_id: string;
   session_id: string;
@@ -24,9 +70,9 @@ export interface ApprovalView {
   tool: string;
   arguments: Record<string, unknown>;
   label: string;
-  state: string;
+  state: ApprovalState;
   scope: string | null;
-  outcome: string | null;
+  outcome: ApprovalOutcome | null;
 }
 
 /** A TCP connection's first request: the client's fresh random nonce. */
@@ -60,8 +106,117 @@ export interface ClientInfo {
   version?: string;
 }
 
+/** A DelegationCompleted event. */
+export interface DelegationCompletedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "DelegationCompleted";
+  data: DelegationCompletedData;
+}
+
 /** No params. */
 export interface Empty {
+}
+
+/** A stable treemail error code (spec/errors.json). */
+export type ErrorCode =
+  | "agent_doc:invalid"
+  | "approval:unknown"
+  | "client:answer_malformed"
+  | "client:answer_too_large"
+  | "client:error"
+  | "client:request_too_large"
+  | "client:server_unproven"
+  | "client:timeout"
+  | "config:exists"
+  | "config:invalid"
+  | "config:unknown_key"
+  | "daemon:agent_defined_by_file"
+  | "daemon:data_dir_locked"
+  | "daemon:listen_failed"
+  | "daemon:not_loopback"
+  | "daemon:socket_in_use"
+  | "daemon:socket_path_taken"
+  | "daemon:token_unsafe"
+  | "delegation:denied"
+  | "delegation:not_a_subagent"
+  | "delegation:refused"
+  | "delegation:run_ended"
+  | "delegation:unknown_agent"
+  | "delegation:unknown_subagent"
+  | "engine:invalid_request"
+  | "engine:invalid_tool_context"
+  | "engine:unknown_target"
+  | "lifecycle:illegal_transition"
+  | "model:error"
+  | "model:script_exhausted"
+  | "permission:approval_pending"
+  | "permission:approval_required"
+  | "permission:denied"
+  | "plugin:body_too_large"
+  | "plugin:failed"
+  | "plugin:load_failed"
+  | "plugin:refused"
+  | "producer:idempotency_conflict"
+  | "rpc:answer_failed"
+  | "rpc:error"
+  | "rpc:frame_too_large"
+  | "rpc:internal"
+  | "rpc:invalid_params"
+  | "rpc:invalid_request"
+  | "rpc:invalid_utf8"
+  | "rpc:method_not_found"
+  | "rpc:not_initialized"
+  | "rpc:overloaded"
+  | "rpc:parse_error"
+  | "rpc:token_in_clear"
+  | "rpc:too_many_subscriptions"
+  | "rpc:unauthorized"
+  | "rpc:unsupported_version"
+  | "send_message:disabled"
+  | "send_message:engine_shutdown"
+  | "send_message:idempotency_conflict"
+  | "send_message:inbox_full"
+  | "send_message:inflight_full"
+  | "send_message:invalid_arguments"
+  | "send_message:invalid_body"
+  | "send_message:max_hops_exceeded"
+  | "send_message:not_tree_peer"
+  | "send_message:refused"
+  | "send_message:self_send"
+  | "send_message:unknown_session"
+  | "store:closed"
+  | "store:damaged"
+  | "store:driver_missing"
+  | "store:failure"
+  | "store:full"
+  | "store:locked"
+  | "store:missing"
+  | "store:not_private"
+  | "store:outcome_unknown"
+  | "store:unknown_format"
+  | "store:unknown_url"
+  | "subagent:unknown_reference"
+  | "tool:failed"
+  | "tool:interrupted"
+  | "tool:invalid_arguments"
+  | "tool:note"
+  | "tool:unknown"
+  | "treemail:definition"
+  | "treemail:refused";
+
+/** What a client branches on: treemail's stable error code, and the error's details. */
+export interface ErrorData {
+  code: ErrorCode;
+  details?: Record<string, unknown>;
+}
+
+/** A request's error; ``id`` is null when the request's id could not be read. */
+export interface ErrorResponse {
+  jsonrpc: "2.0";
+  id: number | string | null;
+  error: RpcError;
 }
 
 /** ``events/event``: the next event of a subscription. */
@@ -71,13 +226,28 @@ export interface EventNotification {
 }
 
 /** One durable event: ``number`` is its place in the global feed, ``seq`` in its session's log. */
-export interface EventView {
-  number: number;
-  session_id: string;
-  seq: number;
-  kind: string;
-  data: Record<string, unknown>;
-}
+export type EventView =
+  | SessionCreatedEvent
+  | SessionRevertedEvent
+  | SessionForkedEvent
+  | RunQueuedEvent
+  | RunStartedEvent
+  | RunFinishedEvent
+  | RunInterruptedEvent
+  | RequestBegunEvent
+  | RequestCommittedEvent
+  | RequestAbortedEvent
+  | ModelOutputEvent
+  | ToolResultsEvent
+  | DelegationCompletedEvent
+  | ApprovalRequestedEvent
+  | ApprovalAnsweredEvent
+  | ProducerMessageAcceptedEvent
+  | ProducerMessageAdmittedEvent
+  | ProducerMessageClaimedEvent
+  | ProducerMessageReleasedEvent
+  | ProducerMessageConsumedEvent
+  | ProducerMessageDiscardedEvent;
 
 /** A page of the feed after ``after`` (at most ``limit`` events, at most 256), only ``session_id``'s when given; ``next`` is where the next page starts. */
 export interface EventsReadParams {
@@ -157,17 +327,41 @@ export interface MessageReceipt {
   history: Array<MessageHistoryEntry>;
 }
 
+export type MessageState = "accepted" | "admitted" | "claimed" | "consumed" | "discarded" | "released";
+
 export interface MessageView {
   message_id: string;
   recipient: string;
   sender: string | null;
-  owner: string;
-  mode: string;
-  state: string;
+  owner: Owner;
+  mode: Mode;
+  state: MessageState;
   body: string;
   run_id: string | null;
   reason: string | null;
 }
+
+/** Requested delivery: join the in-flight run (steer) or wait for the next run (queue). */
+export type Mode = "queue" | "steer";
+
+/** A ModelOutput event. */
+export interface ModelOutputEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ModelOutput";
+  data: ModelOutputData;
+}
+
+/** A message without an ``id``: never answered. */
+export interface NotificationFrame {
+  jsonrpc: "2.0";
+  method: string;
+  params?: Record<string, unknown>;
+}
+
+/** Who produced a message. Only agent mail counts against a recipient's inbox cap. */
+export type Owner = "agent" | "delegation" | "goal" | "plugin" | "user";
 
 /** ``plugin/event``: every durable event, to connections that asked for plugin events. */
 export interface PluginEventNotification {
@@ -178,10 +372,64 @@ export interface PluginEventNotification {
 export interface ProducerAccepted {
   message_id: string;
   session_id: string;
-  owner: string;
-  mode: string;
-  recipient_state: string;
+  owner: Owner;
+  mode: Mode;
+  recipient_state: RecipientState;
   agent_hop?: number | null;
+}
+
+/** A ProducerMessageAccepted event. */
+export interface ProducerMessageAcceptedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ProducerMessageAccepted";
+  data: ProducerMessageAcceptedData;
+}
+
+/** A ProducerMessageAdmitted event. */
+export interface ProducerMessageAdmittedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ProducerMessageAdmitted";
+  data: ProducerMessageAdmittedData;
+}
+
+/** A ProducerMessageClaimed event. */
+export interface ProducerMessageClaimedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ProducerMessageClaimed";
+  data: ProducerMessageClaimedData;
+}
+
+/** A ProducerMessageConsumed event. */
+export interface ProducerMessageConsumedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ProducerMessageConsumed";
+  data: ProducerMessageConsumedData;
+}
+
+/** A ProducerMessageDiscarded event. */
+export interface ProducerMessageDiscardedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ProducerMessageDiscarded";
+  data: ProducerMessageDiscardedData;
+}
+
+/** A ProducerMessageReleased event. */
+export interface ProducerMessageReleasedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ProducerMessageReleased";
+  data: ProducerMessageReleasedData;
 }
 
 /** Plugin-owned mail into any session; the body is capped at 256 KiB of UTF-8. ``idempotency_key``: as for ``run.submit``, in the plugins' key space of the session. */
@@ -191,8 +439,78 @@ export interface ProducerSendParams {
   idempotency_key?: string | null;
 }
 
+/** The recipient as the sender found it: running, waiting for a run, or finished. These are wire values of the send result, fixed by the contract, not session states: two of them happen to share a session state's spelling. */
+export type RecipientState = "queued" | "running" | "waking_finished";
+
+/** A RequestAborted event. */
+export interface RequestAbortedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "RequestAborted";
+  data: RequestAbortedData;
+}
+
+/** A RequestBegun event. */
+export interface RequestBegunEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "RequestBegun";
+  data: RequestBegunData;
+}
+
+/** A RequestCommitted event. */
+export interface RequestCommittedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "RequestCommitted";
+  data: RequestCommittedData;
+}
+
+/** A request: answered with a response or an error response of the same ``id``. Params are by name; omitted, they are ``{}``. */
+export interface RequestFrame {
+  jsonrpc: "2.0";
+  id: number | string;
+  method: string;
+  params?: Record<string, unknown>;
+}
+
+/** A request's result. */
+export interface ResponseFrame {
+  jsonrpc: "2.0";
+  id: number | string;
+  result: unknown;
+}
+
+/** A JSON-RPC error object; ``data.code`` is the stable treemail code. */
+export interface RpcError {
+  code: number;
+  message: string;
+  data?: ErrorData | null;
+}
+
+/** A RunFinished event. */
+export interface RunFinishedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "RunFinished";
+  data: RunFinishedData;
+}
+
 export interface RunGetParams {
   run_id: string;
+}
+
+/** A RunInterrupted event. */
+export interface RunInterruptedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "RunInterrupted";
+  data: RunInterruptedData;
 }
 
 /** A page of a session's runs, in order: at most ``limit`` (1 to 256, default 256) after the cursor ``after`` (0: from the first; else a ``next`` a previous page gave). */
@@ -207,6 +525,26 @@ export interface RunListResult {
   runs: Array<RunView>;
   next: number | null;
 }
+
+/** A RunQueued event. */
+export interface RunQueuedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "RunQueued";
+  data: RunQueuedData;
+}
+
+/** A RunStarted event. */
+export interface RunStartedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "RunStarted";
+  data: RunStartedData;
+}
+
+export type RunState = "finished" | "interrupted" | "queued" | "running";
 
 /** User steering: joins the session's in-flight run at its next safe boundary; with no run in flight it waits for the next run, like ``run.submit``. ``idempotency_key``: as for ``run.submit`` (one key space for the user's mail to a session: a key used by ``run.submit`` and then by ``run.steer`` is other mail, and refused). */
 export interface RunSteerParams {
@@ -226,7 +564,7 @@ export interface RunView {
   run_id: string;
   session_id: string;
   number: number;
-  status: string;
+  status: RunState;
   base_hop: number;
 }
 
@@ -244,16 +582,32 @@ export interface ServerInfo {
 }
 
 /** A new tree whose root runs ``agent`` (a known agent's name), or the agent that ``agent_doc`` (an agent doc's full text: YAML frontmatter and prompt) defines. ``agent_docs`` define more agents first, for the tree to delegate to; an agent doc replaces a daemon agent of the same name, except one a file of the data directory's ``agents/`` defines (``daemon:agent_defined_by_file``). */
-export interface SessionCreateParams {
-  agent?: string | null;
-  agent_doc?: string | null;
+export type SessionCreateParams = {
   agent_docs?: Array<string>;
+} & ({ agent: string; agent_doc?: null; } | { agent?: null; agent_doc: string; });
+
+/** A SessionCreated event. */
+export interface SessionCreatedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "SessionCreated";
+  data: SessionCreatedData;
 }
 
 export interface SessionDelegateParams {
   parent_session_id: string;
   agent: string;
   task: string;
+}
+
+/** A SessionForked event. */
+export interface SessionForkedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "SessionForked";
+  data: SessionForkedData;
 }
 
 export interface SessionGetParams {
@@ -273,13 +627,24 @@ export interface SessionListResult {
   next: number | null;
 }
 
+/** A SessionReverted event. */
+export interface SessionRevertedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "SessionReverted";
+  data: SessionRevertedData;
+}
+
+export type SessionState = "finished" | "idle" | "queued" | "running";
+
 export interface SessionView {
   session_id: string;
   root_session_id: string;
   parent_session_id: string | null;
   handle: string | null;
   agent: string;
-  state: string;
+  state: SessionState;
   run_id: string | null;
   live: boolean;
 }
@@ -318,6 +683,15 @@ export interface ToolGateResult {
   reason?: string;
 }
 
+/** A ToolResults event. */
+export interface ToolResultsEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ToolResults";
+  data: ToolResultsData;
+}
+
 export interface Methods {
   "auth.challenge": { params: AuthChallengeParams; result: AuthChallengeResult };
   "auth.prove": { params: AuthProveParams; result: AuthProveResult };
@@ -350,6 +724,29 @@ export interface Notifications {
 export interface ServerRequests {
   "plugin/tool_before_call": { params: ToolGateParams; result: ToolGateResult };
 }
+
+/** A request frame of method M, its params typed. */
+export type Request<M extends keyof Methods = keyof Methods> = {
+  [K in M]: { jsonrpc: "2.0"; id: number | string; method: K; params: Methods[K]["params"] };
+}[M];
+
+/** The response to a request of method M, its result typed. */
+export interface Response<M extends keyof Methods> {
+  jsonrpc: "2.0";
+  id: number | string;
+  result: Methods[M]["result"];
+}
+
+/** A server notification of method M, its params typed. */
+export type Notification<M extends keyof Notifications = keyof Notifications> = {
+  [K in M]: { jsonrpc: "2.0"; method: K; params: Notifications[K]["params"] };
+}[M];
+
+/** A server request of method M (answered by plugins), its params typed. */
+export type ServerRequest<M extends keyof ServerRequests = keyof ServerRequests> = {
+  [K in M]: { jsonrpc: "2.0"; id: number | string; method: K;
+              params: ServerRequests[K]["params"] };
+}[M];
 
 /** A session was created: a tree root (no parent) or a delegated child. */
 export interface SessionCreatedData {
