@@ -191,6 +191,17 @@ export interface ProducerSendParams {
   idempotency_key?: string | null;
 }
 
+/** Cancel the session's run in flight (queued or running), as its user: the run ends interrupted with the reason "cancelled by user", mail it had claimed is released, and the session stays idle until new input. A delegated session's parent is told, as for any interrupted run. */
+export interface RunCancelParams {
+  session_id: string;
+}
+
+/** The run that was cancelled, as it ended. */
+export interface RunCancelResult {
+  run: RunView;
+  session: SessionView;
+}
+
 export interface RunGetParams {
   run_id: string;
 }
@@ -329,6 +340,7 @@ export interface Methods {
   "session.delegate": { params: SessionDelegateParams; result: SessionView };
   "run.submit": { params: RunSubmitParams; result: ProducerAccepted };
   "run.steer": { params: RunSteerParams; result: ProducerAccepted };
+  "run.cancel": { params: RunCancelParams; result: RunCancelResult };
   "run.get": { params: RunGetParams; result: RunView };
   "run.list": { params: RunListParams; result: RunListResult };
   "message.get": { params: MessageGetParams; result: MessageReceipt };

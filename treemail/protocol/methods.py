@@ -57,6 +57,8 @@ METHODS: Final[dict[str, Method]] = _table(
            "User input for the session's next run (queue mode); it wakes the session."),
     Method("run.steer", t.RunSteerParams, t.ProducerAccepted,
            "User steering: joins the in-flight run at its next safe boundary."),
+    Method("run.cancel", t.RunCancelParams, t.RunCancelResult,
+           "Cancel the session's run in flight as its user; its claimed mail is released."),
     Method("run.get", t.RunGetParams, t.RunView, "One run."),
     Method("run.list", t.RunListParams, t.RunListResult, "A page of a session's runs, in order."),
     Method("message.get", t.MessageGetParams, t.MessageReceipt,

@@ -128,6 +128,9 @@ class Actor:
         self.task: asyncio.Task[None] = None  # type: ignore[assignment]  # set by poke
         self.busy = False
         self.failures = 0  # consecutive failed model calls
+        # Set by a cancel from outside, which ends the run itself: a cancelled actor must
+        # not also interrupt it (with another reason, waking the session again).
+        self.silenced = False
 
     async def live(self) -> None:
         host = self.host
@@ -146,7 +149,7 @@ class Actor:
                 if not await self._idle():
                     return
         except asyncio.CancelledError:
-            if not host.killed:
+            if not host.killed and not self.silenced:
                 await self._stop()
             raise
         except Exception as crash:

@@ -35,9 +35,9 @@ from treemail.core.errors import TreemailError
 if TYPE_CHECKING:
     pass
 
-__all__ = ["Names", "TokenMissing", "answer_line", "connected_demo", "extend_demo", "follow",
-           "json_line", "json_option", "register", "seconds", "state_text", "steered",
-           "store_option", "target", "view_row"]
+__all__ = ["Names", "TokenMissing", "answer_line", "client_command", "connected_demo",
+           "extend_demo", "follow", "json_line", "json_option", "register", "seconds",
+           "state_text", "steered", "store_option", "target", "view_row"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -169,6 +169,13 @@ def _token_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", type=Path,
                         help="the TCP token's file (default: DATA_DIR/daemon.token; "
                              "TREEMAIL_TOKEN overrides it)")
+
+
+def client_command(commands: Sub, name: str, help: str,
+                   command: Command) -> argparse.ArgumentParser:
+    """A client command of another module (``run``, ``cancel``): the options every client
+    command takes (where the daemon is, ``--timeout``, ``--json``), failures said alike."""
+    return _client(commands, name, help, command)
 
 
 def _client(commands: Sub, name: str, help: str, command: Command) -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 if TYPE_CHECKING:
     from treemail.adapters.ui.transcript import Row
 
-__all__ = ["Names", "follow", "replay", "tail", "view_row"]
+__all__ = ["Names", "follow", "replay", "subscribe", "subscribed", "tail", "view_row"]
 
 View = dict[str, Any]
 
@@ -99,12 +99,24 @@ async def _feed(client: DaemonClient, session_id: str | None,
         history.extend([view async for view in _views(client, session_id, start, head)])
         for view in history:
             yield view, view["number"]
-    await client.call("events.subscribe", {"after": head, "session_id": session_id})
+    await subscribe(client, session_id, head)
     yield None, head
+    async for view in subscribed(client):
+        yield view, view["number"]
+
+
+async def subscribe(client: DaemonClient, session_id: str | None, after: int) -> None:
+    """Subscribe to the feed's events after number ``after`` (one session's, or all): they
+    come replayed, then live, with no gap and no duplicate (see ``subscribed``)."""
+    await client.call("events.subscribe", {"after": after, "session_id": session_id})
+
+
+async def subscribed(client: DaemonClient) -> AsyncIterator[View]:
+    """The events of the connection's subscription, for as long as the daemon serves
+    (``ConnectionError`` once it stops)."""
     while True:  # an idle feed is followed for as long as it takes
         note = await client.next_notification("events/event", timeout=None)
-        view = note.params["event"]
-        yield view, view["number"]
+        yield note.params["event"]
 
 
 async def follow(client: DaemonClient, session_id: str | None,
