@@ -143,3 +143,21 @@ def test_cancel_tells_a_delegating_parent(slow: DaemonProcess) -> None:
     told = _call(slow, "message.list", {"session_id": root["session_id"]})["messages"]
     assert [(m["owner"], m["sender"]) for m in told] == [("delegation", cid)]
     assert "cancelled by user" in told[0]["body"]
+
+
+def test_a_run_over_its_configured_budget_ends_saying_which(tmp_path: Path) -> None:
+    data_dir = tmp_path / "budget"
+    (data_dir / "agents").mkdir(parents=True, mode=0o700)
+    (data_dir / "config.toml").write_text("[runs]\nmax_model_requests = 1\n", encoding="utf-8")
+    # Its first reply delegates; its second (reading the tool result) is one request too many.
+    (data_dir / "agents" / "boss.md").write_text(
+        "---\nname: boss\n---\ndelegate explore: look around\n", encoding="utf-8")
+    daemon = DaemonProcess(data_dir)
+    try:
+        done = _cli(daemon, "run", "boss", "plan it", "--follow")
+    finally:
+        code, err = daemon.terminate()
+    assert code == 0, err
+    assert done.returncode == 1, done.stderr
+    assert "interrupted: run budget exhausted: the run made 1 model request," in done.stderr
+    assert "[runs] max_model_requests" in done.stderr

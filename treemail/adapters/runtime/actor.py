@@ -28,6 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from treemail.adapters.runtime.budget import Budget, Meter
 from treemail.adapters.runtime.failures import FailurePolicy, fault_of
 from treemail.adapters.runtime.history import rebuild
 from treemail.adapters.runtime.llm import (
@@ -97,6 +98,9 @@ class ActorHost(Protocol):
 
     @property
     def idle_timeout(self) -> float: ...
+
+    @property
+    def budget(self) -> Budget: ...
 
     @property
     def closing(self) -> bool: ...
@@ -191,10 +195,14 @@ class Actor:
         run: Run = await host.writer(host.engine.start_run, self.session_id)
         agent = host.agent(session.agent.name)
         history = await self._history(agent.prompt)
+        meter = Meter(host.budget)
         while True:
             if host.closing:  # shutdown stops a run at its next boundary
                 await host.writer(host.engine.cancel_run, self.session_id, run.run_id,
                                   "shutdown")
+                return
+            if spent := meter.model_request():
+                await self._over_budget(session, run, spent)
                 return
             request: Request = await host.writer(host.engine.begin_request, self.session_id,
                                                  run.run_id)
@@ -214,14 +222,23 @@ class Actor:
             if not reply.tool_calls:
                 await self._finish(session, run, reply)
                 return
-            await self._tools(session, run, reply, history)
+            if spent := await self._tools(session, run, reply, history, meter):
+                await self._over_budget(session, run, spent)
+                return
 
     async def _tools(
-        self, session: Session, run: Run, reply: ModelReply, history: list[dict[str, Any]]
-    ) -> None:
+        self, session: Session, run: Run, reply: ModelReply, history: list[dict[str, Any]],
+        meter: Meter,
+    ) -> str | None:
+        """Run the reply's tool calls in order and record their results; the reason the run
+        must end instead when its tool-call budget runs out (calls after that one are not
+        run: the rebuilt history says the run ended before they returned)."""
         host = self.host
         results: list[RecordedResult] = []
         for call in reply.tool_calls:
+            if spent := meter.tool_call():
+                await self._record(run, results)
+                return spent
             outcome = await host.tools.execute(session, run.run_id, call)
             content = outcome.content
             if outcome.failure is not None:
@@ -238,6 +255,16 @@ class Actor:
             results.append(RecordedResult(call.id, content))
             history.append(tool_result_message(call.id, content))
         await self._record(run, results)
+        return None
+
+    async def _over_budget(self, session: Session, run: Run, reason: str) -> None:
+        """The run spent its budget: interrupt it and leave the session idle until new input
+        (queued again, a looping model would only loop again); a delegating parent is told."""
+        host = self.host
+        _log.warning("session %s: %s", self.session_id, reason)
+        told = await host.writer(host.engine.give_up_run, self.session_id, run.run_id, reason)
+        if told and session.parent_session_id is not None:
+            host.poke(session.parent_session_id)
 
     async def _record(self, run: Run, results: list[RecordedResult]) -> None:
         if results:

@@ -25,6 +25,7 @@ from typing import TypeVar
 import attrs
 
 from treemail.adapters.runtime.actor import Actor, Incident
+from treemail.adapters.runtime.budget import Budget
 from treemail.adapters.runtime.failures import FailurePolicy
 from treemail.adapters.runtime.llm import Model, ToolCall
 from treemail.adapters.runtime.plugins import FeedFollower, Plugin, PluginHost
@@ -85,6 +86,7 @@ class Runtime:
         failure_policy: FailurePolicy | None = None,
         shutdown_grace: float = 5.0,
         feed_interval: float = 0.05,
+        budget: Budget | None = None,
     ) -> None:
         # Group commit: the engine writes through the writer's batches (see ``Writer``).
         group = GroupStore(store)
@@ -97,6 +99,8 @@ class Runtime:
                              {name: a.spec for name, a in agents.items()},
                              self.plugins if self.plugins.gates else None)
         self.idle_timeout = idle_timeout
+        # Each run's limits of model requests and tool calls (``budget.py``).
+        self.budget = budget or Budget()
         # ``max_model_failures`` is the short form of a default policy with that limit.
         self.failure_policy = failure_policy or FailurePolicy(limit=max_model_failures)
         self.shutdown_grace = shutdown_grace
