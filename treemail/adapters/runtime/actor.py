@@ -44,6 +44,7 @@ from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.events import Fault, RecordedCall, RecordedResult, Reply
 from treemail.core.lifecycle import SessionState
+from treemail.core.prompts import system_prompt
 from treemail.core.records import Run, Session, ToolContext
 from treemail.core.tools import tool_definitions
 
@@ -69,6 +70,9 @@ class HostedAgent(Protocol):
 
     @property
     def prompt(self) -> str: ...
+
+    @property
+    def messaging(self) -> str | None: ...
 
 
 class Incident(Exception):
@@ -194,7 +198,9 @@ class Actor:
         await host.failure_policy.back_off(self.failures)
         run: Run = await host.writer(host.engine.start_run, self.session_id)
         agent = host.agent(session.agent.name)
-        history = await self._history(agent.prompt)
+        can_send = "send_message" in host.tools.visible(session)
+        history = await self._history(
+            system_prompt(agent.prompt, agent.messaging, session.reference, can_send=can_send))
         meter = Meter(host.budget)
         while True:
             if host.closing:  # shutdown stops a run at its next boundary

@@ -65,11 +65,14 @@ RESUME = ("The process restarted while you were working on your task. Your conve
 
 @attrs.frozen
 class Agent:
-    """An agent the runtime can run: its spec (name, rules), model and system prompt."""
+    """An agent the runtime can run: its spec (name, rules), model, and its doc's system
+    prompt and messaging template (``treemail.core.prompts``)."""
 
     spec: AgentSpec
     model: Model
     prompt: str = ""
+    # The template of the prompt's messaging section: None for the default, "" for none.
+    messaging: str | None = None
 
 
 class Runtime:
