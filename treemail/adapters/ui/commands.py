@@ -35,9 +35,9 @@ from treemail.core.errors import TreemailError
 if TYPE_CHECKING:
     pass
 
-__all__ = ["Names", "TokenMissing", "answer_line", "client_command", "connected_demo",
-           "extend_demo", "follow", "json_line", "json_option", "register", "seconds",
-           "state_text", "steered", "store_option", "target", "view_row"]
+__all__ = ["Names", "TokenMissing", "address_options", "answer_line", "client_command",
+           "connected_demo", "extend_demo", "follow", "json_line", "json_option", "register",
+           "seconds", "state_text", "steered", "store_option", "target", "view_row"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -180,16 +180,22 @@ def client_command(commands: Sub, name: str, help: str,
 
 def _client(commands: Sub, name: str, help: str, command: Command) -> argparse.ArgumentParser:
     parser = commands.add_parser(name, help=help)
-    _where(parser)
-    parser.add_argument("--connect", metavar="ADDRESS",
-                        help="the daemon's address: tcp://HOST:PORT, or a socket path")
-    _token_option(parser)
+    address_options(parser)
     parser.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="how long each call waits for the daemon's answer (default: "
                              f"{DEFAULT_TIMEOUT:g})")
     json_option(parser)
     parser.set_defaults(run=lambda args: _connect_and(command, args))
     return parser
+
+
+def address_options(parser: argparse.ArgumentParser) -> None:
+    """Where the daemon is (``--data-dir``, ``--socket``, ``--connect``) and the TCP token's
+    file: what ``target`` reads."""
+    _where(parser)
+    parser.add_argument("--connect", metavar="ADDRESS",
+                        help="the daemon's address: tcp://HOST:PORT, or a socket path")
+    _token_option(parser)
 
 
 def json_option(parser: argparse.ArgumentParser) -> None:
