@@ -13,6 +13,7 @@ from tests.unit.conftest import agent
 from treemail.adapters.runtime.budget import Budget
 from treemail.adapters.runtime.llm import ChatMessage, ModelReply, ScriptedModel, ToolCall
 from treemail.adapters.runtime.runtime import Agent, Runtime
+from treemail.core import events
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import Session
@@ -78,8 +79,8 @@ def test_the_tool_call_budget_stops_a_run_in_the_middle_of_a_reply(store: Store)
     [(kind, reason)] = _ends(rt, root)
     assert kind == "RunInterrupted" and "5 tool calls" in reason
     assert "[runs] max_tool_calls" in reason
-    recorded = [len(e.data["results"]) for e in rt.engine.events(root.session_id)
-                if e.kind == "ToolResults"]
+    recorded = [len(p.results) for _, p in events.typed(rt.engine.events(root.session_id))
+                if isinstance(p, events.ToolResults)]
     assert recorded == [2, 2, 1]
 
 
