@@ -63,7 +63,7 @@ def test_run_follows_a_root_and_a_delegated_child_to_the_end(daemon: DaemonProce
     lines = [json.loads(line) for line in child.stdout.splitlines()]
     session = lines[0]["session"]
     assert session["parent_session_id"] == sid and session["agent"] == "explore"
-    assert lines[0]["accepted"] is None  # the task came as delegation mail
+    assert lines[0]["submitted"] is None  # the task came as delegation mail
     assert {e["session_id"] for e in lines[1:]} == {session["session_id"]}
     assert lines[-1]["kind"] == "RunFinished"
     assert _call(daemon, "session.get", {"session_id": sid})["root_session_id"] == \
@@ -161,3 +161,25 @@ def test_a_run_over_its_configured_budget_ends_saying_which(tmp_path: Path) -> N
     assert done.returncode == 1, done.stderr
     assert "interrupted: run budget exhausted: the run made 1 model request," in done.stderr
     assert "[runs] max_model_requests" in done.stderr
+
+
+def test_follow_goes_on_into_the_retry_of_a_run_whose_model_failed(tmp_path: Path) -> None:
+    from tests.fuzz.fake_server import Plan, serving
+
+    data_dir = tmp_path / "retry"
+    data_dir.mkdir(mode=0o700)
+    with serving() as server:
+        server.answer_with([Plan(status=503, body=b"{}")])  # then a plain reply: "done"
+        (data_dir / "config.toml").write_text(
+            f'[daemon]\nmodel = "openai"\n[daemon.openai]\nbase_url = "{server.base_url}"\n'
+            'model = "m"\n', encoding="utf-8")
+        daemon = DaemonProcess(data_dir)
+        try:
+            done = _cli(daemon, "run", "default", "try twice", "--follow")
+        finally:
+            code, err = daemon.terminate()
+    assert code == 0, err
+    assert done.returncode == 0, done.stderr
+    ends = [line.split()[-3:] for line in done.stdout.splitlines() if " run " in line]
+    assert ends[-1] == ["run", "2", "finished"]
+    assert any("run 1 interrupted (model error" in line for line in done.stdout.splitlines())

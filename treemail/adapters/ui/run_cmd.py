@@ -5,8 +5,10 @@ user input; with ``--parent SESSION`` the new session is a delegated child of SE
 tree instead, and TASK arrives as its delegation mail (``session.delegate``). ``--follow``
 then prints the session's events as ``tail`` does, until the run that took the task ends:
 status 0 when it finished, 1 when it was interrupted (cancelled, out of budget, its model
-failing for good), with the reason on stderr. A run interrupted to be retried (a model
-failure under the retry policy) is followed on into its retry.
+failing for good), with the reason on stderr. A run interrupted before it consumed the task,
+while the session has another run coming (a model failure under the retry policy), is
+followed on into that run: the task is still to be done. One interrupted after it consumed
+the task ends the follow, whatever wakes the session later (a child's result).
 
 ``cancel SESSION`` ends the session's run in flight (``run.cancel``): interrupted "cancelled
 by user", its claimed mail released and kept for the session's next input.
@@ -24,11 +26,6 @@ from treemail.adapters.ui.commands import Sub, client_command, json_line
 from treemail.adapters.ui.terminal import visible
 
 __all__ = ["register"]
-
-# The kinds of the events that end a run (``EventKind.RUN_FINISHED``, ``RUN_INTERRUPTED``),
-# as the wire names them: the core's enum is not loaded for a client command.
-_FINISHED, _INTERRUPTED = "RunFinished", "RunInterrupted"
-
 
 def register(commands: Sub) -> None:
     run = client_command(commands, "run", "give an agent a task: a new session (or a child "
@@ -70,7 +67,7 @@ async def _run(client: DaemonClient, args: argparse.Namespace) -> int:
             "parent_session_id": parent, "agent": args.agent, "task": args.task})
     sid = session["session_id"]
     if args.json:
-        json_line({"session": session, "accepted": accepted})
+        json_line({"session": session, "submitted": accepted})
     else:
         how = (f"task accepted as message {accepted['message_id']}" if accepted
                else f"delegated by {args.parent}")
@@ -81,12 +78,17 @@ async def _run(client: DaemonClient, args: argparse.Namespace) -> int:
             print(f"follow it with `treemail tail {sid}`; stop it with `treemail cancel "
                   f"{sid}`", file=sys.stderr)
         return 0
-    return await _follow(client, args, sid, head)
+    # The task's message: the user mail submitted, or the delegation mail (its first mail).
+    task = accepted["message_id"] if accepted else (await client.call(
+        "message.list", {"session_id": sid, "limit": 1}))["messages"][0]["message_id"]
+    return await _follow(client, args, sid, task, head)
 
 
-async def _follow(client: DaemonClient, args: argparse.Namespace, sid: str, head: int) -> int:
+async def _follow(client: DaemonClient, args: argparse.Namespace, sid: str, task: str,
+                  head: int) -> int:
     """Print the session's events after ``head`` until the run that took the task ends."""
     from treemail.adapters.ui.console import console, print_row
+    from treemail.core.events import EventKind
 
     names, out = feed.Names(client), console()
     await feed.subscribe(client, sid, head)
@@ -95,18 +97,29 @@ async def _follow(client: DaemonClient, args: argparse.Namespace, sid: str, head
             json_line(view)
         else:
             print_row(await names.row(view), out)
-        if view["kind"] == _FINISHED:
+        if view["kind"] == EventKind.RUN_FINISHED:
             print(f"treemail run: the run of {sid} finished", file=sys.stderr)
             return 0
-        if view["kind"] == _INTERRUPTED:
-            now = await client.call("session.get", {"session_id": sid})
-            if now["state"] in ("queued", "running"):
-                continue  # interrupted to be retried: the task's run goes on
+        if view["kind"] == EventKind.RUN_INTERRUPTED:
+            if await _retried(client, sid, task):
+                continue
             reason = view["data"].get("reason")
             print(visible(f"treemail run: the run of {sid} was interrupted: {reason}"),
                   file=sys.stderr)
             return 1
     return 1  # unreachable: the subscription ends only by the daemon's going away
+
+
+async def _retried(client: DaemonClient, sid: str, task: str) -> bool:
+    """Whether the task is still to be done by a run to come: it was not consumed (the
+    interrupted run released it) and the session has a run queued or running."""
+    from treemail.core.lifecycle import MessageState, SessionState
+
+    message = (await client.call("message.get", {"message_id": task}))["message"]
+    if message["state"] == MessageState.CONSUMED:
+        return False
+    session = await client.call("session.get", {"session_id": sid})
+    return SessionState(session["state"]).has_run
 
 
 async def _cancel(client: DaemonClient, args: argparse.Namespace) -> int:
