@@ -145,19 +145,26 @@ def test_cancel_tells_a_delegating_parent(slow: DaemonProcess) -> None:
     assert "cancelled by user" in told[0]["body"]
 
 
-def test_a_run_over_its_configured_budget_ends_saying_which(tmp_path: Path) -> None:
-    data_dir = tmp_path / "budget"
-    (data_dir / "agents").mkdir(parents=True, mode=0o700)
-    (data_dir / "config.toml").write_text("[runs]\nmax_model_requests = 1\n", encoding="utf-8")
-    # Its first reply delegates; its second (reading the tool result) is one request too many.
-    (data_dir / "agents" / "boss.md").write_text(
-        "---\nname: boss\n---\ndelegate explore: look around\n", encoding="utf-8")
+def _follow_once(data_dir: Path, config: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``treemail run ARGS --follow`` on a daemon of its own, started with ``config``."""
+    (data_dir / "agents").mkdir(parents=True, mode=0o700, exist_ok=True)
+    (data_dir / "config.toml").write_text(config, encoding="utf-8")
     daemon = DaemonProcess(data_dir)
     try:
-        done = _cli(daemon, "run", "boss", "plan it", "--follow")
+        done = _cli(daemon, "run", *args, "--follow")
     finally:
         code, err = daemon.terminate()
     assert code == 0, err
+    return done
+
+
+def test_a_run_over_its_configured_budget_ends_saying_which(tmp_path: Path) -> None:
+    # Its first reply delegates; its second (reading the tool result) is one request too many.
+    (tmp_path / "budget" / "agents").mkdir(parents=True, mode=0o700)
+    (tmp_path / "budget" / "agents" / "boss.md").write_text(
+        "---\nname: boss\n---\ndelegate explore: look around\n", encoding="utf-8")
+    done = _follow_once(tmp_path / "budget", "[runs]\nmax_model_requests = 1\n", "boss",
+                        "plan it")
     assert done.returncode == 1, done.stderr
     assert "interrupted: run budget exhausted: the run made 1 model request," in done.stderr
     assert "[runs] max_model_requests" in done.stderr
@@ -166,19 +173,11 @@ def test_a_run_over_its_configured_budget_ends_saying_which(tmp_path: Path) -> N
 def test_follow_goes_on_into_the_retry_of_a_run_whose_model_failed(tmp_path: Path) -> None:
     from tests.fuzz.fake_server import Plan, serving
 
-    data_dir = tmp_path / "retry"
-    data_dir.mkdir(mode=0o700)
     with serving() as server:
         server.answer_with([Plan(status=503, body=b"{}")])  # then a plain reply: "done"
-        (data_dir / "config.toml").write_text(
-            f'[daemon]\nmodel = "openai"\n[daemon.openai]\nbase_url = "{server.base_url}"\n'
-            'model = "m"\n', encoding="utf-8")
-        daemon = DaemonProcess(data_dir)
-        try:
-            done = _cli(daemon, "run", "default", "try twice", "--follow")
-        finally:
-            code, err = daemon.terminate()
-    assert code == 0, err
+        done = _follow_once(tmp_path / "retry", f'[daemon]\nmodel = "openai"\n[daemon.openai]\n'
+                            f'base_url = "{server.base_url}"\nmodel = "m"\n', "default",
+                            "try twice")
     assert done.returncode == 0, done.stderr
     ends = [line.split()[-3:] for line in done.stdout.splitlines() if " run " in line]
     assert ends[-1] == ["run", "2", "finished"]

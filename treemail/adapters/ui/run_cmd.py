@@ -101,7 +101,7 @@ async def _follow(client: DaemonClient, args: argparse.Namespace, sid: str, task
             print(f"treemail run: the run of {sid} finished", file=sys.stderr)
             return 0
         if view["kind"] == EventKind.RUN_INTERRUPTED:
-            if await _retried(client, sid, task):
+            if await _retried(client, sid, task, view["seq"]):
                 continue
             reason = view["data"].get("reason")
             print(visible(f"treemail run: the run of {sid} was interrupted: {reason}"),
@@ -110,14 +110,19 @@ async def _follow(client: DaemonClient, args: argparse.Namespace, sid: str, task
     return 1  # unreachable: the subscription ends only by the daemon's going away
 
 
-async def _retried(client: DaemonClient, sid: str, task: str) -> bool:
-    """Whether the task is still to be done by a run to come: it was not consumed (the
-    interrupted run released it) and the session has a run queued or running."""
-    from treemail.core.lifecycle import MessageState, SessionState
+async def _retried(client: DaemonClient, sid: str, task: str, interrupted: int) -> bool:
+    """Whether the task is left to a run after the one interrupted at seq ``interrupted``:
+    that run had not consumed it, and a later run has (its end is still to come on the
+    feed), or one is queued or running now. Read from the log's order, not from the state
+    alone: a quick retry may have finished before this asks."""
+    from treemail.core.events import EventKind
+    from treemail.core.lifecycle import SessionState
 
-    message = (await client.call("message.get", {"message_id": task}))["message"]
-    if message["state"] == MessageState.CONSUMED:
-        return False
+    history = (await client.call("message.get", {"message_id": task}))["history"]
+    consumed = [step["seq"] for step in history
+                if step["kind"] == EventKind.PRODUCER_MESSAGE_CONSUMED]
+    if consumed:
+        return bool(consumed[0] > interrupted)
     session = await client.call("session.get", {"session_id": sid})
     return SessionState(session["state"]).has_run
 
