@@ -174,6 +174,7 @@ export type ErrorCode =
   | "rpc:too_many_subscriptions"
   | "rpc:unauthorized"
   | "rpc:unsupported_version"
+  | "run:not_in_flight"
   | "send_message:disabled"
   | "send_message:engine_shutdown"
   | "send_message:idempotency_conflict"
@@ -491,6 +492,17 @@ export interface RpcError {
   data?: ErrorData | null;
 }
 
+/** Cancel the session's run in flight (queued or running), as its user: the run ends interrupted with the reason "cancelled by user", mail it had claimed is released, and the session stays idle until new input. A delegated session's parent is told, as for any interrupted run. */
+export interface RunCancelParams {
+  session_id: string;
+}
+
+/** The run that was cancelled, as it ended. */
+export interface RunCancelResult {
+  run: RunView;
+  session: SessionView;
+}
+
 /** A RunFinished event. */
 export interface RunFinishedEvent {
   number: number;
@@ -703,6 +715,7 @@ export interface Methods {
   "session.delegate": { params: SessionDelegateParams; result: SessionView };
   "run.submit": { params: RunSubmitParams; result: ProducerAccepted };
   "run.steer": { params: RunSteerParams; result: ProducerAccepted };
+  "run.cancel": { params: RunCancelParams; result: RunCancelResult };
   "run.get": { params: RunGetParams; result: RunView };
   "run.list": { params: RunListParams; result: RunListResult };
   "message.get": { params: MessageGetParams; result: MessageReceipt };

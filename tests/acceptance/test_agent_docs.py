@@ -24,6 +24,7 @@ from treemail.adapters.runtime.llm import Model, ModelReply
 from treemail.core.agents import BUILTIN_AGENTS
 from treemail.core.errors import AgentDocError
 from treemail.core.permissions import Action
+from treemail.core.prompts import system_prompt
 
 LEAD_DOC = """---
 name: lead
@@ -96,7 +97,11 @@ def test_tool_visibility_follows_the_rules_and_steer_subagent_is_unknown(
         delegation = ["delegate_subagent", "get_subagent_result", "cancel_subagent"]
         assert brains["default"].tools_offered(0) == delegation
         assert brains["lead"].tools_offered(0) == [*delegation, "send_message"]
-        assert brains["lead"].requests[0][0][0] == {"role": "system", "content": "You lead."}
+        # The doc's body, then (it may send) the messaging section with its own handle; an
+        # agent that may not send is shown its body alone (tests/unit/test_system_prompt.py).
+        lead = [s for s in await rt.writer.quiet(rt.engine.sessions) if s.agent.name == "lead"]
+        assert brains["lead"].requests[0][0][0] == {"role": "system", "content": system_prompt(
+            "You lead.", None, lead[0].reference, can_send=True)}
         removed, hidden = results(brains["default"].requests[1][0])
         assert removed["error"] == hidden["error"] == "tool:unknown"
         assert 'send_message(to=<handle>, body=..., mode="steer")' in removed["message"]

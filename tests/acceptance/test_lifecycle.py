@@ -145,7 +145,8 @@ def test_idle_actors_are_evicted_and_mail_spawns_them_again(tmp_path: Path) -> N
         assert rt.resident(root.session_id)  # the mail spawned it again
         await rt.quiesce()
         # The respawned actor rebuilt the conversation from the durable log.
-        assert [m["content"] for m in lead.requests[-1][0]] == [
+        # The conversation after the system prompt (the lead may send: it has one).
+        assert [m["content"] for m in lead.requests[-1][0] if m["role"] != "system"] == [
             "hello", "reply 1", "still there?"]
         assert results(lead.requests[-1][0]) == []
         await until(lambda: not rt.resident(root.session_id))

@@ -66,7 +66,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        plan = self.server.next_plan(self.rfile.read(length))
+        self._answer(self.server.next_plan(self.rfile.read(length)))
+
+    def do_GET(self) -> None:
+        # Recorded as the request line and the key it came with (``treemail doctor``'s
+        # ``GET /models``), answered by the next plan like a POST.
+        seen = f"GET {self.path} {self.headers.get('Authorization') or '-'}"
+        self._answer(self.server.next_plan(seen.encode()))
+
+    def _answer(self, plan: Plan) -> None:
         if plan.delay:
             time.sleep(plan.delay)
         if plan.mode == "close":

@@ -121,7 +121,8 @@ def _doc_error(text: str) -> AgentDocError:
         (
             "---\nname: x\nzeta: 1\ncolour: red\n---\n",
             "colour",
-            "a.md: colour is not a known field; expected description, model, name, permissions",
+            "a.md: colour is not a known field; expected description, messaging_prompt, model, "
+            "name, permissions",
         ),
         ("---\ndescription: d\n---\n", "name", "a.md: name must be a non-empty string"),
         ("---\nname: 7\n---\n", "name", "a.md: name must be a non-empty string"),

@@ -31,7 +31,7 @@ from treemail.core.records import AgentSpec
 
 __all__ = ["BUILTIN_AGENTS", "AgentDoc", "parse_agent_doc"]
 
-_FIELDS = frozenset({"name", "description", "model", "permissions"})
+_FIELDS = frozenset({"name", "description", "model", "permissions", "messaging_prompt"})
 _PERMISSION_ACTIONS = frozenset({"message", "delegate"})
 
 
@@ -41,6 +41,9 @@ class AgentDoc:
     model: str | None
     prompt: str
     source: str
+    # The messaging section's template (``treemail.core.prompts``): None for the default,
+    # "" for none (``messaging_prompt: false``).
+    messaging: str | None = None
 
 
 def parse_agent_doc(text: str, source: str = "<agent doc>") -> AgentDoc:
@@ -66,7 +69,19 @@ def parse_agent_doc(text: str, source: str = "<agent doc>") -> AgentDoc:
         delegate_rules=_delegate_rules(permissions, source),
     )
     return AgentDoc(spec=spec, model=_text(meta, "model", source), prompt=prompt.strip(),
-                    source=source)
+                    source=source, messaging=_messaging(meta, source))
+
+
+def _messaging(meta: Mapping[object, object], source: str) -> str | None:
+    """``messaging_prompt``: a template for the messaging section, or false for none."""
+    if meta.get("messaging_prompt") is False:
+        return ""
+    try:
+        return _text(meta, "messaging_prompt", source)
+    except AgentDocError:
+        raise _field_error(source, "messaging_prompt", "must be a non-empty string (a "
+                           "template; {handle} is the session's handle) or false (no "
+                           "messaging section)", "bad_text") from None
 
 
 def _split(text: str, source: str) -> tuple[str, str]:

@@ -65,6 +65,7 @@ __all__ = [
     "MaxHopsExceeded",
     "MessagingDisabled",
     "ModelError",
+    "NoRunInFlight",
     "NotASubagent",
     "NotInitialized",
     "NotJsonRpc",
@@ -296,6 +297,13 @@ class Refusal(TreemailError):
     """The engine refused the operation; the store is exactly as it was."""
 
     code = "treemail:refused"
+
+
+class NoRunInFlight(Refusal):
+    """``run.cancel`` named a session with no queued or running run; nothing was changed.
+    ``details``: ``session_id`` and its ``state``."""
+
+    code = "run:not_in_flight"
 
 
 class UnknownApproval(Refusal):

@@ -37,6 +37,7 @@ __all__ = [
     "PLUGIN_PRODUCER_SEND",
     "PLUGIN_TOOL_BEFORE_CALL",
     "PROTOCOL_VERSION",
+    "RUN_CANCEL",
     "RUN_GET",
     "RUN_LIST",
     "RUN_STEER",
@@ -130,6 +131,9 @@ RUN_SUBMIT: Final = Method(
 RUN_STEER: Final = Method(
     "run.steer", t.RunSteerParams, t.ProducerAccepted,
     "User steering: joins the in-flight run at its next safe boundary.")
+RUN_CANCEL: Final = Method(
+    "run.cancel", t.RunCancelParams, t.RunCancelResult,
+    "Cancel the session's run in flight as its user; its claimed mail is released.")
 RUN_GET: Final = Method("run.get", t.RunGetParams, t.RunView, "One run.")
 RUN_LIST: Final[Paged[t.RunListParams, t.RunListResult, t.RunView]] = Paged(
     "run.list", t.RunListParams, t.RunListResult, "A page of a session's runs, in order.",
@@ -184,9 +188,9 @@ def _table(*methods: Method[Any, Any]) -> dict[str, Method[Any, Any]]:
 # The tables, by wire name, in the order the bindings list them.
 METHODS: Final = _table(
     AUTH_CHALLENGE, AUTH_PROVE, INITIALIZE, SHUTDOWN, SESSION_CREATE, SESSION_GET,
-    SESSION_LIST, SESSION_DELEGATE, RUN_SUBMIT, RUN_STEER, RUN_GET, RUN_LIST, MESSAGE_GET,
-    MESSAGE_LIST, TOOL_CALL, APPROVAL_LIST, APPROVAL_ANSWER, EVENTS_SUBSCRIBE, EVENTS_READ,
-    EVENTS_UNSUBSCRIBE, PLUGIN_PRODUCER_SEND)
+    SESSION_LIST, SESSION_DELEGATE, RUN_SUBMIT, RUN_STEER, RUN_CANCEL, RUN_GET, RUN_LIST,
+    MESSAGE_GET, MESSAGE_LIST, TOOL_CALL, APPROVAL_LIST, APPROVAL_ANSWER, EVENTS_SUBSCRIBE,
+    EVENTS_READ, EVENTS_UNSUBSCRIBE, PLUGIN_PRODUCER_SEND)
 NOTIFICATIONS: Final = _table(EVENTS_EVENT, PLUGIN_EVENT)
 SERVER_REQUESTS: Final = _table(PLUGIN_TOOL_BEFORE_CALL)
 

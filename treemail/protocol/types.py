@@ -54,6 +54,8 @@ __all__ = [
     "PluginEventNotification",
     "ProducerAccepted",
     "ProducerSendParams",
+    "RunCancelParams",
+    "RunCancelResult",
     "RunGetParams",
     "RunListParams",
     "RunListResult",
@@ -300,6 +302,22 @@ class RunSteerParams(Params):
     session_id: str
     text: MailText
     idempotency_key: IdempotencyKey | None = None
+
+
+class RunCancelParams(Params):
+    """Cancel the session's run in flight (queued or running), as its user: the run ends
+    interrupted with the reason "cancelled by user", mail it had claimed is released, and the
+    session stays idle until new input. A delegated session's parent is told, as for any
+    interrupted run."""
+
+    session_id: str
+
+
+class RunCancelResult(Result):
+    """The run that was cancelled, as it ended."""
+
+    run: RunView
+    session: SessionView
 
 
 class ProducerAccepted(Result):

@@ -182,6 +182,13 @@ class Methods:
         self.rt.poke(child.session_id)
         return session_view(child)
 
+    @handles(m.RUN_CANCEL)
+    async def run_cancel(self, conn: Connection, p: t.RunCancelParams) -> t.RunCancelResult:
+        run = await self.rt.cancel(p.session_id)
+        return t.RunCancelResult(run=run_view(run),
+                                 session=session_view(await self.read(self.engine.session,
+                                                                      p.session_id)))
+
     @handles(m.RUN_GET)
     async def run_get(self, conn: Connection, p: t.RunGetParams) -> t.RunView:
         return run_view(await self.read(self.engine.run, p.run_id))

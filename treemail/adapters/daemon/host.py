@@ -76,7 +76,8 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
         raise
     signal, gate = FeedSignal(), WireGate()
     runtime = Runtime(store, UuidIds(), build_agents(docs, settings.model_for),
-                      settings.messaging, plugins=[signal, gate], feed_interval=0.02)
+                      settings.messaging, plugins=[signal, gate], feed_interval=0.02,
+                      budget=settings.budget)
     daemon = Daemon(runtime, store, settings.model_for, Subscriptions(runtime, signal),
                     limits or settings.limits)
     daemon.registered = kept

@@ -1,11 +1,11 @@
 """The daemon's config: ``DATA_DIR/config.toml``, decoded whole and strictly.
 
-Every table and key is declared here (``[daemon]`` and its sub-tables as msgspec structs) or
-beside the setting it feeds (``[messaging]``: ``MessagingConfig``; ``[daemon.limits]``:
-``connection.Limits``). A table or key nobody declares is refused with the nearest known
-name (``ConfigUnknownKey``): a ``[deamon]`` typo silently ignored would run the scripted
-model while the user believes a real one answers. spec/config.md documents every key and is
-generated from these declarations (``treemail.spec_tables``).
+Every table and key is declared here (``[daemon]`` and its sub-tables, ``[runs]``, as
+msgspec structs) or beside the setting it feeds (``[messaging]``: ``MessagingConfig``;
+``[daemon.limits]``: ``connection.Limits``). A table or key nobody declares is refused with
+the nearest known name (``ConfigUnknownKey``): a ``[deamon]`` typo silently ignored would run
+the scripted model while the user believes a real one answers. spec/config.md documents every
+key and is generated from these declarations (``treemail.spec_tables``).
 
 The file is read from the data directory only. A ``config.toml`` in the working directory of
 a daemon whose data directory is elsewhere is not read; ``notes`` says so at start.
@@ -24,11 +24,17 @@ import msgspec
 
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.scripted import ScriptedAgent, ScriptedEcho
+from treemail.adapters.runtime.budget import (
+    DEFAULT_MAX_MODEL_REQUESTS,
+    DEFAULT_MAX_TOOL_CALLS,
+    Budget,
+)
 from treemail.adapters.runtime.llm import Model, OpenAICompatibleModel, unreachable_hint
 from treemail.core.config import DEFAULTS, MessagingConfig, unknown_key
 from treemail.core.errors import ConfigError
 
-__all__ = ["CONFIG_FILE", "ConfigFile", "DaemonTable", "OpenAITable", "ScriptedTable",
+__all__ = ["CONFIG_FILE", "ConfigFile", "DaemonTable", "OpenAITable", "RunsTable",
+           "ScriptedTable",
            "Settings", "known_keys"]
 
 CONFIG_FILE = "config.toml"
@@ -75,10 +81,22 @@ class DaemonTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
     limits: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class RunsTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """``[runs]``: What one run may spend before it is interrupted (a model in a loop)."""
+
+    max_model_requests: Annotated[int, msgspec.Meta(
+        ge=0, description="model requests one run may make; the next one interrupts it "
+                          "instead (0: no limit)")] = DEFAULT_MAX_MODEL_REQUESTS
+    max_tool_calls: Annotated[int, msgspec.Meta(
+        ge=0, description="tool calls one run may make; the next one interrupts it instead "
+                          "(0: no limit)")] = DEFAULT_MAX_TOOL_CALLS
+
+
 class ConfigFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """The whole file: ``[messaging]`` and ``[daemon]``."""
+    """The whole file: ``[messaging]``, ``[runs]`` and ``[daemon]``."""
 
     messaging: dict[str, Any] = msgspec.field(default_factory=dict)
+    runs: RunsTable = msgspec.field(default_factory=RunsTable)
     daemon: DaemonTable = msgspec.field(default_factory=DaemonTable)
 
 
@@ -89,7 +107,7 @@ _OPEN_TABLES: Mapping[str, tuple[str, ...]] = {
 }
 _STRUCTS: Mapping[str, type[msgspec.Struct]] = {
     "": ConfigFile, "daemon": DaemonTable, "daemon.openai": OpenAITable,
-    "daemon.scripted": ScriptedTable,
+    "daemon.scripted": ScriptedTable, "runs": RunsTable,
 }
 
 
@@ -129,6 +147,7 @@ class Settings:
     openai: OpenAITable = attrs.field(factory=OpenAITable)
     delay: float = 0.0
     limits: Limits = attrs.field(factory=Limits)
+    budget: Budget = attrs.field(factory=Budget)
     source: str = "defaults"  # where these came from: the config file's path, or defaults
 
     @classmethod
@@ -150,7 +169,8 @@ class Settings:
         except ConfigError as error:
             raise type(error)(f"{where}: {error.message}", **error.details) from None
         return cls(messaging, daemon.model, daemon.openai, daemon.scripted.delay,
-                   Limits.from_mapping(daemon.limits, f"{where}: [daemon.limits]"), where)
+                   Limits.from_mapping(daemon.limits, f"{where}: [daemon.limits]"),
+                   Budget(config.runs.max_model_requests, config.runs.max_tool_calls), where)
 
     def model_for(self, agent: str, doc_model: str | None) -> Model:
         if self.model in SCRIPTED:

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from treemail.adapters.runtime.budget import Budget, Meter
 from treemail.adapters.runtime.failures import FailurePolicy, fault_of
 from treemail.adapters.runtime.history import rebuild
 from treemail.adapters.runtime.llm import (
@@ -43,6 +44,7 @@ from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.events import Fault, RecordedCall, RecordedResult, Reply
 from treemail.core.lifecycle import SessionState
+from treemail.core.prompts import system_prompt
 from treemail.core.records import Run, Session, ToolContext
 from treemail.core.tools import tool_definitions
 
@@ -68,6 +70,9 @@ class HostedAgent(Protocol):
 
     @property
     def prompt(self) -> str: ...
+
+    @property
+    def messaging(self) -> str | None: ...
 
 
 class Incident(Exception):
@@ -99,6 +104,9 @@ class ActorHost(Protocol):
     def idle_timeout(self) -> float: ...
 
     @property
+    def budget(self) -> Budget: ...
+
+    @property
     def closing(self) -> bool: ...
 
     @property
@@ -128,6 +136,9 @@ class Actor:
         self.task: asyncio.Task[None] = None  # type: ignore[assignment]  # set by poke
         self.busy = False
         self.failures = 0  # consecutive failed model calls
+        # Set by a cancel from outside, which ends the run itself: a cancelled actor must
+        # not also interrupt it (with another reason, waking the session again).
+        self.silenced = False
 
     async def live(self) -> None:
         host = self.host
@@ -146,7 +157,7 @@ class Actor:
                 if not await self._idle():
                     return
         except asyncio.CancelledError:
-            if not host.killed:
+            if not host.killed and not self.silenced:
                 await self._stop()
             raise
         except Exception as crash:
@@ -187,11 +198,17 @@ class Actor:
         await host.failure_policy.back_off(self.failures)
         run: Run = await host.writer(host.engine.start_run, self.session_id)
         agent = host.agent(session.agent.name)
-        history = await self._history(agent.prompt)
+        can_send = "send_message" in host.tools.visible(session)
+        history = await self._history(
+            system_prompt(agent.prompt, agent.messaging, session.reference, can_send=can_send))
+        meter = Meter(host.budget)
         while True:
             if host.closing:  # shutdown stops a run at its next boundary
                 await host.writer(host.engine.cancel_run, self.session_id, run.run_id,
                                   "shutdown")
+                return
+            if spent := meter.model_request():
+                await self._over_budget(session, run, spent)
                 return
             request: Request = await host.writer(host.engine.begin_request, self.session_id,
                                                  run.run_id)
@@ -211,14 +228,23 @@ class Actor:
             if not reply.tool_calls:
                 await self._finish(session, run, reply)
                 return
-            await self._tools(session, run, reply, history)
+            if spent := await self._tools(session, run, reply, history, meter):
+                await self._over_budget(session, run, spent)
+                return
 
     async def _tools(
-        self, session: Session, run: Run, reply: ModelReply, history: list[dict[str, Any]]
-    ) -> None:
+        self, session: Session, run: Run, reply: ModelReply, history: list[dict[str, Any]],
+        meter: Meter,
+    ) -> str | None:
+        """Run the reply's tool calls in order and record their results; the reason the run
+        must end instead when its tool-call budget runs out (calls after that one are not
+        run: the rebuilt history says the run ended before they returned)."""
         host = self.host
         results: list[RecordedResult] = []
         for call in reply.tool_calls:
+            if spent := meter.tool_call():
+                await self._record(run, results)
+                return spent
             outcome = await host.tools.execute(session, run.run_id, call)
             content = outcome.content
             if outcome.failure is not None:
@@ -235,6 +261,16 @@ class Actor:
             results.append(RecordedResult(call.id, content))
             history.append(tool_result_message(call.id, content))
         await self._record(run, results)
+        return None
+
+    async def _over_budget(self, session: Session, run: Run, reason: str) -> None:
+        """The run spent its budget: interrupt it and leave the session idle until new input
+        (queued again, a looping model would only loop again); a delegating parent is told."""
+        host = self.host
+        _log.warning("session %s: %s", self.session_id, reason)
+        told = await host.writer(host.engine.give_up_run, self.session_id, run.run_id, reason)
+        if told and session.parent_session_id is not None:
+            host.poke(session.parent_session_id)
 
     async def _record(self, run: Run, results: list[RecordedResult]) -> None:
         if results:

@@ -64,5 +64,5 @@ def build_agents(docs: Mapping[str, AgentDoc], model_for: ModelFor) -> dict[str,
     """Runtime agents for the built-ins and every doc; a doc's prompt is its system prompt."""
     agents = {name: Agent(spec, model_for(name, None)) for name, spec in BUILTIN_AGENTS.items()}
     for name, doc in docs.items():
-        agents[name] = Agent(doc.spec, model_for(name, doc.model), doc.prompt)
+        agents[name] = Agent(doc.spec, model_for(name, doc.model), doc.prompt, doc.messaging)
     return agents

@@ -25,6 +25,7 @@ from typing import TypeVar
 import attrs
 
 from treemail.adapters.runtime.actor import Actor, Incident
+from treemail.adapters.runtime.budget import Budget
 from treemail.adapters.runtime.failures import FailurePolicy
 from treemail.adapters.runtime.llm import Model, ToolCall
 from treemail.adapters.runtime.plugins import FeedFollower, Plugin, PluginHost
@@ -33,7 +34,7 @@ from treemail.adapters.runtime.writer import Writer
 from treemail.adapters.store.group_commit import GroupStore
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
-from treemail.core.errors import ApprovalRequired, EngineShutdown
+from treemail.core.errors import ApprovalRequired, EngineShutdown, NoRunInFlight
 from treemail.core.ids import IdSource
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import (
@@ -42,17 +43,21 @@ from treemail.core.records import (
     ApprovalState,
     Event,
     Owner,
+    Run,
     Session,
     ToolContext,
 )
 from treemail.core.store import Store
 
-__all__ = ["Agent", "Runtime"]
+__all__ = ["CANCELLED_BY_USER", "Agent", "Runtime"]
 
 _log = logging.getLogger("treemail.runtime")
 
 T = TypeVar("T")
 
+
+# The reason a run cancelled by its user ends with (``run.cancel``, ``treemail cancel``).
+CANCELLED_BY_USER = "cancelled by user"
 
 RESUME = ("The process restarted while you were working on your task. Your conversation so "
           "far is above; continue the task and finish it.")
@@ -60,11 +65,14 @@ RESUME = ("The process restarted while you were working on your task. Your conve
 
 @attrs.frozen
 class Agent:
-    """An agent the runtime can run: its spec (name, rules), model and system prompt."""
+    """An agent the runtime can run: its spec (name, rules), model, and its doc's system
+    prompt and messaging template (``treemail.core.prompts``)."""
 
     spec: AgentSpec
     model: Model
     prompt: str = ""
+    # The template of the prompt's messaging section: None for the default, "" for none.
+    messaging: str | None = None
 
 
 class Runtime:
@@ -81,6 +89,7 @@ class Runtime:
         failure_policy: FailurePolicy | None = None,
         shutdown_grace: float = 5.0,
         feed_interval: float = 0.05,
+        budget: Budget | None = None,
     ) -> None:
         # Group commit: the engine writes through the writer's batches (see ``Writer``).
         group = GroupStore(store)
@@ -94,6 +103,8 @@ class Runtime:
         self.tools = ToolBox(self.engine, self.writer, self._specs,
                              self.plugins if self.plugins.gates else None)
         self.idle_timeout = idle_timeout
+        # Each run's limits of model requests and tool calls (``budget.py``).
+        self.budget = budget or Budget()
         # ``max_model_failures`` is the short form of a default policy with that limit.
         self.failure_policy = failure_policy or FailurePolicy(limit=max_model_failures)
         self.shutdown_grace = shutdown_grace
@@ -261,6 +272,39 @@ class Runtime:
             actor.task.cancel()
             await asyncio.gather(actor.task, return_exceptions=True)
         self.poke(session_id)
+
+    async def cancel(self, session_id: str, reason: str = CANCELLED_BY_USER) -> Run:
+        """The user's cancel of the session's run in flight: stop the actor driving it (it
+        writes nothing more), then interrupt the run. An open request is aborted, so its
+        claimed mail is released; the session stays idle, its mail kept, until new input
+        wakes it; a delegating parent is told why. Raises ``NoRunInFlight`` when the session
+        has no queued or running run (also when it ended before the cancel reached it)."""
+        if self.closing:
+            raise EngineShutdown("the runtime is shutting down; its runs stop on their own")
+        await self._in_flight(session_id)  # refused before the actor is touched
+        actor = self._actors.pop(session_id, None)
+        if actor is not None and not actor.task.done():
+            actor.silenced = True
+            actor.task.cancel()
+            await asyncio.gather(actor.task, return_exceptions=True)
+        # Read again: the run may have ended while its actor stopped.
+        run_id = await self._in_flight(session_id)
+        session: Session = await self.writer(self.engine.session, session_id)
+        told = await self.writer(self.engine.give_up_run, session_id, run_id, reason)
+        if told and session.parent_session_id is not None:
+            self.poke(session.parent_session_id)
+        ended: Run = await self.writer.quiet(self.engine.run, run_id)
+        return ended
+
+    async def _in_flight(self, session_id: str) -> str:
+        """The id of the session's queued or running run; ``NoRunInFlight`` if none."""
+        session: Session = await self.writer.quiet(self.engine.session, session_id)
+        if session.run_id is None or not session.state.has_run:
+            raise NoRunInFlight(
+                f"session {session.reference} has no run in flight (it is {session.state}); "
+                "nothing was cancelled",
+                session_id=session_id, state=str(session.state))
+        return session.run_id
 
     async def quiesce(self, timeout: float = 30.0) -> None:
         """Wait until no session has a queued or running run and no actor is busy, then let

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from treemail.adapters.ui import commands as daemon_commands
+from treemail.adapters.ui import doctor as doctor_command
 from treemail.adapters.ui import init as init_command
+from treemail.adapters.ui import run_cmd as run_command
 
 if TYPE_CHECKING:
     from treemail.core.engine import Engine
@@ -114,6 +116,8 @@ def _main(argv: Sequence[str] | None) -> int:
     _data_dir(verify)
     daemon_commands.register(commands)
     init_command.register(commands)
+    run_command.register(commands)
+    doctor_command.register(commands)
     tui = commands.add_parser(
         "tui", help="watch sessions converse and answer approvals (read-only on a store)")
     tui.add_argument("--data-dir", type=Path, default=Path("./.treemail"),

@@ -40,9 +40,9 @@ from treemail.protocol import types as t
 if TYPE_CHECKING:
     pass
 
-__all__ = ["Names", "TokenMissing", "answer_line", "connected_demo", "extend_demo", "follow",
-           "json_line", "json_option", "register", "seconds", "state_text", "steered",
-           "store_option", "target", "view_row"]
+__all__ = ["Names", "TokenMissing", "address_options", "answer_line", "client_command",
+           "connected_demo", "extend_demo", "follow", "json_line", "json_option", "register",
+           "seconds", "state_text", "steered", "store_option", "target", "view_row"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -176,18 +176,31 @@ def _token_option(parser: argparse.ArgumentParser) -> None:
                              "TREEMAIL_TOKEN overrides it)")
 
 
+def client_command(commands: Sub, name: str, help: str,
+                   command: Command) -> argparse.ArgumentParser:
+    """A client command of another module (``run``, ``cancel``): the options every client
+    command takes (where the daemon is, ``--timeout``, ``--json``), failures said alike."""
+    return _client(commands, name, help, command)
+
+
 def _client(commands: Sub, name: str, help: str, command: Command) -> argparse.ArgumentParser:
     parser = commands.add_parser(name, help=help)
-    _where(parser)
-    parser.add_argument("--connect", metavar="ADDRESS",
-                        help="the daemon's address: tcp://HOST:PORT, or a socket path")
-    _token_option(parser)
+    address_options(parser)
     parser.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="how long each call waits for the daemon's answer (default: "
                              f"{DEFAULT_TIMEOUT:g})")
     json_option(parser)
     parser.set_defaults(run=lambda args: _connect_and(command, args))
     return parser
+
+
+def address_options(parser: argparse.ArgumentParser) -> None:
+    """Where the daemon is (``--data-dir``, ``--socket``, ``--connect``) and the TCP token's
+    file: what ``target`` reads."""
+    _where(parser)
+    parser.add_argument("--connect", metavar="ADDRESS",
+                        help="the daemon's address: tcp://HOST:PORT, or a socket path")
+    _token_option(parser)
 
 
 def json_option(parser: argparse.ArgumentParser) -> None:

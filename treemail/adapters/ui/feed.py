@@ -19,7 +19,7 @@ from treemail.protocol.methods import EVENTS_EVENT, EVENTS_READ, EVENTS_SUBSCRIB
 if TYPE_CHECKING:
     from treemail.adapters.ui.transcript import Row
 
-__all__ = ["Names", "follow", "replay", "tail", "view_row"]
+__all__ = ["Names", "follow", "replay", "subscribe", "subscribed", "tail", "view_row"]
 
 View = t.EventView
 
@@ -105,12 +105,25 @@ async def _feed(client: DaemonClient, session_id: str | None,
         history.extend([view async for view in _views(client, session_id, start, head)])
         for view in history:
             yield view, view.number
-    await client.request(EVENTS_SUBSCRIBE,
-                         t.EventsSubscribeParams(after=head, session_id=session_id))
+    await subscribe(client, session_id, head)
     yield None, head
+    async for view in subscribed(client):
+        yield view, view.number
+
+
+async def subscribe(client: DaemonClient, session_id: str | None, after: int) -> None:
+    """Subscribe to the feed's events after number ``after`` (one session's, or all): they
+    come replayed, then live, with no gap and no duplicate (see ``subscribed``)."""
+    await client.request(EVENTS_SUBSCRIBE,
+                         t.EventsSubscribeParams(after=after, session_id=session_id))
+
+
+async def subscribed(client: DaemonClient) -> AsyncIterator[View]:
+    """The events of the connection's subscription, for as long as the daemon serves
+    (``ConnectionError`` once it stops)."""
     while True:  # an idle feed is followed for as long as it takes
         note = await client.next_notification(EVENTS_EVENT, timeout=None)
-        yield note.event, note.event.number
+        yield note.event
 
 
 async def follow(client: DaemonClient, session_id: str | None,

@@ -58,7 +58,12 @@ You help your lead: do what it asks and report to it.
 def config_text() -> str:
     """The commented ``config.toml``: each table with each key at its default."""
     from treemail.adapters.daemon.connection import Limits
-    from treemail.adapters.daemon.settings import DaemonTable, OpenAITable, ScriptedTable
+    from treemail.adapters.daemon.settings import (
+        DaemonTable,
+        OpenAITable,
+        RunsTable,
+        ScriptedTable,
+    )
 
     lines = [
         "# treemail daemon config: DATA_DIR/config.toml, read at start (and only here).",
@@ -76,6 +81,7 @@ def config_text() -> str:
         ("daemon.scripted", msgspec.structs.asdict(ScriptedTable())),
         ("daemon.limits", {f.name: f.default for f in attrs.fields(Limits)}),
         ("messaging", DEFAULTS),
+        ("runs", msgspec.structs.asdict(RunsTable())),
     ]
     for table, defaults in tables:
         lines += [f"[{table}]", *(f"# {key} = {json.dumps(value)}"
