@@ -7,6 +7,9 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+from textual.app import App
 
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import LEAD
@@ -14,7 +17,7 @@ from treemail.adapters.ui.tui.feed import LiveFeed
 from treemail.core import events
 from treemail.core.records import Event
 
-__all__ = ["LEAD", "Recorder", "slow_daemon"]
+__all__ = ["LEAD", "Recorder", "slow_daemon", "wide_approval"]
 
 
 def slow_daemon(data: Path, delay: float = 0.5) -> DaemonProcess:
@@ -85,6 +88,21 @@ async def until(check: Callable[[], bool], pause: Callable[[], Awaitable[None]],
                 await pause()
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def wide_approval(app: App[Any], pilot: Any, key: str) -> str:
+    """Press ``key`` (``s`` or ``t``) on the approvals pane, and say yes to the question it
+    asks first; the question, as asked."""
+    from textual.widgets import Static
+
+    from treemail.adapters.ui.tui.screens import Confirm
+
+    await pilot.press(key)
+    await until(lambda: isinstance(app.screen, Confirm), pilot.pause, "the question asked")
+    question = str(app.screen.query_one("#question", Static).render())
+    await pilot.press("y")
+    await until(lambda: not isinstance(app.screen, Confirm), pilot.pause, "the question gone")
+    return question
 
 
 def assert_snapshot(text: str, path: Path) -> None:

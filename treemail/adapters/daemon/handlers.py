@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from treemail import __name__ as _package
 from treemail.adapters.daemon import pages
 from treemail.adapters.daemon.connection import Connection
@@ -160,7 +162,9 @@ class Methods:
                            p: t.SessionListParams) -> t.SessionListResult:
         found, next = await self.read(pages.sessions, self.engine, p.root_session_id, p.after,
                                       p.limit)
-        return t.SessionListResult(sessions=[session_view(s) for s in found], next=next)
+        return t.SessionListResult(sessions=[
+            msgspec.structs.replace(session_view(s), resident=self.rt.resident(s.session_id))
+            for s in found], next=next)
 
     async def run_submit(self, conn: Connection, p: t.RunSubmitParams) -> t.ProducerAccepted:
         return await self.accept(p.session_id, p.text, Owner.USER, Mode.QUEUE,
@@ -262,7 +266,8 @@ class Methods:
 
     async def approval_answer(self, conn: Connection,
                               p: t.ApprovalAnswerParams) -> t.ApprovalView:
-        return approval_view(await self.rt.answer(p.approval_id, p.approve, p.scope))
+        return approval_view(await self.rt.answer(p.approval_id, p.approve, p.scope,
+                                                  p.reason))
 
     async def events_subscribe(self, conn: Connection,
                                p: t.EventsSubscribeParams) -> t.EventsSubscribeResult:

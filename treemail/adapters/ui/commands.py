@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     pass
 
 __all__ = ["Names", "TokenMissing", "answer_line", "connected_demo", "extend_demo", "follow",
-           "json_line", "json_option", "register", "seconds", "state_text", "steered",
-           "store_option", "target", "view_row"]
+           "json_line", "json_option", "outcome_text", "register", "seconds", "shown_state",
+           "state_text", "steered", "store_option", "target", "view_row", "waiting_sessions"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -80,6 +80,7 @@ def register(commands: Sub) -> None:
                          help="the approval: its short id as rows print it, or its whole id")
     approve.add_argument("--deny", action="store_true", help="deny instead of approving")
     approve.add_argument("--scope", choices=("once", "session", "tree"), default="once")
+    approve.add_argument("--reason", help="with --deny: why, told to the agent in its result")
 
 
 def extend_demo(demo: argparse.ArgumentParser) -> None:
@@ -303,12 +304,13 @@ async def _sessions(client: DaemonClient, args: argparse.Namespace) -> int:
     from treemail.adapters.ui.console import print_table
 
     sessions = await client.every("session.list")
-    if args.json:
+    waiting = waiting_sessions((await client.call("approval.list"))["approvals"])
+    if args.json:  # the wire's state as it is, and whether the user holds it up beside it
         for session in sessions:
-            json_line(session)
+            json_line({**session, "waiting_on_you": session["session_id"] in waiting})
         return 0
     print_table(("SESSION", "HANDLE", "AGENT", "STATE", "PARENT"),
-                [(s["session_id"], s["handle"] or "-", s["agent"], s["state"],
+                [(s["session_id"], s["handle"] or "-", s["agent"], shown_state(s, waiting),
                   s["parent_session_id"] or "-") for s in sessions])
     return 0
 
@@ -405,10 +407,42 @@ def state_text(step: Mapping[str, Any]) -> str:
     return f"{state}: {step['reason']}" if step.get("reason") else state
 
 
+def outcome_text(content: object) -> str:
+    """A tool call's outcome (the JSON text its result carries) as a person reads it: a send
+    says where its message went, an error says what went wrong and its code; anything else
+    is shown as it is."""
+    try:
+        value = json.loads(str(content))
+    except ValueError:
+        return str(content)
+    if not isinstance(value, dict):
+        return str(content)
+    if value.get("error"):
+        return f"{value.get('message') or 'refused'} ({value['error']})"
+    if "message_id" in value:
+        state = value.get("recipient_state")
+        where = f"; the recipient was {state}" if state else ""
+        return f"sent as message {str(value['message_id'])[:8]} ({value.get('mode')}){where}"
+    return ", ".join(f"{key} {item}" for key, item in value.items())
+
+
 def answer_line(answered: dict[str, Any]) -> str:
     """An answered approval as one line: its state, the scope of an approval, the outcome."""
     scope = f" (scope {answered['scope']})" if answered.get("scope") else ""
-    return visible(f"{answered['state']}{scope}: {answered['outcome']}")
+    return visible(f"{answered['state']}{scope}: {outcome_text(answered['outcome'])}")
+
+
+def waiting_sessions(approvals: list[dict[str, Any]]) -> set[str]:
+    """The sessions a held call of which waits for the user's answer (pending approvals)."""
+    return {held["session_id"] for held in approvals}
+
+
+def shown_state(session: Mapping[str, Any], waiting: set[str]) -> str:
+    """A session's state as the user reads it: a session whose call waits for them says so,
+    whatever its run's state (a run waiting on an approval is still ``running``)."""
+    from treemail.adapters.ui.tui.board import WAITING
+
+    return WAITING if session["session_id"] in waiting else str(session["state"])
 
 
 async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:
@@ -428,8 +462,10 @@ async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:
         if not held and not args.json:
             print("no tool call waits for approval")
         return 0
-    answered = await client.call("approval.answer", {
-        "approval_id": args.approval_id, "approve": not args.deny, "scope": args.scope})
+    params = {"approval_id": args.approval_id, "approve": not args.deny, "scope": args.scope}
+    if args.reason is not None:
+        params["reason"] = args.reason
+    answered = await client.call("approval.answer", params)
     if args.json:
         json_line({"short_id": short_approval_id(args.approval_id), **answered})
         return 0
