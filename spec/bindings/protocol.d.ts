@@ -2,10 +2,12 @@
 
 export declare const PROTOCOL_VERSION: 19;
 
+/** ``reason`` goes with a deny: the agent reads it in the denied call's result. */
 export interface ApprovalAnswerParams {
   approval_id: string;
   approve: boolean;
   scope?: "once" | "session" | "tree";
+  reason?: string | null;
 }
 
 export interface ApprovalListParams {
@@ -282,6 +284,7 @@ export interface SessionView {
   state: string;
   run_id: string | null;
   live: boolean;
+  resident?: boolean;
 }
 
 export interface ShutdownResult {
