@@ -180,8 +180,8 @@ class StoreSource(Source):
         # The rest in one read, off the event loop (a read from a point scans to the
         # feed's end: page by page it would scan the newest events once per page).
         rest = await asyncio.to_thread(self._feed, 0, newest)
-        for after, _ in _tops(newest):
-            yield rest[after:after + PAGE]
+        for after, last in _tops(newest):
+            yield rest[after:last]
 
     def _feed(self, after: int, last: int) -> list[tuple[int, Event]]:
         with self._store().read() as tx:
