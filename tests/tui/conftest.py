@@ -105,6 +105,35 @@ async def wide_approval(app: App[Any], pilot: Any, key: str) -> str:
     return question
 
 
+def svg_lines(svg: str) -> list[str]:
+    """The text of a screenshot Textual exported as SVG, line by line: each ``<text>`` put at
+    its cell (its ``x`` over the cell width) on its line (the ``line-N`` it is clipped to),
+    trailing blanks dropped. Compared by content, not byte for byte: a Textual release that
+    draws the same screen with other SVG markup still passes."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    spans: dict[int, list[tuple[int, str]]] = {}
+    width = 0.0
+    for node in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text"):
+        line = re.search(r"line-(\d+)\)", node.get("clip-path", ""))
+        text = (node.text or "").replace("\xa0", " ")
+        if line is None or not text:
+            continue  # the window's title, outside the terminal's lines
+        if not width:
+            width = float(node.get("textLength", "0")) / len(text)
+        spans.setdefault(int(line[1]), []).append((round(float(node.get("x", "0")) / width),
+                                                   text))
+    lines = []
+    for number in range(max(spans, default=-1) + 1):
+        cells: list[str] = []
+        for column, text in sorted(spans.get(number, [])):
+            cells.extend(" " for _ in range(column - len(cells)))
+            cells[column:column + len(text)] = list(text)
+        lines.append("".join(cells).rstrip())
+    return lines
+
+
 def assert_snapshot(text: str, path: Path) -> None:
     """``text`` equals the snapshot at ``path``; TREEMAIL_SNAPSHOTS=update rewrites it (then
     read the diff before committing it)."""

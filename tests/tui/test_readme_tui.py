@@ -39,10 +39,10 @@ def _bound(bindings: list[BindingType]) -> dict[str, str]:
 
 
 def test_the_keys_it_lists_are_the_bindings() -> None:
-    keys = re.findall(r"`(\w|/|\?)`\s+(approves|for|denies|searches|goes|to|lists|quits)",
+    keys = re.findall(r"`(\w|/|\?)`\s+(approves|for|denies|searches|goes|to|lists|wraps|quits)",
                       section())
     listed = {key for key, _ in keys}
-    assert listed == {"a", "s", "t", "d", "/", "n", "N", "?", "q"}
+    assert listed == {"a", "s", "t", "d", "/", "n", "N", "?", "w", "q"}
     # The answers are the approvals pane's keys, not the app's: typed anywhere else they
     # answer nothing.
     answers, anywhere = _bound(Approvals.BINDINGS), _bound(TreemailTui.BINDINGS)
@@ -50,5 +50,5 @@ def test_the_keys_it_lists_are_the_bindings() -> None:
     assert (answers["a"], answers["s"], answers["t"]) == (
         "app.answer('once')", "app.answer('session')", "app.answer('tree')")
     assert answers["d"] == "app.deny"
-    assert (anywhere["/"], anywhere["n"], anywhere["N"], anywhere["?"], anywhere["q"]) == (
-        "search", "next_match", "next_match(-1)", "help", "quit")
+    assert (anywhere["/"], anywhere["n"], anywhere["N"], anywhere["?"], anywhere["w"],
+            anywhere["q"]) == ("search", "next_match", "next_match(-1)", "help", "wrap", "quit")

@@ -31,10 +31,10 @@ from treemail.adapters.ui.tui.sources import LiveSource
 from treemail.core.lifecycle import SessionState
 
 
-async def _cli(process_: DaemonProcess, *argv: str) -> str:
+async def _cli(server: DaemonProcess, *argv: str) -> str:
     """``treemail ARGV`` against the daemon, as a person runs it: its output."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "treemail", *argv, "--socket", str(process_.socket),
+        sys.executable, "-m", "treemail", *argv, "--socket", str(server.socket),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await process.communicate()
     assert process.returncode == 0, out.decode()
@@ -70,7 +70,10 @@ def test_keys_answer_only_on_the_approvals_pane_and_wide_ones_ask_first(
             other = next(line for line in listed.splitlines() if b in line)
             assert WAITING in mine and WAITING not in other, listed
 
-            # Letters typed on the transcript, and a search word, answer nothing.
+            # Letters typed as the app opened (the tree has the focus), on the transcript,
+            # and in a search word answer nothing.
+            assert app.focused is app.query_one("#sessions")
+            await pilot.press("a", "t", "d")
             app.query_one("#transcript").focus()
             await pilot.press("t", "a", "s", "d")
             await pilot.press("slash", *"stat", "enter")

@@ -61,6 +61,9 @@ class Approvals(DataTable[Text]):
 
 class TreemailTui(App[None]):
     TITLE = "treemail"
+    # The tree has the focus at first, never the approvals pane: a key typed before the
+    # user moved there answers nothing.
+    AUTO_FOCUS = "#sessions"
     # The approvals pane spans the width under both: a held send's body is the long cell.
     CSS = """
     #sessions { width: 40%; border: round $primary; }
@@ -74,6 +77,7 @@ class TreemailTui(App[None]):
         Binding("slash", "search", "Search"),
         Binding("n", "next_match", "Next match"),
         Binding("N", "next_match(-1)", "Previous match"),
+        Binding("w", "wrap", "Wrap rows"),
         Binding("question_mark", "help", "Keys"),
         Binding("tab", "focus_next", "Next pane", show=False),
         Binding("q", "quit", "Quit"),
@@ -87,6 +91,7 @@ class TreemailTui(App[None]):
         self.nodes: dict[str, TreeNode[str]] = {}
         self.held: list[dict[str, Any]] = []
         self.query_text = ""
+        self.wrap = False  # the transcript's rows wrapped to the pane's width (``w``)
         self.note = ""  # the status line's message, after its counts
         self.head = 0  # the snapshot's feed number: the history ends there
         self.opened = asyncio.Event()  # the current tree and the newest page are shown
@@ -110,6 +115,7 @@ class TreemailTui(App[None]):
         sessions.border_title = "sessions"
         transcript = self.query_one("#transcript", DataTable)
         transcript.add_columns("session", "#", "row")
+        transcript.fixed_columns = 2  # who and where stay in view while a long row scrolls
         transcript.border_title = "transcript"
         approvals = self.query_one("#approvals", DataTable)
         approvals.add_columns("sender", "recipient", "label", "body")
@@ -246,9 +252,31 @@ class TreemailTui(App[None]):
         """The transcript pane anew, from the rows folded so far."""
         table = self.query_one("#transcript", DataTable)
         table.clear()
+        text = table.ordered_columns[2]
+        text.auto_width = not self.wrap
+        if self.wrap:  # the row's text gets what the pane leaves it, and wraps in it
+            used = sum(c.get_render_width(table) for c in table.ordered_columns[:2])
+            text.width = max(20, table.scrollable_content_region.width - used
+                             - 2 * table.cell_padding)
         for row in self._rows():
-            table.add_row(Text(row.who), str(row.seq), self._cell(row), key=row.key)
+            self._add(table, row)
         table.move_cursor(row=table.row_count - 1)  # the newest row: follow from there
+
+    def _add(self, table: DataTable[Any], row: Row) -> None:
+        # A wrapped row is as high as its text needs; an unwrapped one is one line, and a
+        # long one scrolls sideways (each row's height is measured only when wrapping, so
+        # a long history costs no rendering as it loads).
+        table.add_row(Text(row.who), str(row.seq), self._cell(row), key=row.key,
+                      height=None if self.wrap else 1)
+
+    def action_wrap(self) -> None:
+        self.wrap = not self.wrap
+        self._refill()
+        self._say("rows wrapped to the pane" if self.wrap else "one line a row")
+
+    def on_resize(self) -> None:
+        if self.wrap:  # the width the rows wrap at has changed
+            self.call_after_refresh(self._refill)
 
     def _show_row(self, row: Row) -> None:
         table = self.query_one("#transcript", DataTable)
@@ -256,7 +284,7 @@ class TreemailTui(App[None]):
             self._update_row(row)
         else:
             following = table.cursor_row >= table.row_count - 1  # on the last row: follow
-            table.add_row(Text(row.who), str(row.seq), self._cell(row), key=row.key)
+            self._add(table, row)
             if following:
                 table.move_cursor(row=table.row_count - 1)
 
@@ -323,6 +351,11 @@ class TreemailTui(App[None]):
         else:
             index = next((i for i in reversed(hits) if i < table.cursor_row), hits[-1])
         table.move_cursor(row=index, scroll=True)
+        if not self.wrap:  # and sideways to the match, in a row longer than the pane
+            where = rows[index].text.lower().index(self.query_text.lower())
+            left = sum(c.get_render_width(table) for c in table.ordered_columns[:2])
+            x = table.cell_padding + where - (table.scrollable_content_region.width - left) // 3
+            self.call_after_refresh(table.scroll_to, x=max(0, x), animate=False)
         self._say(f"match {hits.index(index) + 1} of {len(hits)} for {self.query_text!r}")
 
     # -- the approvals pane ----------------------------------------------------------------

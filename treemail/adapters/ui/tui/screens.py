@@ -21,6 +21,7 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("enter", "transcript", "read the row whole (its message, its output)"),
     ("/", "anywhere", "search the transcript"),
     ("n / N", "transcript", "next / previous match"),
+    ("w", "anywhere", "wrap the transcript's rows to the pane, or one line a row again"),
     ("a", "approvals", "approve the held call, this once"),
     ("s", "approvals", "approve its kind for the sending session (asks first)"),
     ("t", "approvals", "approve its kind for the whole tree (asks first)"),
