@@ -26,7 +26,8 @@ def test_the_main_screen_of_a_replay(demo_store: Path) -> None:  # noqa: F811 - 
         app = TreemailTui(StoreSource(demo_store))
         async with app.run_test(size=(100, 30)) as pilot:
             await until(app.ready.is_set, pilot.pause, "the replay loaded")
-            await pilot.pause()
+            await until(lambda: "run 4 finished" in pane_text(app, "#transcript"),
+                        pilot.pause, "the newest rows in view")
             return svg_lines(app.export_screenshot()), screen_text(app), app
 
     shot, text, app = asyncio.run(scenario())
@@ -111,6 +112,8 @@ def test_search_brings_its_match_into_view(demo_store: Path) -> None:  # noqa: F
         async with app.run_test(size=(100, 24)) as pilot:
             await until(app.ready.is_set, pilot.pause, "the replay loaded")
             table = app.query_one("#transcript", DataTable)
+            await until(lambda: "run 4 finished" in pane_text(app, "#transcript"),
+                        pilot.pause, "the newest rows in view")
             before = pane_text(app, "#transcript")
             # The first row of all, far above the newest rows shown at the bottom.
             await pilot.press("slash", *"Ship the parser fix, reviewed", "enter")
@@ -131,6 +134,8 @@ def test_w_wraps_the_rows_to_the_pane(demo_store: Path) -> None:  # noqa: F811 -
         app = TreemailTui(StoreSource(demo_store))
         async with app.run_test(size=(100, 24)) as pilot:
             await until(app.ready.is_set, pilot.pause, "the replay loaded")
+            await until(lambda: 'model says "Shipped' in pane_text(app, "#transcript"),
+                        pilot.pause, "the newest rows in view")
             one_line = pane_text(app, "#transcript")
             await pilot.press("w")
             await until(lambda: 'tested."' in pane_text(app, "#transcript"), pilot.pause,
