@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable
 
 from tests.daemon.conftest import DaemonProcess
@@ -16,6 +17,7 @@ from tests.tui.test_pilot import (
     daemon,  # noqa: F401 - the same daemon, one per module
 )
 from tests.tui.test_replay import demo_store  # noqa: F401 - the demo's store, one per module
+from treemail.adapters.ui.tui import app as app_module
 from treemail.adapters.ui.tui.app import TreemailTui, pane_text, screen_text
 from treemail.adapters.ui.tui.screens import KEYS, Detail, Help
 from treemail.adapters.ui.tui.sources import LiveSource, StoreSource
@@ -147,3 +149,26 @@ def test_w_wraps_the_rows_to_the_pane(demo_store: Path) -> None:  # noqa: F811 -
     lines = wrapped.split("\n")
     says = next(i for i, line in enumerate(lines) if 'model says "Shipped: the' in line)
     assert 'tested."' in "".join(lines[says:says + 3])  # the rest on the lines below
+
+
+def test_the_pane_holds_a_window_of_rows_and_search_moves_it(
+    demo_store: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811 - the fixture above
+) -> None:
+    monkeypatch.setattr(app_module, "WINDOW", 10)
+
+    async def scenario() -> tuple[int, str, str, str, int]:
+        app = TreemailTui(StoreSource(demo_store))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(app.ready.is_set, pilot.pause, "the replay loaded")
+            table = app.query_one("#transcript", DataTable)
+            newest = (table.row_count, str(table.border_subtitle))
+            every = app.board.transcript.rows()
+            await pilot.press("slash", *"Ship the parser fix, reviewed", "enter")
+            await until(lambda: str(table.border_subtitle).startswith("(rows 1 to"),
+                        pilot.pause, "the pane moved to the match")
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            return (*newest, str(key), every[1].key, len(every))
+
+    count, subtitle, key, match, rows = asyncio.run(scenario())
+    assert count == 10 and subtitle == f"(rows {rows - 9} to {rows} of {rows})"
+    assert key == match  # the cursor on the match, though it was outside the pane

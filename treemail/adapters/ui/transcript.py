@@ -293,14 +293,20 @@ class Transcript:
         text = f"{state:<9} {self._said[first.key]}" + (f" — {reason}" if reason else "")
         return attrs.evolve(first, text=text, state=state)
 
-    def prepend(self, log: Iterable[Event]) -> list[Row]:
+    def prepend(self, log: Iterable[Event],
+                payloads: Iterable[events.Payload | events.UnknownEvent] | None = None,
+                ) -> list[Row]:
         """Fold ``log``, events that all precede the ones folded so far (an older page of
         the feed, read newest first): the rows end as folding the whole feed in order would
         leave them. A row first seen in ``log`` goes before the others; a message whose newer
         events were folded already keeps its first place and its newest state. Returns the
-        rows ``log`` added or changed."""
+        rows ``log`` added or changed. ``payloads``: the events' payloads, when already read."""
         older = Transcript(self.names)
-        older.extend(log)
+        if payloads is None:
+            older.extend(log)
+        else:
+            for event, payload in zip(log, payloads, strict=True):
+                older.add(event, payload)
         self.names.update(older.names)
         self._said = {**older._said, **self._said}
         self._why = {**older._why, **self._why}

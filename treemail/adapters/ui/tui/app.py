@@ -43,6 +43,11 @@ __all__ = ["ALL", "MATCH", "Approvals", "TreemailTui", "main", "pane_text", "scr
 ALL = ""  # the tree's root: the transcript pane shows every session's rows
 MATCH = "bold black on yellow"  # a search match within a transcript row
 
+# The transcript pane holds at most this many rows at once, around where the user is (the
+# newest, or a search's match): a table measures every cell it holds, so a pane of a long
+# history's every row would cost seconds to fill. Search reaches every row all the same.
+WINDOW = 1000
+
 _APPROVAL_KINDS = (events.ApprovalRequested, events.ApprovalAnswered)
 _RESIDENT_KINDS = (events.RunQueued, events.RunStarted)  # a run's actor is in memory
 
@@ -92,6 +97,8 @@ class TreemailTui(App[None]):
         self.held: list[dict[str, Any]] = []
         self.query_text = ""
         self.wrap = False  # the transcript's rows wrapped to the pane's width (``w``)
+        self.first = 0  # the index, among the selection's rows, of the pane's first row
+        self.at_end = True  # the pane holds the newest row: a new one is added below it
         self.note = ""  # the status line's message, after its counts
         self.head = 0  # the snapshot's feed number: the history ends there
         self.opened = asyncio.Event()  # the current tree and the newest page are shown
@@ -168,6 +175,9 @@ class TreemailTui(App[None]):
                     self._refill()
                     self.opened.set()
                 self._status()
+                # A replay's pages are at hand without waiting: let keys and drawing run
+                # between them, so the screen stays the user's while the rest folds in.
+                await asyncio.sleep(0)
         except (OSError, RpcFailure, TreemailError) as exc:
             self._say(f"history not read from {self.source.where}: {exc}")
         self.board.finish()
@@ -248,19 +258,29 @@ class TreemailTui(App[None]):
 
     # -- the transcript pane ---------------------------------------------------------------
 
-    def _refill(self) -> None:
-        """The transcript pane anew, from the rows folded so far."""
+    def _refill(self, around: int | None = None) -> None:
+        """The transcript pane anew, from the rows folded so far: the newest ``WINDOW`` of
+        them, or those ``around`` one (an index among them), the cursor on it."""
         table = self.query_one("#transcript", DataTable)
         table.clear()
+        rows = self._rows()
+        last = len(rows) - 1 if around is None else around
+        self.first = max(0, min(last - WINDOW // 2, len(rows) - WINDOW)) if around is not None \
+            else max(0, len(rows) - WINDOW)
         text = table.ordered_columns[2]
         text.auto_width = not self.wrap
         if self.wrap:  # the row's text gets what the pane leaves it, and wraps in it
             used = sum(c.get_render_width(table) for c in table.ordered_columns[:2])
             text.width = max(20, table.scrollable_content_region.width - used
                              - 2 * table.cell_padding)
-        for row in self._rows():
+        for row in rows[self.first:self.first + WINDOW]:
             self._add(table, row)
-        table.move_cursor(row=table.row_count - 1)  # the newest row: follow from there
+        shown = "" if self.first == 0 and len(rows) <= WINDOW else (
+            f"(rows {self.first + 1:,} to {self.first + table.row_count:,} of {len(rows):,})")
+        table.border_subtitle = shown
+        self.at_end = self.first + table.row_count >= len(rows)
+        # On the newest row the pane follows what arrives.
+        table.move_cursor(row=last - self.first, scroll=True)
 
     def _add(self, table: DataTable[Any], row: Row) -> None:
         # A wrapped row is as high as its text needs; an unwrapped one is one line, and a
@@ -282,7 +302,7 @@ class TreemailTui(App[None]):
         table = self.query_one("#transcript", DataTable)
         if row.key in table.rows:
             self._update_row(row)
-        else:
+        elif self.at_end:  # else it is below the rows shown, reached by moving there
             following = table.cursor_row >= table.row_count - 1  # on the last row: follow
             self._add(table, row)
             if following:
@@ -325,8 +345,10 @@ class TreemailTui(App[None]):
         self.query_text = message.value.strip()
         table = self.query_one("#transcript", DataTable)
         table.focus()
-        for row in self._rows():  # mark the new query's matches, unmark the old one's
-            self._update_row(row)
+        for key in list(table.rows):  # mark the new query's matches, unmark the old one's
+            row = self.board.transcript.row(str(key.value))
+            if row is not None:
+                self._update_row(row)
         self._match(start=0)
 
     def action_next_match(self, step: int = 1) -> None:
@@ -344,13 +366,17 @@ class TreemailTui(App[None]):
         if not hits:
             self._say(f"no row matches {self.query_text!r}")
             return
+        here = self.first + table.cursor_row  # the cursor's index among every row
         if start is not None:
             index = next((i for i in hits if i >= start), hits[0])
         elif step > 0:
-            index = next((i for i in hits if i > table.cursor_row), hits[0])
+            index = next((i for i in hits if i > here), hits[0])
         else:
-            index = next((i for i in reversed(hits) if i < table.cursor_row), hits[-1])
-        table.move_cursor(row=index, scroll=True)
+            index = next((i for i in reversed(hits) if i < here), hits[-1])
+        if self.first <= index < self.first + table.row_count:
+            table.move_cursor(row=index - self.first, scroll=True)
+        else:  # beyond the rows the pane holds: the pane moves to it
+            self._refill(around=index)
         if not self.wrap:  # and sideways to the match, in a row longer than the pane
             where = rows[index].text.lower().index(self.query_text.lower())
             left = sum(c.get_render_width(table) for c in table.ordered_columns[:2])

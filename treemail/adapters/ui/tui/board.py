@@ -100,12 +100,13 @@ class Board:
         or changed."""
         self.folded += len(page)
         grouped: dict[str, list[Event]] = {}
-        for _, event in page:  # each event to its row, as the in-order fold would
-            payload = events.read(event)
+        payloads = [events.read(event) for _, event in page]
+        for (_, event), payload in zip(page, payloads, strict=True):
             if isinstance(payload, events.SessionCreated):
                 self._session(event, payload)  # one the snapshot missed: its first sight
+            # each event to its row, as the in-order fold would
             grouped.setdefault(_key(event, payload), []).append(event)
-        rows = self.transcript.prepend(event for _, event in page)
+        rows = self.transcript.prepend([event for _, event in page], payloads)
         for row in rows:
             self.sources[row.key] = grouped.get(row.key, []) + self.sources.get(row.key, [])
         for row in rows:
