@@ -181,7 +181,9 @@ class TreemailTui(App[None]):
         except (OSError, RpcFailure, TreemailError) as exc:
             self._say(f"history not read from {self.source.where}: {exc}")
         self.board.finish()
-        self._refill()
+        table = self.query_one("#transcript", DataTable)
+        if self.at_end and table.cursor_row >= table.row_count - 1:  # left where it was
+            self._refill()  # else the user has moved (a search): the pane stays there
         for session_id in self.board.sessions:
             self._show_session(session_id)
         self.opened.set()
