@@ -10,7 +10,8 @@ put+get+ack; (d) a send's cost with long histories; (e) open and recover with a 
 against its target; (i) the store's codec against the json + cattrs codec it replaced;
 (j) what one peer costs the daemon: idle subscriptions, and pipelined large answers;
 (k) the sequential durable send on PostgreSQL against the same send on LMDB; (l) how long a
-client command takes to start, against the interpreter's own start.
+client command takes to start, against the interpreter's own start; (m) how soon the TUI
+opens on 100k events, against `treemail log` reading the same store.
 
 Beside the targets, lines that say what limits them, measured in the same run: bare LMDB
 writing the very rows the sends wrote, sync on (a) and off (g), so that what a send's rows
@@ -43,6 +44,7 @@ from bench.lines import Line, Scale
 from bench.postgres import postgres_lines
 from bench.rigs import env_note
 from bench.startup import startup_lines
+from bench.tui import tui_lines
 from treemail.adapters.ui.console import advance, steps
 
 RESULTS = Path(__file__).with_name("results.json")
@@ -97,12 +99,13 @@ def run(quick: bool, only: set[str], verbose: bool = False,
             "j": lambda: bounds_lines(root),
             "k": lambda: postgres_lines(root, scale),
             "l": lambda: startup_lines(quick),
+            "m": lambda: tui_lines(root, quick),
         }
         for name, step in steps.items():
             if name in only:
                 rows += step()
                 took(name)
-    order = "abcdefghijkl"
+    order = "abcdefghijklm"
     return sorted(rows, key=lambda row: order.index(row.key[0]))
 
 
@@ -110,7 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
-    parser.add_argument("--only", default="abcdefghijl", help="which lines, e.g. --only a,b")
+    parser.add_argument("--only", default="abcdefghijlm", help="which lines, e.g. --only a,b")
     parser.add_argument("--verbose", action="store_true", help="time each line")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args()
@@ -122,7 +125,7 @@ def main() -> None:
     start = time.perf_counter()
     only = set(args.only.replace(",", ""))
     ran = only | ({"d"} if only & {"d", "f"} else set())
-    with steps(len(ran & set("abcdefghjl")), "bench") as bar:  # a bar on a terminal only
+    with steps(len(ran & set("abcdefghjlm")), "bench") as bar:  # a bar on a terminal only
         rows = run(args.quick, only, args.verbose,
                    lambda name: advance(bar, f"line {name} done"))
     elapsed = time.perf_counter() - start

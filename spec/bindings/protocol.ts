@@ -20,10 +20,12 @@ export const WIRE_ERRORS = {
   "-32001": "overloaded: too many requests in flight on this connection; retry later"
 } as const;
 
+/** ``reason`` goes with a deny: the agent reads it in the denied call's result. */
 export interface ApprovalAnswerParams {
   approval_id: string;
   approve: boolean;
   scope?: "once" | "session" | "tree";
+  reason?: string | null;
 }
 
 /** A ApprovalAnswered event. */
@@ -659,6 +661,7 @@ export interface SessionView {
   state: SessionState;
   run_id: string | null;
   live: boolean;
+  resident?: boolean;
 }
 
 export interface ShutdownResult {

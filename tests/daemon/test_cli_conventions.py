@@ -24,8 +24,9 @@ from treemail.adapters.daemon.lookup import short_approval_id
 from treemail.adapters.ui.commands import state_text
 
 # The fields a session's JSON line keeps: scripts rely on them.
+# The wire's SessionView, and beside it whether one of the session's calls waits on the user.
 SESSION_FIELDS = {"session_id", "root_session_id", "parent_session_id", "handle", "agent",
-                  "state", "run_id", "live"}
+                  "state", "run_id", "live", "resident", "waiting_on_you"}
 EVENT_FIELDS = {"number", "session_id", "seq", "kind", "data"}
 LINE_WAIT = 60.0  # seconds a test waits for a line a live command owes it, before failing
 
@@ -87,6 +88,7 @@ def test_listings_and_feeds_speak_json_lines(daemon: DaemonProcess) -> None:
     sessions = json_lines(client(daemon, "sessions", "--json").stdout)
     assert all(set(s) == SESSION_FIELDS for s in sessions)
     assert any(s["session_id"] == sid for s in sessions)
+    assert not any(s["waiting_on_you"] for s in sessions)  # no call held
     [receipt] = json_lines(client(daemon, "status", mid[:8], "--json").stdout)
     assert receipt["message"]["message_id"] == mid
     assert [s["state"] for s in receipt["history"]] == [

@@ -7,6 +7,9 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+from textual.app import App
 
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import LEAD
@@ -14,7 +17,7 @@ from treemail.adapters.ui.tui.feed import LiveFeed
 from treemail.core import events
 from treemail.core.records import Event
 
-__all__ = ["LEAD", "Recorder", "slow_daemon"]
+__all__ = ["LEAD", "Recorder", "slow_daemon", "wide_approval"]
 
 
 def slow_daemon(data: Path, delay: float = 0.5) -> DaemonProcess:
@@ -85,6 +88,50 @@ async def until(check: Callable[[], bool], pause: Callable[[], Awaitable[None]],
                 await pause()
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def wide_approval(app: App[Any], pilot: Any, key: str) -> str:
+    """Press ``key`` (``s`` or ``t``) on the approvals pane, and say yes to the question it
+    asks first; the question, as asked."""
+    from textual.widgets import Static
+
+    from treemail.adapters.ui.tui.screens import Confirm
+
+    await pilot.press(key)
+    await until(lambda: isinstance(app.screen, Confirm), pilot.pause, "the question asked")
+    question = str(app.screen.query_one("#question", Static).render())
+    await pilot.press("y")
+    await until(lambda: not isinstance(app.screen, Confirm), pilot.pause, "the question gone")
+    return question
+
+
+def svg_lines(svg: str) -> list[str]:
+    """The text of a screenshot Textual exported as SVG, line by line: each ``<text>`` put at
+    its cell (its ``x`` over the cell width) on its line (the ``line-N`` it is clipped to),
+    trailing blanks dropped. Compared by content, not byte for byte: a Textual release that
+    draws the same screen with other SVG markup still passes."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    spans: dict[int, list[tuple[int, str]]] = {}
+    width = 0.0
+    for node in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text"):
+        line = re.search(r"line-(\d+)\)", node.get("clip-path", ""))
+        text = (node.text or "").replace("\xa0", " ")
+        if line is None or not text:
+            continue  # the window's title, outside the terminal's lines
+        if not width:
+            width = float(node.get("textLength", "0")) / len(text)
+        spans.setdefault(int(line[1]), []).append((round(float(node.get("x", "0")) / width),
+                                                   text))
+    lines = []
+    for number in range(max(spans, default=-1) + 1):
+        cells: list[str] = []
+        for column, text in sorted(spans.get(number, [])):
+            cells.extend(" " for _ in range(column - len(cells)))
+            cells[column:column + len(text)] = list(text)
+        lines.append("".join(cells).rstrip())
+    return lines
 
 
 def assert_snapshot(text: str, path: Path) -> None:

@@ -1,6 +1,6 @@
-"""The sessions pane's rows come from the feed alone: a session is live from its creation
-until a revert makes it a ghost, exactly as the stored session's flag says, so the TUI needs
-no session list and polls nothing."""
+"""The sessions pane's rows: after the snapshot it opens on, they follow the feed alone: a
+session is live from its creation until a revert makes it a ghost, exactly as the stored
+session's flag says, and the TUI polls nothing."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_the_live_flag_folds_from_the_feed_as_the_store_keeps_it() -> None:
     assert {sid: line.live for sid, line in board.sessions.items()} == stored
     assert stored == {root.session_id: True, top.session_id: False, low.session_id: False,
                       kept.session_id: True}
-    assert board.sessions[top.session_id].label().startswith("○")
+    assert board.sessions[top.session_id].label().endswith("(ghost)")
 
 
 class CountingSource(LiveSource):
@@ -46,7 +46,7 @@ class CountingSource(LiveSource):
 
 def test_the_tui_shows_new_sessions_without_listing_them(tmp_path: Path) -> None:
     """Sessions created while the TUI watches appear in its tree, and over the whole time
-    it made no session.list call at all: nothing is polled."""
+    it listed the sessions once, for the snapshot it opens on: nothing is polled."""
     process = DaemonProcess(tmp_path / "data")
 
     async def go() -> Counter[str]:
@@ -72,5 +72,5 @@ def test_the_tui_shows_new_sessions_without_listing_them(tmp_path: Path) -> None
     finally:
         code, err = process.terminate()
         assert code == 0, err
-    assert calls["session.list"] == 0 and calls["session.get"] == 0, calls
+    assert calls["session.list"] == 1 and calls["session.get"] == 0, calls
     assert calls["events.subscribe"] == 1, calls

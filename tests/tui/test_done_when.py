@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from textual.widgets import DataTable
 
 from tests.daemon.conftest import DaemonProcess
-from tests.tui.conftest import reaped, until
+from tests.tui.conftest import reaped, until, wide_approval
 from treemail.adapters.ui.tui.app import TreemailTui, screen_text
 from treemail.adapters.ui.tui.sources import LiveSource, choose
 from treemail.protocol import types as t
@@ -91,7 +91,8 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
                     await until(lambda: _shows_held(app), pilot.pause,
                                 "the approvals pane showing the held call")
                     captures.append(screen_text(app))
-                    await pilot.press("t")
+                    question = await wide_approval(app, pilot, "t")
+                    assert "tree scope" in question, question
                     await until(lambda: not app.held, pilot.pause, "the approval answered")
                     answered += 1
                 await pilot.pause(0.02)

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Tree
 
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import WORKER
-from tests.tui.conftest import reaped, slow_daemon, until
+from tests.tui.conftest import reaped, slow_daemon, until, wide_approval
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.ui.tui.app import ALL, TreemailTui, pane_text
 from treemail.adapters.ui.tui.sources import LiveSource
@@ -142,7 +142,7 @@ def test_an_approval_answered_for_the_tree_lets_the_send_through(
             assert _row(app, held) == [app.board.sessions[a].handle, handle_b, "sibling",
                                        "I took the lexer."]
             app.query_one("#approvals").focus()
-            await pilot.press("t")
+            await wide_approval(app, pilot, "t")
             await until(lambda: _row(app, held) is None, pilot.pause, "the approval answered")
             answered = await _approval(client, held)
             assert (answered.state, answered.scope) == ("approved", "tree")

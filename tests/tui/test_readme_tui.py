@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from tests.unit.test_readme_daemon import _help, commands, spans
-from treemail.adapters.ui.tui.app import TreemailTui
+from treemail.adapters.ui.tui.app import Approvals, TreemailTui
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,13 +33,22 @@ def test_every_command_and_flag_it_names_exists(capsys: pytest.CaptureFixture[st
         assert re.search(rf"{re.escape(flag)}\b", _help(capsys, "tui")), flag
 
 
+def _bound(bindings: list[BindingType]) -> dict[str, str]:
+    named = {"slash": "/", "question_mark": "?"}
+    return {named.get(b.key, b.key): b.action for b in bindings if isinstance(b, Binding)}
+
+
 def test_the_keys_it_lists_are_the_bindings() -> None:
-    keys = re.findall(r"`(\w|/)` (approves|for|denies|searches|goes|quits)", section())
-    listed = {"/" if key == "/" else key for key, _ in keys}
-    bound = {b.key if b.key != "slash" else "/": b.action
-             for b in TreemailTui.BINDINGS if isinstance(b, Binding)}
-    assert listed == {"a", "s", "t", "d", "/", "n", "q"}
-    assert listed <= set(bound)
-    assert (bound["a"], bound["s"], bound["t"]) == (
-        "answer('once')", "answer('session')", "answer('tree')")
-    assert bound["d"] == "deny" and bound["/"] == "search" and bound["q"] == "quit"
+    keys = re.findall(r"`(\w|/|\?)`\s+(approves|for|denies|searches|goes|to|lists|wraps|quits)",
+                      section())
+    listed = {key for key, _ in keys}
+    assert listed == {"a", "s", "t", "d", "/", "n", "N", "?", "w", "q"}
+    # The answers are the approvals pane's keys, not the app's: typed anywhere else they
+    # answer nothing.
+    answers, anywhere = _bound(Approvals.BINDINGS), _bound(TreemailTui.BINDINGS)
+    assert set(answers) == {"a", "s", "t", "d"} and not set(answers) & set(anywhere)
+    assert (answers["a"], answers["s"], answers["t"]) == (
+        "app.answer('once')", "app.answer('session')", "app.answer('tree')")
+    assert answers["d"] == "app.deny"
+    assert (anywhere["/"], anywhere["n"], anywhere["N"], anywhere["?"], anywhere["w"],
+            anywhere["q"]) == ("search", "next_match", "next_match(-1)", "help", "wrap", "quit")

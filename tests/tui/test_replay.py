@@ -82,12 +82,16 @@ def test_search_moves_to_the_matching_rows(demo_store: Path) -> None:
                 found.append(str(table.get_row_at(table.cursor_row)[-1]))
                 await pilot.press("n")
             found.append(str(app.query_one("#status").render()))
+            await pilot.press("N", "N")  # back from the 4th match to the 2nd
+            found.append(str(table.get_row_at(table.cursor_row)[-1]))
+            found.append(str(app.query_one("#status").render()))
         return found
 
-    first, second, third, status = asyncio.run(scenario())
+    first, second, third, status, back, back_status = asyncio.run(scenario())
     assert all(row.startswith("consumed ") for row in (first, second, third))
     assert len({first, second, third}) == 3
-    assert status.startswith("match 4 of ")
+    assert "· match 4 of " in status  # after the counts, which stay on the line
+    assert back == second and "· match 2 of " in back_status
 
 
 def test_search_marks_every_match_and_a_new_search_unmarks_the_old(demo_store: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.conftest import World, arguments
+from treemail.core.approvals import REASON_LIMIT
 from treemail.core.errors import (
     ApprovalRequired,
     InvalidRequest,
@@ -79,6 +80,31 @@ def test_denial_answers_with_the_generic_permission_error(world: World) -> None:
     assert world.pending_agent_mail(b) == 0
     with pytest.raises(UnknownApproval):
         world.engine.answer_approval(answered.approval_id, approve=True)
+
+
+def test_a_denial_tells_the_agent_the_users_reason(world: World) -> None:
+    _, a, b = _siblings(world)
+    answered = world.engine.answer_approval(_held(world, world.ctx(a), b), approve=False,
+                                            reason="ask the parent instead")
+    assert answered.outcome is not None and answered.state is ApprovalState.DENIED
+    result = answered.outcome.as_result()
+    assert result["error"] == "permission:denied"
+    assert result["message"].endswith("the user said: ask the parent instead")
+    assert world.pending_agent_mail(b) == 0
+
+
+def test_a_reason_goes_only_with_a_short_enough_deny(world: World) -> None:
+    _, a, b = _siblings(world)
+    ctx = world.ctx(a)
+    approval_id = _held(world, ctx, b)
+    before = world.snapshot(ctx)
+    with pytest.raises(InvalidRequest, match="goes with a deny"):
+        world.engine.answer_approval(approval_id, approve=True, reason="fine")
+    with pytest.raises(InvalidRequest, match="at most"):
+        world.engine.answer_approval(approval_id, approve=False,
+                                     reason="x" * (REASON_LIMIT + 1))
+    assert world.snapshot(ctx) == before
+    assert [p.approval_id for p in world.engine.approvals()] == [approval_id]
 
 
 def test_approval_answered_after_restart_sends_exactly_once(world: World) -> None:

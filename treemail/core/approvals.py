@@ -23,9 +23,12 @@ from treemail.core.results import CallOutcome
 from treemail.core.sending import AgentCatalogue, grant_counter, send
 from treemail.core.store import WriteTxn
 
-__all__ = ["SCOPES", "answer", "hold"]
+__all__ = ["REASON_LIMIT", "SCOPES", "answer", "hold"]
 
 SCOPES = ("once", "session", "tree")
+# A deny's reason is a sentence for the agent, kept in the approval and its event: bounded
+# like any text a user puts into the store.
+REASON_LIMIT = 2000
 
 
 def hold(
@@ -48,22 +51,29 @@ def hold(
 
 def answer(
     tx: WriteTxn, config: MessagingConfig, ids: IdSource, approval_id: str, approve: bool,
-    scope: str, agents: AgentCatalogue | None = None,
+    scope: str, agents: AgentCatalogue | None = None, reason: str | None = None,
 ) -> tuple[Approval, str | None]:
     """Answer a held call. Returns the answered approval and, if the call sent mail to a
-    session without a run, that session (the caller wakes it)."""
+    session without a run, that session (the caller wakes it). A deny's ``reason`` is part
+    of the error the agent reads."""
     approval = tx.approval(approval_id)
     if approval is None or approval.state is not ApprovalState.PENDING:
         raise UnknownApproval(f"no pending approval {approval_id}; list pending approvals first")
     if scope not in SCOPES:
         raise InvalidRequest(f"approval scope must be once, session or tree, not {scope!r}")
+    if reason is not None and approve:
+        raise InvalidRequest("a reason goes with a deny; approve without one")
+    if reason is not None and len(reason) > REASON_LIMIT:
+        raise InvalidRequest(f"a deny's reason is at most {REASON_LIMIT} characters, not "
+                             f"{len(reason)}; say it shorter")
     wake: str | None = None
     if approve:
         _grant(tx, approval, scope)
         outcome, wake = _run(tx, config, ids, approval, agents)
         state = ApprovalState.APPROVED
     else:
-        denied = PermissionDenied("permission denied: the user did not approve this call")
+        why = f"; the user said: {reason}" if reason else ""
+        denied = PermissionDenied(f"permission denied: the user did not approve this call{why}")
         outcome, state = _error(denied), ApprovalState.DENIED
     answered = attrs.evolve(approval, state=state, scope=scope if approve else None,
                             outcome=outcome)

@@ -185,12 +185,14 @@ class Engine:
         """Durably hold a tool call that an ``ask`` rule stopped, until the user answers."""
         return self._transact(lambda tx: approvals.hold(tx, ctx, tool, arguments, label))
 
-    def answer_approval(self, approval_id: str, approve: bool, scope: str = "once") -> Approval:
-        """The user's answer. Approving grants ``scope`` and runs the held call at once."""
+    def answer_approval(self, approval_id: str, approve: bool, scope: str = "once",
+                        reason: str | None = None) -> Approval:
+        """The user's answer. Approving grants ``scope`` and runs the held call at once; a
+        deny's ``reason`` is told to the agent."""
 
         def work(tx: WriteTxn) -> Approval:
             answered, wake = approvals.answer(tx, self.config, self.ids, approval_id, approve,
-                                              scope, self.agents)
+                                              scope, self.agents, reason)
             if wake is not None:
                 runs.reconcile(tx, self.ids, wake)
             return answered

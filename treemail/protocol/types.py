@@ -205,6 +205,9 @@ class SessionView(Result):
     state: SessionState
     run_id: str | None
     live: bool
+    # Whether the session's actor is in the daemon's memory now (an idle one is evicted);
+    # said by session.list, false elsewhere.
+    resident: bool = False
 
 
 class SessionCreateParams(GroupedParams):
@@ -443,9 +446,12 @@ class ApprovalListResult(Result):
 
 
 class ApprovalAnswerParams(Params):
+    """``reason`` goes with a deny: the agent reads it in the denied call's result."""
+
     approval_id: str
     approve: bool
     scope: Scope = "once"
+    reason: str | None = None
 
 
 # -- events ------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
+
 from treemail import __name__ as _package
 from treemail.adapters.daemon import pages
 from treemail.adapters.daemon.connection import Connection
@@ -139,7 +141,9 @@ class Methods:
                            p: t.SessionListParams) -> t.SessionListResult:
         found, next = await self.read(pages.sessions, self.engine, p.root_session_id, p.after,
                                       p.limit)
-        return t.SessionListResult(sessions=[session_view(s) for s in found], next=next)
+        return t.SessionListResult(sessions=[
+            msgspec.structs.replace(session_view(s), resident=self.rt.resident(s.session_id))
+            for s in found], next=next)
 
     @handles(m.RUN_SUBMIT)
     async def run_submit(self, conn: Connection, p: t.RunSubmitParams) -> t.ProducerAccepted:
@@ -259,7 +263,8 @@ class Methods:
     @handles(m.APPROVAL_ANSWER)
     async def approval_answer(self, conn: Connection,
                               p: t.ApprovalAnswerParams) -> t.ApprovalView:
-        return approval_view(await self.rt.answer(p.approval_id, p.approve, p.scope))
+        return approval_view(await self.rt.answer(p.approval_id, p.approve, p.scope,
+                                                  p.reason))
 
     @handles(m.EVENTS_SUBSCRIBE)
     async def events_subscribe(self, conn: Connection,

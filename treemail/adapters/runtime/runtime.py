@@ -237,14 +237,15 @@ class Runtime:
         """Tool calls held by ``ask`` rules, waiting for ``answer``; they survive restarts."""
         return await self.writer(self.engine.approvals)
 
-    async def answer(self, approval_id: str, approve: bool, scope: str = "once") -> Approval:
+    async def answer(self, approval_id: str, approve: bool, scope: str = "once",
+                     reason: str | None = None) -> Approval:
         """The user's answer: approving grants ``scope`` and sends now, once; denying answers
         the call with permission:denied. A run still waiting gets the outcome as its tool
         result; a dead run's session sees it in its next run."""
         if self.closing:
             raise EngineShutdown("the runtime is shutting down; answer after the next start")
         answered: Approval = await self.writer(self.engine.answer_approval, approval_id,
-                                               approve, scope)
+                                               approve, scope, reason)
         waiting = self._waiting.get(approval_id)
         if waiting is not None and not waiting.done():
             waiting.set_result(answered)

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     pass
 
 __all__ = ["Names", "TokenMissing", "address_options", "answer_line", "client_command",
-           "connected_demo", "extend_demo", "follow", "json_line", "json_option", "register",
-           "seconds", "state_text", "steered", "store_option", "target", "view_row"]
+           "connected_demo", "extend_demo", "follow", "json_line", "json_option", "outcome_text",
+           "register", "seconds", "shown_state", "state_text", "steered", "store_option",
+           "target", "view_row", "waiting_sessions"]
 
 Command = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -85,6 +86,7 @@ def register(commands: Sub) -> None:
                          help="the approval: its short id as rows print it, or its whole id")
     approve.add_argument("--deny", action="store_true", help="deny instead of approving")
     approve.add_argument("--scope", choices=("once", "session", "tree"), default="once")
+    approve.add_argument("--reason", help="with --deny: why, told to the agent in its result")
 
 
 def extend_demo(demo: argparse.ArgumentParser) -> None:
@@ -321,13 +323,17 @@ async def _sessions(client: DaemonClient, args: argparse.Namespace) -> int:
     from treemail.adapters.ui.console import print_table
 
     sessions = await client.every(m.SESSION_LIST, t.SessionListParams())
-    if args.json:
+    held = await client.request(m.APPROVAL_LIST, t.ApprovalListParams())
+    waiting = waiting_sessions(msgspec.to_builtins(held.approvals))
+    if args.json:  # the wire's state as it is, and whether the user holds it up beside it
         for session in sessions:
-            json_line(msgspec.to_builtins(session))
+            json_line({**msgspec.to_builtins(session),
+                       "waiting_on_you": session.session_id in waiting})
         return 0
     print_table(("SESSION", "HANDLE", "AGENT", "STATE", "PARENT"),
-                [(s.session_id, s.handle or "-", s.agent, s.state,
-                  s.parent_session_id or "-") for s in sessions])
+                [(s.session_id, s.handle or "-", s.agent,
+                  shown_state(msgspec.to_builtins(s), waiting), s.parent_session_id or "-")
+                 for s in sessions])
     return 0
 
 
@@ -423,14 +429,46 @@ def state_text(step: Mapping[str, Any]) -> str:
     return f"{state}: {step['reason']}" if step.get("reason") else state
 
 
+def outcome_text(content: object) -> str:
+    """A tool call's outcome (the JSON text its result carries) as a person reads it: a send
+    says where its message went, an error says what went wrong and its code; anything else
+    is shown as it is."""
+    try:
+        value = json.loads(str(content))
+    except ValueError:
+        return str(content)
+    if not isinstance(value, dict):
+        return str(content)
+    if value.get("error"):
+        return f"{value.get('message') or 'refused'} ({value['error']})"
+    if "message_id" in value:
+        state = value.get("recipient_state")
+        where = f"; the recipient was {state}" if state else ""
+        return f"sent as message {str(value['message_id'])[:8]} ({value.get('mode')}){where}"
+    return ", ".join(f"{key} {item}" for key, item in value.items())
+
+
 def answer_line(answered: dict[str, Any]) -> str:
     """An answered approval as one line: its state, the scope of an approval, the outcome."""
     scope = f" (scope {answered['scope']})" if answered.get("scope") else ""
     outcome = answered.get("outcome")  # an object, as the ApprovalAnswered event records it
-    text = "no outcome yet" if outcome is None else CallOutcome(
+    text = "no outcome yet" if outcome is None else outcome_text(CallOutcome(
         result=outcome.get("result"), error=outcome.get("error"),
-        message=outcome.get("message")).text()
+        message=outcome.get("message")).text())
     return visible(f"{answered['state']}{scope}: {text}")
+
+
+def waiting_sessions(approvals: list[dict[str, Any]]) -> set[str]:
+    """The sessions a held call of which waits for the user's answer (pending approvals)."""
+    return {held["session_id"] for held in approvals}
+
+
+def shown_state(session: Mapping[str, Any], waiting: set[str]) -> str:
+    """A session's state as the user reads it: a session whose call waits for them says so,
+    whatever its run's state (a run waiting on an approval is still ``running``)."""
+    from treemail.adapters.ui.tui.board import WAITING
+
+    return WAITING if session["session_id"] in waiting else str(session["state"])
 
 
 async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:
@@ -452,8 +490,9 @@ async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:
             print("no tool call waits for approval")
         return 0
     answered: dict[str, Any] = msgspec.to_builtins(await client.request(
-        m.APPROVAL_ANSWER, t.ApprovalAnswerParams(approval_id=args.approval_id,
-                                                  approve=not args.deny, scope=args.scope)))
+        m.APPROVAL_ANSWER, t.ApprovalAnswerParams(
+            approval_id=args.approval_id, approve=not args.deny, scope=args.scope,
+            reason=args.reason)))
     if args.json:
         json_line({"short_id": short_approval_id(args.approval_id), **answered})
         return 0

@@ -22,6 +22,7 @@ import attrs
 from treemail.adapters.daemon.lookup import short_approval_id
 from treemail.adapters.ui.terminal import visible
 from treemail.core import events, owners
+from treemail.core.lifecycle import MessageState
 from treemail.core.records import Event, Session
 
 __all__ = [
@@ -261,6 +262,7 @@ class Transcript:
         self.names: dict[str, str] = dict(names or {})
         self._rows: dict[str, Row] = {}
         self._said: dict[str, str] = {}  # a message's sender, mode and body, by row key
+        self._why: dict[str, str] = {}  # a discarded message's reason, by row key
 
     def name(self, session_id: str | None) -> str:
         return self.names.get(session_id or "", session_id or "?")
@@ -277,15 +279,47 @@ class Transcript:
             return None
         if isinstance(payload, events.ProducerMessageAccepted):
             self._said[row.key] = _accepted_text("", payload, self.name).lstrip()
+        if isinstance(payload, events.ProducerMessageDiscarded):
+            self._why[row.key] = payload.reason
         earlier = self._rows.get(row.key)
-        said = self._said.get(row.key)
-        if earlier is not None and row.state is not None and said is not None:
-            reason = payload.reason if isinstance(
-                payload, events.ProducerMessageDiscarded) else None
-            text = f"{row.state:<9} {said}" + (f" — {reason}" if reason else "")
-            row = attrs.evolve(earlier, text=text, state=row.state)
+        if earlier is not None and row.state is not None and row.key in self._said:
+            row = self._restated(earlier, row.state)
         self._rows[row.key] = row
         return row
+
+    def _restated(self, first: Row, state: str) -> Row:
+        """A mail row at its first place, in ``state``, saying what its accepted event said."""
+        reason = self._why.get(first.key) if state == MessageState.DISCARDED.value else None
+        text = f"{state:<9} {self._said[first.key]}" + (f" — {reason}" if reason else "")
+        return attrs.evolve(first, text=text, state=state)
+
+    def prepend(self, log: Iterable[Event],
+                payloads: Iterable[events.Payload | events.UnknownEvent] | None = None,
+                ) -> list[Row]:
+        """Fold ``log``, events that all precede the ones folded so far (an older page of
+        the feed, read newest first): the rows end as folding the whole feed in order would
+        leave them. A row first seen in ``log`` goes before the others; a message whose newer
+        events were folded already keeps its first place and its newest state. Returns the
+        rows ``log`` added or changed. ``payloads``: the events' payloads, when already read."""
+        older = Transcript(self.names)
+        if payloads is None:
+            older.extend(log)
+        else:
+            for event, payload in zip(log, payloads, strict=True):
+                older.add(event, payload)
+        self.names.update(older.names)
+        self._said = {**older._said, **self._said}
+        self._why = {**older._why, **self._why}
+        touched: list[Row] = []
+        for key, row in older._rows.items():
+            newer = self._rows.pop(key, None)
+            if newer is not None and newer.state is not None:  # one message's rows
+                # As the in-order fold: restated at its first place when its accepted
+                # event was seen, else the newest event's own row.
+                row = self._restated(row, newer.state) if key in self._said else newer
+            touched.append(row)
+        self._rows = {**{row.key: row for row in touched}, **self._rows}
+        return touched
 
     def extend(self, log: Iterable[Event]) -> None:
         for event in log:

@@ -1,12 +1,14 @@
 """``treemail tui``: watch a tree of agents converse, and answer their approvals.
 
-Three panes: the sessions of the tree (by parent links: handle, agent, state, pending mail,
-whether it is live or a ghost of a reverted branch), the transcript of the selected session
-(one row per message, its lifecycle state updated in place, model output and tool calls in
-log order), and the ``ask`` sends held for the user. Everything shown is folded from the feed
-by ``Board``, the same rows ``treemail tail`` and ``treemail replay`` print, so a thousand
-sessions cost no more calls than one: nothing is polled. On a store with no daemon it is a
-read-only replay.
+Three panes: the sessions of the tree (by parent links: state, pending mail, handle, agent,
+a dot where the session's actor is in memory, and whether it is a ghost of a reverted
+branch), the transcript of the selected session (one row per message, its lifecycle state
+updated in place, model output and tool calls in log order; enter reads a row whole), and the
+``ask`` sends held for the user, answered from that pane only (a wide scope asks first, a
+deny takes a reason). It opens on a snapshot of the sessions as they are, follows the feed
+live from there, and reads the history behind it in pages, newest first. Every row is folded
+by ``Board``, the same rows ``treemail tail`` and ``treemail replay`` print; nothing is
+polled. On a store with no daemon it is a read-only replay.
 """
 
 from __future__ import annotations
@@ -27,22 +29,46 @@ from treemail.adapters.ui.commands import answer_line
 from treemail.adapters.ui.styles import styled_text
 from treemail.adapters.ui.terminal import visible
 from treemail.adapters.ui.transcript import Row
-from treemail.adapters.ui.tui.board import Board
-from treemail.adapters.ui.tui.sources import Source, choose
+from treemail.adapters.ui.tui.board import Board, SessionLine
+from treemail.adapters.ui.tui.detail import detail
+from treemail.adapters.ui.tui.screens import Confirm, Deny, Detail, Help
+from treemail.adapters.ui.tui.sources import Snapshot, Source, choose
 from treemail.core import events
 from treemail.core.errors import TreemailError
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import Event
 
-__all__ = ["ALL", "MATCH", "TreemailTui", "main", "pane_text", "screen_text"]
+__all__ = ["ALL", "MATCH", "Approvals", "TreemailTui", "main", "pane_text", "screen_text"]
 
 ALL = ""  # the tree's root: the transcript pane shows every session's rows
 MATCH = "bold black on yellow"  # a search match within a transcript row
 
+# The transcript pane holds at most this many rows at once, around where the user is (the
+# newest, or a search's match): a table measures every cell it holds, so a pane of a long
+# history's every row would cost seconds to fill. Search reaches every row all the same.
+WINDOW = 1000
+
 _APPROVAL_KINDS = (events.ApprovalRequested, events.ApprovalAnswered)
+_RESIDENT_KINDS = (events.RunQueued, events.RunStarted)  # a run's actor is in memory
+
+
+class Approvals(DataTable[Text]):
+    """The held calls. The keys that answer them work here only, with this pane focused: a
+    letter typed elsewhere (a search word, a stray key) answers nothing."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "app.answer('once')", "Approve once"),
+        Binding("s", "app.answer('session')", "Approve session…"),
+        Binding("t", "app.answer('tree')", "Approve tree…"),
+        Binding("d", "app.deny", "Deny…"),
+    ]
 
 
 class TreemailTui(App[None]):
     TITLE = "treemail"
+    # The tree has the focus at first, never the approvals pane: a key typed before the
+    # user moved there answers nothing.
+    AUTO_FOCUS = "#sessions"
     # The approvals pane spans the width under both: a held send's body is the long cell.
     CSS = """
     #sessions { width: 40%; border: round $primary; }
@@ -53,12 +79,11 @@ class TreemailTui(App[None]):
     #approvals { height: 8; border: round $warning; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("a", "answer('once')", "Approve once"),
-        Binding("s", "answer('session')", "Approve session"),
-        Binding("t", "answer('tree')", "Approve tree"),
-        Binding("d", "deny", "Deny"),
         Binding("slash", "search", "Search"),
         Binding("n", "next_match", "Next match"),
+        Binding("N", "next_match(-1)", "Previous match"),
+        Binding("w", "wrap", "Wrap rows"),
+        Binding("question_mark", "help", "Keys"),
         Binding("tab", "focus_next", "Next pane", show=False),
         Binding("q", "quit", "Quit"),
     ]
@@ -71,7 +96,13 @@ class TreemailTui(App[None]):
         self.nodes: dict[str, TreeNode[str]] = {}
         self.held: list[dict[str, Any]] = []
         self.query_text = ""
-        self.ready = asyncio.Event()  # the backlog is shown (tests wait on it)
+        self.wrap = False  # the transcript's rows wrapped to the pane's width (``w``)
+        self.first = 0  # the index, among the selection's rows, of the pane's first row
+        self.at_end = True  # the pane holds the newest row: a new one is added below it
+        self.note = ""  # the status line's message, after its counts
+        self.head = 0  # the snapshot's feed number: the history ends there
+        self.opened = asyncio.Event()  # the current tree and the newest page are shown
+        self.ready = asyncio.Event()  # the whole history is shown (tests wait on it)
         self.sub_title = ("replay (read-only): " if source.read_only else "live: ") + source.where
 
     def compose(self) -> ComposeResult:
@@ -82,7 +113,7 @@ class TreemailTui(App[None]):
                 yield DataTable(id="transcript", cursor_type="row")
                 yield Static("", id="status")
                 yield Input(placeholder="/ search the transcript", id="search")
-        yield DataTable(id="approvals", cursor_type="row")
+        yield Approvals(id="approvals", cursor_type="row")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -91,10 +122,12 @@ class TreemailTui(App[None]):
         sessions.border_title = "sessions"
         transcript = self.query_one("#transcript", DataTable)
         transcript.add_columns("session", "#", "row")
+        transcript.fixed_columns = 2  # who and where stay in view while a long row scrolls
         transcript.border_title = "transcript"
         approvals = self.query_one("#approvals", DataTable)
         approvals.add_columns("sender", "recipient", "label", "body")
-        approvals.border_title = "approvals: held ask sends"
+        approvals.border_title = "approvals: held ask sends (focus here to answer)"
+        self._say("opening…")
         self.run_worker(self._follow(), name="follow", exit_on_error=False)
 
     # -- the feed ------------------------------------------------------------------------
@@ -102,34 +135,94 @@ class TreemailTui(App[None]):
     async def _follow(self) -> None:
         try:
             await self.source.open()
-            await self._refresh_approvals()
-            head = await self.source.subscribe()
-            if head == 0:
-                self._caught_up()
+            snapshot = await self.source.snapshot()
+            self._start(snapshot)
+            self.run_worker(self._history(), name="history", exit_on_error=False)
             async for number, event in self.source.events():
                 self._fold(number, event)
-                if number >= head and not self.ready.is_set():
-                    self._caught_up()
                 if isinstance(events.read(event), _APPROVAL_KINDS):
                     await self._refresh_approvals()
         except (OSError, RpcFailure, TreemailError) as exc:  # ConnectionError is an OSError
             self._say(f"not following {self.source.where}: {exc}")
             self.sub_title = f"stopped: {self.source.where}"
-        self.ready.set()
+            self.opened.set()
+            self.ready.set()
 
-    def _caught_up(self) -> None:
-        """The backlog is shown; from now on every event is live."""
-        # Until a session is picked the status line says what is shown and how to go on.
-        shown = "replayed" if self.source.read_only else "live"
-        self._say(f"{len(self.board.sessions)} sessions, {self.board.last} events {shown}: "
-                  "pick a session in the tree, / to search")
+    def _start(self, snapshot: Snapshot) -> None:
+        """The tree as it is now, before any history: no state shown is an old one."""
+        self.head = snapshot.head
+        waiting: dict[str, set[str]] = {}
+        for held in snapshot.approvals:
+            waiting.setdefault(held["session_id"], set()).add(held["approval_id"])
+        self.board.start((SessionLine(
+            s["session_id"], s["parent_session_id"], s["handle"] or s["session_id"],
+            s["agent"], SessionState(s["state"]), live=s["live"],
+            waiting=waiting.get(s["session_id"], set()), resident=bool(s.get("resident")))
+            for s in snapshot.sessions), snapshot.head)
+        for line in self.board.sessions.values():
+            self._show_session(line.session_id)
+        self._show_approvals(snapshot.approvals)
+        self._say("pick a session in the tree, / to search, ? for the keys")
+
+    async def _history(self) -> None:
+        """The history up to the snapshot, newest page first: the newest rows show at once,
+        the rest fill in behind them while the status line counts them."""
+        try:
+            async for page in self.source.history(self.head):
+                for row in self.board.older(page):
+                    self._update_row(row)
+                if not self.opened.is_set():
+                    self._refill()
+                    self.opened.set()
+                self._status()
+                # A replay's pages are at hand without waiting: let keys and drawing run
+                # between them, so the screen stays the user's while the rest folds in.
+                await asyncio.sleep(0)
+        except (OSError, RpcFailure, TreemailError) as exc:
+            self._say(f"history not read from {self.source.where}: {exc}")
+        self.board.finish()
+        table = self.query_one("#transcript", DataTable)
+        if self.at_end and table.cursor_row >= table.row_count - 1:  # left where it was
+            self._refill()  # else the user has moved (a search): the pane stays there
+        for session_id in self.board.sessions:
+            self._show_session(session_id)
+        self.opened.set()
         self.ready.set()
+        self._status()
 
     def _fold(self, number: int, event: Event) -> None:
         row = self.board.add(number, event)
+        line = self.board.sessions.get(event.session_id)
+        if line is not None and isinstance(events.read(event), _RESIDENT_KINDS):
+            line.resident = True  # its run's actor was spawned: it lives in the daemon
         self._show_session(event.session_id)
         if row is not None and self.selected in (ALL, row.session_id):
             self._show_row(row)
+        self._status()
+
+    # -- the status line -----------------------------------------------------------------
+
+    def _status(self) -> None:
+        """The counts, always as they are now, then the last thing said."""
+        board = self.board
+        shown = "replayed" if self.source.read_only else "live"
+        counts = (f"{len(board.sessions)} sessions, {board.waiting()} waiting on you, "
+                  f"{board.folded:,} events {shown}")
+        if not board.complete:
+            counts += f" (history {board.folded:,} of {self.head:,}…)"
+        text = f"{counts} · {self.note}" if self.note else counts
+        # As text, escaped: it may quote a handle, a search or an answer's outcome.
+        self.query_one("#status", Static).update(Text(visible(text)))
+
+    def _say(self, text: str) -> None:
+        self.note = text
+        self._status()
+
+    def _tell(self, text: str, error: bool = False) -> None:
+        """An answer's outcome: a notification, which the next event's status line would
+        otherwise overwrite, and the status line too."""
+        self.notify(visible(text), severity="error" if error else "information", markup=False)
+        self._say(text)
 
     # -- the sessions pane -----------------------------------------------------------------
 
@@ -147,9 +240,6 @@ class TreemailTui(App[None]):
             self.nodes[session_id] = node
         else:
             node.set_label(Text(visible(line.label())))
-        if session_id == self.selected:
-            self._say(f"{line.handle} ({line.agent}): {line.state.value}, "
-                      f"{line.pending} pending")
 
     def on_tree_node_highlighted(self, message: Tree.NodeHighlighted[str]) -> None:
         if message.node.data is not None:
@@ -159,26 +249,71 @@ class TreemailTui(App[None]):
         if session_id == self.selected:
             return
         self.selected = session_id
-        table = self.query_one("#transcript", DataTable)
-        table.clear()
-        for row in self._rows():
-            self._show_row(row)
-        if session_id == ALL:
+        self._refill()
+        line = self.board.sessions.get(session_id)
+        if line is None:
             self._say(f"every session's rows, in feed order ({len(self.board.sessions)} "
                       "sessions)")
-        self._show_session(session_id)
+        else:
+            pending = "…" if line.pending is None else line.pending
+            self._say(f"{line.handle} ({line.agent}): {line.shown_state()}, {pending} pending")
 
     # -- the transcript pane ---------------------------------------------------------------
+
+    def _refill(self, around: int | None = None) -> None:
+        """The transcript pane anew, from the rows folded so far: the newest ``WINDOW`` of
+        them, or those ``around`` one (an index among them), the cursor on it."""
+        table = self.query_one("#transcript", DataTable)
+        table.clear()
+        rows = self._rows()
+        last = len(rows) - 1 if around is None else around
+        self.first = max(0, min(last - WINDOW // 2, len(rows) - WINDOW)) if around is not None \
+            else max(0, len(rows) - WINDOW)
+        text = table.ordered_columns[2]
+        text.auto_width = not self.wrap
+        if self.wrap:  # the row's text gets what the pane leaves it, and wraps in it
+            used = sum(c.get_render_width(table) for c in table.ordered_columns[:2])
+            text.width = max(20, table.scrollable_content_region.width - used
+                             - 2 * table.cell_padding)
+        for row in rows[self.first:self.first + WINDOW]:
+            self._add(table, row)
+        shown = "" if self.first == 0 and len(rows) <= WINDOW else (
+            f"(rows {self.first + 1:,} to {self.first + table.row_count:,} of {len(rows):,})")
+        table.border_subtitle = shown
+        self.at_end = self.first + table.row_count >= len(rows)
+        # On the newest row the pane follows what arrives.
+        table.move_cursor(row=last - self.first, scroll=True)
+
+    def _add(self, table: DataTable[Any], row: Row) -> None:
+        # A wrapped row is as high as its text needs; an unwrapped one is one line, and a
+        # long one scrolls sideways (each row's height is measured only when wrapping, so
+        # a long history costs no rendering as it loads).
+        table.add_row(Text(row.who), str(row.seq), self._cell(row), key=row.key,
+                      height=None if self.wrap else 1)
+
+    def action_wrap(self) -> None:
+        self.wrap = not self.wrap
+        self._refill()
+        self._say("rows wrapped to the pane" if self.wrap else "one line a row")
+
+    def on_resize(self) -> None:
+        if self.wrap:  # the width the rows wrap at has changed
+            self.call_after_refresh(self._refill)
 
     def _show_row(self, row: Row) -> None:
         table = self.query_one("#transcript", DataTable)
         if row.key in table.rows:
-            table.update_cell(row.key, table.ordered_columns[2].key, self._cell(row))
-        else:
+            self._update_row(row)
+        elif self.at_end:  # else it is below the rows shown, reached by moving there
             following = table.cursor_row >= table.row_count - 1  # on the last row: follow
-            table.add_row(Text(row.who), str(row.seq), self._cell(row), key=row.key)
+            self._add(table, row)
             if following:
                 table.move_cursor(row=table.row_count - 1)
+
+    def _update_row(self, row: Row) -> None:
+        table = self.query_one("#transcript", DataTable)
+        if row.key in table.rows:
+            table.update_cell(row.key, table.ordered_columns[2].key, self._cell(row))
 
     def _cell(self, row: Row) -> Text:
         """The row's text, with every match of the search marked (rows that arrive or
@@ -192,6 +327,19 @@ class TreemailTui(App[None]):
         """The transcript pane's rows: the selected session's, or every session's."""
         return self.board.transcript.rows(self.selected or None)
 
+    def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
+        """Enter on a transcript row: the row read whole, in a dialog."""
+        if message.data_table.id != "transcript" or message.row_key.value is None:
+            return
+        row = self.board.transcript.row(message.row_key.value)
+        if row is not None:
+            heading, body = detail(row, self.board.sources.get(row.key, []),
+                                   self.board.transcript.name)
+            self.push_screen(Detail(heading, body))
+
+    def action_help(self) -> None:
+        self.push_screen(Help())
+
     def action_search(self) -> None:
         self.query_one("#search", Input).focus()
 
@@ -199,13 +347,20 @@ class TreemailTui(App[None]):
         self.query_text = message.value.strip()
         table = self.query_one("#transcript", DataTable)
         table.focus()
-        for row in self._rows():  # mark the new query's matches, unmark the old one's
-            if row.key in table.rows:
-                table.update_cell(row.key, table.ordered_columns[2].key, self._cell(row))
-        self.action_next_match(start=0)
+        for key in list(table.rows):  # mark the new query's matches, unmark the old one's
+            row = self.board.transcript.row(str(key.value))
+            if row is not None:
+                self._update_row(row)
+        self._match(start=0)
 
-    def action_next_match(self, start: int | None = None) -> None:
+    def action_next_match(self, step: int = 1) -> None:
+        self._match(step=step)
+
+    def _match(self, step: int = 1, start: int | None = None) -> None:
+        """Move to the next match (``step`` -1: the previous one), or the first from
+        ``start``, and bring it into view."""
         if not self.query_text:
+            self._say("no search yet: / to search")
             return
         table = self.query_one("#transcript", DataTable)
         rows = self._rows()
@@ -213,55 +368,105 @@ class TreemailTui(App[None]):
         if not hits:
             self._say(f"no row matches {self.query_text!r}")
             return
-        after = table.cursor_row + 1 if start is None else start
-        index = next((i for i in hits if i >= after), hits[0])
-        table.move_cursor(row=index)
+        here = self.first + table.cursor_row  # the cursor's index among every row
+        if start is not None:
+            index = next((i for i in hits if i >= start), hits[0])
+        elif step > 0:
+            index = next((i for i in hits if i > here), hits[0])
+        else:
+            index = next((i for i in reversed(hits) if i < here), hits[-1])
+        if self.first <= index < self.first + table.row_count:
+            table.move_cursor(row=index - self.first, scroll=True)
+        else:  # beyond the rows the pane holds: the pane moves to it
+            self._refill(around=index)
+        if not self.wrap:  # and sideways to the match, in a row longer than the pane
+            where = rows[index].text.lower().index(self.query_text.lower())
+            left = sum(c.get_render_width(table) for c in table.ordered_columns[:2])
+            x = table.cell_padding + where - (table.scrollable_content_region.width - left) // 3
+            self.call_after_refresh(table.scroll_to, x=max(0, x), animate=False)
         self._say(f"match {hits.index(index) + 1} of {len(hits)} for {self.query_text!r}")
 
     # -- the approvals pane ----------------------------------------------------------------
 
     async def _refresh_approvals(self) -> None:
-        self.held = await self.source.approvals()
+        self._show_approvals(await self.source.approvals())
+
+    def _show_approvals(self, held: list[dict[str, Any]]) -> None:
+        self.held = held
         table = self.query_one("#approvals", DataTable)
         table.clear()
-        for held in self.held:
-            arguments = held.get("arguments") or {}
-            sender = self.board.sessions.get(held["session_id"])
+        for one in self.held:
+            arguments = one.get("arguments") or {}
             # Text cells, escaped: a body is an agent's, and would otherwise be read as
             # markup and sent to the terminal with its control characters.
-            cells = (sender.handle if sender else held["session_id"],
-                     str(arguments.get("to", "?")), held["label"], str(arguments.get("body", "")))
-            table.add_row(*(Text(visible(cell)) for cell in cells), key=held["approval_id"])
+            cells = (self._handle(one["session_id"]), str(arguments.get("to", "?")),
+                     one["label"], str(arguments.get("body", "")))
+            table.add_row(*(Text(visible(cell)) for cell in cells), key=one["approval_id"])
 
-    async def action_answer(self, scope: str) -> None:
-        await self._answer(True, scope)
+    def _handle(self, session_id: str) -> str:
+        line = self.board.sessions.get(session_id)
+        return line.handle if line is not None else session_id
 
-    async def action_deny(self) -> None:
-        await self._answer(False, "once")
-
-    async def _answer(self, approve: bool, scope: str) -> None:
-        table = self.query_one("#approvals", DataTable)
+    def _current(self) -> dict[str, Any] | None:
+        """The held call under the approvals pane's cursor."""
         if not self.held:
             self._tell("no send waits for approval")
+            return None
+        table = self.query_one("#approvals", DataTable)
+        return self.held[min(table.cursor_row, len(self.held) - 1)]
+
+    async def action_answer(self, scope: str) -> None:
+        held = self._current()
+        if held is None:
             return
-        held = self.held[min(table.cursor_row, len(self.held) - 1)]
+        if scope == "once":
+            await self._answer(held, True, scope)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(self._answer(held, True, scope), exit_on_error=False)
+            else:
+                self._say("not approved: nothing was answered")
+
+        self.push_screen(Confirm(self._question(held, scope)), answered)
+
+    def _question(self, held: dict[str, Any], scope: str) -> str:
+        """What a wide approval grants, said before it is granted."""
+        sender = self._handle(held["session_id"])
+        whom = (f"sent by {sender}" if scope == "session"
+                else f"sent by any session of {sender}'s tree")
+        arguments = held.get("arguments") or {}
+        return visible(
+            f"Approve {held['tool']} to {arguments.get('to', '?')}, and from now on every "
+            f"{held['tool']} to a {held['label']} peer {whom}, without asking ({scope} "
+            "scope)?")
+
+    async def action_deny(self) -> None:
+        held = self._current()
+        if held is None:
+            return
+
+        def denied(reason: str | None) -> None:
+            if reason is None:
+                self._say("not denied: nothing was answered")
+            else:
+                self.run_worker(self._answer(held, False, "once", reason or None),
+                                exit_on_error=False)
+
+        arguments = held.get("arguments") or {}
+        self.push_screen(Deny(visible(f"{held['tool']} from {self._handle(held['session_id'])}"
+                                      f" to {arguments.get('to', '?')}")), denied)
+
+    async def _answer(self, held: dict[str, Any], approve: bool, scope: str,
+                      reason: str | None = None) -> None:
         try:
-            answered = await self.source.answer(held["approval_id"], approve, scope)
+            answered = await self.source.answer(held["approval_id"], approve, scope, reason)
         except (RpcFailure, TreemailError, OSError) as exc:
             self._tell(f"not answered: {exc}", error=True)
             return
         self._tell(answer_line(answered))
         await self._refresh_approvals()
-
-    def _say(self, text: str) -> None:
-        # As text, escaped: it may quote a handle, a search or an answer's outcome.
-        self.query_one("#status", Static).update(Text(visible(text)))
-
-    def _tell(self, text: str, error: bool = False) -> None:
-        """An answer's outcome: a notification, which the next event's status line would
-        otherwise overwrite, and the status line too."""
-        self.notify(visible(text), severity="error" if error else "information", markup=False)
-        self._say(text)
 
     async def on_unmount(self) -> None:
         await self.source.close()

@@ -1,24 +1,46 @@
 """The TUI's two sources: a running daemon (live, answers approvals) and a stored store with
-no daemon (replay, read-only: opened without the writer's lock, and nothing is written)."""
+no daemon (replay, read-only: opened without the writer's lock, and nothing is written).
+
+Both open the same way: a snapshot of the sessions as they are now, the live feed after it,
+and the history before it in pages, newest first, so a long history costs the first screen
+nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import socket as sockets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import msgspec
 
 from treemail.adapters.daemon.client import DaemonClient
-from treemail.adapters.store.factory import holds_store
-from treemail.adapters.ui.tui.feed import LiveFeed, stored_feed
+from treemail.adapters.store.factory import holds_store, open_store
+from treemail.adapters.ui.tui.feed import LiveFeed, event_of
 from treemail.core.errors import InvalidRequest
-from treemail.core.records import Event
+from treemail.core.records import ApprovalState, Event
+from treemail.core.store import Store
 from treemail.protocol import types as t
-from treemail.protocol.methods import APPROVAL_ANSWER, APPROVAL_LIST
+from treemail.protocol.methods import APPROVAL_ANSWER, APPROVAL_LIST, EVENTS_READ, SESSION_LIST
 
-__all__ = ["LiveSource", "Source", "StoreSource", "choose"]
+__all__ = ["PAGE", "LiveSource", "Snapshot", "Source", "StoreSource", "choose"]
+
+
+PAGE = 256  # events a page of history holds: the most one ``events.read`` answers
+
+
+@attrs.frozen
+class Snapshot:
+    """What the tree shows first: every session and every held call as they are at feed
+    number ``head`` or later (``SessionView`` and ``ApprovalView`` as on the wire). The
+    events after ``head`` arrive live; the history up to it, in pages, newest first."""
+
+    head: int
+    sessions: list[dict[str, Any]]
+    approvals: list[dict[str, Any]]
 
 
 class Source:
@@ -28,25 +50,40 @@ class Source:
     where = ""
 
     async def open(self) -> None:
-        """Connect (live) or check the store (replay)."""
+        """Connect (live) or open the store (replay)."""
 
     async def close(self) -> None:
-        """Let go of the connection, if any."""
+        """Let go of the connection or the store."""
 
-    async def subscribe(self) -> int:
-        """Start the feed; its end at that moment (the backlog ends there)."""
+    async def snapshot(self) -> Snapshot:
+        """The current state, and the live feed started after its ``head``."""
         raise NotImplementedError
 
     def events(self) -> AsyncIterator[tuple[int, Event]]:
-        """The feed from the start, in order: a replay ends, a live feed goes on."""
+        """The events after the snapshot's head, in order: a replay has none, a live feed
+        goes on."""
+        raise NotImplementedError
+
+    def history(self, head: int) -> AsyncIterator[list[tuple[int, Event]]]:
+        """The feed up to ``head`` in pages, the newest page first; each page in order."""
         raise NotImplementedError
 
     async def approvals(self) -> list[dict[str, Any]]:
         raise NotImplementedError
 
-    async def answer(self, approval_id: str, approve: bool, scope: str) -> dict[str, Any]:
+    async def answer(self, approval_id: str, approve: bool, scope: str,
+                     reason: str | None = None) -> dict[str, Any]:
         raise InvalidRequest(f"a replay of {self.where} is read-only; answer approvals through a "
                        "running daemon (`treemail daemon`, then `treemail tui`)")
+
+
+def _tops(head: int) -> Iterator[tuple[int, int]]:
+    """(after, last) of each page of the feed up to ``head``, newest first."""
+    last = head
+    while last > 0:
+        after = max(0, last - PAGE)
+        yield after, last
+        last = after
 
 
 class LiveSource(Source):
@@ -71,25 +108,43 @@ class LiveSource(Source):
         assert self.client is not None, "open() first"
         return self.client
 
-    async def subscribe(self) -> int:
-        self.feed = LiveFeed(self._client())
-        return await self.feed.start(0)
+    async def snapshot(self) -> Snapshot:
+        client = self._client()
+        # The feed's end first, then the subscription after it, then the lists: they are as
+        # new as the end or newer, and what the live feed repeats of them it repeats in order.
+        head = (await client.request(EVENTS_READ, t.EventsReadParams(limit=1))).head
+        self.feed = LiveFeed(client)
+        await self.feed.start(head)
+        sessions = await client.every(SESSION_LIST, t.SessionListParams())
+        return Snapshot(head, msgspec.to_builtins(sessions), await self.approvals())
 
     async def events(self) -> AsyncIterator[tuple[int, Event]]:
-        assert self.feed is not None, "subscribe() first"
+        assert self.feed is not None, "snapshot() first"
         while True:
             yield await self.feed.next()
+
+    async def history(self, head: int) -> AsyncIterator[list[tuple[int, Event]]]:
+        client = self._client()
+        for after, last in _tops(head):
+            page: list[tuple[int, Event]] = []
+            while after < last:  # a page may come short (its bytes are bounded too)
+                got = await client.request(EVENTS_READ,
+                                           t.EventsReadParams(after=after, limit=last - after))
+                page += [item for item in map(event_of, got.events) if item[0] <= last]
+                after = last if not got.events else got.next
+            yield page
 
     async def approvals(self) -> list[dict[str, Any]]:
         listed = await self._client().request(APPROVAL_LIST, t.ApprovalListParams())
         approvals: list[dict[str, Any]] = msgspec.to_builtins(listed.approvals)
         return approvals
 
-    async def answer(self, approval_id: str, approve: bool, scope: str) -> dict[str, Any]:
+    async def answer(self, approval_id: str, approve: bool, scope: str,
+                     reason: str | None = None) -> dict[str, Any]:
         answered: dict[str, Any] = msgspec.to_builtins(await self._client().request(
             APPROVAL_ANSWER, msgspec.convert(  # checks the scope, a string from the view
-                {"approval_id": approval_id, "approve": approve, "scope": scope},
-                t.ApprovalAnswerParams)))
+                {"approval_id": approval_id, "approve": approve, "scope": scope,
+                 "reason": reason or None}, t.ApprovalAnswerParams)))
         return answered
 
 
@@ -97,28 +152,52 @@ class StoreSource(Source):
     def __init__(self, store_dir: Path | str) -> None:
         self.store_dir = store_dir  # a directory, or any store URL
         self.where = str(store_dir)
-        self.feed: list[tuple[int, Event]] = []
+        self.store: Store | None = None
 
-    async def subscribe(self) -> int:
-        self.feed = stored_feed(self.store_dir)
-        return self.feed[-1][0] if self.feed else 0
+    async def open(self) -> None:
+        # Read-only: no lock taken, nothing written.
+        self.store = open_store(self.store_dir, readonly=True)
+
+    async def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def _store(self) -> Store:
+        assert self.store is not None, "open() first"
+        return self.store
+
+    async def snapshot(self) -> Snapshot:
+        from treemail.adapters.daemon.views import session_view
+
+        with self._store().read() as tx:
+            head = tx.feed_end()
+            sessions = [msgspec.to_builtins(session_view(s)) for s in tx.sessions()]
+        return Snapshot(head, sessions, await self.approvals())
 
     async def events(self) -> AsyncIterator[tuple[int, Event]]:
-        for item in self.feed:
-            yield item
+        return
+        yield  # an async generator that ends at once: a replay has nothing live
+
+    async def history(self, head: int) -> AsyncIterator[list[tuple[int, Event]]]:
+        newest = max(0, head - PAGE)
+        yield self._feed(newest, head)
+        # The rest in one read, off the event loop (a read from a point scans to the
+        # feed's end: page by page it would scan the newest events once per page).
+        rest = await asyncio.to_thread(self._feed, 0, newest)
+        for after, last in _tops(newest):
+            yield rest[after:last]
+
+    def _feed(self, after: int, last: int) -> list[tuple[int, Event]]:
+        with self._store().read() as tx:
+            return list(itertools.islice(tx.feed(after), last - after))
 
     async def approvals(self) -> list[dict[str, Any]]:
         from treemail.adapters.daemon.views import approval_view
-        from treemail.adapters.store.factory import open_store
-        from treemail.core.engine import Engine
-        from treemail.core.ids import CountingIds
 
-        store = open_store(self.store_dir, readonly=True)
-        try:
-            held = Engine(store, CountingIds()).approvals(pending=True)
-            return [msgspec.to_builtins(approval_view(a)) for a in held]
-        finally:
-            store.close()
+        with self._store().read() as tx:
+            held = [a for a in tx.approvals() if a.state is ApprovalState.PENDING]
+        return [msgspec.to_builtins(approval_view(a)) for a in held]
 
 
 def _accepts(path: Path) -> bool:
