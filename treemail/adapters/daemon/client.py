@@ -106,6 +106,7 @@ class DaemonClient:
         self._sent: dict[int | str, tuple[str, int]] = {}
         self._splitter = FrameSplitter(max_frame_bytes)
         self._reading = asyncio.create_task(self._read(), name="client reader")
+        self._token: str | None = None
 
     @classmethod
     async def connect(cls, socket: str | Path, *, name: str = "treemail-client",
@@ -124,6 +125,7 @@ class DaemonClient:
             reader, writer = await asyncio.open_unix_connection(
                 address.removeprefix("unix://"), limit=1 << 20)
         client = cls(reader, writer, timeout=timeout, max_frame_bytes=max_frame_bytes)
+        client._token = token  # for a redirect to another daemon's TCP listener
         try:
             if address.startswith("tcp://") and authenticate:
                 if token is None:
@@ -165,10 +167,19 @@ class DaemonClient:
         return result
 
     async def call(self, method: str, params: dict[str, Any] | None = None, *,
-                   timeout: float | None = None) -> Any:
+                   timeout: float | None = None, follow: bool = True) -> Any:
         """The result of one request; ``timeout`` seconds (default: the client's) for
-        sending it and for its answer."""
+        sending it and for its answer. Answered ``daemon:not_owner`` (daemons sharing a
+        store: the tree is another's), it is sent once to the daemon named, over a
+        connection of its own, unless ``follow`` is False."""
         (outcome,) = await self._exchange([(method, params or {})], timeout)
+        if isinstance(outcome, RpcFailure) and follow and (owner := _owner(outcome)):
+            other = await DaemonClient.connect(owner, token=self._token,
+                                               timeout=self.timeout)
+            try:
+                return await other.call(method, params, timeout=timeout, follow=False)
+            finally:
+                await other.close()
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
@@ -388,6 +399,15 @@ class DaemonClient:
                     method=request.method)))
         with contextlib.suppress(ConnectionError):
             await self.send_raw(reply)
+
+
+def _owner(failure: RpcFailure) -> str | None:
+    """Where a ``daemon:not_owner`` answer says to go; None for any other failure."""
+    data = failure.error.data
+    if data is None or data.code != "daemon:not_owner":
+        return None
+    owner = data.details.get("owner")
+    return owner if isinstance(owner, str) and owner else None
 
 
 def _keyed(params: dict[str, Any], key: str | None) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from treemail.adapters.daemon.handlers import install
 from treemail.adapters.daemon.listener import check_socket_path
 from treemail.adapters.daemon.lock import DAEMON_ROLE
 from treemail.adapters.daemon.logs import daemon_logging
+from treemail.adapters.daemon.ownership import Ownership
 from treemail.adapters.daemon.scripted import ScriptedAgent, ScriptedEcho
 from treemail.adapters.daemon.server import Daemon
 from treemail.adapters.daemon.settings import Settings
@@ -41,6 +42,7 @@ from treemail.adapters.daemon.tcp import TOKEN_FILE, Token, loopback
 from treemail.adapters.runtime.agent_docs import build_agents, load_agent_docs
 from treemail.adapters.runtime.ids import UuidIds
 from treemail.adapters.runtime.runtime import Runtime
+from treemail.adapters.store.leases import leases_of
 from treemail.core.errors import ListenFailed, TreemailError
 
 __all__ = ["DEFAULT_DATA_DIR", "ScriptedAgent", "ScriptedEcho", "Settings", "open_daemon",
@@ -82,7 +84,12 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
     daemon.registered = kept
     gate.connections = lambda: daemon.connections
     install(daemon)
-    await runtime.start()
+    # A store daemons share (PostgreSQL): this one drives the trees it holds leases on.
+    ownership = Ownership(leases_of(store), runtime, str(socket), settings.lease_seconds)
+    ownership.guard(daemon)
+    daemon.give_up = ownership.stop
+    await runtime.start(await ownership.start())
+    ownership.begin()
     where = str(socket)
     try:
         await daemon.listen_unix(socket)

@@ -25,6 +25,7 @@ import msgspec
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.scripted import ScriptedAgent, ScriptedEcho
 from treemail.adapters.runtime.llm import Model, OpenAICompatibleModel, unreachable_hint
+from treemail.adapters.store.leases import DEFAULT_LEASE_SECONDS
 from treemail.core.config import DEFAULTS, MessagingConfig, unknown_key
 from treemail.core.errors import ConfigError
 
@@ -63,6 +64,15 @@ class ScriptedTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
 Adapter = Literal["scripted", "echo", "openai"]
 
 
+class ClusterTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """``[daemon.cluster]``: Daemons sharing one PostgreSQL store (``ownership.py``)."""
+
+    lease_seconds: Annotated[float, msgspec.Meta(
+        gt=0, le=3600, description="seconds a daemon's lease on its trees lasts without a "
+        "heartbeat (renewed every third of it); a dead daemon's trees are taken over once "
+        "it runs out")] = DEFAULT_LEASE_SECONDS
+
+
 class DaemonTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """``[daemon]``: Which model answers, and the daemon's own limits."""
 
@@ -73,6 +83,7 @@ class DaemonTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
     openai: OpenAITable = msgspec.field(default_factory=OpenAITable)
     scripted: ScriptedTable = msgspec.field(default_factory=ScriptedTable)
     limits: dict[str, Any] = msgspec.field(default_factory=dict)
+    cluster: ClusterTable = msgspec.field(default_factory=ClusterTable)
 
 
 class ConfigFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -89,7 +100,7 @@ _OPEN_TABLES: Mapping[str, tuple[str, ...]] = {
 }
 _STRUCTS: Mapping[str, type[msgspec.Struct]] = {
     "": ConfigFile, "daemon": DaemonTable, "daemon.openai": OpenAITable,
-    "daemon.scripted": ScriptedTable,
+    "daemon.scripted": ScriptedTable, "daemon.cluster": ClusterTable,
 }
 
 
@@ -130,6 +141,7 @@ class Settings:
     delay: float = 0.0
     limits: Limits = attrs.field(factory=Limits)
     source: str = "defaults"  # where these came from: the config file's path, or defaults
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
 
     @classmethod
     def load(cls, data_dir: Path) -> Settings:
@@ -150,7 +162,8 @@ class Settings:
         except ConfigError as error:
             raise type(error)(f"{where}: {error.message}", **error.details) from None
         return cls(messaging, daemon.model, daemon.openai, daemon.scripted.delay,
-                   Limits.from_mapping(daemon.limits, f"{where}: [daemon.limits]"), where)
+                   Limits.from_mapping(daemon.limits, f"{where}: [daemon.limits]"), where,
+                   daemon.cluster.lease_seconds)
 
     def model_for(self, agent: str, doc_model: str | None) -> Model:
         if self.model in SCRIPTED:

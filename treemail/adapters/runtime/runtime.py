@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -111,9 +111,10 @@ class Runtime:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> int:
+    async def start(self, trees: Collection[str] | None = None) -> int:
         """Recover the store (dead runs interrupted, mail made deliverable), start following
-        the feed for observers, attach plugins and spawn the actors that have work.
+        the feed for observers, attach plugins and spawn the actors that have work; only in
+        ``trees`` (roots) when given: a daemon sharing its store drives the trees it owns.
 
         Returns how many runs recovery found dead."""
         if self.plugins.observers:
@@ -122,16 +123,42 @@ class Runtime:
             self._follower = FeedFollower(self._read_feed, self.plugins, head,
                                           self.feed_interval)
             self._follow_task = asyncio.create_task(self._follower.follow(), name="feed")
-        dead: int = await self.writer(self.engine.recover)
+        dead = await self._revive(trees)
+        await self.plugins.attach(self.accept)
+        await self._wake(trees)
+        return dead
+
+    async def adopt(self, trees: Collection[str]) -> int:
+        """Drive ``trees`` (roots) from now on, taken over from a daemon that died: recover
+        them as a start does (their dead runs interrupted, claimed mail released, stranded
+        delegations resumed) and spawn the actors that have work. Returns the dead runs."""
+        dead = await self._revive(trees)
+        await self._wake(trees)
+        return dead
+
+    async def drop(self, trees: Collection[str]) -> None:
+        """Stop driving ``trees``, which another daemon owns now: their actors are cancelled
+        and write nothing more (the store refuses it anyway: ``store:fenced``)."""
+        sessions: list[Session] = await self.writer.quiet(self.engine.sessions)
+        gone = [s.session_id for s in sessions if s.root_session_id in trees]
+        tasks = [actor.task for sid in gone if (actor := self._actors.pop(sid, None))]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _revive(self, trees: Collection[str] | None) -> int:
+        dead: int = await self.writer(self.engine.recover, trees)
         # A delegated run that died after consuming its task has no mail left to wake it:
         # resume it with goal mail (auditable, outside the agent inbox cap).
-        for stranded in await self.writer(self.engine.stranded_delegations):
+        for stranded in await self.writer(self.engine.stranded_delegations, trees):
             await self.writer(self.engine.accept, stranded.session_id, RESUME, Owner.GOAL)
-        await self.plugins.attach(self.accept)
-        for session in await self.writer(self.engine.sessions):
-            if session.state is SessionState.QUEUED:
-                self.poke(session.session_id)
         return dead
+
+    async def _wake(self, trees: Collection[str] | None) -> None:
+        for session in await self.writer(self.engine.sessions):
+            if session.state is SessionState.QUEUED and (
+                    trees is None or session.root_session_id in trees):
+                self.poke(session.session_id)
 
     async def shutdown(self, grace: float | None = None) -> None:
         """Refuse new sends and mail, let each actor stop at its next boundary (cancelling any
