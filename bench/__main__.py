@@ -38,6 +38,7 @@ import attrs
 from bench import lines
 from bench.bounds import bounds_lines
 from bench.checker import checker_lines
+from bench.cluster import cluster_lines
 from bench.codec import codec_line
 from bench.lines import Line, Scale
 from bench.postgres import postgres_lines
@@ -97,12 +98,13 @@ def run(quick: bool, only: set[str], verbose: bool = False,
             "j": lambda: bounds_lines(root),
             "k": lambda: postgres_lines(root, scale),
             "l": lambda: startup_lines(quick),
+            "m": lambda: cluster_lines(root, scale),
         }
         for name, step in steps.items():
             if name in only:
                 rows += step()
                 took(name)
-    order = "abcdefghijkl"
+    order = "abcdefghijklm"
     return sorted(rows, key=lambda row: order.index(row.key[0]))
 
 
@@ -110,7 +112,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
-    parser.add_argument("--only", default="abcdefghijl", help="which lines, e.g. --only a,b")
+    parser.add_argument("--only", default="abcdefghijlm", help="which lines, e.g. --only a,b")
     parser.add_argument("--verbose", action="store_true", help="time each line")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args()
@@ -122,7 +124,7 @@ def main() -> None:
     start = time.perf_counter()
     only = set(args.only.replace(",", ""))
     ran = only | ({"d"} if only & {"d", "f"} else set())
-    with steps(len(ran & set("abcdefghjl")), "bench") as bar:  # a bar on a terminal only
+    with steps(len(ran & set("abcdefghjlm")), "bench") as bar:  # a bar on a terminal only
         rows = run(args.quick, only, args.verbose,
                    lambda name: advance(bar, f"line {name} done"))
     elapsed = time.perf_counter() - start

@@ -16,14 +16,9 @@ import psycopg
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
-from treemail.adapters.runtime.ids import UuidIds
-from treemail.adapters.store.factory import open_store
+from tests.postgres.mail import delivered_once
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.store.postgres_store import split_url
-from treemail.core.engine import Engine
-from treemail.core.events import EventKind
-from treemail.core.lifecycle import MessageState
-from treemail.core.records import Owner
 from treemail.testing.postgres import PostgresCluster
 
 LEASE = 1.5  # seconds: the survivor takes over about this long after the kill
@@ -109,30 +104,7 @@ def test_two_daemons_own_disjoint_trees_and_the_survivor_takes_over_a_killed_one
     assert {owners[t][:2] for t in by_a} == {(str(b.socket), 2)}
     assert took >= LEASE * 0.9  # not before A's lease ran out
 
-    engine = Engine(open_store(url, readonly=True), UuidIds())
-    deadline = time.monotonic() + 60
-    try:
-        while True:  # wait until B delivered everything
-            states = {m: engine.message(m).state for ids in sent.values() for m in ids}
-            if all(s is MessageState.CONSUMED for s in states.values()):
-                break
-            assert time.monotonic() < deadline, states
-            time.sleep(0.05)
-        for tree, ids in sent.items():
-            assert len(set(ids)) == SENDS  # each send stored once: no duplicate message
-            user_mail = [m.message_id for m in engine.pending(tree)]
-            assert user_mail == []
-            consumed: dict[str, int] = {}
-            for event in engine.events(tree):
-                if event.kind == EventKind.PRODUCER_MESSAGE_CONSUMED:
-                    mid = str(event.data["message_id"])
-                    consumed[mid] = consumed.get(mid, 0) + 1
-            # Delivered exactly once: one consumption each, of exactly the mail sent.
-            user = {m for m in consumed if engine.message(m).owner is Owner.USER}
-            assert user == set(ids), (tree, consumed)
-            assert all(consumed[m] == 1 for m in ids), consumed
-    finally:
-        engine.store.close()
+    delivered_once(url, sent)
     code, err = b.terminate()
     assert code == 0, err
     assert "took over trees" in err
