@@ -322,7 +322,8 @@ def config_markdown() -> str:
     lines += _config_section("[messaging]", "The limits of agent mail.", rows)
     for table, struct in (("[daemon]", settings.DaemonTable),
                           ("[daemon.openai]", settings.OpenAITable),
-                          ("[daemon.scripted]", settings.ScriptedTable)):
+                          ("[daemon.scripted]", settings.ScriptedTable),
+                          ("[daemon.cluster]", settings.ClusterTable)):
         doc = " ".join((struct.__doc__ or "").split())
         lines += _config_section(table, doc.split(": ", 1)[-1].replace("``", "`"),
                                  _struct_rows(struct))

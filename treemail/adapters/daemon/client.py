@@ -43,6 +43,7 @@ from treemail.core.errors import (
     ClientTimeout,
     FrameTooLarge,
     InternalError,
+    NotOwner,
     RequestTooLarge,
     ServerUnproven,
     UnknownMethod,
@@ -404,7 +405,7 @@ class DaemonClient:
 def _owner(failure: RpcFailure) -> str | None:
     """Where a ``daemon:not_owner`` answer says to go; None for any other failure."""
     data = failure.error.data
-    if data is None or data.code != "daemon:not_owner":
+    if data is None or data.code != NotOwner.code:
         return None
     owner = data.details.get("owner")
     return owner if isinstance(owner, str) and owner else None

@@ -58,7 +58,12 @@ You help your lead: do what it asks and report to it.
 def config_text() -> str:
     """The commented ``config.toml``: each table with each key at its default."""
     from treemail.adapters.daemon.connection import Limits
-    from treemail.adapters.daemon.settings import DaemonTable, OpenAITable, ScriptedTable
+    from treemail.adapters.daemon.settings import (
+        ClusterTable,
+        DaemonTable,
+        OpenAITable,
+        ScriptedTable,
+    )
 
     lines = [
         "# treemail daemon config: DATA_DIR/config.toml, read at start (and only here).",
@@ -75,6 +80,7 @@ def config_text() -> str:
         ("daemon.openai", msgspec.structs.asdict(OpenAITable())),
         ("daemon.scripted", msgspec.structs.asdict(ScriptedTable())),
         ("daemon.limits", {f.name: f.default for f in attrs.fields(Limits)}),
+        ("daemon.cluster", msgspec.structs.asdict(ClusterTable())),
         ("messaging", DEFAULTS),
     ]
     for table, defaults in tables:
