@@ -10,6 +10,11 @@ taken (``store:fenced``). This module is the daemon's side of it:
   its lease and another took it) has its actors stopped; a tree whose lease ran out (its
   daemon died) is claimed and recovered as after a restart: runs interrupted, claimed mail
   released, and the mail accepted before the death delivered once, by this daemon;
+* wake-ups: with ``[daemon.cluster] wakeups = "notify"`` (the default) the daemon LISTENs
+  on the store's channel: another daemon's feed events reach its observers and
+  subscriptions at once, and trees given up by a daemon that stops are taken at once; with
+  ``"poll"`` (a server or pooler without NOTIFY) the feed is polled and the heartbeat finds
+  released trees;
 * placement: ``session.create`` makes the tree on the live member holding the fewest live
   trees (ties by holder id); asked elsewhere, the daemon answers ``daemon:not_owner`` naming
   where to ask, as it does for a write to a tree another daemon owns. Reads are served by
@@ -23,6 +28,7 @@ none of this changes what it does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
@@ -49,12 +55,14 @@ class Ownership:
     """The trees this daemon owns in a shared store, kept by a heartbeat."""
 
     def __init__(self, leases: Leases, runtime: Runtime, address: str,
-                 duration: float) -> None:
+                 duration: float, wakeups: str = "notify") -> None:
         self.leases = leases
         self.runtime = runtime
         self.address = address
         self.duration = duration
         self.shared = not isinstance(leases, SoleLeases)
+        self.notified = self.shared and wakeups == "notify"
+        self._poke = asyncio.Event()  # a beat now: another daemon gave trees up
         self.taken_over = 0  # trees claimed from a dead daemon, for tests and the log
         self._beat: asyncio.Task[None] | None = None
         self._adopting = asyncio.Lock()
@@ -76,6 +84,21 @@ class Ownership:
         """Start the heartbeat (after the runtime started)."""
         if self.shared and self._beat is None:
             self._beat = asyncio.create_task(self._heartbeat(), name="lease heartbeat")
+            if self.notified:
+                loop = asyncio.get_running_loop()
+
+                def heard(note: str) -> None:  # on the listener's thread
+                    loop.call_soon_threadsafe(self._heard, note)
+
+                self.leases.listen(heard)
+
+    def _heard(self, note: str) -> None:
+        """On the loop: another daemon grew the feed (``w:``), gave trees up (``r:``), or
+        notifications may have been missed (``""``)."""
+        if not note.startswith("r:"):
+            self.runtime.feed_grew()
+        if not note.startswith("w:"):
+            self._poke.set()
 
     async def stop(self) -> None:
         """Stop the heartbeat and give every tree up at once, for another daemon to take
@@ -92,7 +115,10 @@ class Ownership:
 
     async def _heartbeat(self) -> None:
         while True:
-            await asyncio.sleep(self.duration / 3)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.duration / 3):
+                    await self._poke.wait()
+            self._poke.clear()
             try:
                 await self.beat()
             except TreemailError as exc:  # the server away: the next beat tries again

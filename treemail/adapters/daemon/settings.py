@@ -71,6 +71,9 @@ class ClusterTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_o
         gt=0, le=3600, description="seconds a daemon's lease on its trees lasts without a "
         "heartbeat (renewed every third of it); a dead daemon's trees are taken over once "
         "it runs out")] = DEFAULT_LEASE_SECONDS
+    wakeups: Annotated[Literal["notify", "poll"], msgspec.Meta(
+        description="how a daemon hears the others: notify (PostgreSQL LISTEN/NOTIFY, with "
+        "a slow poll behind it) or poll (for a server or pooler without NOTIFY)")] = "notify"
 
 
 class DaemonTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -142,6 +145,7 @@ class Settings:
     limits: Limits = attrs.field(factory=Limits)
     source: str = "defaults"  # where these came from: the config file's path, or defaults
     lease_seconds: float = DEFAULT_LEASE_SECONDS
+    wakeups: str = "notify"
 
     @classmethod
     def load(cls, data_dir: Path) -> Settings:
@@ -163,7 +167,7 @@ class Settings:
             raise type(error)(f"{where}: {error.message}", **error.details) from None
         return cls(messaging, daemon.model, daemon.openai, daemon.scripted.delay,
                    Limits.from_mapping(daemon.limits, f"{where}: [daemon.limits]"), where,
-                   daemon.cluster.lease_seconds)
+                   daemon.cluster.lease_seconds, daemon.cluster.wakeups)
 
     def model_for(self, agent: str, doc_model: str | None) -> Model:
         if self.model in SCRIPTED:

@@ -341,6 +341,11 @@ class Runtime:
             self._waiting.pop(approval_id, None)
         return answered.outcome.text() if answered.outcome is not None else ""
 
+    def feed_grew(self) -> None:
+        """Another process appended to the feed (a daemon sharing the store): observers
+        read it now rather than at their next poll."""
+        self._written()
+
     def _written(self) -> None:
         if self._follower is not None:
             self._follower.notify()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import attrs
@@ -107,6 +107,12 @@ class Leases(Protocol):
         """Release every tree we hold and stop being a member (a clean shutdown)."""
         ...
 
+    def listen(self, woken: Callable[[str], None]) -> None:
+        """Hear the other holders at once: ``woken`` is called (on another thread) with
+        ``w:HOLDER`` when one grew the feed, ``r:HOLDER`` when one gave trees up, and ``""``
+        when notifications may have been missed. A store without others hears nothing."""
+        ...
+
 
 def place(members: Sequence[Member]) -> Member | None:
     """Where a new tree goes: the live member with the fewest live trees, ties by holder id."""
@@ -172,6 +178,9 @@ class SoleLeases:
         with self._lock:
             self._held.clear()
             self._member = False
+
+    def listen(self, woken: Callable[[str], None]) -> None:
+        return  # no other holder to hear
 
 
 def leases_of(store: Store) -> Leases:

@@ -15,6 +15,14 @@ raised it, or is refused, never that both take effect as if the write came after
 
 Tokens only grow: a release expires a lease instead of deleting it, so the next claim raises
 the token the tree had.
+
+Wake-ups (``listen``): a daemon that wants to hear the others at once LISTENs on the
+store's channel; a write transaction that appended to the feed NOTIFYs it (queued with its
+writes: no round trip of its own), and so do a release and a leave. A listener hears
+``w:HOLDER`` (events to read) or ``r:HOLDER`` (trees to take) from every holder but itself;
+after each (re)connection it is woken once with ``""``, for what it may have missed. A
+server without NOTIFY (a pooler in transaction mode, say) is served by polling instead:
+the feed follower's interval and the heartbeat (``[daemon.cluster] wakeups = "poll"``).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import psycopg
 from psycopg import sql
 
 from treemail.adapters.store.leases import Lease, Member
+from treemail.adapters.store.postgres_schema import lock_key
 from treemail.adapters.store.postgres_txn import RETRYABLE, lost
 from treemail.core.errors import StorageError
 
@@ -63,6 +72,11 @@ class PgLeases:
         self._held: dict[str, int] = {}
         self._held_lock = threading.Lock()  # ``held`` is read by the writer's fence check
         self._conn: psycopg.Connection[Any] | None = None
+        # The store's channel: letters, digits and _ only, so it is quoted by nothing.
+        self.channel = f"treemail_{lock_key(schema) & 0xFFFFFFFF:08x}"
+        self.notifying = False  # whether writes and releases NOTIFY (``listen``)
+        self._listening = threading.Event()
+        self._listener: threading.Thread | None = None
 
     @property
     def holder(self) -> str:
@@ -111,8 +125,40 @@ class PgLeases:
             conn.close()
 
     def close(self) -> None:
+        self._listening.clear()
+        if self._listener is not None:
+            self._listener.join()
+            self._listener = None
         with self._lock:
             self._drop()
+
+    def notify(self, kind: str) -> str:
+        """The statement that wakes the other listeners: ``w`` (the feed grew) or ``r``
+        (trees were given up)."""
+        return f"NOTIFY {self.channel}, '{kind}:{self._holder}'"
+
+    def listen(self, woken: Callable[[str], None]) -> None:
+        """Call ``woken`` (on a thread of its own) for each notification of another holder,
+        and with ``""`` after each (re)connection; from now on writes NOTIFY too."""
+        self.notifying = True
+        self._listening.set()
+        self._listener = threading.Thread(target=self._listen, args=(woken,), daemon=True,
+                                          name="treemail-listen")
+        self._listener.start()
+
+    def _listen(self, woken: Callable[[str], None]) -> None:
+        while self._listening.is_set():
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True,
+                                     application_name="treemail-listen") as conn:
+                    conn.execute(f"LISTEN {self.channel}")
+                    woken("")
+                    while self._listening.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            if not note.payload.endswith(f":{self._holder}"):
+                                woken(note.payload)
+            except psycopg.Error:
+                time.sleep(0.5)  # the server away: polling covers it meanwhile
 
     # -- the operations --------------------------------------------------------------------
 
@@ -185,9 +231,14 @@ class PgLeases:
         with self._held_lock:
             token = self._held.pop(tree, None)
         if token is not None:
-            self._run(lambda conn: conn.execute(self._q(
-                "UPDATE {s}.leases SET expires = '-infinity' WHERE tree = %s AND holder = %s "
-                "AND token = %s"), (tree, self._holder, token)))
+            def work(conn: psycopg.Connection[Any]) -> None:
+                conn.execute(self._q(
+                    "UPDATE {s}.leases SET expires = '-infinity' WHERE tree = %s AND holder = "
+                    "%s AND token = %s"), (tree, self._holder, token))
+                if self.notifying:
+                    conn.execute(self.notify("r"))
+
+            self._run(work)
 
     def held(self) -> dict[str, int]:
         with self._held_lock:
@@ -227,6 +278,8 @@ class PgLeases:
                     "h.token AND l.holder = %s"), (list(held), list(held.values()),
                                                    self._holder))
             conn.execute(self._q("DELETE FROM {s}.members WHERE holder = %s"), (self._holder,))
+            if self.notifying:
+                conn.execute(self.notify("r"))
 
         if self._duration > 0:
             self._run(work)

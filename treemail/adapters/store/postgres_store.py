@@ -323,6 +323,7 @@ class PostgresStore:
             try:
                 result = work(PgTxn(tables))
                 if not tables.retry:
+                    self._wake_listeners(tables)
                     self._check_fence(tables)
                     tables.finish()
             finally:
@@ -338,6 +339,13 @@ class PostgresStore:
                          lost=conn.closed or conn.broken)
         self._commit(conn)
         return result
+
+    def _wake_listeners(self, tables: PgTables) -> None:
+        """Tell the other daemons' listeners the feed grew: a NOTIFY queued with the writes
+        (sent in their pipeline, delivered only if this transaction commits)."""
+        if self.tree_leases is not None and self.tree_leases.notifying and tables.deltas.get(
+                Table.FEED, 0) > 0:
+            tables.also(self.tree_leases.notify("w"))
 
     def _check_fence(self, tables: PgTables) -> None:
         """Refuse the transaction unless every lease its writer holds is still its own, with

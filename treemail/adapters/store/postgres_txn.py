@@ -355,6 +355,11 @@ class PgTables:
 
     # -- savepoints ----------------------------------------------------------------------
 
+    def also(self, statement: str) -> None:
+        """Queue one statement of the store's own (no parameters, no answer) with the
+        writes: it costs no round trip of its own."""
+        self._mark(statement)
+
     def _mark(self, statement: str) -> None:
         self._check()
         self.queue.append(statement)
