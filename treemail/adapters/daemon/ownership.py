@@ -6,10 +6,11 @@ taken (``store:fenced``). This module is the daemon's side of it:
 
 * at start the daemon joins the store's members, claims every tree nobody holds live (those
   of a store used before, or of a daemon that died), and recovers only those;
-* a heartbeat every third of the lease renews its leases; a tree it lost (it stalled past
-  its lease and another took it) has its actors stopped; a tree whose lease ran out (its
-  daemon died) is claimed and recovered as after a restart: runs interrupted, claimed mail
-  released, and the mail accepted before the death delivered once, by this daemon;
+* a heartbeat every third of the lease (at most a second) renews its leases; a tree it
+  lost (it stalled past its lease and another took it) has its actors stopped; a tree
+  whose lease ran out (its daemon died) is claimed and recovered as after a restart: runs
+  interrupted, claimed mail released, and the mail accepted before the death delivered
+  once, by this daemon;
 * wake-ups: with ``[daemon.cluster] wakeups = "notify"`` (the default) the daemon LISTENs
   on the store's channel: another daemon's feed events reach its observers and
   subscriptions at once, and trees given up by a daemon that stops are taken at once; with
@@ -63,6 +64,9 @@ class Ownership:
         self.shared = not isinstance(leases, SoleLeases)
         self.notified = self.shared and wakeups == "notify"
         self._poke = asyncio.Event()  # a beat now: another daemon gave trees up
+        # A third of the lease renews it in time; at most a second, so that trees given up
+        # or run out are taken within a second even when nothing is heard (polling).
+        self.interval = min(duration / 3, 1.0)
         self.taken_over = 0  # trees claimed from a dead daemon, for tests and the log
         self._beat: asyncio.Task[None] | None = None
         self._adopting = asyncio.Lock()
@@ -116,7 +120,7 @@ class Ownership:
     async def _heartbeat(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.duration / 3):
+                async with asyncio.timeout(self.interval):
                     await self._poke.wait()
             self._poke.clear()
             try:

@@ -34,7 +34,7 @@ from psycopg import sql
 
 from treemail.core.errors import StorageError, StoreFormatUnknown, StoreMissing
 
-__all__ = ["LOCK_SPACE", "MIGRATIONS", "VERSION", "lock_key", "settle"]
+__all__ = ["LOCK_SPACE", "MIGRATIONS", "VERSION", "WRITE_SPACE", "lock_key", "settle"]
 
 VERSION = 2
 
@@ -68,6 +68,10 @@ LOCK_SPACE = zlib.crc32(b"treemail") - (1 << 31)
 # The first key of the lock that serialises creating or upgrading a store: apart from the
 # owner lock, which daemons sharing the store hold shared for as long as they live.
 _SETTLE_SPACE = LOCK_SPACE ^ 1
+# The first key of the lock daemons sharing a store take around each write transaction
+# (``postgres_store``): their writes all touch the row counts and the feed's end, so they
+# would only conflict and run again; queued on the lock, each runs once.
+WRITE_SPACE = LOCK_SPACE ^ 2
 
 
 def lock_key(schema: str) -> int:

@@ -54,7 +54,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from treemail.adapters.store.postgres_leases import PgLeases, fence_query
-from treemail.adapters.store.postgres_schema import LOCK_SPACE, lock_key, settle
+from treemail.adapters.store.postgres_schema import LOCK_SPACE, WRITE_SPACE, lock_key, settle
 from treemail.adapters.store.postgres_txn import RETRYABLE, PgTables, PgTxn, Queries, lost
 from treemail.core.errors import (
     OutcomeUnknown,
@@ -318,6 +318,30 @@ class PostgresStore:
 
     def _attempt(self, work: Callable[[WriteTxn], T]) -> T:
         conn = self._writer_connection()
+        if not self._shared:
+            return self._attempt_on(conn, work)
+        # Shared: every daemon's transaction touches the row counts and the feed's end, so
+        # two at once would conflict and one run again (often, under load, past ATTEMPTS).
+        # They queue on a lock instead, taken in a transaction of its own so that the write
+        # transaction's snapshot is taken after the wait, not before it.
+        try:
+            conn.execute("SELECT pg_advisory_lock(%s, %s)", (WRITE_SPACE, lock_key(self._schema)))
+            conn.commit()
+        except psycopg.Error as exc:
+            self._rollback(conn)
+            raise _Retry(exc, lost=conn.closed or conn.broken) from None
+        try:
+            return self._attempt_on(conn, work)
+        finally:
+            if not (conn.closed or conn.broken):  # else the server dropped it with the session
+                try:
+                    conn.execute("SELECT pg_advisory_unlock(%s, %s)",
+                                 (WRITE_SPACE, lock_key(self._schema)))
+                    conn.commit()
+                except psycopg.Error:  # never keep the others waiting: end the session
+                    self._drop_connection()
+
+    def _attempt_on(self, conn: psycopg.Connection[Any], work: Callable[[WriteTxn], T]) -> T:
         tables = PgTables(conn, self._q(), write=True)
         try:
             try:
