@@ -88,7 +88,11 @@ class Runtime:
         # Rules are read live from the agents' current docs, by name (issue 8 item 3).
         self.engine = Engine(group, ids, config, agents=self._spec)
         self.plugins = PluginHost(plugins)
-        self.writer = Writer(self._written, group=group)
+        # A store whose every statement is a round trip (PostgreSQL) says how long a group
+        # commit may keep taking the calls queued behind it: LMDB's 5 ms would close a batch
+        # after a call or two there.
+        self.writer = Writer(self._written, group=group,
+                             max_wait=float(getattr(store, "batch_wait", 0.005)))
         self.tools = ToolBox(self.engine, self.writer,
                              {name: a.spec for name, a in agents.items()},
                              self.plugins if self.plugins.gates else None)
