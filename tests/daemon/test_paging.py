@@ -165,9 +165,9 @@ class Counting(DaemonClient):
         self.calls: Counter[str] = Counter()
 
     async def call(self, method: str, params: dict[str, Any] | None = None, *,
-                   timeout: float | None = None) -> Any:
+                   timeout: float | None = None, follow: bool = True) -> Any:
         self.calls[method] += 1
-        return await super().call(method, params, timeout=timeout)
+        return await super().call(method, params, timeout=timeout, follow=follow)
 
 
 def _tail_calls(daemon: DaemonProcess, old: int, new: int) -> Counter[str]:
