@@ -11,7 +11,8 @@ against its target; (i) the store's codec against the json + cattrs codec it rep
 (j) what one peer costs the daemon: idle subscriptions, and pipelined large answers;
 (k) the sequential durable send on PostgreSQL against the same send on LMDB; (l) how long a
 client command takes to start, against the interpreter's own start; (m) how soon the TUI
-opens on 100k events, against `treemail log` reading the same store.
+opens on 100k events, against `treemail log` reading the same store; (n) PostgreSQL under
+concurrency: 32 senders against a bare INSERT-per-transaction queue, 2 daemons against 1.
 
 Beside the targets, lines that say what limits them, measured in the same run: bare LMDB
 writing the very rows the sends wrote, sync on (a) and off (g), so that what a send's rows
@@ -39,6 +40,7 @@ import attrs
 from bench import lines
 from bench.bounds import bounds_lines
 from bench.checker import checker_lines
+from bench.cluster import cluster_lines
 from bench.codec import codec_line
 from bench.lines import Line, Scale
 from bench.postgres import postgres_lines
@@ -100,6 +102,7 @@ def run(quick: bool, only: set[str], verbose: bool = False,
             "k": lambda: postgres_lines(root, scale),
             "l": lambda: startup_lines(quick),
             "m": lambda: tui_lines(root, quick),
+            "n": lambda: cluster_lines(root, scale),
         }
         for name, step in steps.items():
             if name in only:
@@ -113,7 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
-    parser.add_argument("--only", default="abcdefghijlm", help="which lines, e.g. --only a,b")
+    parser.add_argument("--only", default="abcdefghijklmn", help="which lines, e.g. --only a,b")
     parser.add_argument("--verbose", action="store_true", help="time each line")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args()

@@ -318,6 +318,7 @@ def config_markdown() -> str:
     for table, struct in (("[daemon]", settings.DaemonTable),
                           ("[daemon.openai]", settings.OpenAITable),
                           ("[daemon.scripted]", settings.ScriptedTable),
+                          ("[daemon.cluster]", settings.ClusterTable),
                           ("[runs]", settings.RunsTable)):
         doc = " ".join((struct.__doc__ or "").split())
         lines += _config_section(table, doc.split(": ", 1)[-1].replace("``", "`"),

@@ -17,7 +17,7 @@ The engine owns no I/O: storage comes in as a ``Store`` and ids as an ``IdSource
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -239,13 +239,14 @@ class Engine:
 
         return self._transact(work)
 
-    def stranded_delegations(self) -> list[Session]:
+    def stranded_delegations(self, trees: Collection[str] | None = None) -> list[Session]:
         """Delegated sessions a crash left with nothing to wake them: their delegation is not
         complete, they have no run and no pending mail, and their last run died at restart
         (the task was already consumed, so no mail is left to start a new run). A runtime
         resumes them; a run cancelled on purpose is not stranded."""
         with self.store.read() as tx:
-            return [s for s in tx.sessions() if _stranded(tx, s)]
+            return [s for s in tx.sessions() if _stranded(tx, s)
+                    and (trees is None or s.root_session_id in trees)]
 
     def feed_end(self) -> int:
         """The number of the feed's last event: where a live observer starts following."""
@@ -360,11 +361,12 @@ class Engine:
 
         self._transact(work)
 
-    def recover(self) -> int:
-        """At open: interrupt runs that died with the process, then make all mail deliverable.
+    def recover(self, trees: Collection[str] | None = None) -> int:
+        """At open: interrupt runs that died with the process, then make all mail deliverable;
+        only in ``trees`` (roots) when given: those taken over from a dead daemon.
 
         Returns how many runs were found dead."""
-        return self._transact(lambda tx: runs.recover(tx, self.ids))
+        return self._transact(lambda tx: runs.recover(tx, self.ids, trees))
 
     def shutdown(self) -> None:
         """Refuse new sends from now on; what was accepted stays durable."""

@@ -70,6 +70,7 @@ __all__ = [
     "NotInitialized",
     "NotJsonRpc",
     "NotLoopback",
+    "NotOwner",
     "NotTreePeer",
     "OutcomeUnknown",
     "Overloaded",
@@ -92,6 +93,7 @@ __all__ = [
     "StoreClosed",
     "StoreDamaged",
     "StoreDriverMissing",
+    "StoreFenced",
     "StoreFormatUnknown",
     "StoreFull",
     "StoreLocked",
@@ -239,6 +241,13 @@ class DataDirLocked(DefinitionError):
     """Another daemon holds this data directory; stop it or choose another --data-dir."""
 
     code = "daemon:data_dir_locked"
+
+
+class NotOwner(DefinitionError):
+    """Another daemon owns this tree (or is where a new tree is placed); send the request to
+    the daemon ``details["owner"]`` names."""
+
+    code = "daemon:not_owner"
 
 
 class AgentDefinedByFile(DefinitionError):
@@ -547,6 +556,13 @@ class StoreLocked(StorageError):
     """Another process holds the store open for writing; stop it, or open read-only."""
 
     code = "store:locked"
+
+
+class StoreFenced(StorageError):
+    """This writer's lease on a tree was taken over (or ran out): nothing was stored; the
+    tree's new owner serves it now."""
+
+    code = "store:fenced"
 
 
 class StoreMissing(StorageError):

@@ -12,6 +12,7 @@ allows, before anything is written.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -280,11 +281,14 @@ def report_interruption(tx: WriteTxn, ids: IdSource, child: Session, reason: str
     return True
 
 
-def recover(tx: WriteTxn, ids: IdSource) -> int:
+def recover(tx: WriteTxn, ids: IdSource, trees: Collection[str] | None = None) -> int:
     """Interrupt every run still marked running (it died with the process), then reconcile
-    every session. Returns the number of dead runs."""
+    every session; only those of ``trees`` (roots) when given, the trees a daemon took over
+    from a dead one. Returns the number of dead runs."""
     dead = 0
     for session in list(tx.sessions()):
+        if trees is not None and session.root_session_id not in trees:
+            continue
         run = tx.run(session.run_id) if session.run_id is not None else None
         if run is not None and run.status is RunState.RUNNING:
             _end(tx, session, run, "interrupt", CRASH)

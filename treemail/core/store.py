@@ -100,7 +100,9 @@ class Store(Protocol):
         writer is told: a daemon gives its role and socket). Recovery treats every run it did
         not start as dead, so a store has exactly one writer at a time: a store opened to
         write holds ownership from its open on (an flock for LMDB, a lock of the database
-        server for PostgreSQL), and ``own`` only says who holds it. Raises ``StoreLocked``
+        server for PostgreSQL), and ``own`` only says who holds it. (Daemons may instead
+        share a PostgreSQL store, each owning its trees through leases and recovering only
+        those: ``treemail.adapters.store.leases``.) Raises ``StoreLocked``
         naming the holder when another process owns the store, ``StorageError`` on a store
         opened read-only."""
         ...

@@ -48,6 +48,7 @@ from treemail.core.errors import (
     ClientTimeout,
     FrameTooLarge,
     InternalError,
+    NotOwner,
     RequestTooLarge,
     ServerUnproven,
     UnknownMethod,
@@ -127,6 +128,7 @@ class DaemonClient:
         self._sent: dict[int | str, tuple[str, int]] = {}
         self._splitter = FrameSplitter(max_frame_bytes)
         self._reading = asyncio.create_task(self._read(), name="client reader")
+        self._token: str | None = None
 
     @classmethod
     async def connect(cls, socket: str | Path, *, name: str = "treemail-client",
@@ -145,6 +147,7 @@ class DaemonClient:
             reader, writer = await asyncio.open_unix_connection(
                 address.removeprefix("unix://"), limit=1 << 20)
         client = cls(reader, writer, timeout=timeout, max_frame_bytes=max_frame_bytes)
+        client._token = token  # for a redirect to another daemon's TCP listener
         try:
             if address.startswith("tcp://") and authenticate:
                 if token is None:
@@ -194,10 +197,19 @@ class DaemonClient:
             capabilities=t.ClientCapabilities(**capabilities)))
 
     async def request(self, method: Method[P, R], params: P, *,
-                      timeout: float | None = None) -> R:
+                      timeout: float | None = None, follow: bool = True) -> R:
         """The result of one request, decoded into the method's result type; ``timeout``
-        seconds (default: the client's) for sending it and for its answer."""
+        seconds (default: the client's) for sending it and for its answer. Answered
+        ``daemon:not_owner`` (daemons sharing a store: the tree is another's), it is sent
+        once to the daemon named, over a connection of its own, unless ``follow`` is False."""
         (outcome,) = await self.request_many(method, [params], timeout=timeout)
+        if isinstance(outcome, RpcFailure) and follow and (owner := _owner(outcome)):
+            other = await DaemonClient.connect(owner, token=self._token,
+                                               timeout=self.timeout)
+            try:
+                return await other.request(method, params, timeout=timeout, follow=False)
+            finally:
+                await other.close()
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
@@ -459,6 +471,16 @@ def _decoded(method: Method[Any, R], answer: Any) -> R:
             f"the answer to {method.name} is not a {method.result.__name__} ({exc}); the "
             "call may have taken effect: read the state back, and check that the daemon "
             f"speaks protocol {PROTOCOL_VERSION}", method=method.name) from None
+
+
+def _owner(failure: RpcFailure) -> str | None:
+    """Where a ``daemon:not_owner`` answer says to go; None for any other failure."""
+    data = failure.error.data
+    if data is None or data.code != NotOwner.code:
+        return None
+    owner = data.details.get("owner")
+    return owner if isinstance(owner, str) and owner else None
+
 
 
 def _request_too_large(method: str, size: int, limit: int) -> RequestTooLarge:

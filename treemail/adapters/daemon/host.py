@@ -34,6 +34,7 @@ from treemail.adapters.daemon.handlers import install
 from treemail.adapters.daemon.listener import check_socket_path
 from treemail.adapters.daemon.lock import DAEMON_ROLE
 from treemail.adapters.daemon.logs import daemon_logging
+from treemail.adapters.daemon.ownership import Ownership
 from treemail.adapters.daemon.scripted import ScriptedAgent, ScriptedEcho
 from treemail.adapters.daemon.server import Daemon
 from treemail.adapters.daemon.settings import Settings
@@ -41,6 +42,7 @@ from treemail.adapters.daemon.tcp import TOKEN_FILE, Token, loopback
 from treemail.adapters.runtime.agent_docs import build_agents, load_agent_docs
 from treemail.adapters.runtime.ids import UuidIds
 from treemail.adapters.runtime.runtime import Runtime
+from treemail.adapters.store.leases import SoleLeases, leases_of
 from treemail.core.errors import ListenFailed, TreemailError
 
 __all__ = ["DEFAULT_DATA_DIR", "ScriptedAgent", "ScriptedEcho", "Settings", "open_daemon",
@@ -75,15 +77,24 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
         store.close()
         raise
     signal, gate = FeedSignal(), WireGate()
+    leases = leases_of(store)
+    # Heard through NOTIFY, other daemons' events need only a slow poll behind it.
+    heard = settings.wakeups == "notify" and not isinstance(leases, SoleLeases)
     runtime = Runtime(store, UuidIds(), build_agents(docs, settings.model_for),
-                      settings.messaging, plugins=[signal, gate], feed_interval=0.02,
-                      budget=settings.budget)
+                      settings.messaging, plugins=[signal, gate],
+                      feed_interval=1.0 if heard else 0.02, budget=settings.budget)
     daemon = Daemon(runtime, store, settings.model_for, Subscriptions(runtime, signal),
                     limits or settings.limits)
     daemon.registered = kept
     gate.connections = lambda: daemon.connections
     install(daemon)
-    await runtime.start()
+    # A store daemons share (PostgreSQL): this one drives the trees it holds leases on.
+    ownership = Ownership(leases, runtime, str(socket), settings.lease_seconds,
+                          settings.wakeups)
+    ownership.guard(daemon)
+    daemon.give_up = ownership.stop
+    await runtime.start(await ownership.start())
+    ownership.begin()
     where = str(socket)
     try:
         await daemon.listen_unix(socket)

@@ -1,6 +1,8 @@
 """The daemon's hold on its store: the store's ownership (``Store.own``), treemail's only lock.
 
-One process writes a store. Whoever opens a store as its writer holds it until it closes the
+One process writes a store (or, on PostgreSQL, several daemons share it, each owning its
+trees through leases: ``ownership.py``; embedded writers are still refused while they do).
+Whoever opens a store as its writer holds it until it closes the
 store or dies, however it dies: the embedded store's owner lock is an ``flock`` the kernel
 drops with its holder, and a database server drops its lock with the holder's connection, so
 a stale holder locks nobody out. The daemon takes nothing else: opening its store *is*
@@ -47,7 +49,7 @@ def hold(data_dir: Path, socket: Path, store: str | None = None) -> Store:
     marked as this daemon's (the data directory itself is made private first:
     ``datadir.take``)."""
     try:
-        opened = open_store(store_of(data_dir, store))
+        opened = open_store(store_of(data_dir, store), shared=True)
     except StoreLocked as held:
         pid, holder = str(held.details.get("pid")), held.details.get("holder")
         info = holder if isinstance(holder, dict) else {}

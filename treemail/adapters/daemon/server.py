@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,9 @@ class Daemon:
         self._stop_task: asyncio.Task[None] | None = None
         self._socket: UnixSocket | None = None
         self.tcp: str | None = None  # HOST:PORT of the TCP listener, when there is one
+        # Run once the runtime stopped writing: a daemon sharing its store gives its trees
+        # up there (``ownership.py``).
+        self.give_up: Callable[[], Awaitable[None]] | None = None
 
     # -- listening -----------------------------------------------------------------------
 
@@ -316,6 +320,8 @@ class Daemon:
             listener.close()
         await self._drain_requests(timeout=self.runtime.shutdown_grace)
         await self.runtime.shutdown()
+        if self.give_up is not None:
+            await self.give_up()
         await asyncio.gather(*(c.close() for c in list(self.connections)),
                              return_exceptions=True)
         if self._socket is not None:  # before the lock goes: a next daemon's socket stays

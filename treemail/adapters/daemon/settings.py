@@ -30,6 +30,7 @@ from treemail.adapters.runtime.budget import (
     Budget,
 )
 from treemail.adapters.runtime.llm import Model, OpenAICompatibleModel, unreachable_hint
+from treemail.adapters.store.leases import DEFAULT_LEASE_SECONDS
 from treemail.core.config import DEFAULTS, MessagingConfig, unknown_key
 from treemail.core.errors import ConfigError
 
@@ -69,6 +70,18 @@ class ScriptedTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
 Adapter = Literal["scripted", "echo", "openai"]
 
 
+class ClusterTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """``[daemon.cluster]``: Daemons sharing one PostgreSQL store (``ownership.py``)."""
+
+    lease_seconds: Annotated[float, msgspec.Meta(
+        gt=0, le=3600, description="seconds a daemon's lease on its trees lasts without a "
+        "heartbeat (renewed every third of it); a dead daemon's trees are taken over once "
+        "it runs out")] = DEFAULT_LEASE_SECONDS
+    wakeups: Annotated[Literal["notify", "poll"], msgspec.Meta(
+        description="how a daemon hears the others: notify (PostgreSQL LISTEN/NOTIFY, with "
+        "a slow poll behind it) or poll (for a server or pooler without NOTIFY)")] = "notify"
+
+
 class DaemonTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """``[daemon]``: Which model answers, and the daemon's own limits."""
 
@@ -79,6 +92,7 @@ class DaemonTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
     openai: OpenAITable = msgspec.field(default_factory=OpenAITable)
     scripted: ScriptedTable = msgspec.field(default_factory=ScriptedTable)
     limits: dict[str, Any] = msgspec.field(default_factory=dict)
+    cluster: ClusterTable = msgspec.field(default_factory=ClusterTable)
 
 
 class RunsTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -107,7 +121,7 @@ _OPEN_TABLES: Mapping[str, tuple[str, ...]] = {
 }
 _STRUCTS: Mapping[str, type[msgspec.Struct]] = {
     "": ConfigFile, "daemon": DaemonTable, "daemon.openai": OpenAITable,
-    "daemon.scripted": ScriptedTable, "runs": RunsTable,
+    "daemon.scripted": ScriptedTable, "daemon.cluster": ClusterTable, "runs": RunsTable,
 }
 
 
@@ -149,6 +163,8 @@ class Settings:
     limits: Limits = attrs.field(factory=Limits)
     budget: Budget = attrs.field(factory=Budget)
     source: str = "defaults"  # where these came from: the config file's path, or defaults
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    wakeups: str = "notify"
 
     @classmethod
     def load(cls, data_dir: Path) -> Settings:
@@ -170,7 +186,8 @@ class Settings:
             raise type(error)(f"{where}: {error.message}", **error.details) from None
         return cls(messaging, daemon.model, daemon.openai, daemon.scripted.delay,
                    Limits.from_mapping(daemon.limits, f"{where}: [daemon.limits]"),
-                   Budget(config.runs.max_model_requests, config.runs.max_tool_calls), where)
+                   Budget(config.runs.max_model_requests, config.runs.max_tool_calls), where,
+                   daemon.cluster.lease_seconds, daemon.cluster.wakeups)
 
     def model_for(self, agent: str, doc_model: str | None) -> Model:
         if self.model in SCRIPTED:

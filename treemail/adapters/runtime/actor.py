@@ -41,7 +41,7 @@ from treemail.adapters.runtime.llm import (
 from treemail.adapters.runtime.replies import normalise
 from treemail.adapters.runtime.toolbox import ToolBox
 from treemail.core.engine import Engine, Request
-from treemail.core.errors import ApprovalRequired, TreemailError
+from treemail.core.errors import ApprovalRequired, StorageError, StoreFenced, TreemailError
 from treemail.core.events import Fault, RecordedCall, RecordedResult, Reply
 from treemail.core.lifecycle import SessionState
 from treemail.core.prompts import system_prompt
@@ -168,8 +168,33 @@ class Actor:
         """Run; an unexpected error interrupts the run instead of killing the actor."""
         try:
             await self._run(session)
+        except StoreFenced:
+            return  # the tree is another daemon's now: it recovers the run, not this one
+        except StorageError as error:  # the store went away (a server restart, say)
+            await self._outlast(session, error)
         except Exception as error:  # every error must end the run, logged
             await self._give_up(session, f"actor error: {_describe(error)}", error)
+
+    async def _outlast(self, session: Session, error: StorageError) -> None:
+        """The store failed under the run: once it answers again, interrupt the run as a
+        restart would (claimed mail released, the session queued again if mail waits), so
+        nothing stays claimed by a run that can no longer finish."""
+        host, pause = self.host, 0.05
+        _log.warning("session %s: the store failed under its run (%s); interrupting it once "
+                     "the store answers", self.session_id, error)
+        while not host.closing:
+            try:
+                current: Session = await host.writer(host.engine.session, self.session_id)
+                if current.run_id is not None and current.state in (SessionState.QUEUED,
+                                                                    SessionState.RUNNING):
+                    await host.writer(host.engine.cancel_run, self.session_id,
+                                      current.run_id, f"the store failed: {error.code}")
+                return
+            except StoreFenced:
+                return
+            except StorageError:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     async def _idle(self) -> bool:
         """Wait for a poke; False once ``idle_timeout`` passed without one (evicted)."""

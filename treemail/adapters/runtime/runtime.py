@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -97,7 +97,11 @@ class Runtime:
         # Rules are read live from the agents' current docs, by name (issue 8 item 3).
         self.engine = Engine(group, ids, config, agents=self._spec)
         self.plugins = PluginHost(plugins)
-        self.writer = Writer(self._written, group=group)
+        # A store whose every statement is a round trip (PostgreSQL) says how long a group
+        # commit may keep taking the calls queued behind it: LMDB's 5 ms would close a batch
+        # after a call or two there.
+        self.writer = Writer(self._written, group=group,
+                             max_wait=float(getattr(store, "batch_wait", 0.005)))
         # The delegation tools' catalogue: kept beside ``agents`` by ``register``.
         self._specs = {name: a.spec for name, a in agents.items()}
         self.tools = ToolBox(self.engine, self.writer, self._specs,
@@ -123,9 +127,10 @@ class Runtime:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> int:
+    async def start(self, trees: Collection[str] | None = None) -> int:
         """Recover the store (dead runs interrupted, mail made deliverable), start following
-        the feed for observers, attach plugins and spawn the actors that have work.
+        the feed for observers, attach plugins and spawn the actors that have work; only in
+        ``trees`` (roots) when given: a daemon sharing its store drives the trees it owns.
 
         Returns how many runs recovery found dead."""
         if self.plugins.observers:
@@ -134,16 +139,42 @@ class Runtime:
             self._follower = FeedFollower(self._read_feed, self.plugins, head,
                                           self.feed_interval)
             self._follow_task = asyncio.create_task(self._follower.follow(), name="feed")
-        dead: int = await self.writer(self.engine.recover)
+        dead = await self._revive(trees)
+        await self.plugins.attach(self.accept)
+        await self._wake(trees)
+        return dead
+
+    async def adopt(self, trees: Collection[str]) -> int:
+        """Drive ``trees`` (roots) from now on, taken over from a daemon that died: recover
+        them as a start does (their dead runs interrupted, claimed mail released, stranded
+        delegations resumed) and spawn the actors that have work. Returns the dead runs."""
+        dead = await self._revive(trees)
+        await self._wake(trees)
+        return dead
+
+    async def drop(self, trees: Collection[str]) -> None:
+        """Stop driving ``trees``, which another daemon owns now: their actors are cancelled
+        and write nothing more (the store refuses it anyway: ``store:fenced``)."""
+        sessions: list[Session] = await self.writer.quiet(self.engine.sessions)
+        gone = [s.session_id for s in sessions if s.root_session_id in trees]
+        tasks = [actor.task for sid in gone if (actor := self._actors.pop(sid, None))]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _revive(self, trees: Collection[str] | None) -> int:
+        dead: int = await self.writer(self.engine.recover, trees)
         # A delegated run that died after consuming its task has no mail left to wake it:
         # resume it with goal mail (auditable, outside the agent inbox cap).
-        for stranded in await self.writer(self.engine.stranded_delegations):
+        for stranded in await self.writer(self.engine.stranded_delegations, trees):
             await self.writer(self.engine.accept, stranded.session_id, RESUME, Owner.GOAL)
-        await self.plugins.attach(self.accept)
-        for session in await self.writer(self.engine.sessions):
-            if session.state is SessionState.QUEUED:
-                self.poke(session.session_id)
         return dead
+
+    async def _wake(self, trees: Collection[str] | None) -> None:
+        for session in await self.writer(self.engine.sessions):
+            if session.state is SessionState.QUEUED and (
+                    trees is None or session.root_session_id in trees):
+                self.poke(session.session_id)
 
     async def shutdown(self, grace: float | None = None) -> None:
         """Refuse new sends and mail, let each actor stop at its next boundary (cancelling any
@@ -365,6 +396,11 @@ class Runtime:
         finally:
             self._waiting.pop(approval_id, None)
         return answered.outcome.text() if answered.outcome is not None else ""
+
+    def feed_grew(self) -> None:
+        """Another process appended to the feed (a daemon sharing the store): observers
+        read it now rather than at their next poll."""
+        self._written()
 
     def _written(self) -> None:
         if self._follower is not None:

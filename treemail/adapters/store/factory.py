@@ -81,12 +81,14 @@ def _unknown(url: str, why: str) -> StoreUrlUnknown:
 
 
 def open_store(url: str | os.PathLike[str], *, readonly: bool = False, sync: bool = True,
-               durability: str = "fsync") -> Store:
+               durability: str = "fsync", shared: bool = False) -> Store:
     """Open the store ``url`` names. As a writer (the default) it is created if missing and
     held as its one writer (``Store.own``); ``readonly=True`` takes no hold, writes nothing
     and refuses a missing store with ``store:missing``. ``durability`` is ``fsync`` (a
     commit survives power loss) or ``process`` (a process crash); ``sync=False`` is for
-    tests and benchmarks only."""
+    tests and benchmarks only. ``shared`` (a daemon's open) lets a store several processes
+    can write (PostgreSQL) be served by many daemons at once, each owning its trees through
+    leases (``leases.py``); a store one process holds whole ignores it."""
     where = parse(url)
     if where.kind is Kind.MEMORY:
         return MemoryStore()
@@ -98,7 +100,7 @@ def open_store(url: str | os.PathLike[str], *, readonly: bool = False, sync: boo
                 f"a postgresql:// store needs psycopg ({exc}); install treemail[postgres] "
                 "(pip install 'treemail[postgres]')", driver="psycopg") from None
         return PostgresStore.open(where.location, readonly=readonly, sync=sync,
-                                  durability=durability)
+                                  durability=durability, shared=shared)
     from treemail.adapters.store.lmdb_store import LmdbStore
 
     return LmdbStore.open(where.location, readonly=readonly, sync=sync, durability=durability)

@@ -11,6 +11,10 @@ several stores can share a database and dropping a schema drops a store. It hold
   so that ``size`` (the feed's end, read by every append) is one row, not a count;
 * ``owner``: who holds the store as its writer (pid and a description), for a refused
   second writer to be told; the hold itself is a lock of the server (``postgres_store``);
+* ``members (holder, address, expires)``: the daemons sharing the store, each alive while its
+  heartbeat keeps ``expires`` in the future (placement counts them: ``postgres_leases``);
+* ``leases (tree, holder, address, token, expires)``: which daemon owns each tree, and the
+  fencing token every write of that owner checks (``postgres_leases``);
 * ``meta``: the schema's version.
 
 Versions: ``VERSION`` is what this treemail writes. A writer creates a missing store and
@@ -30,13 +34,20 @@ from psycopg import sql
 
 from treemail.core.errors import StorageError, StoreFormatUnknown, StoreMissing
 
-__all__ = ["LOCK_SPACE", "MIGRATIONS", "VERSION", "lock_key", "settle"]
+__all__ = ["LOCK_SPACE", "MIGRATIONS", "VERSION", "WRITE_SPACE", "lock_key", "settle"]
 
-VERSION = 1
+VERSION = 2
 
-# Version n -> the statements that make it n + 1 ({s} is the schema). Empty while there is
-# one version; the next change to the layout adds its entry here and bumps VERSION.
-MIGRATIONS: dict[int, Sequence[str]] = {}
+# The tables of trees owned by many daemons (version 2).
+_LEASES = (
+    "CREATE TABLE {s}.members (holder text PRIMARY KEY, address text NOT NULL, "
+    "expires timestamptz NOT NULL)",
+    "CREATE TABLE {s}.leases (tree text PRIMARY KEY, holder text NOT NULL, "
+    "address text NOT NULL, token bigint NOT NULL, expires timestamptz NOT NULL)",
+)
+
+# Version n -> the statements that make it n + 1 ({s} is the schema).
+MIGRATIONS: dict[int, Sequence[str]] = {1: _LEASES}
 
 _CREATE = (
     "CREATE SCHEMA IF NOT EXISTS {s}",
@@ -46,11 +57,21 @@ _CREATE = (
     "CREATE TABLE {s}.sizes (tbl text PRIMARY KEY, n bigint NOT NULL)",
     "CREATE TABLE {s}.owner (one boolean PRIMARY KEY DEFAULT true CHECK (one), "
     "pid text NOT NULL, holder text NOT NULL)",
+    *_LEASES,
 )
 
 # The first key of every advisory lock treemail takes, so that ours never meet an
 # application's own advisory locks in the same database.
 LOCK_SPACE = zlib.crc32(b"treemail") - (1 << 31)
+
+
+# The first key of the lock that serialises creating or upgrading a store: apart from the
+# owner lock, which daemons sharing the store hold shared for as long as they live.
+_SETTLE_SPACE = LOCK_SPACE ^ 1
+# The first key of the lock daemons sharing a store take around each write transaction
+# (``postgres_store``): their writes all touch the row counts and the feed's end, so they
+# would only conflict and run again; queued on the lock, each runs once.
+WRITE_SPACE = LOCK_SPACE ^ 2
 
 
 def lock_key(schema: str) -> int:
@@ -68,7 +89,8 @@ def settle(conn: psycopg.Connection[tuple[object, ...]], schema: str, url: str, 
     upgrade an older one, in one transaction (serialised between openers by a lock)."""
     with conn.transaction():
         if write:  # two writers creating one store at once: the second waits, then sees it
-            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_SPACE, lock_key(schema)))
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)",
+                         (_SETTLE_SPACE, lock_key(schema)))
         found = conn.execute("SELECT to_regclass(%s)",
                              (sql.Identifier(schema, "meta").as_string(conn),)).fetchone()
         if found is None or found[0] is None:

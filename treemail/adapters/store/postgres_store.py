@@ -20,12 +20,15 @@ would if two writers ever overlapped, and then they cost a retry, never an overs
 Readers get REPEATABLE READ READ ONLY: one snapshot, as an LMDB read transaction.
 
 Ownership. A writer holds a session-level advisory lock of the server, keyed by the schema,
-on the very connection it writes through, for as long as the store is open; a second writer
-is refused with ``store:locked`` naming the holder (the ``owner`` row). The server drops the
-lock with the connection, however the holder dies. After a lost connection the store
-reconnects and takes the lock again before it writes anything: if another writer took it in
-between, the write is refused, so a writer that lost its hold never writes (the lock is the
-fencing).
+on the very connection it writes through, for as long as the store is open. Opened
+``shared`` (what a daemon does), it holds the lock shared: any number of daemons serve the
+store together, each owning its trees through leases with fencing tokens
+(``postgres_leases``), and every write transaction checks, inside itself, that each lease its
+writer holds is still its own and live, else it is refused with ``store:fenced`` and stores
+nothing. Opened alone (an embedded writer, a tool), it holds the lock exclusively: it owns
+every tree, and is refused with ``store:locked`` while daemons share the store, as they are
+while it holds it. The server drops the lock with the connection, however the holder dies;
+after a lost connection the store takes it again before it writes anything.
 
 Failures. A serialization failure or deadlock, or a connection lost before the commit was
 sent, leaves nothing stored: the work runs again (on a new connection if need be), up to
@@ -50,12 +53,14 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from treemail.adapters.store.postgres_schema import LOCK_SPACE, lock_key, settle
+from treemail.adapters.store.postgres_leases import PgLeases, fence_query
+from treemail.adapters.store.postgres_schema import LOCK_SPACE, WRITE_SPACE, lock_key, settle
 from treemail.adapters.store.postgres_txn import RETRYABLE, PgTables, PgTxn, Queries, lost
 from treemail.core.errors import (
     OutcomeUnknown,
     StorageError,
     StoreClosed,
+    StoreFenced,
     StoreLocked,
     StoreUrlUnknown,
 )
@@ -105,8 +110,12 @@ class _Retry(Exception):
 class PostgresStore:
     """The Store port on PostgreSQL. Open with ``PostgresStore.open(url)``."""
 
+    # How long the runtime's group commit keeps taking queued calls into one transaction:
+    # each call here costs round trips, so a batch needs longer than on LMDB to gather.
+    batch_wait = 0.05
+
     def __init__(self, conninfo: str, schema: str, where: str, *, readonly: bool,
-                 synchronous: bool) -> None:
+                 synchronous: bool, shared: bool = False) -> None:
         self._conninfo = conninfo
         self._schema = schema
         self._where = where  # for messages: the URL without its password
@@ -119,20 +128,26 @@ class PostgresStore:
         self._holder: dict[str, str] = {}
         self._queries: Queries | None = None
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._shared = shared and not readonly
+        # The leases of trees, when daemons share the store (``leases.leases_of``).
+        self.tree_leases = PgLeases(conninfo, schema, where) if self._shared else None
+        self._fence = fence_query(schema)
 
     @classmethod
     def open(cls, url: str, *, readonly: bool = False, durability: str = "fsync",
-             sync: bool = True) -> PostgresStore:
+             sync: bool = True, shared: bool = False) -> PostgresStore:
         """Open (as a writer, creating if needed) the store of ``url``. ``durability``
         ``fsync`` waits for the server to flush each commit (``synchronous_commit = on``);
         ``process`` does not (``off``): a commit survives our process dying, while a crash
-        of the server's machine may lose the last ones (never corrupting the store)."""
+        of the server's machine may lose the last ones (never corrupting the store).
+        ``shared``: beside other daemons, each owning its trees through leases."""
         from treemail.adapters.store.durability import Durability, lmdb_flags
 
         lmdb_flags(durability, sync)  # an unknown mode fails as it does for LMDB
         conninfo, schema = split_url(url)
         store = cls(conninfo, schema, _shown(url), readonly=readonly,
-                    synchronous=sync and Durability(durability) is Durability.FSYNC)
+                    synchronous=sync and Durability(durability) is Durability.FSYNC,
+                    shared=shared)
         try:
             store._start()
         except BaseException:
@@ -172,7 +187,8 @@ class PostgresStore:
         """A connection that holds the store's owner lock, with the schema settled."""
         conn = self._dial(autocommit=True)
         try:
-            held = conn.execute("SELECT pg_try_advisory_lock(%s, %s)",
+            how = "pg_try_advisory_lock_shared" if self._shared else "pg_try_advisory_lock"
+            held = conn.execute(f"SELECT {how}(%s, %s)",
                                 (LOCK_SPACE, lock_key(self._schema))).fetchone()
             if not (held and held[0]):
                 raise self._locked(conn)
@@ -183,7 +199,8 @@ class PostgresStore:
             if not self._synchronous:
                 conn.execute("SET synchronous_commit = off")
                 conn.commit()
-            self._describe(conn, self._holder)
+            if not self._shared:
+                self._describe(conn, self._holder)
         except psycopg.Error as exc:
             conn.close()
             raise StorageError(f"cannot open the store at {self._where!r}: {exc}",
@@ -194,6 +211,14 @@ class PostgresStore:
         return conn
 
     def _locked(self, conn: psycopg.Connection[Any]) -> StoreLocked:
+        if not self._shared:
+            shared = self._members(conn)
+            if shared:
+                return StoreLocked(
+                    f"the store at {self._where!r} is shared by treemail daemons (at "
+                    f"{', '.join(shared)}); stop them first, or open the store read-only "
+                    "to look at it", path=self._where, pid="unknown",
+                    holder={"role": "treemail daemons", "addresses": ", ".join(shared)})
         pid, holder = "unknown", {}
         try:
             row = conn.execute(sql.SQL("SELECT pid, holder FROM {}.owner").format(
@@ -212,6 +237,16 @@ class PostgresStore:
             f"the store at {self._where!r} is in use by {role} (pid {pid}"
             f"{', ' + where if where else ''}); stop it first, or open the store read-only "
             "to look at it", path=self._where, pid=pid, holder=holder)
+
+    def _members(self, conn: psycopg.Connection[Any]) -> list[str]:
+        """Where the live daemons sharing the store are (none, if the store is held alone)."""
+        try:
+            rows = conn.execute(sql.SQL(
+                "SELECT address FROM {}.members WHERE expires > clock_timestamp() "
+                "ORDER BY address").format(sql.Identifier(self._schema))).fetchall()
+        except psycopg.Error:
+            return []
+        return [str(address) for (address,) in rows]
 
     def _describe(self, conn: psycopg.Connection[Any], holder: Mapping[str, str]) -> None:
         conn.execute(sql.SQL("INSERT INTO {}.owner (pid, holder) VALUES (%s, %s) ON CONFLICT "
@@ -287,11 +322,37 @@ class PostgresStore:
 
     def _attempt(self, work: Callable[[WriteTxn], T]) -> T:
         conn = self._writer_connection()
+        if not self._shared:
+            return self._attempt_on(conn, work)
+        # Shared: every daemon's transaction touches the row counts and the feed's end, so
+        # two at once would conflict and one run again (often, under load, past ATTEMPTS).
+        # They queue on a lock instead, taken in a transaction of its own so that the write
+        # transaction's snapshot is taken after the wait, not before it.
+        try:
+            conn.execute("SELECT pg_advisory_lock(%s, %s)", (WRITE_SPACE, lock_key(self._schema)))
+            conn.commit()
+        except psycopg.Error as exc:
+            self._rollback(conn)
+            raise _Retry(exc, lost=conn.closed or conn.broken) from None
+        try:
+            return self._attempt_on(conn, work)
+        finally:
+            if not (conn.closed or conn.broken):  # else the server dropped it with the session
+                try:
+                    conn.execute("SELECT pg_advisory_unlock(%s, %s)",
+                                 (WRITE_SPACE, lock_key(self._schema)))
+                    conn.commit()
+                except psycopg.Error:  # never keep the others waiting: end the session
+                    self._drop_connection()
+
+    def _attempt_on(self, conn: psycopg.Connection[Any], work: Callable[[WriteTxn], T]) -> T:
         tables = PgTables(conn, self._q(), write=True)
         try:
             try:
                 result = work(PgTxn(tables))
                 if not tables.retry:
+                    self._wake_listeners(tables)
+                    self._check_fence(tables)
                     tables.finish()
             finally:
                 tables.done = True
@@ -306,6 +367,33 @@ class PostgresStore:
                          lost=conn.closed or conn.broken)
         self._commit(conn)
         return result
+
+    def _wake_listeners(self, tables: PgTables) -> None:
+        """Tell the other daemons' listeners the feed grew: a NOTIFY queued with the writes
+        (sent in their pipeline, delivered only if this transaction commits)."""
+        if self.tree_leases is not None and self.tree_leases.notifying and tables.deltas.get(
+                Table.FEED, 0) > 0:
+            tables.also(self.tree_leases.notify("w"))
+
+    def _check_fence(self, tables: PgTables) -> None:
+        """Refuse the transaction unless every lease its writer holds is still its own, with
+        its token, and live: read in this very SERIALIZABLE transaction, so a takeover that
+        raised a token is ordered after this write, or this write is refused."""
+        if self.tree_leases is None:
+            return
+        held = self.tree_leases.held()
+        if not held:
+            return
+        found = tables.query(self._fence, (list(held), list(held.values()),
+                                           self.tree_leases.holder), "check the tree leases")
+        lost_trees = sorted(set(held) - {str(tree) for (tree,) in found})
+        if lost_trees:
+            raise StoreFenced(
+                f"this daemon's lease on tree {', '.join(lost_trees)} was taken over by "
+                f"another daemon, or ran out: nothing of this operation was stored in "
+                f"{self._where!r}; send it again, to the tree's owner (a request to this "
+                "daemon is answered with daemon:not_owner naming it)", path=self._where,
+                trees=lost_trees)
 
     def _commit(self, conn: psycopg.Connection[Any]) -> None:
         try:
@@ -353,7 +441,8 @@ class PostgresStore:
                 # this close must find the store free.
                 with contextlib.suppress(psycopg.Error):
                     conn.rollback()
-                    conn.execute("SELECT pg_advisory_unlock(%s, %s)",
+                    how = "pg_advisory_unlock_shared" if self._shared else "pg_advisory_unlock"
+                    conn.execute(f"SELECT {how}(%s, %s)",
                                  (LOCK_SPACE, lock_key(self._schema)))
                     conn.commit()
             conn.close()
@@ -366,12 +455,15 @@ class PostgresStore:
 
     def own(self, holder: Mapping[str, str]) -> None:
         """The port's ownership: a writer holds the owner lock since ``open``; record
-        ``holder`` in the ``owner`` row, for a refused second opener."""
+        ``holder`` in the ``owner`` row, for a refused second opener. Shared, the store is
+        owned tree by tree (``tree_leases``), and the members table says who shares it."""
         if self._writer == threading.get_ident():
             raise StorageError("own called from inside transact; call it outside")
         with self._write_lock:
             conn = self._writer_connection()
             self._holder = dict(holder)
+            if self._shared:
+                return
             try:
                 self._describe(conn, self._holder)
             except psycopg.Error as exc:
@@ -389,6 +481,8 @@ class PostgresStore:
                 return
             self._closed = True
             self._drop_connection()
+            if self.tree_leases is not None:
+                self.tree_leases.close()
             if self._pool is not None:
                 self._pool.close()
 

@@ -38,6 +38,7 @@ from typing import Any
 import attrs
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql
 
 from treemail.adapters.store.codec import decode, encode
 from treemail.core.errors import StorageError
@@ -188,13 +189,20 @@ class PgTables:
             self.broken = True
         return StorageError(f"postgresql failed to {doing}: {exc}")
 
-    def _run(self, query: str, params: tuple[Any, ...], doing: str) -> list[tuple[Any, ...]]:
+    def _run(self, query: str | sql.Composed, params: tuple[Any, ...],
+             doing: str) -> list[tuple[Any, ...]]:
         self._check()
         try:
             cursor = self.conn.execute(query, params)
             return cursor.fetchall() if cursor.description is not None else []
         except psycopg.Error as exc:
             raise self._failed(exc, doing) from exc
+
+    def query(self, query: str | sql.Composed, params: tuple[Any, ...],
+              doing: str) -> list[tuple[Any, ...]]:
+        """Run one statement of the store's own (not a row of ``Table``) in the transaction."""
+        self.flush()
+        return self._run(query, params, doing)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -346,6 +354,11 @@ class PgTables:
                       "count rows")
 
     # -- savepoints ----------------------------------------------------------------------
+
+    def also(self, statement: str) -> None:
+        """Queue one statement of the store's own (no parameters, no answer) with the
+        writes: it costs no round trip of its own."""
+        self._mark(statement)
 
     def _mark(self, statement: str) -> None:
         self._check()

@@ -59,6 +59,7 @@ def config_text() -> str:
     """The commented ``config.toml``: each table with each key at its default."""
     from treemail.adapters.daemon.connection import Limits
     from treemail.adapters.daemon.settings import (
+        ClusterTable,
         DaemonTable,
         OpenAITable,
         RunsTable,
@@ -80,6 +81,7 @@ def config_text() -> str:
         ("daemon.openai", msgspec.structs.asdict(OpenAITable())),
         ("daemon.scripted", msgspec.structs.asdict(ScriptedTable())),
         ("daemon.limits", {f.name: f.default for f in attrs.fields(Limits)}),
+        ("daemon.cluster", msgspec.structs.asdict(ClusterTable())),
         ("messaging", DEFAULTS),
         ("runs", msgspec.structs.asdict(RunsTable())),
     ]
