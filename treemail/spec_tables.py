@@ -1,6 +1,7 @@
 """The generated half of ``spec/``: tables and diagrams derived from the code they describe.
 
-Every table here is a pure function of ``treemail.core``: the lifecycles come from the
+Every table here is a pure function of ``treemail.core``: the lifecycles (with the meaning
+of each trigger, its ``Event``'s name) come from the
 flattened machine classes, the errors from walking ``TreemailError`` (each with its JSON-RPC
 code from ``treemail.protocol.errors``, the one wire mapping), the event payloads from
 ``treemail.core.events``, the settings from
@@ -46,7 +47,7 @@ from treemail.core.lifecycle import (
     SessionState,
 )
 from treemail.core.records import AgentSpec, Session
-from treemail.core.runs import REQUEST_LOG
+from treemail.core.runs import request_log
 from treemail.core.sending import GUARDS, _recipient_state
 from treemail.core.tools import schema_files
 from treemail.protocol.errors import jsonrpc_code
@@ -70,6 +71,7 @@ __all__ = [
 
 Table = dict[str, Any]
 S = TypeVar("S", bound=enum.StrEnum)
+T = TypeVar("T", bound=enum.StrEnum)
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "spec"
 REGENERATE = ".venv/bin/python -m treemail.spec_tables"
@@ -84,24 +86,11 @@ _MEANINGS: Mapping[str, Mapping[str, str]] = {
         MessageState.CONSUMED: "its request committed: it is in the transcript, exactly once",
         MessageState.DISCARDED: "dropped by an explicit decision, with a reason",
     },
-    "message events": {
-        "admit": "the recipient's actor takes the mail into pending input",
-        "claim": "a request opened at a safe boundary takes the mail, bound to (run, request)",
-        "release": "the request did not commit (cancelled, model error, crash found at restart)",
-        "consume": "the request that carried the mail committed",
-        "discard": "an explicit decision drops unclaimed mail (session deleted, operator)",
-    },
     "session states": {
         SessionState.IDLE: "no run; created, or its last run was interrupted",
         SessionState.QUEUED: "a run is wanted and waits to start",
         SessionState.RUNNING: "a run is executing; steer mail joins it at the next safe boundary",
         SessionState.FINISHED: "its last run completed its task; new mail wakes it",
-    },
-    "session events": {
-        "enqueue": "a run is wanted: a first task, a user turn, or mail waking the session",
-        "start": "the queued run starts; mail waiting for the next run is bound to it",
-        "finish": "the run completed its task",
-        "interrupt": "the run (running or queued) was cancelled or found dead at restart",
     },
     "run states": {
         RunState.QUEUED: "wanted; the session is queued and the run waits to start",
@@ -109,21 +98,9 @@ _MEANINGS: Mapping[str, Mapping[str, str]] = {
         RunState.FINISHED: "completed its task",
         RunState.INTERRUPTED: "cancelled, or found dead at restart",
     },
-    "run events": {
-        "start": "the queued run starts",
-        "finish": "the run completed its task, between model requests",
-        "interrupt": "cancelled before or while running, or found dead at restart; an open "
-        "request is aborted first",
-    },
     "request states": {
         RequestState.NO_REQUEST: "between model requests: a safe boundary",
         RequestState.REQUEST_OPEN: "a model request is open and holds the mail it claimed",
-    },
-    "request events": {
-        "begin_request": "a request opens at a safe boundary and claims the run's mail",
-        "commit_request": "the request committed: its mail is consumed",
-        "abort_request": "the request did not commit: its mail is released",
-        "end": "the run finishes or is interrupted; only between requests",
     },
     "config": {
         "enabled": "master switch; false refuses every send with send_message:disabled",
@@ -177,22 +154,23 @@ def _meanings(group: str, names: Sequence[str]) -> Mapping[str, str]:
     return table
 
 
-def _transitions(lifecycle: Lifecycle[S]) -> list[tuple[str, S, S]]:
-    """(event, from, to), in declaration order of events, then of states."""
+def _transitions(lifecycle: Lifecycle[S, T]) -> list[tuple[T, S, S]]:
+    """(trigger, from, to), in declaration order of triggers, then of states."""
     return [
-        (event, state, lifecycle.transitions[(state, event)])
-        for event in lifecycle.events
+        (trigger, state, lifecycle.transitions[(state, trigger)])
+        for trigger in lifecycle.triggers
         for state in lifecycle.states
-        if (state, event) in lifecycle.transitions
+        if (state, trigger) in lifecycle.transitions
     ]
 
 
 def _lifecycle_table(
-    lc: Lifecycle[S], machine: type[Any], group: str,
-    state_facts: Callable[[S], Table], log_kind: Callable[[str, S], str],
+    lc: Lifecycle[S, T], machine: type[Any], group: str,
+    state_facts: Callable[[S], Table], log_kind: Callable[[T, S], str],
 ) -> Table:
+    """A machine's states with their meanings, and its transitions with their trigger's
+    meaning, which the machine declares on the trigger's ``Event``."""
     states = _meanings(f"{group} states", lc.states)
-    events = _meanings(f"{group} events", lc.events)
     return {
         "machine": lc.name,
         "summary": " ".join((machine.__doc__ or "").split()),
@@ -203,10 +181,11 @@ def _lifecycle_table(
              "final": lc.is_final(s), **state_facts(s)}
             for s in lc.states
         ],
-        "events": list(lc.events),
+        "triggers": list(lc.triggers),
         "transitions": [
-            {"event": e, "from": a, "to": b, "meaning": events[e], "log_kind": log_kind(e, b)}
-            for e, a, b in _transitions(lc)
+            {"trigger": t, "from": a, "to": b, "meaning": lc.meanings[t],
+             "log_kind": log_kind(t, b)}
+            for t, a, b in _transitions(lc)
         ],
     }
 
@@ -218,7 +197,7 @@ def message_table() -> Table:
         MESSAGE, MessageLifecycle, "message",
         lambda s: {"pending": s.pending, "deliverable": s.deliverable,
                    "log_kind": message_event(s)},
-        lambda _event, target: message_event(target),
+        lambda _trigger, target: message_event(target),
     )
 
 
@@ -229,11 +208,11 @@ def _reported(state: SessionState) -> str:
 
 
 def session_table() -> Table:
-    """Session log kinds belong to events, not states; states carry the recipient_state."""
+    """Session log kinds belong to triggers, not states; states carry the recipient_state."""
     return _lifecycle_table(
         SESSION, SessionLifecycle, "session",
         lambda s: {"recipient_state": _reported(s), "has_run": s.has_run},
-        lambda event, _target: session_event(event),
+        lambda trigger, _target: session_event(trigger),
     )
 
 
@@ -242,11 +221,11 @@ def run_table() -> Table:
     A run's changes are logged as the session's ``Run*`` events; requests as ``Request*``."""
     table = _lifecycle_table(
         RUN, RunLifecycle, "run", lambda _s: {},
-        lambda event, _target: session_event(event),
+        lambda trigger, _target: session_event(trigger.session),
     )
     table["request"] = _lifecycle_table(
         REQUEST, RequestLifecycle, "request", lambda _s: {},
-        lambda event, _target: REQUEST_LOG.get(event, ""),
+        lambda trigger, _target: request_log(trigger) or "",
     )
     return table
 
@@ -379,7 +358,7 @@ def guards_table() -> Table:
     }
 
 
-def mermaid(lifecycle: Lifecycle[Any]) -> str:
+def mermaid(lifecycle: Lifecycle[Any, Any]) -> str:
     """A ``stateDiagram-v2`` of ``lifecycle``: its initial state, transitions and final states."""
     lines = ["stateDiagram-v2", f"    [*] --> {lifecycle.initial}"]
     lines += [f"    {a} --> {b} : {e}" for e, a, b in _transitions(lifecycle)]
@@ -387,7 +366,7 @@ def mermaid(lifecycle: Lifecycle[Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _diagram(title: str, lifecycle: Lifecycle[Any], summary: str, notes: str) -> str:
+def _diagram(title: str, lifecycle: Lifecycle[Any, Any], summary: str, notes: str) -> str:
     return f"## {title} (`{lifecycle.name}`)\n\n{summary}\n\n```mermaid\n" \
         f"{mermaid(lifecycle)}```\n\n{notes}\n"
 
@@ -396,7 +375,7 @@ def lifecycle_markdown() -> str:
     message, session = message_table(), session_table()
     pending = ", ".join(s["name"] for s in message["states"] if s["pending"])
     kinds = ", ".join(f"{s['name']} → {s['log_kind']}" for s in message["states"])
-    runs = ", ".join(dict.fromkeys(f"{t['event']} → {t['log_kind']}"
+    runs = ", ".join(dict.fromkeys(f"{t['trigger']} → {t['log_kind']}"
                                    for t in session["transitions"]))
     header = (
         f"<!-- GENERATED by treemail/spec_tables.py from treemail/core; do not edit.\n"
@@ -409,7 +388,7 @@ def lifecycle_markdown() -> str:
         f"Pending states: {pending}. Event-log kind on entry: {kinds}.",
     ) + "\n" + _diagram(
         "Session", SESSION, session["summary"],
-        f"No final state: mail wakes a finished session. Event-log kind per event: {runs}.",
+        f"No final state: mail wakes a finished session. Event-log kind per trigger: {runs}.",
     ) + "\n" + _diagram(
         "Run", RUN, " ".join((RunLifecycle.__doc__ or "").split()),
         "A run's changes are logged by its session's events (above).",

@@ -25,6 +25,7 @@ from treemail.core import delivery, engine, guards, runs, sending
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import MessageTrigger, RunTrigger
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Message, Owner, ToolContext
 from treemail.core.store import MemoryStore
@@ -82,7 +83,7 @@ def test_pair_window_off_by_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
 def test_claims_kept_at_recovery_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     original = runs._end
 
-    def _end(tx: Any, session: Any, run: Any, event: str, reason: str) -> None:
+    def _end(tx: Any, session: Any, run: Any, event: RunTrigger, reason: str) -> None:
         if reason == "crash found at restart":  # forget the open request: no release
             run = attrs.evolve(run, open_request=None)
         original(tx, session, run, event, reason)
@@ -97,8 +98,8 @@ def test_claims_kept_at_recovery_are_caught(monkeypatch: pytest.MonkeyPatch) -> 
 def test_discard_of_claimed_mail_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     original = delivery.step_message  # what engine imports
 
-    def step_message(tx: Any, message: Message, event: str, **changes: Any) -> Message:
-        if event == "discard" and message.state == "claimed":
+    def step_message(tx: Any, message: Message, event: MessageTrigger, **changes: Any) -> Message:
+        if event is MessageTrigger.DISCARD and message.state == "claimed":
             message = attrs.evolve(message, state="released")
         result: Message = original(tx, message, event, **changes)
         return result

@@ -89,11 +89,17 @@ class _Toy(enum.StrEnum):
     C = "c"
 
 
+class _ToyTrigger(enum.StrEnum):
+    GO = "go"
+    STOP = "stop"
+
+
 def test_mermaid_renders_initial_transitions_and_finals() -> None:
     a, b, c = _Toy
+    go, stop = _ToyTrigger
     toy = Lifecycle(
-        name="Toy", initial=a, states=(a, b, c), final=frozenset({c}),
-        events=("go", "stop"), transitions={(a, "go"): b, (b, "stop"): c},
+        name="Toy", initial=a, states=(a, b, c), final=frozenset({c}), triggers=(go, stop),
+        meanings={go: "it goes", stop: "it stops"}, transitions={(a, go): b, (b, stop): c},
     )
     assert spec_tables.mermaid(toy) == (
         "stateDiagram-v2\n    [*] --> a\n    a --> b : go\n    b --> c : stop\n    c --> [*]\n"
@@ -145,7 +151,7 @@ def _known_names() -> set[str]:
     names = set(_codes()) | set(GUARD_ORDER)
     for table in ("message_lifecycle.json", "session_lifecycle.json"):
         machine = _load(table)
-        names |= {s["name"] for s in machine["states"]} | set(machine["events"])
+        names |= {s["name"] for s in machine["states"]} | set(machine["triggers"])
         names |= {t["log_kind"] for t in machine["transitions"]}
         names |= {s["log_kind"] for s in machine["states"] if "log_kind" in s}
     return names | {row["key"] for row in _load("config.json")["keys"]}

@@ -27,7 +27,7 @@ from treemail.core.config import MessagingConfig
 from treemail.core.delivery import accept, step_message
 from treemail.core.errors import EngineShutdown, InvalidRequest, UnknownTarget
 from treemail.core.ids import IdSource, make_handle
-from treemail.core.lifecycle import SessionState
+from treemail.core.lifecycle import MessageTrigger, RunTrigger, SessionState
 from treemail.core.permissions import Rules
 from treemail.core.producers import Produced, check_key, check_mail, produce
 from treemail.core.records import (
@@ -321,7 +321,8 @@ class Engine:
         Returns whether it did (a woken session's later runs never report again)."""
 
         def work(tx: WriteTxn) -> bool:
-            session = runs.end(tx, self.ids, session_id, run_id, "finish", "completed")
+            session = runs.end(tx, self.ids, session_id, run_id, RunTrigger.FINISH,
+                               "completed")
             return result is not None and runs.complete_delegation(tx, self.ids, session, result)
 
         return self._transact(work)
@@ -330,8 +331,8 @@ class Engine:
                    fault: events.Fault | None = None) -> None:
         """Interrupt a queued or running run; an open request is aborted first. ``fault``
         records what a failed model call knew beside the reason."""
-        self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id, "interrupt",
-                                           reason, fault))
+        self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id,
+                                           RunTrigger.INTERRUPT, reason, fault))
 
     def give_up_run(self, session_id: str, run_id: str, reason: str,
                     fault: events.Fault | None = None) -> bool:
@@ -339,8 +340,8 @@ class Engine:
         it; a delegated session's parent is told why. Returns whether a parent was told."""
 
         def work(tx: WriteTxn) -> bool:
-            session = runs.end(tx, self.ids, session_id, run_id, "interrupt", reason, fault,
-                               wake=False)
+            session = runs.end(tx, self.ids, session_id, run_id, RunTrigger.INTERRUPT, reason,
+                               fault, wake=False)
             return runs.report_interruption(tx, self.ids, session, reason)
 
         return self._transact(work)
@@ -354,7 +355,7 @@ class Engine:
             message = tx.message(message_id)
             if message is None:
                 raise UnknownTarget(f"no message {message_id}")
-            step_message(tx, message, "discard", reason=reason, run_id=None)
+            step_message(tx, message, MessageTrigger.DISCARD, reason=reason, run_id=None)
 
         self._transact(work)
 

@@ -31,7 +31,7 @@ from treemail.core.events import (
 )
 from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import CountingIds
-from treemail.core.lifecycle import MessageState, RunState, SessionState
+from treemail.core.lifecycle import MessageState, MessageTrigger, RunState, SessionState
 from treemail.core.records import Event, Message, Owner
 from treemail.core.results import CallOutcome
 from treemail.core.store import ReadTxn
@@ -232,8 +232,7 @@ def _illegal(message_id: str, before: str | None, after: str) -> Failure | None:
     if before is None:
         ok = after == MessageState.ACCEPTED
     else:
-        ok = any(MESSAGE_STEPS.get((before, e)) == after for e in
-                 ("admit", "claim", "release", "consume", "discard"))
+        ok = any(MESSAGE_STEPS.get((before, t)) == after for t in MessageTrigger)
     if ok:
         return None
     what = f"{message_id} logged {before} -> {after}"

@@ -19,7 +19,7 @@ from treemail.core import approvals, delivery, engine, events, producers, runs, 
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import InvalidToolContext, UnknownSubagentReference
 from treemail.core.guards import inbox_counter
-from treemail.core.lifecycle import MessageState, RunState
+from treemail.core.lifecycle import MessageState, MessageTrigger, RunState, RunTrigger
 from treemail.core.records import Message, Owner, Session
 from treemail.core.runs import need_session
 from treemail.core.store import ReadTxn, WriteTxn
@@ -40,10 +40,10 @@ def _recover_keeps_claims(original: Callable[..., Any]) -> Callable[..., Any]:
     """Recovery interrupts a dead run but forgets its open request: the mail that request
     claimed stays claimed for ever instead of being released."""
 
-    def _end(tx: Any, session: Any, run: Any, event: str, reason: str) -> None:
+    def _end(tx: Any, session: Any, run: Any, trigger: RunTrigger, reason: str) -> None:
         if reason == "crash found at restart":
             run = attrs.evolve(run, open_request=None)
-        original(tx, session, run, event, reason)
+        original(tx, session, run, trigger, reason)
 
     return _end
 
@@ -52,10 +52,12 @@ def _discard_claimed(original: Callable[..., Any]) -> Callable[..., Any]:
     """discard reads a claimed message as released, so mail already in a model request can be
     dropped (the lifecycle forbids discard from claimed)."""
 
-    def step_message(tx: Any, message: Message, event: str, **changes: Any) -> Message:
-        if event == "discard" and message.state == MessageState.CLAIMED:
+    def step_message(
+        tx: Any, message: Message, trigger: MessageTrigger, **changes: Any
+    ) -> Message:
+        if trigger is MessageTrigger.DISCARD and message.state == MessageState.CLAIMED:
             message = attrs.evolve(message, state=MessageState.RELEASED)
-        result: Message = original(tx, message, event, **changes)
+        result: Message = original(tx, message, trigger, **changes)
         return result
 
     return step_message
