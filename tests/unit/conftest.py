@@ -24,6 +24,7 @@ from treemail.core.ids import CountingIds
 from treemail.core.permissions import LABELS, Rules
 from treemail.core.records import (
     AgentSpec,
+    GrantScope,
     IdempotencyKey,
     Owner,
     Run,
@@ -244,10 +245,10 @@ def _counter_names(sessions: list[Session], ctxs: tuple[ToolContext, ...]) -> li
         names += [f"inbox/{s.session_id}", f"seq/{s.session_id}", f"runs/{s.session_id}"]
         names += [f"pair/{s.session_id}/{r.session_id}" for r in sessions]
         for label in LABELS:
-            names.append(grant_counter("session", s.session_id, label))
-            names.append(grant_counter("tree", s.root_session_id, label))
+            names.append(grant_counter(GrantScope.SESSION, s.session_id, label))
+            names.append(grant_counter(GrantScope.TREE, s.root_session_id, label))
             names += [
-                grant_counter("once", f"{c.session_id}/{c.run_id}/{c.tool_call_id}", label)
+                grant_counter(GrantScope.ONCE, f"{c.session_id}/{c.run_id}/{c.tool_call_id}", label)
                 for c in ctxs
             ]
     return names

@@ -42,7 +42,7 @@ from treemail.core.lifecycle import (
     SessionTrigger,
 )
 from treemail.core.permissions import Action, Rules
-from treemail.core.records import Owner, Session, ToolContext
+from treemail.core.records import GrantScope, Owner, Session, ToolContext
 from treemail.core.sending import grant_counter, send
 from treemail.core.tools import (
     TOOL_NAMES,
@@ -604,7 +604,7 @@ def test_approval_records_scope_grants_once_and_wakes_the_recipient(world: World
     })
     # A second approval of the same scope leaves the one grant as it was.
     second = world.ctx(a)
-    grant = grant_counter("session", a.session_id, "sibling")
+    grant = grant_counter(GrantScope.SESSION, a.session_id, "sibling")
     with world.store.read() as tx:
         assert tx.count(grant) == 1
     again = world.engine.hold_for_approval(second, "send_message", args, "sibling")

@@ -13,10 +13,14 @@ from statemachine.states import States
 
 from treemail.core.errors import IllegalTransition
 from treemail.core.lifecycle import (
+    APPROVAL,
     MESSAGE,
     REQUEST,
     RUN,
     SESSION,
+    ApprovalLifecycle,
+    ApprovalState,
+    ApprovalTrigger,
     Lifecycle,
     MessageLifecycle,
     MessageState,
@@ -32,7 +36,7 @@ from treemail.core.lifecycle import (
 )
 
 CASES = [(MESSAGE, MessageLifecycle), (SESSION, SessionLifecycle), (RUN, RunLifecycle),
-         (REQUEST, RequestLifecycle)]
+         (REQUEST, RequestLifecycle), (APPROVAL, ApprovalLifecycle)]
 
 
 def _fire(machine_class: type[StateMachine], state: str, event: str) -> str | None:
@@ -161,3 +165,12 @@ def test_run_triggers_name_the_session_trigger_they_move_with() -> None:
     assert {t: t.session for t in RunTrigger} == {
         RunTrigger.START: SessionTrigger.START, RunTrigger.FINISH: SessionTrigger.FINISH,
         RunTrigger.INTERRUPT: SessionTrigger.INTERRUPT}
+
+
+def test_an_approval_is_answered_once() -> None:
+    assert APPROVAL.initial is ApprovalState.PENDING
+    assert APPROVAL.final == {ApprovalState.APPROVED, ApprovalState.DENIED}
+    assert APPROVAL.step("approval a", ApprovalState.PENDING,
+                         ApprovalTrigger.DENY) is ApprovalState.DENIED
+    with pytest.raises(IllegalTransition, match="only no event is allowed"):
+        APPROVAL.step("approval a", ApprovalState.APPROVED, ApprovalTrigger.DENY)

@@ -17,7 +17,7 @@ from treemail.core import sending
 from treemail.core.errors import InvalidRequest, InvalidToolContext, TreemailError
 from treemail.core.guards import SendArguments
 from treemail.core.lifecycle import RunState
-from treemail.core.records import Mode, Owner, RecipientState, Session, ToolContext
+from treemail.core.records import GrantScope, Mode, Owner, RecipientState, Session, ToolContext
 from treemail.core.sending import (
     Attempt,
     _check_permission,
@@ -490,7 +490,8 @@ def test_once_grant_is_spent_by_one_send(world: World, fam: Family) -> None:
     world.set_rules(fam.a, {"parent": "ask"})
     ctx = world.ctx(fam.a)
     _refused(world, ctx, arguments(fam.root), "permission:approval_required")
-    once = grant_counter("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
+    once = grant_counter(GrantScope.ONCE, f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}",
+                         "parent")
     world.engine.grant("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
     world.engine.grant("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
     assert _counter(world, once) == 1
@@ -509,7 +510,7 @@ def test_once_grant_survives_a_send_refused_later(world: World, fam: Family) -> 
     subject = f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}"
     world.engine.grant("once", subject, "parent")
     _refused(world, ctx, arguments(fam.root), "send_message:inbox_full")
-    assert _counter(world, grant_counter("once", subject, "parent")) == 1
+    assert _counter(world, grant_counter(GrantScope.ONCE, subject, "parent")) == 1
 
 
 def test_once_grant_covers_only_its_tool_call(world: World, fam: Family) -> None:
@@ -800,7 +801,7 @@ def test_a_grant_does_not_let_a_run_that_ended_send(world: World, scope: str, en
     ENDS[end](world, kid, ctx.run_id)
     # _refused compares the call's once-grant too: the refusal does not spend it.
     _refused(world, ctx, arguments(root), "engine:invalid_tool_context")
-    assert _counter(world, grant_counter(scope, subject, "parent")) == 1
+    assert _counter(world, grant_counter(GrantScope(scope), subject, "parent")) == 1
 
 
 def test_an_ended_run_is_refused_at_the_permission_guard(world: World) -> None:

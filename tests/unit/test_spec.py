@@ -25,6 +25,7 @@ JSON_TABLES = {
     "message_lifecycle.json": spec_tables.message_table,
     "session_lifecycle.json": spec_tables.session_table,
     "run_lifecycle.json": spec_tables.run_table,
+    "approval_lifecycle.json": spec_tables.approval_table,
     "errors.json": spec_tables.errors_table,
     "events.json": spec_tables.events_table,
     "config.json": spec_tables.config_table,
@@ -69,7 +70,7 @@ def test_every_generated_file_is_checked() -> None:
 def test_lifecycle_md_is_marked_generated_and_holds_every_diagram() -> None:
     text = (SPEC / "lifecycle.md").read_text(encoding="utf-8")
     assert text.startswith("<!-- GENERATED") and spec_tables.REGENERATE in text
-    assert text.count("```mermaid\nstateDiagram-v2\n") == 4
+    assert text.count("```mermaid\nstateDiagram-v2\n") == 5
 
 
 def test_check_mode_reports_nothing_stale(capsys: pytest.CaptureFixture[str]) -> None:

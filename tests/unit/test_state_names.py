@@ -14,6 +14,8 @@ import ast
 from pathlib import Path
 
 from treemail.core.lifecycle import (
+    ApprovalState,
+    ApprovalTrigger,
     MessageState,
     MessageTrigger,
     RequestState,
@@ -28,10 +30,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "treemail"
 DECLARATION = PACKAGE / "core" / "lifecycle.py"
 
 STATE_NAMES = frozenset(
-    str(s) for kind in (MessageState, SessionState, RunState, RequestState) for s in kind
+    str(s) for kind in (MessageState, SessionState, RunState, RequestState, ApprovalState)
+    for s in kind
 )
 TRIGGER_NAMES = frozenset(
-    str(t) for kind in (MessageTrigger, SessionTrigger, RunTrigger, RequestTrigger) for t in kind
+    str(t) for kind in (MessageTrigger, SessionTrigger, RunTrigger, RequestTrigger,
+                        ApprovalTrigger)
+    for t in kind
 )
 
 # (module, string) pairs that are genuinely not states or triggers, each with the reason.
@@ -45,6 +50,20 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("models/explore.py", "abort_request"): "the action calling Engine.abort_request",
     ("models/explore.py", "discard"): "the action calling Engine.discard",
     ("testing/postgres.py", "start"): "pg_ctl's start command",
+    # ``approve`` is also approval.answer's wire parameter and the CLI command sending it.
+    ("adapters/ui/commands.py", "approve"): "the approve command and approval.answer's param",
+    ("adapters/ui/demo_connect.py", "approve"): "approval.answer's wire parameter",
+    ("adapters/ui/tui/sources.py", "approve"): "approval.answer's wire parameter",
+    ("adapters/ui/tui/app.py", "deny"): "the TUI's deny key binding action",
+    # ``deny`` is also a permission rule's action (Action.DENY).
+    ("core/permissions.py", "deny"): "Action.DENY, a rule's action",
+    ("models/explore.py", "deny"): "a rule's action, and the trace word of a denial",
+    ("testing/store_contract.py", "deny"): "a rule's action in the contract's agent",
+    ("models/world.py", "denied"): "the reference's PermissionDenied message text",
+    # ``pending`` is also the pending-mail index and a message state's flag.
+    ("core/keys.py", "pending"): "Table.PENDING and keys.pending, the pending-mail index",
+    ("testing/store_contract.py", "pending"): "the pending-mail index in a store snapshot",
+    ("spec_tables.py", "pending"): "a message state's pending flag",
     # RecipientState is the send result's wire vocabulary, fixed by the contract; two of its
     # values happen to equal session state names. It is declared once, here.
     ("core/records.py", "running"): "RecipientState.RUNNING, a wire value of the send result",

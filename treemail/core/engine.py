@@ -174,9 +174,7 @@ class Engine:
 
         ``scope`` is ``once`` (subject ``session/run/tool_call`` of the waiting call),
         ``session`` (subject: sender session id) or ``tree`` (subject: root session id)."""
-        if scope not in ("once", "session", "tree"):
-            raise InvalidRequest(f"grant scope must be once, session or tree, not {scope!r}")
-        name = grant_counter(scope, subject, label)
+        name = grant_counter(approvals.scope_named(scope, "grant"), subject, label)
         self._transact(lambda tx: None if tx.count(name) else tx.add(name, 1))
 
     def hold_for_approval(

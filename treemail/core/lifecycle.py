@@ -1,7 +1,8 @@
 """Theory of operation: the lifecycles, declared once.
 
 A message moves through ``MessageLifecycle``, a session through ``SessionLifecycle``, a run
-through ``RunLifecycle``, and a run's model request through ``RequestLifecycle``. Each is a
+through ``RunLifecycle``, a run's model request through ``RequestLifecycle``, and a tool call
+held for the user's answer through ``ApprovalLifecycle``. Each is a
 python-statemachine class, so the library checks at class definition that every state is
 reachable and that no non-final state is a trap.
 
@@ -34,10 +35,14 @@ from statemachine.states import States
 from treemail.core.errors import IllegalTransition
 
 __all__ = [
+    "APPROVAL",
     "MESSAGE",
     "REQUEST",
     "RUN",
     "SESSION",
+    "ApprovalLifecycle",
+    "ApprovalState",
+    "ApprovalTrigger",
     "Lifecycle",
     "MessageLifecycle",
     "MessageState",
@@ -99,6 +104,12 @@ class RequestState(enum.StrEnum):
     REQUEST_OPEN = "request_open"
 
 
+class ApprovalState(enum.StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+
+
 class MessageTrigger(enum.StrEnum):
     ADMIT = "admit"
     CLAIM = "claim"
@@ -131,6 +142,11 @@ class RequestTrigger(enum.StrEnum):
     COMMIT_REQUEST = "commit_request"
     ABORT_REQUEST = "abort_request"
     END = "end"
+
+
+class ApprovalTrigger(enum.StrEnum):
+    APPROVE = "approve"
+    DENY = "deny"
 
 
 _SESSION_OF_RUN = {
@@ -212,6 +228,19 @@ class RequestLifecycle(StateMachine):
                 name="the run finishes or is interrupted; only between requests")
 
 
+class ApprovalLifecycle(StateMachine):
+    """A tool call an ``ask`` rule held, from pending until the user approves or denies it."""
+
+    s = States.from_enum(ApprovalState, initial=ApprovalState.PENDING,
+                         final={ApprovalState.APPROVED, ApprovalState.DENIED})
+
+    approve = Event(s.PENDING.to(s.APPROVED), id=ApprovalTrigger.APPROVE,
+                    name="the user approved the call for a scope; it runs in the same "
+                    "transaction")
+    deny = Event(s.PENDING.to(s.DENIED), id=ApprovalTrigger.DENY,
+                 name="the user denied the call; it is answered with permission denied")
+
+
 S = TypeVar("S", bound=enum.StrEnum)
 T = TypeVar("T", bound=enum.StrEnum)
 
@@ -277,3 +306,4 @@ MESSAGE = Lifecycle.derive(MessageLifecycle, MessageState, MessageTrigger)
 SESSION = Lifecycle.derive(SessionLifecycle, SessionState, SessionTrigger)
 RUN = Lifecycle.derive(RunLifecycle, RunState, RunTrigger)
 REQUEST = Lifecycle.derive(RequestLifecycle, RequestState, RequestTrigger)
+APPROVAL = Lifecycle.derive(ApprovalLifecycle, ApprovalState, ApprovalTrigger)

@@ -57,6 +57,8 @@ from treemail.core.lifecycle import RunState, SessionState
 from treemail.core.permissions import Action, Rules, relationship
 from treemail.core.records import (
     AgentSpec,
+    Approval,
+    GrantScope,
     IdempotencyKey,
     Mode,
     Owner,
@@ -158,7 +160,7 @@ class Guard:
     check: Callable[[Attempt], None]
 
 
-def grant_counter(scope: str, subject: str, label: str) -> str:
+def grant_counter(scope: GrantScope, subject: str, label: str) -> str:
     return f"grant/{scope}/{subject}/{OPERATION}/{label}"
 
 
@@ -330,11 +332,12 @@ def _check_permission(
             f"permission denied: your rules do not allow send_message to a {label!r} peer",
             label=label,
         )
-    once = grant_counter("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", label)
+    once = grant_counter(GrantScope.ONCE, Approval.id_for(ctx), label)
     if tx.count(once) > 0:
         tx.add(once, -tx.count(once))  # a once-grant is spent by the send it approved
         return
-    for scope, subject in (("session", sender.session_id), ("tree", sender.root_session_id)):
+    for scope, subject in ((GrantScope.SESSION, sender.session_id),
+                           (GrantScope.TREE, sender.root_session_id)):
         if tx.count(grant_counter(scope, subject, label)) > 0:
             return
     raise ApprovalRequired(

@@ -20,7 +20,7 @@ from treemail.core.config import MessagingConfig
 from treemail.core.errors import InvalidToolContext, UnknownSubagentReference
 from treemail.core.guards import inbox_counter
 from treemail.core.lifecycle import MessageState, MessageTrigger, RunState, RunTrigger
-from treemail.core.records import Message, Owner, Session
+from treemail.core.records import GrantScope, Message, Owner, Session
 from treemail.core.runs import need_session
 from treemail.core.store import ReadTxn, WriteTxn
 
@@ -222,8 +222,8 @@ def _session_grant_for_tree(original: Callable[..., Any]) -> Callable[..., Any]:
     """Approving a call for the session grants it to the whole tree: the sender's siblings
     send unasked too."""
 
-    def _grant(tx: Any, approval: Any, scope: str) -> None:
-        original(tx, approval, "tree" if scope == "session" else scope)
+    def _grant(tx: Any, approval: Any, scope: GrantScope) -> None:
+        original(tx, approval, GrantScope.TREE if scope is GrantScope.SESSION else scope)
 
     return _grant
 

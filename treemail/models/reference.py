@@ -19,9 +19,11 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from treemail.core import errors
+from treemail.core.approvals import SCOPES
 from treemail.core.config import MessagingConfig
 from treemail.core.ids import CountingIds, make_handle
 from treemail.core.lifecycle import (
+    ApprovalState,
     MessageState,
     MessageTrigger,
     RequestTrigger,
@@ -30,7 +32,15 @@ from treemail.core.lifecycle import (
     SessionState,
     SessionTrigger,
 )
-from treemail.core.records import AgentSpec, Mode, Owner, RecipientState, SendResult, ToolContext
+from treemail.core.records import (
+    AgentSpec,
+    GrantScope,
+    Mode,
+    Owner,
+    RecipientState,
+    SendResult,
+    ToolContext,
+)
 from treemail.models.world import (
     MESSAGE_STEPS,
     REQUEST_STEPS,
@@ -208,9 +218,9 @@ class Reference:
         return result, recipient.session_id, False
 
     def grant(self, scope: str, subject: str, label: str) -> None:
-        if scope not in ("once", "session", "tree"):
+        if scope not in SCOPES:
             raise errors.InvalidRequest("bad scope")
-        self.world.grants.add((scope, subject, label))
+        self.world.grants.add((GrantScope(scope), subject, label))
 
     def tool_visible(self, session_id: str) -> bool:
         return can_send(rules_now(self.agents, self._session(session_id)))
@@ -229,7 +239,7 @@ class Reference:
         self.world.approvals[approval_id] = held
         return held
 
-    def answer_approval(self, approval_id: str, approve: bool, scope: str = "once"
+    def answer_approval(self, approval_id: str, approve: bool, scope: str = GrantScope.ONCE
                         ) -> ApprovalRecord:
         """Approving grants ``scope`` and runs the held call at once (even if its run has
         ended); a refusal by a later guard becomes the call's outcome. Denying answers the
@@ -242,17 +252,18 @@ class Reference:
     def _answer(self, approval_id: str, approve: bool, scope: str
                 ) -> tuple[ApprovalRecord, str | None]:
         held = self.world.approvals.get(approval_id)
-        if held is None or held.state != "pending":
+        if held is None or held.state is not ApprovalState.PENDING:
             raise errors.UnknownApproval("no pending approval")
-        if scope not in ("once", "session", "tree"):
+        if scope not in SCOPES:
             raise errors.InvalidRequest("bad scope")
         if not approve:
             denied = errors.PermissionDenied.code
-            return self._settle_approval(held, "denied", None, denied), None
+            return self._settle_approval(held, ApprovalState.DENIED, None, denied), None
         sender = self.world.sessions[held.session_id]
-        subject = {"once": approval_id, "session": sender.session_id,
-                   "tree": sender.root_session_id}[scope]
-        self.world.grants.add((scope, subject, held.label))
+        granted = GrantScope(scope)
+        subject = {GrantScope.ONCE: approval_id, GrantScope.SESSION: sender.session_id,
+                   GrantScope.TREE: sender.root_session_id}[granted]
+        self.world.grants.add((granted, subject, held.label))
         ctx = ToolContext(held.session_id, held.run_id, held.tool_call_id)
         before = copy.deepcopy(self.world)
         try:
@@ -260,14 +271,14 @@ class Reference:
         except errors.Refusal as refused:
             self.world = before  # the refused call changed nothing but the grant
             held = self.world.approvals[approval_id]
-            return self._settle_approval(held, "approved", scope, refused.code), None
+            return self._settle_approval(held, ApprovalState.APPROVED, scope, refused.code), None
         outcome = {"message_id": result.message_id, "mode": result.mode.value,
                    "recipient_state": result.recipient_state.value}
-        answered = self._settle_approval(held, "approved", scope, outcome)
+        answered = self._settle_approval(held, ApprovalState.APPROVED, scope, outcome)
         idle = self.world.sessions[recipient].state in _NO_RUN
         return answered, recipient if idle and not replayed else None
 
-    def _settle_approval(self, held: ApprovalRecord, state: str, scope: str | None,
+    def _settle_approval(self, held: ApprovalRecord, state: ApprovalState, scope: str | None,
                          outcome: str | dict[str, str]) -> ApprovalRecord:
         held.state, held.scope = state, scope
         held.outcome = {"error": outcome} if isinstance(outcome, str) else outcome  # str: a code

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from treemail.core import errors
 from treemail.core.config import MessagingConfig
 from treemail.core.lifecycle import (
+    ApprovalState,
     MessageState,
     MessageTrigger,
     RequestState,
@@ -31,6 +32,7 @@ from treemail.core.lifecycle import (
 from treemail.core.permissions import Action, Rules
 from treemail.core.records import (
     AgentSpec,
+    GrantScope,
     Mode,
     Owner,
     RecipientState,
@@ -192,7 +194,7 @@ class ApprovalRecord:
     tool: str
     arguments: dict[str, object]
     label: str
-    state: str = "pending"  # pending, approved, denied
+    state: ApprovalState = ApprovalState.PENDING
     scope: str | None = None
     outcome: dict[str, str] | None = None
 
@@ -313,10 +315,11 @@ class World:
             return None
         if action is Action.DENY:
             raise errors.PermissionDenied("denied", label=label)
-        once = ("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", label)
+        once = (GrantScope.ONCE, f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", label)
         if once in self.grants:
             return once
-        lasting = {("session", sender.session_id, label), ("tree", sender.root_session_id, label)}
+        lasting = {(GrantScope.SESSION, sender.session_id, label),
+                   (GrantScope.TREE, sender.root_session_id, label)}
         if lasting & self.grants:
             return None
         raise errors.ApprovalRequired("ask", label=label)

@@ -30,7 +30,9 @@ from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
 from treemail.adapters.ui import feed
 from treemail.adapters.ui.feed import Names, follow, view_row
 from treemail.adapters.ui.terminal import visible
+from treemail.core.approvals import SCOPES
 from treemail.core.errors import TreemailError
+from treemail.core.records import GrantScope
 
 if TYPE_CHECKING:
     pass
@@ -79,7 +81,7 @@ def register(commands: Sub) -> None:
     approve.add_argument("approval_id", nargs="?",
                          help="the approval: its short id as rows print it, or its whole id")
     approve.add_argument("--deny", action="store_true", help="deny instead of approving")
-    approve.add_argument("--scope", choices=("once", "session", "tree"), default="once")
+    approve.add_argument("--scope", choices=SCOPES, default=GrantScope.ONCE.value)
 
 
 def extend_demo(demo: argparse.ArgumentParser) -> None:

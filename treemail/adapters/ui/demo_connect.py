@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
-from treemail.core.lifecycle import SessionState
+from treemail.core.lifecycle import ApprovalState, SessionState
+from treemail.core.records import GrantScope
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -181,7 +182,8 @@ class Connected:
         if self.approve:
             print("    --approve: the demo answers it itself: approve, scope once", flush=True)
             answer = await self.call("approval.answer", {
-                "approval_id": approval["approval_id"], "approve": True, "scope": "once"})
+                "approval_id": approval["approval_id"], "approve": True,
+                "scope": GrantScope.ONCE.value})
         else:
             print("    answer it in `treemail tui` (a: approve once, s: for the session, t: for "
                   "the tree, d: deny),", flush=True)
@@ -195,7 +197,7 @@ class Connected:
         while time.monotonic() < deadline:
             every = (await self.call("approval.list", {"pending_only": False}))["approvals"]
             answer = next((a for a in every if a["approval_id"] == approval_id), None)
-            if answer is not None and answer["state"] != "pending":
+            if answer is not None and answer["state"] != ApprovalState.PENDING:
                 return dict(answer)
             await asyncio.sleep(0.1)
         raise Unanswered(
