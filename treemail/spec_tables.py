@@ -30,7 +30,6 @@ import msgspec
 from treemail.adapters.daemon.connection import Limits
 from treemail.core import errors, events
 from treemail.core.config import DEFAULTS, RANGES
-from treemail.core.delivery import message_event, session_event
 from treemail.core.lifecycle import (
     APPROVAL,
     MESSAGE,
@@ -53,6 +52,7 @@ from treemail.core.records import AgentSpec, Session
 from treemail.core.runs import request_log
 from treemail.core.sending import GUARDS, _recipient_state
 from treemail.core.tools import schema_files
+from treemail.core.transitions import message_event, session_event
 from treemail.protocol.errors import jsonrpc_code
 
 __all__ = [

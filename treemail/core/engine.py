@@ -24,9 +24,9 @@ import attrs
 
 from treemail.core import approvals, events, runs
 from treemail.core.config import MessagingConfig
-from treemail.core.delivery import accept, step_message
 from treemail.core.errors import EngineShutdown, InvalidRequest, UnknownTarget
 from treemail.core.ids import IdSource, make_handle
+from treemail.core.keys import SESSIONS_COUNTER, delegation_counter
 from treemail.core.lifecycle import MessageTrigger, RunTrigger, SessionState
 from treemail.core.permissions import Rules
 from treemail.core.producers import Produced, check_key, check_mail, produce
@@ -46,6 +46,7 @@ from treemail.core.records import (
 from treemail.core.runs import Delivery, Request, need_run, need_session
 from treemail.core.sending import AgentCatalogue, current_rules, grant_counter, send
 from treemail.core.store import ReadTxn, Store, WriteTxn
+from treemail.core.transitions import accept, step_message
 
 __all__ = ["Delivery", "Engine", "Produced", "Request"]
 
@@ -106,7 +107,7 @@ class Engine:
             parent_session_id=parent.session_id if parent is not None else None,
             agent=agent,
             handle=handle,
-            ordinal=tx.add("sessions", 1),
+            ordinal=tx.add(SESSIONS_COUNTER, 1),
             description=description,
         )
         tx.put_session(session)
@@ -405,7 +406,7 @@ def _stranded(tx: ReadTxn, session: Session) -> bool:
         return False
     # An idle session holds no deliverable mail (reconcile would have queued a run), so the
     # log alone tells whether the last run died at restart.
-    if tx.count(runs.delegation_counter(session.session_id)):
+    if tx.count(delegation_counter(session.session_id)):
         return False
     # Idle after having run means the last run was interrupted (a finish leaves it finished):
     # stranded exactly when that interruption was recovery's.

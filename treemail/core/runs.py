@@ -5,7 +5,7 @@ runs, steered mail admitted into it. ``begin`` claims the bound mail at a safe b
 ``close`` consumes it (committed) or releases it (aborted). Ending a run hands whatever it
 never claimed to the next run, and ``reconcile`` queues that run when one is needed.
 
-A run's status steps through ``RUN`` (``delivery.step_run``) and its model request through
+A run's status steps through ``RUN`` (``transitions.step_run``) and its model request through
 ``REQUEST`` (``_step_request``); an illegal step is refused by the table, naming the triggers it
 allows, before anything is written.
 """
@@ -17,17 +17,10 @@ from typing import Any, assert_never
 import attrs
 
 from treemail.core import events
-from treemail.core.delivery import (
-    accept,
-    admit_accepted,
-    bound_to,
-    step_message,
-    step_run,
-    step_session,
-)
 from treemail.core.envelope import interruption_result, render_mail
 from treemail.core.errors import UnknownTarget
 from treemail.core.ids import IdSource, storable
+from treemail.core.keys import delegation_counter, runs_counter
 from treemail.core.lifecycle import (
     REQUEST,
     SESSION,
@@ -42,6 +35,14 @@ from treemail.core.lifecycle import (
 from treemail.core.records import Message, Owner, Run, Session
 from treemail.core.sending import AgentCatalogue, current_rules
 from treemail.core.store import ReadTxn, WriteTxn
+from treemail.core.transitions import (
+    accept,
+    admit_accepted,
+    bound_to,
+    step_message,
+    step_run,
+    step_session,
+)
 
 __all__ = [
     "CRASH",
@@ -50,7 +51,6 @@ __all__ = [
     "begin",
     "close",
     "complete_delegation",
-    "delegation_counter",
     "end",
     "live_run",
     "need_run",
@@ -128,7 +128,7 @@ def reconcile(tx: WriteTxn, ids: IdSource, session_id: str) -> None:
     current = tx.run(session.run_id) if session.run_id is not None else None
     admit_accepted(tx, session, current)
     if not session.state.has_run and next(bound_to(tx, session_id, None), None):
-        number = tx.add(f"runs/{session_id}", 1)
+        number = tx.add(runs_counter(session_id), 1)
         run = Run(ids.new_id(), session_id, number)
         tx.put_run(run)
         step_session(tx, session, SessionTrigger.ENQUEUE, run, reason="wake")
@@ -269,11 +269,6 @@ def _close(tx: WriteTxn, session: Session, run: Run, trigger: RunTrigger, reason
     # Mail bound to this run but never claimed in it waits for the next run.
     for message in list(bound_to(tx, session.session_id, run.run_id)):
         tx.put_message(attrs.evolve(message, run_id=None))
-
-
-def delegation_counter(session_id: str) -> str:
-    """The flag set once a delegated session has reported its result to its parent."""
-    return f"delegation/{session_id}"
 
 
 def complete_delegation(tx: WriteTxn, ids: IdSource, child: Session, result: str) -> bool:

@@ -15,10 +15,10 @@ from typing import Any
 
 import attrs
 
-from treemail.core import approvals, delivery, engine, events, producers, runs, sending
+from treemail.core import approvals, engine, events, producers, runs, sending, transitions
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import InvalidToolContext, UnknownSubagentReference
-from treemail.core.guards import inbox_counter
+from treemail.core.keys import inbox_counter
 from treemail.core.lifecycle import MessageState, MessageTrigger, RunState, RunTrigger
 from treemail.core.records import GrantScope, Message, Owner, Session
 from treemail.core.runs import need_session
@@ -87,7 +87,7 @@ def _idempotency_ignored(original: Any) -> Any:
 
 def _digest_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
     """The arguments digest is never told apart: a reused tool call id with other arguments
-    replays the first call's result and sends nothing (issue 8 item 9)."""
+    replays the first call's result and sends nothing."""
 
     def arguments_digest(args: Any) -> str:
         del args
@@ -271,7 +271,7 @@ PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., A
     "digest-ignored": (sending, "arguments_digest", _digest_ignored),
     "producer-key-forgotten": (producers, "ProducerKey", _producer_key_forgotten),
     "producer-digest-ignored": (producers, "mail_digest", _producer_digest_ignored),
-    "inbox-counts-plugin-mail": (delivery, "_track", _inbox_counts_plugin_mail),
+    "inbox-counts-plugin-mail": (transitions, "_track", _inbox_counts_plugin_mail),
     "handle-across-trees": (sending, "resolve", _handle_across_trees),
     "hop-wrong-base": (sending, "check_hops", _hop_wrong_base),
     "reply-hint-always": (runs, "render_mail", _reply_hint_always),

@@ -1,8 +1,9 @@
-"""Stepping messages and sessions through their lifecycles inside a store transaction.
+"""Lifecycle transitions of stored records: messages, sessions and runs stepped through their
+lifecycles inside a store transaction.
 
 Every stored state change passes through ``step_message``, ``step_session`` or ``step_run``:
 the lifecycle table decides the target state, the record is rewritten, the guard counters
-follow, and the matching event is appended to the session's log in the same transaction.
+follow, and the matching entry is appended to the session's log in the same transaction.
 There is no other path that writes a ``state`` or ``status`` field. (A run's request state is
 ``open_request``, stepped by ``runs`` through ``REQUEST``.)
 """
@@ -17,8 +18,8 @@ import attrs
 from treemail.core import events
 from treemail.core.errors import InvalidRequest
 from treemail.core.events import EventKind
-from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import IdSource
+from treemail.core.keys import inbox_counter, pair_counter, seq_counter
 from treemail.core.lifecycle import (
     MESSAGE,
     RUN,
@@ -81,7 +82,7 @@ def accept(
         body=body,
         mode=mode,
         hop=hop,
-        seq=tx.add(f"seq/{recipient}", 1),
+        seq=tx.add(seq_counter(recipient), 1),
     )
     tx.put_message(message)
     _track(tx, message, +1)
