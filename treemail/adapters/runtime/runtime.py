@@ -85,7 +85,7 @@ class Runtime:
         # Group commit: the engine writes through the writer's batches (see ``Writer``).
         group = GroupStore(store)
         self.agents = dict(agents)
-        # Rules are read live from the agents' current docs, by name (issue 8 item 3).
+        # Rules are read live from the agents' current docs, by name.
         self.engine = Engine(group, ids, config, agents=self._spec)
         self.plugins = PluginHost(plugins)
         self.writer = Writer(self._written, group=group)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from treemail.adapters.ui import commands as daemon_commands
 from treemail.adapters.ui import init as init_command
+from treemail.models.plants import PLANTS
 
 if TYPE_CHECKING:
     from treemail.core.engine import Engine
@@ -99,7 +100,7 @@ def _main(argv: Sequence[str] | None) -> int:
     check.add_argument("--messaging", default="",
                        help="limits inline, after --config: max_pending_per_session=2,...")
     check.add_argument("--plant", help="plant a known bug in the engine to see it caught: "
-                       "pair-window, recover-keeps-claims, discard-claimed, no-hop-limit")
+                       + ", ".join(PLANTS))
     check.add_argument("--history", action="store_true",
                        help="key states on their whole past too (ids renamed only)")
     check.add_argument("--quiet", action="store_true", help="no progress line on stderr")

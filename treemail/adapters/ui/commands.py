@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from treemail.adapters.daemon.client import DEFAULT_TIMEOUT, DaemonClient, RpcFailure
 from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
 from treemail.adapters.ui import feed
-from treemail.adapters.ui.feed import Names, follow, view_row
+from treemail.adapters.ui.feed import Names, answer_line, follow, json_line, view_row
 from treemail.adapters.ui.terminal import visible
 from treemail.core.approvals import SCOPES
 from treemail.core.errors import TreemailError
@@ -192,11 +192,6 @@ def json_option(parser: argparse.ArgumentParser) -> None:
     a failure is one object on stderr, its ``code`` apart from its ``error``."""
     parser.add_argument("--json", action="store_true",
                         help="print JSON lines (one object a line) instead of text")
-
-
-def json_line(value: Any) -> None:
-    """One object as one line of JSON (non-ASCII text as it is, not escaped)."""
-    print(json.dumps(value, ensure_ascii=False, separators=(",", ":")), flush=True)
 
 
 def _count(text: str) -> int:
@@ -405,12 +400,6 @@ def state_text(step: Mapping[str, Any]) -> str:
     except ValueError:  # a kind this client does not know: shown as it is
         state = kind
     return f"{state}: {step['reason']}" if step.get("reason") else state
-
-
-def answer_line(answered: dict[str, Any]) -> str:
-    """An answered approval as one line: its state, the scope of an approval, the outcome."""
-    scope = f" (scope {answered['scope']})" if answered.get("scope") else ""
-    return visible(f"{answered['state']}{scope}: {answered['outcome']}")
 
 
 async def _approve(client: DaemonClient, args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.ui.feed import answer_line, view_row
 from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
 from treemail.core.lifecycle import ApprovalState, SessionState
@@ -159,7 +160,6 @@ class Connected:
                 await asyncio.sleep(0.05)
 
     async def _show(self) -> None:
-        from treemail.adapters.ui.commands import view_row
         from treemail.adapters.ui.console import print_row
 
         while True:
@@ -172,8 +172,6 @@ class Connected:
 
     async def _answered(self, approval: dict[str, Any]) -> None:
         """Wait for the user's answer to ``approval`` (or give it, with ``approve``)."""
-        from treemail.adapters.ui.commands import answer_line
-
         arguments = approval.get("arguments") or {}
         sender = self.names.get(approval["session_id"], approval["session_id"])
         self.say(f"{sender}'s {approval['tool']} to {arguments.get('to', '?')} waits for "

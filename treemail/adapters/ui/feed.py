@@ -5,19 +5,32 @@ with ``--json``, as the wire's event views, one JSON object a line."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.ui.terminal import visible
 
 if TYPE_CHECKING:
     from treemail.adapters.ui.transcript import Row
 
-__all__ = ["Names", "follow", "replay", "tail", "view_row"]
+__all__ = ["Names", "answer_line", "follow", "json_line", "replay", "tail", "view_row"]
 
 View = dict[str, Any]
+
+
+def json_line(value: Any) -> None:
+    """One object as one line of JSON (non-ASCII text as it is, not escaped)."""
+    print(json.dumps(value, ensure_ascii=False, separators=(",", ":")), flush=True)
+
+
+def answer_line(answered: dict[str, Any]) -> str:
+    """An answered approval as one line: its state, the scope of an approval, the outcome."""
+    scope = f" (scope {answered['scope']})" if answered.get("scope") else ""
+    return visible(f"{answered['state']}{scope}: {answered['outcome']}")
 
 
 class Names:
@@ -118,7 +131,6 @@ async def follow(client: DaemonClient, session_id: str | None,
 
 
 async def tail(client: DaemonClient, args: argparse.Namespace) -> int:
-    from treemail.adapters.ui.commands import json_line
     from treemail.adapters.ui.console import console, print_row
 
     out, shown = console(), 0
@@ -154,7 +166,6 @@ async def tail(client: DaemonClient, args: argparse.Namespace) -> int:
 
 
 async def replay(client: DaemonClient, args: argparse.Namespace) -> int:
-    from treemail.adapters.ui.commands import json_line
     from treemail.adapters.ui.console import console, print_row
 
     out = console()
