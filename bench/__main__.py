@@ -1,7 +1,7 @@
 """treemail benchmarks: one table, every line a ratio against a baseline measured in the
 same run (or, for memory, in sibling subprocesses of the same run).
 
-Lines (issue 11): (a) sequential durable send p50/p99 against a raw single-put LMDB sync
+Lines: (a) sequential durable send p50/p99 against a raw single-put LMDB sync
 txn; (b) 32 concurrent senders through the runtime against the raw sequential ceiling and
 against persist-queue put from 32 threads; (c) the full lifecycle against persist-queue
 put+get+ack; (d) a send's cost with long histories; (e) open and recover with a long history;

@@ -1,6 +1,7 @@
 """The generated half of ``spec/``: tables and diagrams derived from the code they describe.
 
-Every table here is a pure function of ``treemail.core``: the lifecycles come from the
+Every table here is a pure function of ``treemail.core``: the lifecycles (with the meaning
+of each trigger, its ``Event``'s name) come from the
 flattened machine classes, the errors from walking ``TreemailError`` (each with its JSON-RPC
 code from ``treemail.protocol.errors``, the one wire mapping), the event payloads from
 ``treemail.core.events``, the settings from
@@ -29,12 +30,14 @@ import msgspec
 from treemail.adapters.daemon.connection import Limits
 from treemail.core import errors, events
 from treemail.core.config import DEFAULTS, RANGES
-from treemail.core.delivery import message_event, session_event
 from treemail.core.lifecycle import (
+    APPROVAL,
     MESSAGE,
     REQUEST,
     RUN,
     SESSION,
+    ApprovalLifecycle,
+    ApprovalState,
     Lifecycle,
     MessageLifecycle,
     MessageState,
@@ -46,14 +49,16 @@ from treemail.core.lifecycle import (
     SessionState,
 )
 from treemail.core.records import AgentSpec, Session
-from treemail.core.runs import REQUEST_LOG
+from treemail.core.runs import request_log
 from treemail.core.sending import GUARDS, _recipient_state
 from treemail.core.tools import schema_files
+from treemail.core.transitions import message_event, session_event
 from treemail.protocol.errors import jsonrpc_code, registered
 
 __all__ = [
     "REGENERATE",
     "SPEC_DIR",
+    "approval_table",
     "config_table",
     "errors_table",
     "events_table",
@@ -70,6 +75,7 @@ __all__ = [
 
 Table = dict[str, Any]
 S = TypeVar("S", bound=enum.StrEnum)
+T = TypeVar("T", bound=enum.StrEnum)
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "spec"
 REGENERATE = ".venv/bin/python -m treemail.spec_tables"
@@ -84,24 +90,11 @@ _MEANINGS: Mapping[str, Mapping[str, str]] = {
         MessageState.CONSUMED: "its request committed: it is in the transcript, exactly once",
         MessageState.DISCARDED: "dropped by an explicit decision, with a reason",
     },
-    "message events": {
-        "admit": "the recipient's actor takes the mail into pending input",
-        "claim": "a request opened at a safe boundary takes the mail, bound to (run, request)",
-        "release": "the request did not commit (cancelled, model error, crash found at restart)",
-        "consume": "the request that carried the mail committed",
-        "discard": "an explicit decision drops unclaimed mail (session deleted, operator)",
-    },
     "session states": {
         SessionState.IDLE: "no run; created, or its last run was interrupted",
         SessionState.QUEUED: "a run is wanted and waits to start",
         SessionState.RUNNING: "a run is executing; steer mail joins it at the next safe boundary",
         SessionState.FINISHED: "its last run completed its task; new mail wakes it",
-    },
-    "session events": {
-        "enqueue": "a run is wanted: a first task, a user turn, or mail waking the session",
-        "start": "the queued run starts; mail waiting for the next run is bound to it",
-        "finish": "the run completed its task",
-        "interrupt": "the run (running or queued) was cancelled or found dead at restart",
     },
     "run states": {
         RunState.QUEUED: "wanted; the session is queued and the run waits to start",
@@ -109,21 +102,14 @@ _MEANINGS: Mapping[str, Mapping[str, str]] = {
         RunState.FINISHED: "completed its task",
         RunState.INTERRUPTED: "cancelled, or found dead at restart",
     },
-    "run events": {
-        "start": "the queued run starts",
-        "finish": "the run completed its task, between model requests",
-        "interrupt": "cancelled before or while running, or found dead at restart; an open "
-        "request is aborted first",
+    "approval states": {
+        ApprovalState.PENDING: "held: the call waits for the user's answer",
+        ApprovalState.APPROVED: "the user approved it; the call ran and its outcome is kept",
+        ApprovalState.DENIED: "the user denied it; the call was answered permission denied",
     },
     "request states": {
         RequestState.NO_REQUEST: "between model requests: a safe boundary",
         RequestState.REQUEST_OPEN: "a model request is open and holds the mail it claimed",
-    },
-    "request events": {
-        "begin_request": "a request opens at a safe boundary and claims the run's mail",
-        "commit_request": "the request committed: its mail is consumed",
-        "abort_request": "the request did not commit: its mail is released",
-        "end": "the run finishes or is interrupted; only between requests",
     },
     "config": {
         "enabled": "master switch; false refuses every send with send_message:disabled",
@@ -177,22 +163,23 @@ def _meanings(group: str, names: Sequence[str]) -> Mapping[str, str]:
     return table
 
 
-def _transitions(lifecycle: Lifecycle[S]) -> list[tuple[str, S, S]]:
-    """(event, from, to), in declaration order of events, then of states."""
+def _transitions(lifecycle: Lifecycle[S, T]) -> list[tuple[T, S, S]]:
+    """(trigger, from, to), in declaration order of triggers, then of states."""
     return [
-        (event, state, lifecycle.transitions[(state, event)])
-        for event in lifecycle.events
+        (trigger, state, lifecycle.transitions[(state, trigger)])
+        for trigger in lifecycle.triggers
         for state in lifecycle.states
-        if (state, event) in lifecycle.transitions
+        if (state, trigger) in lifecycle.transitions
     ]
 
 
 def _lifecycle_table(
-    lc: Lifecycle[S], machine: type[Any], group: str,
-    state_facts: Callable[[S], Table], log_kind: Callable[[str, S], str],
+    lc: Lifecycle[S, T], machine: type[Any], group: str,
+    state_facts: Callable[[S], Table], log_kind: Callable[[T, S], str],
 ) -> Table:
+    """A machine's states with their meanings, and its transitions with their trigger's
+    meaning, which the machine declares on the trigger's ``Event``."""
     states = _meanings(f"{group} states", lc.states)
-    events = _meanings(f"{group} events", lc.events)
     return {
         "machine": lc.name,
         "summary": " ".join((machine.__doc__ or "").split()),
@@ -203,10 +190,11 @@ def _lifecycle_table(
              "final": lc.is_final(s), **state_facts(s)}
             for s in lc.states
         ],
-        "events": list(lc.events),
+        "triggers": list(lc.triggers),
         "transitions": [
-            {"event": e, "from": a, "to": b, "meaning": events[e], "log_kind": log_kind(e, b)}
-            for e, a, b in _transitions(lc)
+            {"trigger": t, "from": a, "to": b, "meaning": lc.meanings[t],
+             "log_kind": log_kind(t, b)}
+            for t, a, b in _transitions(lc)
         ],
     }
 
@@ -218,7 +206,7 @@ def message_table() -> Table:
         MESSAGE, MessageLifecycle, "message",
         lambda s: {"pending": s.pending, "deliverable": s.deliverable,
                    "log_kind": message_event(s)},
-        lambda _event, target: message_event(target),
+        lambda _trigger, target: message_event(target),
     )
 
 
@@ -229,11 +217,11 @@ def _reported(state: SessionState) -> str:
 
 
 def session_table() -> Table:
-    """Session log kinds belong to events, not states; states carry the recipient_state."""
+    """Session log kinds belong to triggers, not states; states carry the recipient_state."""
     return _lifecycle_table(
         SESSION, SessionLifecycle, "session",
         lambda s: {"recipient_state": _reported(s), "has_run": s.has_run},
-        lambda event, _target: session_event(event),
+        lambda trigger, _target: session_event(trigger),
     )
 
 
@@ -242,13 +230,21 @@ def run_table() -> Table:
     A run's changes are logged as the session's ``Run*`` events; requests as ``Request*``."""
     table = _lifecycle_table(
         RUN, RunLifecycle, "run", lambda _s: {},
-        lambda event, _target: session_event(event),
+        lambda trigger, _target: session_event(trigger.session),
     )
     table["request"] = _lifecycle_table(
         REQUEST, RequestLifecycle, "request", lambda _s: {},
-        lambda event, _target: REQUEST_LOG.get(event, ""),
+        lambda trigger, _target: request_log(trigger) or "",
     )
     return table
+
+
+def approval_table() -> Table:
+    """A tool call held by an ``ask`` rule; both answers are logged ``ApprovalAnswered``."""
+    return _lifecycle_table(
+        APPROVAL, ApprovalLifecycle, "approval", lambda _s: {},
+        lambda _trigger, _target: events.ApprovalAnswered.KIND,
+    )
 
 
 def _error_classes() -> list[type[errors.TreemailError]]:
@@ -376,7 +372,7 @@ def guards_table() -> Table:
     }
 
 
-def mermaid(lifecycle: Lifecycle[Any]) -> str:
+def mermaid(lifecycle: Lifecycle[Any, Any]) -> str:
     """A ``stateDiagram-v2`` of ``lifecycle``: its initial state, transitions and final states."""
     lines = ["stateDiagram-v2", f"    [*] --> {lifecycle.initial}"]
     lines += [f"    {a} --> {b} : {e}" for e, a, b in _transitions(lifecycle)]
@@ -384,7 +380,7 @@ def mermaid(lifecycle: Lifecycle[Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _diagram(title: str, lifecycle: Lifecycle[Any], summary: str, notes: str) -> str:
+def _diagram(title: str, lifecycle: Lifecycle[Any, Any], summary: str, notes: str) -> str:
     return f"## {title} (`{lifecycle.name}`)\n\n{summary}\n\n```mermaid\n" \
         f"{mermaid(lifecycle)}```\n\n{notes}\n"
 
@@ -393,20 +389,21 @@ def lifecycle_markdown() -> str:
     message, session = message_table(), session_table()
     pending = ", ".join(s["name"] for s in message["states"] if s["pending"])
     kinds = ", ".join(f"{s['name']} → {s['log_kind']}" for s in message["states"])
-    runs = ", ".join(dict.fromkeys(f"{t['event']} → {t['log_kind']}"
+    runs = ", ".join(dict.fromkeys(f"{t['trigger']} → {t['log_kind']}"
                                    for t in session["transitions"]))
     header = (
         f"<!-- GENERATED by treemail/spec_tables.py from treemail/core; do not edit.\n"
         f"     Regenerate with: {REGENERATE} -->\n\n# Lifecycles\n\n"
         "The transition tables behind these diagrams are in `message_lifecycle.json`,\n"
-        "`session_lifecycle.json` and `run_lifecycle.json`; `README.md` explains them.\n\n"
+        "`session_lifecycle.json`, `run_lifecycle.json` and `approval_lifecycle.json`;\n"
+        "`README.md` explains them.\n\n"
     )
     return header + _diagram(
         "Message", MESSAGE, message["summary"],
         f"Pending states: {pending}. Event-log kind on entry: {kinds}.",
     ) + "\n" + _diagram(
         "Session", SESSION, session["summary"],
-        f"No final state: mail wakes a finished session. Event-log kind per event: {runs}.",
+        f"No final state: mail wakes a finished session. Event-log kind per trigger: {runs}.",
     ) + "\n" + _diagram(
         "Run", RUN, " ".join((RunLifecycle.__doc__ or "").split()),
         "A run's changes are logged by its session's events (above).",
@@ -414,6 +411,9 @@ def lifecycle_markdown() -> str:
         "Model request", REQUEST, " ".join((RequestLifecycle.__doc__ or "").split()),
         "Derived from the run's `open_request` (none: `no_request`). `end` is the check "
         "a finish or interrupt passes.",
+    ) + "\n" + _diagram(
+        "Approval", APPROVAL, " ".join((ApprovalLifecycle.__doc__ or "").split()),
+        "Both answers are logged `ApprovalAnswered`; approving also records the grant.",
     )
 
 
@@ -428,6 +428,7 @@ def generated_files() -> dict[str, str]:
         "message_lifecycle.json": message_table(),
         "session_lifecycle.json": session_table(),
         "run_lifecycle.json": run_table(),
+        "approval_lifecycle.json": approval_table(),
         "errors.json": errors_table(),
         "events.json": events_table(),
         "config.json": config_table(),

@@ -44,14 +44,14 @@ from treemail.adapters.store.codec import decode
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.ui.console import Ticker
 from treemail.core.config import MessagingConfig
-from treemail.core.delivery import message_event
 from treemail.core.engine import Engine
-from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import CountingIds
-from treemail.core.keys import Table, counter_name
+from treemail.core.keys import Counter as CounterKind
+from treemail.core.keys import Table, counter_kind, inbox_counter, pair_counter, tallied_name
 from treemail.core.keys import Tally as StoredTally
 from treemail.core.lifecycle import MessageState
 from treemail.core.records import Event, IdempotencyKey, Message, Owner, Session
+from treemail.core.transitions import message_event
 
 __all__ = ["Tally", "assert_campaign_sound", "check_store", "drain_and_verify", "opened",
            "run_campaign"]
@@ -207,7 +207,7 @@ def snapshot(store: LmdbStore) -> Snapshot:
         last_seq={key.decode(): t.last_event for key, t in tallies},
         pending_index=pending_index,
         counters={**{key.decode(): n for key, n in rows(store, Table.COUNTERS, int)},
-                  **{counter_name(key, slot): n for key, t in tallies
+                  **{tallied_name(key, slot): n for key, t in tallies
                      for slot, n in t.counters.items()}},
     )
 
@@ -317,10 +317,10 @@ def check_counters(shot: Snapshot, limits: MessagingConfig, tally: Tally) -> Non
             recount[inbox_counter(m.recipient)] += 1
             recount[pair_counter(m.sender, m.recipient)] += 1
     stored = {name: n for name, n in shot.counters.items()
-              if name.startswith(("inbox/", "pair/"))}
+              if counter_kind(name) in (CounterKind.INBOX, CounterKind.PAIR)}
     assert stored == dict(recount), f"guard counters {stored} != recount {dict(recount)}"
-    inboxes = [n for name, n in recount.items() if name.startswith("inbox/")]
-    pairs = [n for name, n in recount.items() if name.startswith("pair/")]
+    inboxes = [n for name, n in recount.items() if counter_kind(name) is CounterKind.INBOX]
+    pairs = [n for name, n in recount.items() if counter_kind(name) is CounterKind.PAIR]
     tally.peak_inbox = max([tally.peak_inbox, *inboxes])
     tally.peak_pair = max([tally.peak_pair, *pairs])
     assert max(inboxes, default=0) <= limits.max_pending_per_session, f"inbox cap broken: {recount}"

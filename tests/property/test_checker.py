@@ -21,10 +21,11 @@ import pytest
 
 from treemail.adapters.store.lmdb_txn import LmdbTables
 from treemail.adapters.ui.cli import _scratch_lmdb, main
-from treemail.core import delivery, engine, guards, runs, sending
+from treemail.core import engine, guards, runs, sending, transitions
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import MessageTrigger, RunTrigger
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Message, Owner, ToolContext
 from treemail.core.store import MemoryStore
@@ -36,6 +37,7 @@ from treemail.models.checker import (
     canonical,
     check,
 )
+from treemail.models.coverage import ALL_GUARDS
 from treemail.models.explore import outcome
 from treemail.models.invariants import Ledger, settled
 from treemail.models.plants import PLANTS, planted
@@ -82,7 +84,7 @@ def test_pair_window_off_by_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
 def test_claims_kept_at_recovery_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     original = runs._end
 
-    def _end(tx: Any, session: Any, run: Any, event: str, reason: str) -> None:
+    def _end(tx: Any, session: Any, run: Any, event: RunTrigger, reason: str) -> None:
         if reason == "crash found at restart":  # forget the open request: no release
             run = attrs.evolve(run, open_request=None)
         original(tx, session, run, event, reason)
@@ -95,10 +97,10 @@ def test_claims_kept_at_recovery_are_caught(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_discard_of_claimed_mail_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = delivery.step_message  # what engine imports
+    original = transitions.step_message  # what engine imports
 
-    def step_message(tx: Any, message: Message, event: str, **changes: Any) -> Message:
-        if event == "discard" and message.state == "claimed":
+    def step_message(tx: Any, message: Message, event: MessageTrigger, **changes: Any) -> Message:
+        if event is MessageTrigger.DISCARD and message.state == "claimed":
             message = attrs.evolve(message, state="released")
         result: Message = original(tx, message, event, **changes)
         return result
@@ -189,7 +191,8 @@ def test_coverage_names_what_was_reached_and_what_was_not() -> None:
     assert {"inbox_full", "permission"} <= set(coverage.missing_guards())
     assert "disabled" in coverage.guards
     line = coverage.line()
-    assert f"guards {len(coverage.guards)}/10 reached" in line and "inbox_full" in line
+    assert f"guards {len(coverage.guards)}/{len(ALL_GUARDS)} reached" in line
+    assert "inbox_full" in line
     assert ("MessageLifecycle", "claimed", "consume") in coverage.transitions
 
 

@@ -37,8 +37,8 @@ from hypothesis.stateful import (
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine, Request
 from treemail.core.errors import TreemailError, UnknownSubagentReference
-from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import CountingIds
+from treemail.core.keys import inbox_counter, pair_counter
 from treemail.core.permissions import LABELS, Action, Rule, Rules
 from treemail.core.records import AgentSpec, Mode, Owner, Run, Session, ToolContext
 from treemail.core.store import MemoryStore, Store

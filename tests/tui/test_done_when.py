@@ -1,4 +1,4 @@
-"""Issue 10's done-when, driven headlessly: in a fresh directory `treemail daemon`, then
+"""The TUI's done-when, driven headlessly: in a fresh directory `treemail daemon`, then
 `treemail demo --connect`, with `treemail tui` (its app, under the pilot) open on the same
 data directory. The TUI shows the demo's tree and conversation live; the demo waits on its
 lead's steer, held under an ``ask`` rule, until the TUI's approvals pane answers it (``t``,

@@ -18,12 +18,14 @@ from typing import Any
 import attrs
 import pytest
 
+from treemail.core import keys
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Delivery, Engine
 from treemail.core.ids import CountingIds
 from treemail.core.permissions import LABELS, Rules
 from treemail.core.records import (
     AgentSpec,
+    GrantScope,
     IdempotencyKey,
     Owner,
     Run,
@@ -241,13 +243,14 @@ def arguments(to: Session | str, body: str = "hello", mode: str | None = None) -
 def _counter_names(sessions: list[Session], ctxs: tuple[ToolContext, ...]) -> list[str]:
     names = ["sessions"]
     for s in sessions:
-        names += [f"inbox/{s.session_id}", f"seq/{s.session_id}", f"runs/{s.session_id}"]
-        names += [f"pair/{s.session_id}/{r.session_id}" for r in sessions]
+        names += [keys.inbox_counter(s.session_id), keys.seq_counter(s.session_id),
+                  keys.runs_counter(s.session_id)]
+        names += [keys.pair_counter(s.session_id, r.session_id) for r in sessions]
         for label in LABELS:
-            names.append(grant_counter("session", s.session_id, label))
-            names.append(grant_counter("tree", s.root_session_id, label))
+            names.append(grant_counter(GrantScope.SESSION, s.session_id, label))
+            names.append(grant_counter(GrantScope.TREE, s.root_session_id, label))
             names += [
-                grant_counter("once", f"{c.session_id}/{c.run_id}/{c.tool_call_id}", label)
+                grant_counter(GrantScope.ONCE, f"{c.session_id}/{c.run_id}/{c.tool_call_id}", label)
                 for c in ctxs
             ]
     return names

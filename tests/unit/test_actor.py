@@ -152,7 +152,7 @@ def test_an_unexpected_error_interrupts_the_run_and_the_actor_lives_on(store: St
     run(main())
 
 
-# -- bad model replies (issue 8, item 1) ----------------------------------------------------
+# -- bad model replies ----------------------------------------------------------------------
 
 
 class Once:

@@ -1,4 +1,4 @@
-"""Hostile and careless agent docs end in a typed ``AgentDocError``, fast (issue 8, item 7)."""
+"""Hostile and careless agent docs end in a typed ``AgentDocError``, fast."""
 
 from __future__ import annotations
 

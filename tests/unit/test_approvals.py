@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 
 from tests.unit.conftest import World, arguments
-from treemail.core.approvals import REASON_LIMIT
+from treemail.adapters.ui import cli
+from treemail.core.approvals import REASON_LIMIT, SCOPES
 from treemail.core.errors import (
     ApprovalRequired,
     InvalidRequest,
     UnknownApproval,
     UnknownSubagentReference,
 )
-from treemail.core.records import ApprovalState, Session, ToolContext
+from treemail.core.records import ApprovalState, GrantScope, Session, ToolContext
+from treemail.protocol import types as wire
 
 ASK_SIBLING = {"sibling": "ask", "parent": "allow"}
 
@@ -173,3 +177,17 @@ def test_feed_interleaves_every_session_in_commit_order(world: World) -> None:
     for session_id, events in per_session.items():
         assert events == world.engine.events(session_id)
     assert world.engine.feed(after=len(feed) - 1) == feed[-1:]
+
+
+def test_grant_scopes_are_spelled_once(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The wire's ``Scope``, the CLI's ``--scope`` choices and the refusals all read the one
+    ``GrantScope``; the refusals still list the scopes in their words."""
+    assert typing.get_args(wire.Scope) == SCOPES == tuple(GrantScope)
+    with pytest.raises(SystemExit):
+        cli.main(["approve", "a/r/c", "--scope", "forever"])
+    assert "(choose from 'once', 'session', 'tree')" in capsys.readouterr().err
+    with pytest.raises(InvalidRequest) as caught:
+        world.engine.grant("forever", "s", "parent")
+    assert caught.value.message == "grant scope must be once, session or tree, not 'forever'"

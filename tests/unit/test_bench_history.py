@@ -10,7 +10,7 @@ from pathlib import Path
 from bench.rigs import Pair, grow_history, history_records
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.store.verify import main as verify_main
-from treemail.core import events
+from treemail.core import events, keys
 from treemail.core.keys import Table
 from treemail.core.records import Event, IdempotencyKey, Message, SendResult
 from treemail.core.store import WriteTxn
@@ -21,7 +21,7 @@ def through_the_port(pair: Pair, count: int) -> None:
 
     def work(tx: WriteTxn) -> None:
         recipient = pair.recipient.session_id
-        first = tx.add(f"seq/{recipient}", count) - count + 1
+        first = tx.add(keys.seq_counter(recipient), count) - count + 1
         for _, _, record in history_records(pair, count, first, 0, 0):
             if isinstance(record, Message):
                 tx.put_message(record)

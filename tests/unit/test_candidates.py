@@ -1,4 +1,4 @@
-"""An unknown reference lists at most ``MAX_CANDIDATES`` peers, nearest first (issue 8, item 10)."""
+"""An unknown reference lists at most ``MAX_CANDIDATES`` peers, nearest first."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ def test_log_of_a_missing_store_is_a_clear_error(
     assert "no store at" in capsys.readouterr().err
 
 
-# -- bad command lines get a usage error, never a traceback (issue 8, item 13) ----------------
+# -- bad command lines get a usage error, never a traceback ---------------------------------
 
 
 def test_demo_into_a_used_directory_is_a_usage_error(

@@ -1,6 +1,6 @@
 """The store's codec reads what the codec before it (json + cattrs) wrote.
 
-The decision (issue 11): msgspec writes the same JSON document per record (fields by name,
+The decision: msgspec writes the same JSON document per record (fields by name,
 enums by value), so a store written by the earlier codec is read as it is, under the same
 format marker, with no migration. ``WRITTEN_BEFORE`` holds bytes that codec wrote for each
 kind of value, captured before it was replaced; they must keep decoding to the same records,

@@ -35,12 +35,14 @@ from treemail.core.lifecycle import (
     Lifecycle,
     MessageLifecycle,
     MessageState,
+    MessageTrigger,
     RunState,
     SessionLifecycle,
     SessionState,
+    SessionTrigger,
 )
 from treemail.core.permissions import Action, Rules
-from treemail.core.records import Owner, Session, ToolContext
+from treemail.core.records import GrantScope, Owner, Session, ToolContext
 from treemail.core.sending import grant_counter, send
 from treemail.core.tools import (
     TOOL_NAMES,
@@ -216,36 +218,41 @@ def test_rules_parse_names_its_default_source() -> None:
 def test_lifecycle_tables_derived_at_call_time() -> None:
     # MESSAGE and SESSION are derived at import; deriving again must give exactly these tables.
     M, S = MessageState, SessionState
-    assert Lifecycle.derive(MessageLifecycle, MessageState) == Lifecycle(
+    MT, ST = MessageTrigger, SessionTrigger
+    message = Lifecycle.derive(MessageLifecycle, MessageState, MessageTrigger)
+    assert message == Lifecycle(
         name="MessageLifecycle",
         initial=M.ACCEPTED,
         states=(M.ACCEPTED, M.ADMITTED, M.CLAIMED, M.RELEASED, M.CONSUMED, M.DISCARDED),
         final=frozenset({M.CONSUMED, M.DISCARDED}),
-        events=("admit", "claim", "release", "consume", "discard"),
+        triggers=(MT.ADMIT, MT.CLAIM, MT.RELEASE, MT.CONSUME, MT.DISCARD),
+        meanings=message.meanings,
         transitions={
-            (M.ACCEPTED, "admit"): M.ADMITTED,
-            (M.ACCEPTED, "discard"): M.DISCARDED,
-            (M.ADMITTED, "claim"): M.CLAIMED,
-            (M.ADMITTED, "discard"): M.DISCARDED,
-            (M.CLAIMED, "release"): M.RELEASED,
-            (M.CLAIMED, "consume"): M.CONSUMED,
-            (M.RELEASED, "claim"): M.CLAIMED,
-            (M.RELEASED, "discard"): M.DISCARDED,
+            (M.ACCEPTED, MT.ADMIT): M.ADMITTED,
+            (M.ACCEPTED, MT.DISCARD): M.DISCARDED,
+            (M.ADMITTED, MT.CLAIM): M.CLAIMED,
+            (M.ADMITTED, MT.DISCARD): M.DISCARDED,
+            (M.CLAIMED, MT.RELEASE): M.RELEASED,
+            (M.CLAIMED, MT.CONSUME): M.CONSUMED,
+            (M.RELEASED, MT.CLAIM): M.CLAIMED,
+            (M.RELEASED, MT.DISCARD): M.DISCARDED,
         },
     )
-    assert Lifecycle.derive(SessionLifecycle, SessionState) == Lifecycle(
+    session = Lifecycle.derive(SessionLifecycle, SessionState, SessionTrigger)
+    assert session == Lifecycle(
         name="SessionLifecycle",
         initial=S.IDLE,
         states=(S.IDLE, S.QUEUED, S.RUNNING, S.FINISHED),
         final=frozenset(),
-        events=("enqueue", "start", "finish", "interrupt"),
+        triggers=(ST.ENQUEUE, ST.START, ST.FINISH, ST.INTERRUPT),
+        meanings=session.meanings,
         transitions={
-            (S.IDLE, "enqueue"): S.QUEUED,
-            (S.QUEUED, "start"): S.RUNNING,
-            (S.QUEUED, "interrupt"): S.IDLE,
-            (S.RUNNING, "finish"): S.FINISHED,
-            (S.RUNNING, "interrupt"): S.IDLE,
-            (S.FINISHED, "enqueue"): S.QUEUED,
+            (S.IDLE, ST.ENQUEUE): S.QUEUED,
+            (S.QUEUED, ST.START): S.RUNNING,
+            (S.QUEUED, ST.INTERRUPT): S.IDLE,
+            (S.RUNNING, ST.FINISH): S.FINISHED,
+            (S.RUNNING, ST.INTERRUPT): S.IDLE,
+            (S.FINISHED, ST.ENQUEUE): S.QUEUED,
         },
     )
 
@@ -598,7 +605,7 @@ def test_approval_records_scope_grants_once_and_wakes_the_recipient(world: World
     })
     # A second approval of the same scope leaves the one grant as it was.
     second = world.ctx(a)
-    grant = grant_counter("session", a.session_id, "sibling")
+    grant = grant_counter(GrantScope.SESSION, a.session_id, "sibling")
     with world.store.read() as tx:
         assert tx.count(grant) == 1
     again = world.engine.hold_for_approval(second, "send_message", args, "sibling")

@@ -1,5 +1,6 @@
 """The layout's arrows point down (design: ui -> daemon/runtime -> store -> core; protocol ->
-core): every import in ``treemail/``, function-level ones included, read from the source."""
+core): every import in ``treemail/``, function-level ones included, read from the source; and
+no module reaches itself through its imports."""
 
 from __future__ import annotations
 
@@ -70,3 +71,43 @@ def test_imports_point_down(module: str, path: Path) -> None:
     upward = sorted(name for name in imports_of(path)
                     if (target := layer_of(name)) is not None and target not in allowed)
     assert upward == [], f"{module} ({layer}) imports above its layer: {upward}"
+
+
+def import_graph() -> dict[str, list[str]]:
+    """Each module's imports of other treemail modules, function-level and type-only ones
+    included: a local import hides a cycle from Python, not from the design. Packages'
+    ``__init__`` are left out (``from treemail.core import keys`` names the package on the
+    way to ``keys``)."""
+    paths = dict(modules())
+    packages = {m for m, p in paths.items() if p.name == "__init__.py"}
+    return {m: sorted(n for n in imports_of(p) if n in paths and n not in packages and n != m)
+            for m, p in paths.items() if m not in packages}
+
+
+def import_cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Every cycle through each module of ``graph``, found depth first."""
+    cycles, done = [], set()
+    for start in graph:
+        path, stack = [start], [iter(graph[start])]
+        while stack:
+            step = next(stack[-1], None)
+            if step is None:
+                stack.pop()
+                path.pop()
+            elif step == start:
+                cycles.append([*path, start])
+            elif step not in path and step not in done:
+                path.append(step)
+                stack.append(iter(graph[step]))
+        done.add(start)
+    return cycles
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert import_cycles(import_graph()) == []
+
+
+def test_the_cycle_check_sees_a_cycle_hidden_in_a_function() -> None:
+    assert import_cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [
+        ["a", "b", "c", "a"]]
+    assert "treemail.adapters.ui.feed" in import_graph()["treemail.adapters.ui.demo_connect"]

@@ -1,5 +1,5 @@
 """Permissions come from the agent's current doc, by agent name, at each visibility check and
-each send (issue 8 item 3): rules are no longer frozen into a session when it is created."""
+each send: rules are no longer frozen into a session when it is created."""
 
 from __future__ import annotations
 

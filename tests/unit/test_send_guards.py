@@ -13,11 +13,11 @@ import attrs
 import pytest
 
 from tests.unit.conftest import World, arguments
-from treemail.core import sending
+from treemail.core import keys, sending
 from treemail.core.errors import InvalidRequest, InvalidToolContext, TreemailError
 from treemail.core.guards import SendArguments
 from treemail.core.lifecycle import RunState
-from treemail.core.records import Mode, Owner, RecipientState, Session, ToolContext
+from treemail.core.records import GrantScope, Mode, Owner, RecipientState, Session, ToolContext
 from treemail.core.sending import (
     Attempt,
     _check_permission,
@@ -380,7 +380,7 @@ def test_invalid_arguments_beat_replay(world: World, fam: Family) -> None:
 
 
 def test_a_reused_call_id_with_other_arguments_is_a_conflict(world: World, fam: Family) -> None:
-    # Issue 8 item 9: a second, different send under the same tool call id used to return the
+    # A second, different send under the same tool call id used to return the
     # first call's message_id as a success and send nothing.
     ctx = world.ctx(fam.a)
     first = world.engine.send_message(ctx, arguments(fam.root))
@@ -401,7 +401,7 @@ def test_an_omitted_mode_is_the_same_call_as_steer(world: World, fam: Family) ->
 def test_a_retry_after_max_body_bytes_was_lowered_gets_its_message_id(
     world: World, fam: Family
 ) -> None:
-    # Issue 8 item 12: the replay now comes before every guard that reads today's config.
+    # The replay comes before every guard that reads today's config.
     ctx = world.ctx(fam.a)
     first = world.engine.send_message(ctx, arguments(fam.root, "a longer body"))
     world.configure(max_body_bytes=4)
@@ -465,8 +465,9 @@ def test_a_grant_made_under_the_old_argument_shape_is_ignored(world: World,
     ``recipient_session_id`` does not approve today's ``to`` (it must be approved again)."""
     world.set_rules(fam.a, {"sibling": "ask"})
     old = "send_message(recipient_session_id,body,mode)"
-    for scope, subject in (("session", fam.a.session_id), ("tree", fam.root.session_id)):
-        name = f"grant/{scope}/{subject}/{old}/sibling"
+    for scope, subject in ((GrantScope.SESSION, fam.a.session_id),
+                           (GrantScope.TREE, fam.root.session_id)):
+        name = keys.grant_counter(scope, subject, old, "sibling")
 
         def grant(tx: WriteTxn, name: str = name) -> int:
             return tx.add(name, 1)
@@ -490,7 +491,8 @@ def test_once_grant_is_spent_by_one_send(world: World, fam: Family) -> None:
     world.set_rules(fam.a, {"parent": "ask"})
     ctx = world.ctx(fam.a)
     _refused(world, ctx, arguments(fam.root), "permission:approval_required")
-    once = grant_counter("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
+    once = grant_counter(GrantScope.ONCE, f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}",
+                         "parent")
     world.engine.grant("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
     world.engine.grant("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
     assert _counter(world, once) == 1
@@ -509,7 +511,7 @@ def test_once_grant_survives_a_send_refused_later(world: World, fam: Family) -> 
     subject = f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}"
     world.engine.grant("once", subject, "parent")
     _refused(world, ctx, arguments(fam.root), "send_message:inbox_full")
-    assert _counter(world, grant_counter("once", subject, "parent")) == 1
+    assert _counter(world, grant_counter(GrantScope.ONCE, subject, "parent")) == 1
 
 
 def test_once_grant_covers_only_its_tool_call(world: World, fam: Family) -> None:
@@ -800,7 +802,7 @@ def test_a_grant_does_not_let_a_run_that_ended_send(world: World, scope: str, en
     ENDS[end](world, kid, ctx.run_id)
     # _refused compares the call's once-grant too: the refusal does not spend it.
     _refused(world, ctx, arguments(root), "engine:invalid_tool_context")
-    assert _counter(world, grant_counter(scope, subject, "parent")) == 1
+    assert _counter(world, grant_counter(GrantScope(scope), subject, "parent")) == 1
 
 
 def test_an_ended_run_is_refused_at_the_permission_guard(world: World) -> None:

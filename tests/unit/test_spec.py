@@ -25,6 +25,7 @@ JSON_TABLES = {
     "message_lifecycle.json": spec_tables.message_table,
     "session_lifecycle.json": spec_tables.session_table,
     "run_lifecycle.json": spec_tables.run_table,
+    "approval_lifecycle.json": spec_tables.approval_table,
     "errors.json": spec_tables.errors_table,
     "events.json": spec_tables.events_table,
     "config.json": spec_tables.config_table,
@@ -69,7 +70,7 @@ def test_every_generated_file_is_checked() -> None:
 def test_lifecycle_md_is_marked_generated_and_holds_every_diagram() -> None:
     text = (SPEC / "lifecycle.md").read_text(encoding="utf-8")
     assert text.startswith("<!-- GENERATED") and spec_tables.REGENERATE in text
-    assert text.count("```mermaid\nstateDiagram-v2\n") == 4
+    assert text.count("```mermaid\nstateDiagram-v2\n") == 5
 
 
 def test_check_mode_reports_nothing_stale(capsys: pytest.CaptureFixture[str]) -> None:
@@ -89,11 +90,17 @@ class _Toy(enum.StrEnum):
     C = "c"
 
 
+class _ToyTrigger(enum.StrEnum):
+    GO = "go"
+    STOP = "stop"
+
+
 def test_mermaid_renders_initial_transitions_and_finals() -> None:
     a, b, c = _Toy
+    go, stop = _ToyTrigger
     toy = Lifecycle(
-        name="Toy", initial=a, states=(a, b, c), final=frozenset({c}),
-        events=("go", "stop"), transitions={(a, "go"): b, (b, "stop"): c},
+        name="Toy", initial=a, states=(a, b, c), final=frozenset({c}), triggers=(go, stop),
+        meanings={go: "it goes", stop: "it stops"}, transitions={(a, go): b, (b, stop): c},
     )
     assert spec_tables.mermaid(toy) == (
         "stateDiagram-v2\n    [*] --> a\n    a --> b : go\n    b --> c : stop\n    c --> [*]\n"
@@ -145,7 +152,7 @@ def _known_names() -> set[str]:
     names = set(_codes()) | set(GUARD_ORDER)
     for table in ("message_lifecycle.json", "session_lifecycle.json"):
         machine = _load(table)
-        names |= {s["name"] for s in machine["states"]} | set(machine["events"])
+        names |= {s["name"] for s in machine["states"]} | set(machine["triggers"])
         names |= {t["log_kind"] for t in machine["transitions"]}
         names |= {s["log_kind"] for s in machine["states"] if "log_kind" in s}
     return names | {row["key"] for row in _load("config.json")["keys"]}

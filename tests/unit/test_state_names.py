@@ -1,9 +1,11 @@
-"""No lifecycle state is spelled as a bare string outside ``treemail/core/lifecycle.py``.
+"""No lifecycle state or trigger is spelled as a bare string outside
+``treemail/core/lifecycle.py``.
 
-Every module names states through the enums (``MessageState``, ``SessionState``, ``RunState``,
-``RequestState``), so mypy catches a misspelt state. This test walks the AST of every module
-of ``treemail/`` and fails on any string constant equal to a state's value. Docstrings are
-sentences, never equal to a bare state name, so they need no exemption.
+Every module names states through the state enums (``MessageState``, ``SessionState``,
+``RunState``, ``RequestState``) and triggers through the trigger enums (``MessageTrigger``,
+...), so mypy catches a misspelt one. This test walks the AST of every module of ``treemail/``
+and fails on any string constant equal to a state's or a trigger's value. Docstrings are
+sentences, never equal to a bare name, so they need no exemption.
 """
 
 from __future__ import annotations
@@ -11,17 +13,55 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from treemail.core.lifecycle import MessageState, RequestState, RunState, SessionState
+from treemail.core.lifecycle import (
+    ApprovalState,
+    ApprovalTrigger,
+    MessageState,
+    MessageTrigger,
+    RequestState,
+    RequestTrigger,
+    RunState,
+    RunTrigger,
+    SessionState,
+    SessionTrigger,
+)
 
 PACKAGE = Path(__file__).resolve().parents[2] / "treemail"
 DECLARATION = PACKAGE / "core" / "lifecycle.py"
 
 STATE_NAMES = frozenset(
-    str(s) for kind in (MessageState, SessionState, RunState, RequestState) for s in kind
+    str(s) for kind in (MessageState, SessionState, RunState, RequestState, ApprovalState)
+    for s in kind
+)
+TRIGGER_NAMES = frozenset(
+    str(t) for kind in (MessageTrigger, SessionTrigger, RunTrigger, RequestTrigger,
+                        ApprovalTrigger)
+    for t in kind
 )
 
-# (module, string) pairs that are genuinely not states, each with the reason.
+# (module, string) pairs that are genuinely not states or triggers, each with the reason.
 ALLOWED: dict[tuple[str, str], str] = {
+    # Function names listed in ``__all__``: runs.start and runs.end step the lifecycles.
+    ("core/runs.py", "start"): "the function runs.start, in __all__",
+    ("core/runs.py", "end"): "the function runs.end, in __all__",
+    # The model checker's actions are named after the engine methods they call.
+    ("models/explore.py", "begin_request"): "the action calling Engine.begin_request",
+    ("models/explore.py", "commit_request"): "the action calling Engine.commit_request",
+    ("models/explore.py", "abort_request"): "the action calling Engine.abort_request",
+    ("models/explore.py", "discard"): "the action calling Engine.discard",
+    ("testing/postgres.py", "start"): "pg_ctl's start command",
+    # ``approve`` is also approval.answer's wire parameter and the CLI command sending it.
+    ("adapters/ui/commands.py", "approve"): "the approve command and approval.answer's param",
+    ("adapters/ui/tui/sources.py", "approve"): "approval.answer's wire parameter",
+    # ``deny`` is also a permission rule's action (Action.DENY).
+    ("core/permissions.py", "deny"): "Action.DENY, a rule's action",
+    ("models/explore.py", "deny"): "a rule's action, and the trace word of a denial",
+    ("testing/store_contract.py", "deny"): "a rule's action in the contract's agent",
+    ("models/world.py", "denied"): "the reference's PermissionDenied message text",
+    # ``pending`` is also the pending-mail index and a message state's flag.
+    ("core/keys.py", "pending"): "Table.PENDING and keys.pending, the pending-mail index",
+    ("testing/store_contract.py", "pending"): "the pending-mail index in a store snapshot",
+    ("spec_tables.py", "pending"): "a message state's pending flag",
     # RecipientState is the send result's wire vocabulary, fixed by the contract; two of its
     # values happen to equal session state names. It is declared once, here.
     ("core/records.py", "running"): "RecipientState.RUNNING, a wire value of the send result",
@@ -35,7 +75,7 @@ def _bare_states(path: Path) -> list[tuple[int, str]]:
         (node.lineno, node.value)
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
-        and node.value in STATE_NAMES
+        and node.value in STATE_NAMES | TRIGGER_NAMES
     ]
 
 
@@ -60,3 +100,9 @@ def test_the_check_sees_a_bare_state(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text('if session.state == "finished":\n    pass\n', encoding="utf-8")
     assert _bare_states(probe) == [(1, "finished")]
+
+
+def test_the_check_sees_a_bare_trigger(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text('step_message(tx, message, "consume")\n', encoding="utf-8")
+    assert _bare_states(probe) == [(1, "consume")]

@@ -19,7 +19,7 @@ from treemail.adapters.store.codec import CHECKSUM_BYTES, decode, encode
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.store.verify import main as verify_main
 from treemail.core.errors import StoreDamaged, StoreFormatUnknown
-from treemail.core.keys import Table, Tally, counter_name
+from treemail.core.keys import Table, Tally, tallied_name
 
 
 def as_format_2(directory: Path) -> None:
@@ -32,7 +32,7 @@ def as_format_2(directory: Path) -> None:
             tally = decode(Tally, raw, db="tally", key=key)
             tx.put(key, encode(tally.last_event, key), db=last_seq)
             for slot, n in tally.counters.items():
-                name = counter_name(key, slot).encode()
+                name = tallied_name(key, slot).encode()
                 tx.put(name, encode(n, name), db=counters)
         tx.drop(tally_db, delete=True)
         tx.put(b"format", b"treemail-store 2", db=env.open_db(b"meta", txn=tx))

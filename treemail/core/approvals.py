@@ -1,11 +1,13 @@
 """Approvals: a tool call held by an ``ask`` rule, durably, until the user answers.
 
-The held call keeps its tool context. Approving it records a grant for the chosen scope
-(``once`` for this call, ``session`` for the sender, ``tree`` for its whole tree) keyed by the
-operation's identity, then runs the call in the same transaction; a later retry of the same
-tool call finds the result in the idempotency index. Denying it answers the call with the
-generic permission-denied error. Pending approvals live in the store, so they survive a restart;
-a call approved after its run has died still sends exactly once.
+An approval steps through ``APPROVAL`` (``ApprovalLifecycle``): pending until the user
+approves or denies it. The held call keeps its tool context. Approving it records a grant for
+the chosen ``GrantScope`` (``once`` for this call, ``session`` for the sender, ``tree`` for
+its whole tree) keyed by the operation's identity, then runs the call in the same
+transaction; a later retry of the same tool call finds the result in the idempotency index.
+Denying it answers the call with the generic permission-denied error. Pending approvals live
+in the store, so they survive a restart; a call approved after its run has died still sends
+exactly once.
 """
 
 from __future__ import annotations
@@ -18,17 +20,27 @@ from treemail.core import events
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import InvalidRequest, PermissionDenied, Refusal, UnknownApproval
 from treemail.core.ids import IdSource
-from treemail.core.records import Approval, ApprovalState, ToolContext
+from treemail.core.lifecycle import APPROVAL, ApprovalState, ApprovalTrigger
+from treemail.core.records import Approval, GrantScope, ToolContext
 from treemail.core.results import CallOutcome
 from treemail.core.sending import AgentCatalogue, grant_counter, send
 from treemail.core.store import WriteTxn
 
-__all__ = ["REASON_LIMIT", "SCOPES", "answer", "hold"]
+__all__ = ["REASON_LIMIT", "SCOPES", "answer", "hold", "scope_named"]
 
-SCOPES = ("once", "session", "tree")
+# Plain text, as the wire, the CLI and the stored record spell them.
+SCOPES: tuple[str, ...] = tuple(scope.value for scope in GrantScope)
 # A deny's reason is a sentence for the agent, kept in the approval and its event: bounded
 # like any text a user puts into the store.
 REASON_LIMIT = 2000
+
+
+def scope_named(scope: str, what: str) -> GrantScope:
+    """The grant scope ``scope`` names; ``what`` (grant, approval) says whose it is."""
+    if scope not in SCOPES:
+        listed = ", ".join(SCOPES[:-1]) + " or " + SCOPES[-1]
+        raise InvalidRequest(f"{what} scope must be {listed}, not {scope!r}")
+    return GrantScope(scope)
 
 
 def hold(
@@ -59,23 +71,23 @@ def answer(
     approval = tx.approval(approval_id)
     if approval is None or approval.state is not ApprovalState.PENDING:
         raise UnknownApproval(f"no pending approval {approval_id}; list pending approvals first")
-    if scope not in SCOPES:
-        raise InvalidRequest(f"approval scope must be once, session or tree, not {scope!r}")
+    granted = scope_named(scope, "approval")
     if reason is not None and approve:
         raise InvalidRequest("a reason goes with a deny; approve without one")
     if reason is not None and len(reason) > REASON_LIMIT:
         raise InvalidRequest(f"a deny's reason is at most {REASON_LIMIT} characters, not "
                              f"{len(reason)}; say it shorter")
+    trigger = ApprovalTrigger.APPROVE if approve else ApprovalTrigger.DENY
+    state = APPROVAL.step(f"approval {approval_id}", approval.state, trigger)
     wake: str | None = None
     if approve:
-        _grant(tx, approval, scope)
+        _grant(tx, approval, granted)
         outcome, wake = _run(tx, config, ids, approval, agents)
-        state = ApprovalState.APPROVED
     else:
         why = f"; the user said: {reason}" if reason else ""
         denied = PermissionDenied(f"permission denied: the user did not approve this call{why}")
-        outcome, state = _error(denied), ApprovalState.DENIED
-    answered = attrs.evolve(approval, state=state, scope=scope if approve else None,
+        outcome = _error(denied)
+    answered = attrs.evolve(approval, state=state, scope=granted.value if approve else None,
                             outcome=outcome)
     tx.put_approval(answered)
     events.record(tx, approval.session_id, events.ApprovalAnswered(
@@ -83,13 +95,13 @@ def answer(
     return answered, wake
 
 
-def _grant(tx: WriteTxn, approval: Approval, scope: str) -> None:
+def _grant(tx: WriteTxn, approval: Approval, scope: GrantScope) -> None:
     sender = tx.session(approval.session_id)
     assert sender is not None  # held approvals name stored sessions
     subject = {
-        "once": approval.approval_id,
-        "session": sender.session_id,
-        "tree": sender.root_session_id,
+        GrantScope.ONCE: approval.approval_id,
+        GrantScope.SESSION: sender.session_id,
+        GrantScope.TREE: sender.root_session_id,
     }[scope]
     name = grant_counter(scope, subject, approval.label)
     if not tx.count(name):

@@ -24,10 +24,10 @@ import attrs
 
 from treemail.core import approvals, events, runs
 from treemail.core.config import MessagingConfig
-from treemail.core.delivery import accept, step_message
 from treemail.core.errors import EngineShutdown, InvalidRequest, UnknownTarget
 from treemail.core.ids import IdSource, make_handle
-from treemail.core.lifecycle import SessionState
+from treemail.core.keys import SESSIONS_COUNTER, delegation_counter
+from treemail.core.lifecycle import MessageTrigger, RunTrigger, SessionState
 from treemail.core.permissions import Rules
 from treemail.core.producers import Produced, check_key, check_mail, produce
 from treemail.core.records import (
@@ -46,6 +46,7 @@ from treemail.core.records import (
 from treemail.core.runs import Delivery, Request, need_run, need_session
 from treemail.core.sending import AgentCatalogue, current_rules, grant_counter, send
 from treemail.core.store import ReadTxn, Store, WriteTxn
+from treemail.core.transitions import accept, step_message
 
 __all__ = ["Delivery", "Engine", "Produced", "Request"]
 
@@ -106,7 +107,7 @@ class Engine:
             parent_session_id=parent.session_id if parent is not None else None,
             agent=agent,
             handle=handle,
-            ordinal=tx.add("sessions", 1),
+            ordinal=tx.add(SESSIONS_COUNTER, 1),
             description=description,
         )
         tx.put_session(session)
@@ -174,9 +175,7 @@ class Engine:
 
         ``scope`` is ``once`` (subject ``session/run/tool_call`` of the waiting call),
         ``session`` (subject: sender session id) or ``tree`` (subject: root session id)."""
-        if scope not in ("once", "session", "tree"):
-            raise InvalidRequest(f"grant scope must be once, session or tree, not {scope!r}")
-        name = grant_counter(scope, subject, label)
+        name = grant_counter(approvals.scope_named(scope, "grant"), subject, label)
         self._transact(lambda tx: None if tx.count(name) else tx.add(name, 1))
 
     def hold_for_approval(
@@ -324,7 +323,8 @@ class Engine:
         Returns whether it did (a woken session's later runs never report again)."""
 
         def work(tx: WriteTxn) -> bool:
-            session = runs.end(tx, self.ids, session_id, run_id, "finish", "completed")
+            session = runs.end(tx, self.ids, session_id, run_id, RunTrigger.FINISH,
+                               "completed")
             return result is not None and runs.complete_delegation(tx, self.ids, session, result)
 
         return self._transact(work)
@@ -333,8 +333,8 @@ class Engine:
                    fault: events.Fault | None = None) -> None:
         """Interrupt a queued or running run; an open request is aborted first. ``fault``
         records what a failed model call knew beside the reason."""
-        self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id, "interrupt",
-                                           reason, fault))
+        self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id,
+                                           RunTrigger.INTERRUPT, reason, fault))
 
     def give_up_run(self, session_id: str, run_id: str, reason: str,
                     fault: events.Fault | None = None) -> bool:
@@ -342,8 +342,8 @@ class Engine:
         it; a delegated session's parent is told why. Returns whether a parent was told."""
 
         def work(tx: WriteTxn) -> bool:
-            session = runs.end(tx, self.ids, session_id, run_id, "interrupt", reason, fault,
-                               wake=False)
+            session = runs.end(tx, self.ids, session_id, run_id, RunTrigger.INTERRUPT, reason,
+                               fault, wake=False)
             return runs.report_interruption(tx, self.ids, session, reason)
 
         return self._transact(work)
@@ -357,7 +357,7 @@ class Engine:
             message = tx.message(message_id)
             if message is None:
                 raise UnknownTarget(f"no message {message_id}")
-            step_message(tx, message, "discard", reason=reason, run_id=None)
+            step_message(tx, message, MessageTrigger.DISCARD, reason=reason, run_id=None)
 
         self._transact(work)
 
@@ -410,7 +410,7 @@ def _stranded(tx: ReadTxn, session: Session) -> bool:
         return False
     # An idle session holds no deliverable mail (reconcile would have queued a run), so the
     # log alone tells whether the last run died at restart.
-    if tx.count(runs.delegation_counter(session.session_id)):
+    if tx.count(delegation_counter(session.session_id)):
         return False
     # Idle after having run means the last run was interrupted (a finish leaves it finished):
     # stranded exactly when that interruption was recovery's.

@@ -193,23 +193,24 @@ class AgentDocError(DefinitionError):
 
 
 class IllegalTransition(DefinitionError):
-    """A lifecycle event was fired in a state that does not allow it; nothing changed."""
+    """A lifecycle trigger was fired in a state that does not allow it; nothing changed."""
 
     code = "lifecycle:illegal_transition"
 
-    def __init__(self, subject: str, event: str, state: str, allowed: tuple[str, ...]) -> None:
+    def __init__(self, subject: str, trigger: str, state: str, allowed: tuple[str, ...]) -> None:
         super().__init__(
-            f"cannot {event} {subject} in state {state!r}; "
+            f"cannot {trigger} {subject} in state {state!r}; "
             f"from {state!r} only {', '.join(allowed) or 'no event'} is allowed",
             subject=subject,
-            event=event,
+            event=str(trigger),
             state=state,
-            allowed=list(allowed),
+            allowed=[str(a) for a in allowed],
         )
         self.subject = subject
-        self.event = event
+        # ``event`` (not ``trigger``) is the name its details have always carried.
+        self.event = str(trigger)
         self.state = state
-        # The events the lifecycle table allows from ``state``, in the table's order.
+        # The triggers the lifecycle table allows from ``state``, in the table's order.
         self.allowed = allowed
 
 

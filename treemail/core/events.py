@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, assert_never
 
 import attrs
 
+from treemail.core.lifecycle import SessionTrigger
 from treemail.core.owners import AgentOwner, MailOwner, owner_from, owner_of
 from treemail.core.records import ApprovalState, Event, Message, Mode, Owner, Run
 from treemail.core.results import CallOutcome
@@ -463,20 +464,29 @@ def message_payload(message: Message) -> MessagePayload:
     return built
 
 
-# The session-lifecycle event each run kind records.
-_RUN_KINDS: Mapping[str, type[RunPayload]] = {
-    "enqueue": RunQueued, "start": RunStarted, "finish": RunFinished, "interrupt": RunInterrupted,
-}
+def _run_class(trigger: SessionTrigger) -> type[RunPayload]:
+    """The payload recording session trigger ``trigger``; mypy checks every trigger has one."""
+    match trigger:
+        case SessionTrigger.ENQUEUE:
+            return RunQueued
+        case SessionTrigger.START:
+            return RunStarted
+        case SessionTrigger.FINISH:
+            return RunFinished
+        case SessionTrigger.INTERRUPT:
+            return RunInterrupted
+        case _:
+            assert_never(trigger)
 
 
-def run_kind(event: str) -> EventKind:
-    """The kind recording session-lifecycle event ``event`` (enqueue, start, ...)."""
-    return _RUN_KINDS[event].KIND
+def run_kind(trigger: SessionTrigger) -> EventKind:
+    """The kind recording session trigger ``trigger`` (enqueue, start, ...)."""
+    return _run_class(trigger).KIND
 
 
-def run_payload(event: str, run: Run, reason: str | None,
+def run_payload(trigger: SessionTrigger, run: Run, reason: str | None,
                 fault: Fault | None = None) -> RunPayload:
-    cls = _RUN_KINDS[event]
+    cls = _run_class(trigger)
     if cls is RunStarted:
         return RunStarted(run.run_id, run.number)
     if reason is None:

@@ -29,8 +29,6 @@ __all__ = [
     "check_hops",
     "check_inbox",
     "check_inflight",
-    "inbox_counter",
-    "pair_counter",
     "parse_arguments",
 ]
 
@@ -114,14 +112,6 @@ def check_hops(hop: int, config: MessagingConfig) -> None:
             hop=hop,
             limit=config.max_hops,
         )
-
-
-def inbox_counter(recipient: str) -> str:
-    return f"inbox/{recipient}"
-
-
-def pair_counter(sender: str, recipient: str) -> str:
-    return f"pair/{sender}/{recipient}"
 
 
 def check_inbox(pending_agent_mail: int, config: MessagingConfig) -> None:

@@ -37,10 +37,14 @@ class CountingIds:
         self._namespace = namespace
 
     def new_id(self) -> str:
-        n = self._next
+        minted = self.peek()
         self._next += 1
+        return minted
+
+    def peek(self) -> str:
+        """The id ``new_id`` will mint next, minting nothing."""
         # The counter leads, so handles (the first 8 hex digits) stay distinct.
-        return f"{n:08x}-0000-4000-8000-{self._namespace:012x}"
+        return f"{self._next:08x}-0000-4000-8000-{self._namespace:012x}"
 
 
 # Longest reference worth a lookup, in UTF-8 bytes: handles are short, UUIDs 36 bytes. It is

@@ -7,6 +7,10 @@ rebuild every index from the records with the same functions that wrote it.
 Index keys put the owner first and a big-endian number last, so byte order is the order the
 Store port promises and every read is a point lookup or a prefix range over one owner's rows.
 
+Every named counter is of one ``Counter`` kind, and its name (a ``CounterName``) is built by
+this module's constructors alone (``inbox_counter`` ...) and read back by ``counter_kind``:
+the store port takes a ``CounterName``, so mypy refuses a name spelt by hand elsewhere.
+
 A session's tally row keeps the numbers one send reads and writes together: the seq of the
 session's last event, and the counters named ``<kind>/.../<session id>`` for the kinds in
 ``TALLIED`` (its next message seq, its pending agent mail, and per sender the pair's pending
@@ -22,6 +26,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Mapping
+from typing import NewType
 
 import attrs
 
@@ -29,6 +34,7 @@ from treemail.core.errors import StorageError
 from treemail.core.records import (
     Approval,
     Event,
+    GrantScope,
     IdempotencyKey,
     Message,
     ProducerKey,
@@ -41,25 +47,35 @@ __all__ = [
     "MAX_KEY",
     "SEP",
     "SEQ_LIMIT",
+    "SESSIONS_COUNTER",
     "TALLIED",
     "VALUE_KINDS",
+    "Counter",
+    "CounterName",
     "CounterPlace",
     "Table",
     "Tally",
     "counter",
-    "counter_name",
+    "counter_kind",
     "counter_place",
+    "delegation_counter",
     "event",
     "event_seq",
     "events_of",
     "feed",
     "feed_number",
+    "grant_counter",
     "handle",
     "identity",
+    "inbox_counter",
+    "pair_counter",
     "pending",
     "pending_of",
     "replay",
+    "runs_counter",
     "seq_bytes",
+    "seq_counter",
+    "tallied_name",
     "tree",
     "tree_of",
 ]
@@ -143,8 +159,63 @@ def _owned(owner: str) -> bytes:
 
 counter = identity
 
+
+class Counter(enum.StrEnum):
+    """The kinds of named counter. A counter's name is its kind, then ``/`` and its parts."""
+
+    SESSIONS = "sessions"  # the last session ordinal handed out (no parts)
+    SEQ = "seq"  # seq/<session>: the session's last message seq
+    RUNS = "runs"  # runs/<session>: the session's last run number
+    INBOX = "inbox"  # inbox/<recipient>: its pending agent mail (the inbox guard)
+    PAIR = "pair"  # pair/<sender>/<recipient>: the directed pair's pending mail
+    GRANT = "grant"  # grant/<scope>/<subject>/<operation>/<label>: a user's approval
+    DELEGATION = "delegation"  # delegation/<session>: set once its result reached the parent
+
+
+CounterName = NewType("CounterName", str)
+
+SESSIONS_COUNTER = CounterName(Counter.SESSIONS.value)
+
+
+def _named(kind: Counter, *parts: str) -> CounterName:
+    return CounterName("/".join((kind.value, *parts)))
+
+
+def seq_counter(session_id: str) -> CounterName:
+    return _named(Counter.SEQ, session_id)
+
+
+def runs_counter(session_id: str) -> CounterName:
+    return _named(Counter.RUNS, session_id)
+
+
+def inbox_counter(recipient: str) -> CounterName:
+    return _named(Counter.INBOX, recipient)
+
+
+def pair_counter(sender: str, recipient: str) -> CounterName:
+    return _named(Counter.PAIR, sender, recipient)
+
+
+def grant_counter(scope: GrantScope, subject: str, operation: str, label: str) -> CounterName:
+    return _named(Counter.GRANT, scope.value, subject, operation, label)
+
+
+def delegation_counter(session_id: str) -> CounterName:
+    """The flag set once a delegated session has reported its result to its parent."""
+    return _named(Counter.DELEGATION, session_id)
+
+
+_KINDS = {kind.value: kind for kind in Counter}
+
+
+def counter_kind(name: str) -> Counter | None:
+    """The kind of counter ``name``: the text before its first ``/``; None if no kind's."""
+    return _KINDS.get(name.partition("/")[0])
+
+
 # The counter kinds kept in the tally of the session their name ends with (see above).
-TALLIED = ("seq/", "inbox/", "pair/")
+TALLIED = frozenset({Counter.SEQ, Counter.INBOX, Counter.PAIR})
 
 
 @attrs.frozen
@@ -159,8 +230,8 @@ class CounterPlace:
 def counter_place(name: str) -> CounterPlace | None:
     """The tally row and slot of counter ``name``, or None when the counters table keeps it.
     The owner is the text after the name's last ``/``, so ``slot + "/" + owner`` is the name
-    again (``counter_name``): every name has one place, whatever its ids hold."""
-    if not name.startswith(TALLIED):
+    again (``tallied_name``): every name has one place, whatever its ids hold."""
+    if counter_kind(name) not in TALLIED or "/" not in name:
         return None
     slot, _, owner = name.rpartition("/")
     if not owner:
@@ -168,9 +239,9 @@ def counter_place(name: str) -> CounterPlace | None:
     return CounterPlace(identity(owner), slot)
 
 
-def counter_name(owner: bytes, slot: str) -> str:
+def tallied_name(owner: bytes, slot: str) -> CounterName:
     """The name of the counter at ``slot`` of ``owner``'s tally: ``counter_place`` undone."""
-    return f"{slot}/{owner.decode()}"
+    return CounterName(f"{slot}/{owner.decode()}")
 
 
 def tree_of(root: str) -> bytes:

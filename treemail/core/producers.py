@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import attrs
 
-from treemail.core.delivery import accept
 from treemail.core.errors import InvalidRequest, PluginBodyTooLarge, ProducerKeyConflict
 from treemail.core.ids import MAX_REFERENCE, IdSource, storable
 from treemail.core.records import Mode, Owner, ProducerKey, SendResult
 from treemail.core.runs import need_session
 from treemail.core.sending import REPORTED, text_digest
 from treemail.core.store import WriteTxn
+from treemail.core.transitions import accept
 
 __all__ = [
     "PLUGIN_BODY_MAX_BYTES",

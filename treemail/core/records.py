@@ -12,7 +12,14 @@ from collections.abc import Mapping
 
 import attrs
 
-from treemail.core.lifecycle import MESSAGE, MessageState, RequestState, RunState, SessionState
+from treemail.core.lifecycle import (
+    MESSAGE,
+    ApprovalState,
+    MessageState,
+    RequestState,
+    RunState,
+    SessionState,
+)
 from treemail.core.permissions import Action, Rules
 from treemail.core.results import CallOutcome
 
@@ -21,6 +28,7 @@ __all__ = [
     "Approval",
     "ApprovalState",
     "Event",
+    "GrantScope",
     "IdempotencyKey",
     "Message",
     "Mode",
@@ -201,10 +209,13 @@ class ProducerKey:
     key: str
 
 
-class ApprovalState(enum.StrEnum):
-    PENDING = "pending"
-    APPROVED = "approved"
-    DENIED = "denied"
+class GrantScope(enum.StrEnum):
+    """How far the user's approval of a held call reaches: that call alone, every call of
+    the sender session, or every call of its tree (to peers of the same label)."""
+
+    ONCE = "once"
+    SESSION = "session"
+    TREE = "tree"
 
 
 @attrs.frozen

@@ -5,20 +5,38 @@ runs, steered mail admitted into it. ``begin`` claims the bound mail at a safe b
 ``close`` consumes it (committed) or releases it (aborted). Ending a run hands whatever it
 never claimed to the next run, and ``reconcile`` queues that run when one is needed.
 
-A run's status steps through ``RUN`` (``delivery.step_run``) and its model request through
-``REQUEST`` (``_step_request``); an illegal step is refused by the table, naming the events it
+A run's status steps through ``RUN`` (``transitions.step_run``) and its model request through
+``REQUEST`` (``_step_request``); an illegal step is refused by the table, naming the triggers it
 allows, before anything is written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
+from typing import Any, assert_never
 
 import attrs
 
 from treemail.core import events
-from treemail.core.delivery import (
+from treemail.core.envelope import interruption_result, render_mail
+from treemail.core.errors import UnknownTarget
+from treemail.core.ids import IdSource, storable
+from treemail.core.keys import delegation_counter, runs_counter
+from treemail.core.lifecycle import (
+    REQUEST,
+    SESSION,
+    MessageState,
+    MessageTrigger,
+    RequestState,
+    RequestTrigger,
+    RunState,
+    RunTrigger,
+    SessionTrigger,
+)
+from treemail.core.records import Message, Owner, Run, Session
+from treemail.core.sending import AgentCatalogue, current_rules
+from treemail.core.store import ReadTxn, WriteTxn
+from treemail.core.transitions import (
     accept,
     admit_accepted,
     bound_to,
@@ -26,23 +44,14 @@ from treemail.core.delivery import (
     step_run,
     step_session,
 )
-from treemail.core.envelope import interruption_result, render_mail
-from treemail.core.errors import UnknownTarget
-from treemail.core.ids import IdSource, storable
-from treemail.core.lifecycle import REQUEST, SESSION, MessageState, RequestState, RunState
-from treemail.core.records import Message, Owner, Run, Session
-from treemail.core.sending import AgentCatalogue, current_rules
-from treemail.core.store import ReadTxn, WriteTxn
 
 __all__ = [
     "CRASH",
-    "REQUEST_LOG",
     "Delivery",
     "Request",
     "begin",
     "close",
     "complete_delegation",
-    "delegation_counter",
     "end",
     "live_run",
     "need_run",
@@ -50,6 +59,7 @@ __all__ = [
     "reconcile",
     "recover",
     "report_interruption",
+    "request_log",
     "start",
 ]
 
@@ -57,12 +67,20 @@ __all__ = [
 # The reason recorded on a run that recovery found dead.
 CRASH = "crash found at restart"
 
-# The event-log kind recording each request step (``end`` changes nothing, logs nothing).
-REQUEST_LOG = {
-    "begin_request": events.RequestBegun.KIND,
-    "commit_request": events.RequestCommitted.KIND,
-    "abort_request": events.RequestAborted.KIND,
-}
+def request_log(trigger: RequestTrigger) -> events.EventKind | None:
+    """The event-log kind recording each request step (``end`` changes nothing, logs
+    nothing); mypy checks every trigger is answered."""
+    match trigger:
+        case RequestTrigger.BEGIN_REQUEST:
+            return events.RequestBegun.KIND
+        case RequestTrigger.COMMIT_REQUEST:
+            return events.RequestCommitted.KIND
+        case RequestTrigger.ABORT_REQUEST:
+            return events.RequestAborted.KIND
+        case RequestTrigger.END:
+            return None
+        case _:
+            assert_never(trigger)
 
 
 @attrs.frozen
@@ -111,21 +129,21 @@ def reconcile(tx: WriteTxn, ids: IdSource, session_id: str) -> None:
     current = tx.run(session.run_id) if session.run_id is not None else None
     admit_accepted(tx, session, current)
     if not session.state.has_run and next(bound_to(tx, session_id, None), None):
-        number = tx.add(f"runs/{session_id}", 1)
+        number = tx.add(runs_counter(session_id), 1)
         run = Run(ids.new_id(), session_id, number)
         tx.put_run(run)
-        step_session(tx, session, "enqueue", run, reason="wake")
+        step_session(tx, session, SessionTrigger.ENQUEUE, run, reason="wake")
 
 
 def start(tx: WriteTxn, session_id: str) -> Run:
     session = need_session(tx, session_id)
     # Refused before anything is written; the error lists what the session allows instead.
-    SESSION.step(f"session {session_id}", session.state, "start")
+    SESSION.step(f"session {session_id}", session.state, SessionTrigger.START)
     if session.run_id is None:
         raise UnknownTarget(f"session {session_id} is queued without a run")
     admit_accepted(tx, session, None)  # mail accepted while queued belongs to this run
-    run = step_run(tx, need_run(tx, session.run_id), "start")
-    step_session(tx, session, "start", run)
+    run = step_run(tx, need_run(tx, session.run_id), RunTrigger.START)
+    step_session(tx, session, SessionTrigger.START, run)
     for message in list(bound_to(tx, session_id, None)):
         tx.put_message(attrs.evolve(message, run_id=run.run_id))
     return run
@@ -136,14 +154,15 @@ def begin(
     agents: AgentCatalogue | None = None,
 ) -> Request:
     session, run = live_run(tx, session_id, run_id)
-    REQUEST.step(f"run {run_id}", run.request_state, "begin_request")  # before the id is minted
+    # Refused before the request id is minted.
+    REQUEST.step(f"run {run_id}", run.request_state, RequestTrigger.BEGIN_REQUEST)
     admit_accepted(tx, session, run)
     request_id = ids.new_id()
     claimed = [
-        step_message(tx, m, "claim", request_id=request_id)
+        step_message(tx, m, MessageTrigger.CLAIM, request_id=request_id)
         for m in list(bound_to(tx, session_id, run_id))
     ]
-    _step_request(tx, run, "begin_request", request_id)
+    _step_request(tx, run, RequestTrigger.BEGIN_REQUEST, request_id)
     events.record(tx, session_id, events.RequestBegun(
         run_id, request_id, tuple(m.message_id for m in claimed)))
     return Request(request_id, run_id, tuple(_delivery(tx, session, m, agents) for m in claimed))
@@ -181,10 +200,11 @@ def close(tx: WriteTxn, session_id: str, run_id: str, request_id: str, committed
 
 
 def _step_request(
-    tx: WriteTxn, run: Run, event: str, request_id: str | None = None, **changes: Any
+    tx: WriteTxn, run: Run, trigger: RequestTrigger, request_id: str | None = None,
+    **changes: Any,
 ) -> Run:
     """Step the run's request through ``REQUEST``; ``request_id`` names a request it opens."""
-    target = REQUEST.step(f"run {run.run_id}", run.request_state, event)
+    target = REQUEST.step(f"run {run.run_id}", run.request_state, trigger)
     opened = request_id if target is RequestState.REQUEST_OPEN else None
     updated = attrs.evolve(run, open_request=opened, **changes)
     tx.put_run(updated)
@@ -197,13 +217,13 @@ def _settle(tx: WriteTxn, run: Run, committed: bool) -> Run:
         if message.state is not MessageState.CLAIMED or message.request_id != run.open_request:
             continue
         if committed:
-            step_message(tx, message, "consume")
+            step_message(tx, message, MessageTrigger.CONSUME)
             if message.owner is Owner.AGENT:
                 base_hop = max(base_hop, message.hop)
         else:
-            step_message(tx, message, "release", request_id=None)
-    event = "commit_request" if committed else "abort_request"
-    settled = _step_request(tx, run, event, base_hop=base_hop)
+            step_message(tx, message, MessageTrigger.RELEASE, request_id=None)
+    trigger = RequestTrigger.COMMIT_REQUEST if committed else RequestTrigger.ABORT_REQUEST
+    settled = _step_request(tx, run, trigger, base_hop=base_hop)
     assert run.open_request is not None  # _settle is only called on an open request
     closed = events.RequestCommitted if committed else events.RequestAborted
     events.record(tx, run.session_id, closed(run.run_id, run.open_request))
@@ -211,10 +231,11 @@ def _settle(tx: WriteTxn, run: Run, committed: bool) -> Run:
 
 
 def end(
-    tx: WriteTxn, ids: IdSource, session_id: str, run_id: str, event: str, reason: str,
+    tx: WriteTxn, ids: IdSource, session_id: str, run_id: str, trigger: RunTrigger, reason: str,
     fault: events.Fault | None = None, *, wake: bool = True,
 ) -> Session:
-    """Finish (``finish``) or interrupt (``interrupt``) the session's current run.
+    """Finish (``RunTrigger.FINISH``) or interrupt (``RunTrigger.INTERRUPT``) the session's
+    current run.
 
     ``wake=False`` leaves the session idle even with mail left: it runs again only when new
     input reconciles it (the runtime's give-up after repeated model failures)."""
@@ -223,37 +244,32 @@ def end(
         raise UnknownTarget(f"run {run_id} is not the current run of {session_id}")
     run = need_run(tx, run_id)
     if fault is None:
-        _end(tx, session, run, event, reason)
+        _end(tx, session, run, trigger, reason)
     else:
-        _close(tx, session, run, event, reason, fault)
+        _close(tx, session, run, trigger, reason, fault)
     if wake:
         reconcile(tx, ids, session_id)
     return session
 
 
-def _end(tx: WriteTxn, session: Session, run: Run, event: str, reason: str) -> None:
+def _end(tx: WriteTxn, session: Session, run: Run, trigger: RunTrigger, reason: str) -> None:
     # The seam the model checker's planted bugs replace (treemail.models.plants): its
     # signature stays as they know it; a model fault goes through ``_close`` directly.
-    _close(tx, session, run, event, reason, None)
+    _close(tx, session, run, trigger, reason, None)
 
 
-def _close(tx: WriteTxn, session: Session, run: Run, event: str, reason: str,
+def _close(tx: WriteTxn, session: Session, run: Run, trigger: RunTrigger, reason: str,
            fault: events.Fault | None) -> None:
     # An interrupt aborts an open request first; a finish with one open is refused by the
     # table (a run ends only between requests), naming commit_request and abort_request.
-    if run.request_state is RequestState.REQUEST_OPEN and event == "interrupt":
+    if run.request_state is RequestState.REQUEST_OPEN and trigger is RunTrigger.INTERRUPT:
         run = _settle(tx, run, committed=False)
-    REQUEST.step(f"run {run.run_id}", run.request_state, "end")
-    step_session(tx, session, event, run, reason=reason, fault=fault)
-    step_run(tx, run, event)
+    REQUEST.step(f"run {run.run_id}", run.request_state, RequestTrigger.END)
+    step_session(tx, session, trigger.session, run, reason=reason, fault=fault)
+    step_run(tx, run, trigger)
     # Mail bound to this run but never claimed in it waits for the next run.
     for message in list(bound_to(tx, session.session_id, run.run_id)):
         tx.put_message(attrs.evolve(message, run_id=None))
-
-
-def delegation_counter(session_id: str) -> str:
-    """The flag set once a delegated session has reported its result to its parent."""
-    return f"delegation/{session_id}"
 
 
 def complete_delegation(tx: WriteTxn, ids: IdSource, child: Session, result: str) -> bool:
@@ -291,7 +307,7 @@ def recover(tx: WriteTxn, ids: IdSource, trees: Collection[str] | None = None) -
             continue
         run = tx.run(session.run_id) if session.run_id is not None else None
         if run is not None and run.status is RunState.RUNNING:
-            _end(tx, session, run, "interrupt", CRASH)
+            _end(tx, session, run, RunTrigger.INTERRUPT, CRASH)
             dead += 1
         reconcile(tx, ids, session.session_id)
     return dead

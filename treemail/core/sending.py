@@ -21,9 +21,9 @@ from json.encoder import encode_basestring_ascii
 
 import attrs
 
+from treemail.core import keys
 from treemail.core.addressing import resolve
 from treemail.core.config import MessagingConfig
-from treemail.core.delivery import accept
 from treemail.core.errors import (
     ApprovalRequired,
     IdempotencyConflict,
@@ -48,15 +48,16 @@ from treemail.core.guards import (
     check_hops,
     check_inbox,
     check_inflight,
-    inbox_counter,
-    pair_counter,
     parse_arguments,
 )
 from treemail.core.ids import MAX_REFERENCE, IdSource, storable
+from treemail.core.keys import CounterName, inbox_counter, pair_counter
 from treemail.core.lifecycle import RunState, SessionState
 from treemail.core.permissions import Action, Rules, relationship
 from treemail.core.records import (
     AgentSpec,
+    Approval,
+    GrantScope,
     IdempotencyKey,
     Mode,
     Owner,
@@ -67,6 +68,7 @@ from treemail.core.records import (
     ToolContext,
 )
 from treemail.core.store import ReadTxn, WriteTxn
+from treemail.core.transitions import accept
 
 __all__ = [
     "GUARDS",
@@ -158,8 +160,9 @@ class Guard:
     check: Callable[[Attempt], None]
 
 
-def grant_counter(scope: str, subject: str, label: str) -> str:
-    return f"grant/{scope}/{subject}/{OPERATION}/{label}"
+def grant_counter(scope: GrantScope, subject: str, label: str) -> CounterName:
+    """The grant of send_message, the one operation grants cover today."""
+    return keys.grant_counter(scope, subject, OPERATION, label)
 
 
 def arguments_digest(args: SendArguments) -> str:
@@ -330,11 +333,12 @@ def _check_permission(
             f"permission denied: your rules do not allow send_message to a {label!r} peer",
             label=label,
         )
-    once = grant_counter("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", label)
+    once = grant_counter(GrantScope.ONCE, Approval.id_for(ctx), label)
     if tx.count(once) > 0:
         tx.add(once, -tx.count(once))  # a once-grant is spent by the send it approved
         return
-    for scope, subject in (("session", sender.session_id), ("tree", sender.root_session_id)):
+    for scope, subject in ((GrantScope.SESSION, sender.session_id),
+                           (GrantScope.TREE, sender.root_session_id)):
         if tx.count(grant_counter(scope, subject, label)) > 0:
             return
     raise ApprovalRequired(

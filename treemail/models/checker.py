@@ -53,7 +53,7 @@ from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import TreemailError
 from treemail.core.ids import CountingIds
-from treemail.core.lifecycle import MessageState, SessionState
+from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
 from treemail.core.records import Owner
 from treemail.core.store import MemoryStore
 from treemail.models.coverage import REPLAY, Coverage, guard_of, recording
@@ -152,7 +152,7 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
         n(session.session_id)
     handles = [(s.handle, f"<{n(s.session_id)}>") for s in sessions if s.handle is not None]
     live = {s.run_id for s in sessions} | {a.run_id for a in world.approvals.values()
-                                           if a.state == "pending"}
+                                           if a.state is ApprovalState.PENDING}
     live |= {r.open_request for r in world.runs.values() if r.run_id in live}
     runs = sorted((r for r in world.runs.values() if history or r.run_id in live),
                   key=lambda r: (n(r.session_id), r.number))

@@ -3,7 +3,7 @@ transitions the engine took, beside the whole of each.
 
 Transitions are read where the engine takes them: while a search runs, ``recording`` wraps
 ``Lifecycle.step`` (the one function every engine state change goes through) to note each
-(machine, state, event) it allows. Guards are read from the answers: a guard is reached when
+(machine, state, trigger) it allows. Guards are read from the answers: a guard is reached when
 a send is refused with a code only it raises, or, for the idempotent replay, when a retried
 call is answered with its original result.
 """
@@ -21,11 +21,11 @@ from treemail.core.sending import GUARDS
 
 __all__ = ["ALL_TRANSITIONS", "Coverage", "guard_of", "recording"]
 
-Transition = tuple[str, str, str]  # (machine, from state, event)
+Transition = tuple[str, str, str]  # (machine, from state, trigger)
 
 ALL_TRANSITIONS: frozenset[Transition] = frozenset(
-    (table.name, str(state), event)
-    for table in (MESSAGE, SESSION, RUN, REQUEST) for state, event in table.transitions)
+    (table.name, str(state), str(trigger))
+    for table in (MESSAGE, SESSION, RUN, REQUEST) for state, trigger in table.transitions)
 ALL_GUARDS: tuple[str, ...] = tuple(guard.name for guard in GUARDS)
 REPLAY = "idempotent_replay"
 
@@ -60,7 +60,7 @@ class Coverage:
         guards = f"guards {len(self.guards & set(ALL_GUARDS))}/{len(ALL_GUARDS)}"
         taken = f"transitions {len(self.transitions & ALL_TRANSITIONS)}/{len(ALL_TRANSITIONS)}"
         gaps = [*self.missing_guards(),
-                *(f"{machine}.{state}--{event}" for machine, state, event
+                *(f"{machine}.{state}--{trigger}" for machine, state, trigger
                   in self.missing_transitions())]
         return f"{guards} reached, {taken} taken" + (f"; not reached: {', '.join(gaps)}"
                                                       if gaps else "")
@@ -71,9 +71,9 @@ def recording(into: Coverage) -> Iterator[None]:
     """Note every lifecycle step the engine takes while the block runs."""
     original = Lifecycle.step
 
-    def step(self: Lifecycle[Any], subject: str, state: Any, event: str) -> Any:
-        target = original(self, subject, state, event)  # raises on an illegal step: not noted
-        into.transitions.add((self.name, str(state), event))
+    def step(self: Lifecycle[Any, Any], subject: str, state: Any, trigger: Any) -> Any:
+        target = original(self, subject, state, trigger)  # raises on an illegal step: not noted
+        into.transitions.add((self.name, str(state), str(trigger)))
         return target
 
     Lifecycle.step = step  # type: ignore[method-assign]

@@ -21,9 +21,9 @@ import attrs
 
 from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError
-from treemail.core.lifecycle import MessageState, RunState, SessionState
+from treemail.core.lifecycle import ApprovalState, MessageState, RunState, SessionState
 from treemail.core.permissions import Rules
-from treemail.core.records import AgentSpec, Mode, Owner, Run, Session, ToolContext
+from treemail.core.records import AgentSpec, GrantScope, Mode, Owner, Run, Session, ToolContext
 from treemail.core.results import CallOutcome
 from treemail.core.store import ReadTxn
 from treemail.models.reference import Reference
@@ -152,8 +152,8 @@ _CALLS: dict[str, Callable[..., Any]] = {
     "send_message": _send,
     "discard": lambda t, mid: t.discard(mid, "operator decision"),
     "restart": _restart,
-    "answer_approval": lambda t, aid, approve, scope="once": t.answer_approval(aid, approve,
-                                                                                scope),
+    "answer_approval": lambda t, aid, approve, scope=GrantScope.ONCE: t.answer_approval(
+        aid, approve, scope),
     "revert": lambda t, sid: t.revert(sid),
 }
 
@@ -223,9 +223,8 @@ def _answers(world: World) -> list[Action]:
     calls through unasked."""
     actions = []
     for approval in world.approvals.values():
-        if approval.state == "pending":
-            for approve, scope in ((True, "once"), (True, "session"), (True, "tree"),
-                                   (False, "once")):
+        if approval.state is ApprovalState.PENDING:
+            for approve, scope in (*((True, s) for s in GrantScope), (False, GrantScope.ONCE)):
                 word = f"approve {scope}" if approve else "deny"
                 label = f"answer_approval({_approval_label(approval.approval_id)}, {word})"
                 actions.append(Action("answer_approval",

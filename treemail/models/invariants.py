@@ -29,14 +29,13 @@ from treemail.core.events import (
     message_state,
     read,
 )
-from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import CountingIds
-from treemail.core.lifecycle import MessageState, RunState, SessionState
+from treemail.core.keys import inbox_counter, pair_counter
+from treemail.core.lifecycle import MessageState, MessageTrigger, RunState, SessionState
 from treemail.core.records import Event, Message, Owner
 from treemail.core.results import CallOutcome
 from treemail.core.store import ReadTxn
 from treemail.models.reference import Reference
-from treemail.models.snapshots import next_id
 from treemail.models.world import FINAL, MESSAGE_STEPS, World
 
 __all__ = [
@@ -148,7 +147,7 @@ def _alike(tx: ReadTxn, engine_ids: CountingIds, model: Reference, pending: Pend
                 for sid, mids in _pending_lists(world).items())
         and sorted(map(_approval, tx.approvals()), key=repr)
         == sorted(map(_approval, world.approvals.values()), key=repr)
-        and next_id(engine_ids) == next_id(model.ids)
+        and engine_ids.peek() == model.ids.peek()
     )
 
 
@@ -174,7 +173,7 @@ def _difference(tx: ReadTxn, engine_ids: CountingIds, model: Reference) -> Failu
          [[m.message_id for m in world.pending_of(sid)] for sid in world.sessions]),
         ("approvals", sorted(map(_approval, tx.approvals()), key=repr),
          sorted(map(_approval, world.approvals.values()), key=repr)),
-        ("next ids", next_id(engine_ids), next_id(model.ids)),
+        ("next ids", engine_ids.peek(), model.ids.peek()),
     )
     for what, got, want in checks:
         failure = _diff(what, got, want)
@@ -232,8 +231,7 @@ def _illegal(message_id: str, before: str | None, after: str) -> Failure | None:
     if before is None:
         ok = after == MessageState.ACCEPTED
     else:
-        ok = any(MESSAGE_STEPS.get((before, e)) == after for e in
-                 ("admit", "claim", "release", "consume", "discard"))
+        ok = any(MESSAGE_STEPS.get((before, t)) == after for t in MessageTrigger)
     if ok:
         return None
     what = f"{message_id} logged {before} -> {after}"

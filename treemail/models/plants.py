@@ -15,12 +15,12 @@ from typing import Any
 
 import attrs
 
-from treemail.core import approvals, delivery, engine, events, producers, runs, sending
+from treemail.core import approvals, engine, events, producers, runs, sending, transitions
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import InvalidToolContext, UnknownSubagentReference
-from treemail.core.guards import inbox_counter
-from treemail.core.lifecycle import MessageState, RunState
-from treemail.core.records import Message, Owner, Session
+from treemail.core.keys import inbox_counter
+from treemail.core.lifecycle import MessageState, MessageTrigger, RunState, RunTrigger
+from treemail.core.records import GrantScope, Message, Owner, Session
 from treemail.core.runs import need_session
 from treemail.core.store import ReadTxn, WriteTxn
 
@@ -40,10 +40,10 @@ def _recover_keeps_claims(original: Callable[..., Any]) -> Callable[..., Any]:
     """Recovery interrupts a dead run but forgets its open request: the mail that request
     claimed stays claimed for ever instead of being released."""
 
-    def _end(tx: Any, session: Any, run: Any, event: str, reason: str) -> None:
+    def _end(tx: Any, session: Any, run: Any, trigger: RunTrigger, reason: str) -> None:
         if reason == "crash found at restart":
             run = attrs.evolve(run, open_request=None)
-        original(tx, session, run, event, reason)
+        original(tx, session, run, trigger, reason)
 
     return _end
 
@@ -52,10 +52,12 @@ def _discard_claimed(original: Callable[..., Any]) -> Callable[..., Any]:
     """discard reads a claimed message as released, so mail already in a model request can be
     dropped (the lifecycle forbids discard from claimed)."""
 
-    def step_message(tx: Any, message: Message, event: str, **changes: Any) -> Message:
-        if event == "discard" and message.state == MessageState.CLAIMED:
+    def step_message(
+        tx: Any, message: Message, trigger: MessageTrigger, **changes: Any
+    ) -> Message:
+        if trigger is MessageTrigger.DISCARD and message.state == MessageState.CLAIMED:
             message = attrs.evolve(message, state=MessageState.RELEASED)
-        result: Message = original(tx, message, event, **changes)
+        result: Message = original(tx, message, trigger, **changes)
         return result
 
     return step_message
@@ -85,7 +87,7 @@ def _idempotency_ignored(original: Any) -> Any:
 
 def _digest_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
     """The arguments digest is never told apart: a reused tool call id with other arguments
-    replays the first call's result and sends nothing (issue 8 item 9)."""
+    replays the first call's result and sends nothing."""
 
     def arguments_digest(args: Any) -> str:
         del args
@@ -220,8 +222,8 @@ def _session_grant_for_tree(original: Callable[..., Any]) -> Callable[..., Any]:
     """Approving a call for the session grants it to the whole tree: the sender's siblings
     send unasked too."""
 
-    def _grant(tx: Any, approval: Any, scope: str) -> None:
-        original(tx, approval, "tree" if scope == "session" else scope)
+    def _grant(tx: Any, approval: Any, scope: GrantScope) -> None:
+        original(tx, approval, GrantScope.TREE if scope is GrantScope.SESSION else scope)
 
     return _grant
 
@@ -269,7 +271,7 @@ PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., A
     "digest-ignored": (sending, "arguments_digest", _digest_ignored),
     "producer-key-forgotten": (producers, "ProducerKey", _producer_key_forgotten),
     "producer-digest-ignored": (producers, "mail_digest", _producer_digest_ignored),
-    "inbox-counts-plugin-mail": (delivery, "_track", _inbox_counts_plugin_mail),
+    "inbox-counts-plugin-mail": (transitions, "_track", _inbox_counts_plugin_mail),
     "handle-across-trees": (sending, "resolve", _handle_across_trees),
     "hop-wrong-base": (sending, "check_hops", _hop_wrong_base),
     "reply-hint-always": (runs, "render_mail", _reply_hint_always),

@@ -19,10 +19,28 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from treemail.core import errors
+from treemail.core.approvals import SCOPES
 from treemail.core.config import MessagingConfig
 from treemail.core.ids import CountingIds, make_handle
-from treemail.core.lifecycle import MessageState, RunState, SessionState
-from treemail.core.records import AgentSpec, Mode, Owner, RecipientState, SendResult, ToolContext
+from treemail.core.lifecycle import (
+    ApprovalState,
+    MessageState,
+    MessageTrigger,
+    RequestTrigger,
+    RunState,
+    RunTrigger,
+    SessionState,
+    SessionTrigger,
+)
+from treemail.core.records import (
+    AgentSpec,
+    GrantScope,
+    Mode,
+    Owner,
+    RecipientState,
+    SendResult,
+    ToolContext,
+)
 from treemail.models.world import (
     MESSAGE_STEPS,
     REQUEST_STEPS,
@@ -200,9 +218,9 @@ class Reference:
         return result, recipient.session_id, False
 
     def grant(self, scope: str, subject: str, label: str) -> None:
-        if scope not in ("once", "session", "tree"):
+        if scope not in SCOPES:
             raise errors.InvalidRequest("bad scope")
-        self.world.grants.add((scope, subject, label))
+        self.world.grants.add((GrantScope(scope), subject, label))
 
     def tool_visible(self, session_id: str) -> bool:
         return can_send(rules_now(self.agents, self._session(session_id)))
@@ -221,7 +239,7 @@ class Reference:
         self.world.approvals[approval_id] = held
         return held
 
-    def answer_approval(self, approval_id: str, approve: bool, scope: str = "once"
+    def answer_approval(self, approval_id: str, approve: bool, scope: str = GrantScope.ONCE
                         ) -> ApprovalRecord:
         """Approving grants ``scope`` and runs the held call at once (even if its run has
         ended); a refusal by a later guard becomes the call's outcome. Denying answers the
@@ -234,17 +252,18 @@ class Reference:
     def _answer(self, approval_id: str, approve: bool, scope: str
                 ) -> tuple[ApprovalRecord, str | None]:
         held = self.world.approvals.get(approval_id)
-        if held is None or held.state != "pending":
+        if held is None or held.state is not ApprovalState.PENDING:
             raise errors.UnknownApproval("no pending approval")
-        if scope not in ("once", "session", "tree"):
+        if scope not in SCOPES:
             raise errors.InvalidRequest("bad scope")
         if not approve:
             denied = errors.PermissionDenied.code
-            return self._settle_approval(held, "denied", None, denied), None
+            return self._settle_approval(held, ApprovalState.DENIED, None, denied), None
         sender = self.world.sessions[held.session_id]
-        subject = {"once": approval_id, "session": sender.session_id,
-                   "tree": sender.root_session_id}[scope]
-        self.world.grants.add((scope, subject, held.label))
+        granted = GrantScope(scope)
+        subject = {GrantScope.ONCE: approval_id, GrantScope.SESSION: sender.session_id,
+                   GrantScope.TREE: sender.root_session_id}[granted]
+        self.world.grants.add((granted, subject, held.label))
         ctx = ToolContext(held.session_id, held.run_id, held.tool_call_id)
         before = copy.deepcopy(self.world)
         try:
@@ -252,14 +271,14 @@ class Reference:
         except errors.Refusal as refused:
             self.world = before  # the refused call changed nothing but the grant
             held = self.world.approvals[approval_id]
-            return self._settle_approval(held, "approved", scope, refused.code), None
+            return self._settle_approval(held, ApprovalState.APPROVED, scope, refused.code), None
         outcome = {"message_id": result.message_id, "mode": result.mode.value,
                    "recipient_state": result.recipient_state.value}
-        answered = self._settle_approval(held, "approved", scope, outcome)
+        answered = self._settle_approval(held, ApprovalState.APPROVED, scope, outcome)
         idle = self.world.sessions[recipient].state in _NO_RUN
         return answered, recipient if idle and not replayed else None
 
-    def _settle_approval(self, held: ApprovalRecord, state: str, scope: str | None,
+    def _settle_approval(self, held: ApprovalRecord, state: ApprovalState, scope: str | None,
                          outcome: str | dict[str, str]) -> ApprovalRecord:
         held.state, held.scope = state, scope
         held.outcome = {"error": outcome} if isinstance(outcome, str) else outcome  # str: a code
@@ -277,7 +296,7 @@ class Reference:
         if session.state in _NO_RUN and self.world.waiting_for(session_id, None):
             run = RunRecord(self.ids.new_id(), session_id, self.world.next_run_number(session_id))
             self.world.runs[run.run_id] = run
-            self._step_session(session, "enqueue", run)
+            self._step_session(session, SessionTrigger.ENQUEUE, run)
 
     def _admit(self, session: SessionRecord) -> None:
         """Steer mail joins a running run; everything else waits for the next run."""
@@ -285,19 +304,19 @@ class Reference:
         running = run if run is not None and run.status == RunState.RUNNING else None
         for message in self.world.pending_of(session.session_id):
             if message.state == MessageState.ACCEPTED:
-                self._step_message(message, "admit")
+                self._step_message(message, MessageTrigger.ADMIT)
                 joins = running is not None and message.mode is Mode.STEER
                 message.run_id = running.run_id if running is not None and joins else None
 
     def start_run(self, session_id: str) -> str:
         def work() -> str:
             session = self._session(session_id)
-            step(SESSION_STEPS, f"session {session_id}", session.state, "start")
+            step(SESSION_STEPS, f"session {session_id}", session.state, SessionTrigger.START)
             assert session.run_id is not None
             run = self.world.runs[session.run_id]
             self._admit(session)  # mail accepted while queued belongs to this run
-            run.status = step(RUN_STEPS, f"run {run.run_id}", run.status, "start")
-            self._step_session(session, "start", run)
+            run.status = step(RUN_STEPS, f"run {run.run_id}", run.status, RunTrigger.START)
+            self._step_session(session, SessionTrigger.START, run)
             for message in self.world.waiting_for(session_id, None):
                 message.run_id = run.run_id
             return run.run_id
@@ -309,12 +328,12 @@ class Reference:
 
     def _begin(self, session_id: str, run_id: str) -> Delivered:
         session, run = self._live_run(session_id, run_id)
-        step(REQUEST_STEPS, f"run {run_id}", run.request, "begin_request")
+        step(REQUEST_STEPS, f"run {run_id}", run.request, RequestTrigger.BEGIN_REQUEST)
         self._admit(session)
         request_id = self.ids.new_id()
         claimed = self.world.waiting_for(session_id, run_id)
         for message in claimed:
-            self._step_message(message, "claim")
+            self._step_message(message, MessageTrigger.CLAIM)
             message.request_id = request_id
         run.open_request = request_id
         texts = tuple((m.message_id, m.owner, self.world.text_for(session, m, self.agents))
@@ -338,11 +357,12 @@ class Reference:
         the run, for the next boundary."""
         for message in self.world.pending_of(run.session_id):
             if message.state == MessageState.CLAIMED and message.request_id == run.open_request:
-                self._step_message(message, "consume" if committed else "release")
+                self._step_message(
+                    message, MessageTrigger.CONSUME if committed else MessageTrigger.RELEASE)
                 if not committed:
                     message.request_id = None
         step(REQUEST_STEPS, f"run {run.run_id}", run.request,
-             "commit_request" if committed else "abort_request")
+             RequestTrigger.COMMIT_REQUEST if committed else RequestTrigger.ABORT_REQUEST)
         run.open_request = None
 
     def finish_run(self, session_id: str, run_id: str, result: str | None = None) -> bool:
@@ -350,7 +370,7 @@ class Reference:
         delegation mail; returns whether it did."""
 
         def work() -> bool:
-            self._end_run(session_id, run_id, "finish")
+            self._end_run(session_id, run_id, RunTrigger.FINISH)
             child = self.world.sessions[session_id]
             parent = child.parent_session_id
             if result is None or parent is None or session_id in self.world.reported:
@@ -364,7 +384,7 @@ class Reference:
         return self._atomic(work)
 
     def cancel_run(self, session_id: str, run_id: str, reason: str = "cancelled") -> None:
-        self._atomic(lambda: self._end_run(session_id, run_id, "interrupt"))
+        self._atomic(lambda: self._end_run(session_id, run_id, RunTrigger.INTERRUPT))
 
     def give_up_run(self, session_id: str, run_id: str, reason: str) -> bool:
         """The run is interrupted and, unlike a cancel, nothing wakes the session: it stays
@@ -376,7 +396,7 @@ class Reference:
             session = self._session(session_id)
             if session.run_id != run_id:
                 raise errors.UnknownTarget("not the current run")
-            self._end(session, self.world.runs[run_id], "interrupt")
+            self._end(session, self.world.runs[run_id], RunTrigger.INTERRUPT)
             parent = session.parent_session_id
             if parent is None:
                 return False
@@ -387,21 +407,21 @@ class Reference:
 
         return self._atomic(work)
 
-    def _end_run(self, session_id: str, run_id: str, event: str) -> None:
+    def _end_run(self, session_id: str, run_id: str, trigger: RunTrigger) -> None:
         session = self._session(session_id)
         if session.run_id != run_id:
             raise errors.UnknownTarget("not the current run")
-        self._end(session, self.world.runs[run_id], event)
+        self._end(session, self.world.runs[run_id], trigger)
         self._reconcile(session_id)
 
-    def _end(self, session: SessionRecord, run: RunRecord, event: str) -> None:
+    def _end(self, session: SessionRecord, run: RunRecord, trigger: RunTrigger) -> None:
         """A run ends: an open request is aborted first (a finish with one open is an error);
         mail that was bound to the run but never claimed waits for the next run."""
-        if run.open_request is not None and event == "interrupt":
+        if run.open_request is not None and trigger is RunTrigger.INTERRUPT:
             self._settle(run, committed=False)
-        step(REQUEST_STEPS, f"run {run.run_id}", run.request, "end")
-        self._step_session(session, event, run)
-        run.status = step(RUN_STEPS, f"run {run.run_id}", run.status, event)
+        step(REQUEST_STEPS, f"run {run.run_id}", run.request, RequestTrigger.END)
+        self._step_session(session, trigger.session, run)
+        run.status = step(RUN_STEPS, f"run {run.run_id}", run.status, trigger)
         for message in self.world.waiting_for(session.session_id, run.run_id):
             message.run_id = None
 
@@ -413,7 +433,7 @@ class Reference:
             message = self.world.messages.get(message_id)
             if message is None:
                 raise errors.UnknownTarget("no such message")
-            self._step_message(message, "discard")
+            self._step_message(message, MessageTrigger.DISCARD)
             message.run_id = None
             message.reason = reason
 
@@ -438,7 +458,7 @@ class Reference:
             for session in list(self.world.sessions.values()):
                 run = self.world.runs[session.run_id] if session.run_id is not None else None
                 if run is not None and run.status == RunState.RUNNING:
-                    self._end(session, run, "interrupt")
+                    self._end(session, run, RunTrigger.INTERRUPT)
                     dead += 1
                 self._reconcile(session.session_id)
             return dead
@@ -460,12 +480,15 @@ class Reference:
             raise errors.UnknownTarget(f"{run_id} is not the running run of {session_id}")
         return session, run
 
-    def _step_message(self, message: MessageRecord, event: str) -> None:
+    def _step_message(self, message: MessageRecord, trigger: MessageTrigger) -> None:
         subject = f"message {message.message_id}"
-        message.state = step(MESSAGE_STEPS, subject, message.state, event)
+        message.state = step(MESSAGE_STEPS, subject, message.state, trigger)
 
-    def _step_session(self, session: SessionRecord, event: str, run: RunRecord) -> None:
-        session.state = step(SESSION_STEPS, f"session {session.session_id}", session.state, event)
+    def _step_session(
+        self, session: SessionRecord, trigger: SessionTrigger, run: RunRecord
+    ) -> None:
+        session.state = step(SESSION_STEPS, f"session {session.session_id}", session.state,
+                             trigger)
         with_run = (SessionState.QUEUED, SessionState.RUNNING)
         session.run_id = run.run_id if session.state in with_run else None
 

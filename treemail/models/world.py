@@ -18,10 +18,21 @@ from dataclasses import dataclass, field
 
 from treemail.core import errors
 from treemail.core.config import MessagingConfig
-from treemail.core.lifecycle import MessageState, RequestState, RunState, SessionState
+from treemail.core.lifecycle import (
+    ApprovalState,
+    MessageState,
+    MessageTrigger,
+    RequestState,
+    RequestTrigger,
+    RunState,
+    RunTrigger,
+    SessionState,
+    SessionTrigger,
+)
 from treemail.core.permissions import Action, Rules
 from treemail.core.records import (
     AgentSpec,
+    GrantScope,
     Mode,
     Owner,
     RecipientState,
@@ -59,57 +70,61 @@ __all__ = [
 
 # -- the lifecycles, written out by hand from design.md's table --------------------------------
 
-# (state, event) -> next state. A pair that is not listed is an illegal step.
+# (state, trigger) -> next state. A pair that is not listed is an illegal step.
 MESSAGE_STEPS: dict[tuple[str, str], str] = {
-    (MessageState.ACCEPTED, "admit"): MessageState.ADMITTED,
-    (MessageState.ADMITTED, "claim"): MessageState.CLAIMED,
-    (MessageState.RELEASED, "claim"): MessageState.CLAIMED,
-    (MessageState.CLAIMED, "release"): MessageState.RELEASED,
-    (MessageState.CLAIMED, "consume"): MessageState.CONSUMED,
-    (MessageState.ACCEPTED, "discard"): MessageState.DISCARDED,
-    (MessageState.ADMITTED, "discard"): MessageState.DISCARDED,
-    (MessageState.RELEASED, "discard"): MessageState.DISCARDED,
+    (MessageState.ACCEPTED, MessageTrigger.ADMIT): MessageState.ADMITTED,
+    (MessageState.ADMITTED, MessageTrigger.CLAIM): MessageState.CLAIMED,
+    (MessageState.RELEASED, MessageTrigger.CLAIM): MessageState.CLAIMED,
+    (MessageState.CLAIMED, MessageTrigger.RELEASE): MessageState.RELEASED,
+    (MessageState.CLAIMED, MessageTrigger.CONSUME): MessageState.CONSUMED,
+    (MessageState.ACCEPTED, MessageTrigger.DISCARD): MessageState.DISCARDED,
+    (MessageState.ADMITTED, MessageTrigger.DISCARD): MessageState.DISCARDED,
+    (MessageState.RELEASED, MessageTrigger.DISCARD): MessageState.DISCARDED,
 }
-MESSAGE_EVENTS = ("admit", "claim", "release", "consume", "discard")
+MESSAGE_TRIGGERS = (MessageTrigger.ADMIT, MessageTrigger.CLAIM, MessageTrigger.RELEASE,
+                    MessageTrigger.CONSUME, MessageTrigger.DISCARD)
 FINAL = (MessageState.CONSUMED, MessageState.DISCARDED)
 
 SESSION_STEPS: dict[tuple[str, str], str] = {
-    (SessionState.IDLE, "enqueue"): SessionState.QUEUED,
-    (SessionState.FINISHED, "enqueue"): SessionState.QUEUED,
-    (SessionState.QUEUED, "start"): SessionState.RUNNING,
-    (SessionState.RUNNING, "finish"): SessionState.FINISHED,
-    (SessionState.RUNNING, "interrupt"): SessionState.IDLE,
-    (SessionState.QUEUED, "interrupt"): SessionState.IDLE,
+    (SessionState.IDLE, SessionTrigger.ENQUEUE): SessionState.QUEUED,
+    (SessionState.FINISHED, SessionTrigger.ENQUEUE): SessionState.QUEUED,
+    (SessionState.QUEUED, SessionTrigger.START): SessionState.RUNNING,
+    (SessionState.RUNNING, SessionTrigger.FINISH): SessionState.FINISHED,
+    (SessionState.RUNNING, SessionTrigger.INTERRUPT): SessionState.IDLE,
+    (SessionState.QUEUED, SessionTrigger.INTERRUPT): SessionState.IDLE,
 }
-SESSION_EVENTS = ("enqueue", "start", "finish", "interrupt")
+SESSION_TRIGGERS = (SessionTrigger.ENQUEUE, SessionTrigger.START, SessionTrigger.FINISH,
+                    SessionTrigger.INTERRUPT)
 
 RUN_STEPS: dict[tuple[str, str], str] = {
-    (RunState.QUEUED, "start"): RunState.RUNNING,
-    (RunState.RUNNING, "finish"): RunState.FINISHED,
-    (RunState.QUEUED, "interrupt"): RunState.INTERRUPTED,
-    (RunState.RUNNING, "interrupt"): RunState.INTERRUPTED,
+    (RunState.QUEUED, RunTrigger.START): RunState.RUNNING,
+    (RunState.RUNNING, RunTrigger.FINISH): RunState.FINISHED,
+    (RunState.QUEUED, RunTrigger.INTERRUPT): RunState.INTERRUPTED,
+    (RunState.RUNNING, RunTrigger.INTERRUPT): RunState.INTERRUPTED,
 }
-RUN_EVENTS = ("start", "finish", "interrupt")
+RUN_TRIGGERS = (RunTrigger.START, RunTrigger.FINISH, RunTrigger.INTERRUPT)
 
 # A run's model request: open or not (the model reads it off ``RunRecord.open_request``).
 REQUEST_STEPS: dict[tuple[str, str], str] = {
-    (RequestState.NO_REQUEST, "begin_request"): RequestState.REQUEST_OPEN,
-    (RequestState.REQUEST_OPEN, "commit_request"): RequestState.NO_REQUEST,
-    (RequestState.REQUEST_OPEN, "abort_request"): RequestState.NO_REQUEST,
-    (RequestState.NO_REQUEST, "end"): RequestState.NO_REQUEST,  # a run ends between requests
+    (RequestState.NO_REQUEST, RequestTrigger.BEGIN_REQUEST): RequestState.REQUEST_OPEN,
+    (RequestState.REQUEST_OPEN, RequestTrigger.COMMIT_REQUEST): RequestState.NO_REQUEST,
+    (RequestState.REQUEST_OPEN, RequestTrigger.ABORT_REQUEST): RequestState.NO_REQUEST,
+    # A run ends between requests.
+    (RequestState.NO_REQUEST, RequestTrigger.END): RequestState.NO_REQUEST,
 }
-REQUEST_EVENTS = ("begin_request", "commit_request", "abort_request", "end")
+REQUEST_TRIGGERS = (RequestTrigger.BEGIN_REQUEST, RequestTrigger.COMMIT_REQUEST,
+                    RequestTrigger.ABORT_REQUEST, RequestTrigger.END)
 
-_EVENTS = {id(MESSAGE_STEPS): MESSAGE_EVENTS, id(SESSION_STEPS): SESSION_EVENTS,
-           id(RUN_STEPS): RUN_EVENTS, id(REQUEST_STEPS): REQUEST_EVENTS}
+_TRIGGERS = {id(MESSAGE_STEPS): MESSAGE_TRIGGERS, id(SESSION_STEPS): SESSION_TRIGGERS,
+             id(RUN_STEPS): RUN_TRIGGERS, id(REQUEST_STEPS): REQUEST_TRIGGERS}
 
 
-def step(table: dict[tuple[str, str], str], subject: str, state: str, event: str) -> str:
-    """The state after ``event``, or ``IllegalTransition`` naming what is allowed instead."""
-    if (state, event) in table:
-        return table[(state, event)]
-    allowed = tuple(e for e in _EVENTS[id(table)] if (state, e) in table)
-    raise errors.IllegalTransition(subject, event, state, allowed)
+def step(table: dict[tuple[str, str], str], subject: str, state: str, trigger: str) -> str:
+    """The state after ``trigger``, or ``IllegalTransition`` naming what is allowed instead."""
+    if (state, trigger) in table:
+        return table[(state, trigger)]
+    allowed = tuple(t for t in _TRIGGERS[id(table)] if (state, t) in table)
+    raise errors.IllegalTransition(subject, trigger, state, allowed)
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -179,7 +194,7 @@ class ApprovalRecord:
     tool: str
     arguments: dict[str, object]
     label: str
-    state: str = "pending"  # pending, approved, denied
+    state: ApprovalState = ApprovalState.PENDING
     scope: str | None = None
     outcome: dict[str, str] | None = None
 
@@ -300,10 +315,11 @@ class World:
             return None
         if action is Action.DENY:
             raise errors.PermissionDenied("denied", label=label)
-        once = ("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", label)
+        once = (GrantScope.ONCE, f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", label)
         if once in self.grants:
             return once
-        lasting = {("session", sender.session_id, label), ("tree", sender.root_session_id, label)}
+        lasting = {(GrantScope.SESSION, sender.session_id, label),
+                   (GrantScope.TREE, sender.root_session_id, label)}
         if lasting & self.grants:
             return None
         raise errors.ApprovalRequired("ask", label=label)

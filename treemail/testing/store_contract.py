@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 import pytest
 
+from treemail.core import keys
 from treemail.core.errors import StorageError, StoreClosed
 from treemail.core.ids import CountingIds
 from treemail.core.keys import MAX_KEY
@@ -79,7 +80,8 @@ ROOTS = (ROOT, OTHER_ROOT)
 RUN_IDS = tuple(_ids.new_id() for _ in range(3))
 MESSAGE_IDS = tuple(_ids.new_id() for _ in range(6))
 HANDLES = ("main", "worker_1", "worker_2", "scout_1", "scout_2")
-COUNTERS = ("sessions", f"inbox/{CHILD}", f"pair/{ROOT}/{CHILD}", "fresh")
+COUNTERS = (keys.SESSIONS_COUNTER, keys.inbox_counter(CHILD), keys.pair_counter(ROOT, CHILD),
+            "fresh")
 KEYS = tuple(IdempotencyKey(ROOT, RUN_IDS[0], f"call-{n}") for n in range(3))
 # A producer's key with a tool call's id for its text: the two layouts share the replay table
 # and must never meet.
@@ -122,9 +124,9 @@ def populate(tx: WriteTxn) -> None:
     tx.put_message(message(MESSAGE_IDS[0], CHILD, 1))
     tx.put_message(message(MESSAGE_IDS[1], CHILD, 2, state=MessageState.ADMITTED))
     tx.put_message(message(MESSAGE_IDS[2], ROOT, 3, state=MessageState.CONSUMED))
-    tx.add("sessions", 4)
-    tx.add(f"inbox/{CHILD}", 2)
-    tx.add(f"pair/{ROOT}/{CHILD}", 1)
+    tx.add(keys.SESSIONS_COUNTER, 4)
+    tx.add(keys.inbox_counter(CHILD), 2)
+    tx.add(keys.pair_counter(ROOT, CHILD), 1)
     tx.remember(KEYS[0], SendResult(MESSAGE_IDS[0], Mode.QUEUE, RecipientState.QUEUED))
     tx.remember(PRODUCER_KEY, SendResult(MESSAGE_IDS[2], Mode.STEER, RecipientState.RUNNING))
     tx.append(ROOT, "created", {"handle": "main"})
@@ -140,7 +142,7 @@ def mutate_everything(tx: WriteTxn) -> None:
     tx.put_run(Run(RUN_IDS[1], CHILD, 1))
     tx.put_message(message(MESSAGE_IDS[0], CHILD, 1, state=MessageState.DISCARDED))
     tx.put_message(message(MESSAGE_IDS[3], CHILD, 4))
-    tx.add(f"inbox/{CHILD}", -2)
+    tx.add(keys.inbox_counter(CHILD), -2)
     tx.add("fresh", 7)
     tx.remember(KEYS[0], SendResult(MESSAGE_IDS[3], Mode.STEER, RecipientState.RUNNING))
     tx.remember(KEYS[1], SendResult(MESSAGE_IDS[3], Mode.QUEUE, RecipientState.QUEUED))
@@ -280,7 +282,7 @@ class StoreContract:
             assert tx.message(record_id) is None
             assert tx.approval(record_id) is None
             # Nor is a counter or a replay entry kept under it (World.snapshot reads both).
-            assert tx.count(f"inbox/{record_id}") == 0
+            assert tx.count(keys.inbox_counter(record_id)) == 0
             assert tx.recall(IdempotencyKey(ROOT, RUN_IDS[0], record_id)) is None
             assert list(tx.events(record_id)) == []  # a daemon's run.list, events.read
             assert list(tx.pending(record_id)) == []

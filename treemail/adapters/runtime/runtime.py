@@ -94,7 +94,7 @@ class Runtime:
         # Group commit: the engine writes through the writer's batches (see ``Writer``).
         group = GroupStore(store)
         self.agents = dict(agents)
-        # Rules are read live from the agents' current docs, by name (issue 8 item 3).
+        # Rules are read live from the agents' current docs, by name.
         self.engine = Engine(group, ids, config, agents=self._spec)
         self.plugins = PluginHost(plugins)
         # A store whose every statement is a round trip (PostgreSQL) says how long a group

@@ -12,7 +12,8 @@ holds everything the operations before it wrote.
 The batch commits once at the end. Whoever runs a batch must answer its callers only after
 ``batch`` returns, since only then is anything of it durable; if the commit fails, nothing
 of the batch was kept. A store may run ``work`` again from scratch (growing a full map), so
-``work`` must keep its results fresh on each run (``Writer`` in ``runtime.py`` does).
+``work`` must keep its results fresh on each run (``adapters/runtime/writer.py``'s ``Writer``
+does).
 """
 
 from __future__ import annotations

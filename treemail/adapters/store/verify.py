@@ -21,8 +21,17 @@ from treemail.adapters.store.codec import decode
 from treemail.adapters.store.factory import open_store
 from treemail.core import keys
 from treemail.core.errors import StorageError, TreemailError
-from treemail.core.guards import inbox_counter, pair_counter
-from treemail.core.keys import VALUE_KINDS, Table, Tally
+from treemail.core.keys import (
+    SESSIONS_COUNTER,
+    VALUE_KINDS,
+    Table,
+    Tally,
+    counter_kind,
+    inbox_counter,
+    pair_counter,
+    runs_counter,
+    seq_counter,
+)
 from treemail.core.records import Event, Message, Owner, Run, SendResult, Session
 
 __all__ = ["RawRows", "Report", "main", "verify"]
@@ -150,9 +159,13 @@ def _check_events(t: Mapping[Table, dict[bytes, Any]], report: Report) -> None:
             report.damage(Table.FEED, key, f"the feed lists the event {times} times")
 
 
+# The counters the send guards read, recounted here from the pending messages.
+_GUARD_COUNTERS = (keys.Counter.INBOX, keys.Counter.PAIR)
+
+
 def _check_counters(t: Mapping[Table, dict[bytes, Any]], report: Report) -> None:
     stored = {key.decode(errors="replace"): n for key, n in t[Table.COUNTERS].items()}
-    stored |= {keys.counter_name(owner, slot): n
+    stored |= {keys.tallied_name(owner, slot): n
                for owner, tally in _typed(t[Table.TALLY], Tally)
                for slot, n in tally.counters.items()}
     guards: Counter[str] = Counter()
@@ -160,7 +173,7 @@ def _check_counters(t: Mapping[Table, dict[bytes, Any]], report: Report) -> None
         if m.pending and m.owner is Owner.AGENT and m.sender is not None:
             guards[inbox_counter(m.recipient)] += 1
             guards[pair_counter(m.sender, m.recipient)] += 1
-    kept = {name: n for name, n in stored.items() if name.startswith(("inbox/", "pair/"))}
+    kept = {name: n for name, n in stored.items() if counter_kind(name) in _GUARD_COUNTERS}
     for name in sorted(kept.keys() | guards.keys()):
         if kept.get(name, 0) != guards.get(name, 0):
             report.damage(_kept_in(name), name.encode(), f"holds {kept.get(name, 0)}, the "
@@ -182,10 +195,12 @@ def _floors(t: Mapping[Table, dict[bytes, Any]]) -> dict[str, int]:
     """Numbering counters: each at least the highest number it has handed out."""
     floors: Counter[str] = Counter()
     for _, m in _typed(t[Table.MESSAGES], Message):
-        floors[f"seq/{m.recipient}"] = max(floors[f"seq/{m.recipient}"], m.seq)
+        name = seq_counter(m.recipient)
+        floors[name] = max(floors[name], m.seq)
     for _, run in _typed(t[Table.RUNS], Run):
-        floors[f"runs/{run.session_id}"] = max(floors[f"runs/{run.session_id}"], run.number)
-    floors["sessions"] = max((s.ordinal for _, s in _typed(t[Table.SESSIONS], Session)),
+        name = runs_counter(run.session_id)
+        floors[name] = max(floors[name], run.number)
+    floors[SESSIONS_COUNTER] = max((s.ordinal for _, s in _typed(t[Table.SESSIONS], Session)),
                              default=0)
     return dict(floors)
 

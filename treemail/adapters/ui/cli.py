@@ -18,6 +18,7 @@ from treemail.adapters.ui import commands as daemon_commands
 from treemail.adapters.ui import doctor as doctor_command
 from treemail.adapters.ui import init as init_command
 from treemail.adapters.ui import run_cmd as run_command
+from treemail.models.plants import PLANTS
 
 if TYPE_CHECKING:
     from treemail.core.engine import Engine
@@ -101,7 +102,7 @@ def _main(argv: Sequence[str] | None) -> int:
     check.add_argument("--messaging", default="",
                        help="limits inline, after --config: max_pending_per_session=2,...")
     check.add_argument("--plant", help="plant a known bug in the engine to see it caught: "
-                       "pair-window, recover-keeps-claims, discard-claimed, no-hop-limit")
+                       + ", ".join(PLANTS))
     check.add_argument("--history", action="store_true",
                        help="key states on their whole past too (ids renamed only)")
     check.add_argument("--quiet", action="store_true", help="no progress line on stderr")

@@ -30,10 +30,11 @@ import msgspec
 from treemail.adapters.daemon.client import DEFAULT_TIMEOUT, DaemonClient, RpcFailure
 from treemail.adapters.daemon.tcp import TOKEN_FILE, parse_address
 from treemail.adapters.ui import feed
-from treemail.adapters.ui.feed import Names, follow, view_row
+from treemail.adapters.ui.feed import Names, answer_line, follow, json_line, view_row
 from treemail.adapters.ui.terminal import visible
+from treemail.core.approvals import SCOPES
 from treemail.core.errors import TreemailError
-from treemail.core.results import CallOutcome
+from treemail.core.records import GrantScope
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     pass
 
 __all__ = ["Names", "TokenMissing", "address_options", "answer_line", "client_command",
-           "connected_demo", "extend_demo", "follow", "json_line", "json_option", "outcome_text",
+           "connected_demo", "extend_demo", "follow", "json_line", "json_option",
            "register", "seconds", "shown_state", "state_text", "steered", "store_option",
            "target", "view_row", "waiting_sessions"]
 
@@ -85,7 +86,7 @@ def register(commands: Sub) -> None:
     approve.add_argument("approval_id", nargs="?",
                          help="the approval: its short id as rows print it, or its whole id")
     approve.add_argument("--deny", action="store_true", help="deny instead of approving")
-    approve.add_argument("--scope", choices=("once", "session", "tree"), default="once")
+    approve.add_argument("--scope", choices=SCOPES, default=GrantScope.ONCE.value)
     approve.add_argument("--reason", help="with --deny: why, told to the agent in its result")
 
 
@@ -210,11 +211,6 @@ def json_option(parser: argparse.ArgumentParser) -> None:
     a failure is one object on stderr, its ``code`` apart from its ``error``."""
     parser.add_argument("--json", action="store_true",
                         help="print JSON lines (one object a line) instead of text")
-
-
-def json_line(value: Any) -> None:
-    """One object as one line of JSON (non-ASCII text as it is, not escaped)."""
-    print(json.dumps(value, ensure_ascii=False, separators=(",", ":")), flush=True)
 
 
 def _count(text: str) -> int:
@@ -427,35 +423,6 @@ def state_text(step: Mapping[str, Any]) -> str:
     except ValueError:  # a kind this client does not know: shown as it is
         state = kind
     return f"{state}: {step['reason']}" if step.get("reason") else state
-
-
-def outcome_text(content: object) -> str:
-    """A tool call's outcome (the JSON text its result carries) as a person reads it: a send
-    says where its message went, an error says what went wrong and its code; anything else
-    is shown as it is."""
-    try:
-        value = json.loads(str(content))
-    except ValueError:
-        return str(content)
-    if not isinstance(value, dict):
-        return str(content)
-    if value.get("error"):
-        return f"{value.get('message') or 'refused'} ({value['error']})"
-    if "message_id" in value:
-        state = value.get("recipient_state")
-        where = f"; the recipient was {state}" if state else ""
-        return f"sent as message {str(value['message_id'])[:8]} ({value.get('mode')}){where}"
-    return ", ".join(f"{key} {item}" for key, item in value.items())
-
-
-def answer_line(answered: dict[str, Any]) -> str:
-    """An answered approval as one line: its state, the scope of an approval, the outcome."""
-    scope = f" (scope {answered['scope']})" if answered.get("scope") else ""
-    outcome = answered.get("outcome")  # an object, as the ApprovalAnswered event records it
-    text = "no outcome yet" if outcome is None else outcome_text(CallOutcome(
-        result=outcome.get("result"), error=outcome.get("error"),
-        message=outcome.get("message")).text())
-    return visible(f"{answered['state']}{scope}: {text}")
 
 
 def waiting_sessions(approvals: list[dict[str, Any]]) -> set[str]:

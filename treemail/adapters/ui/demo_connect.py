@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.ui.feed import answer_line, view_row
 from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
-from treemail.core.lifecycle import SessionState
+from treemail.core.lifecycle import ApprovalState, SessionState
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
 
@@ -159,7 +160,6 @@ class Connected:
                 await asyncio.sleep(0.05)
 
     async def _show(self) -> None:
-        from treemail.adapters.ui.commands import view_row
         from treemail.adapters.ui.console import print_row
 
         while True:
@@ -173,8 +173,6 @@ class Connected:
 
     async def _answered(self, approval: t.ApprovalView) -> None:
         """Wait for the user's answer to ``approval`` (or give it, with ``approve``)."""
-        from treemail.adapters.ui.commands import answer_line
-
         arguments = approval.arguments or {}
         sender = self.names.get(approval.session_id, approval.session_id)
         self.say(f"{sender}'s {approval.tool} to {arguments.get('to', '?')} waits for "
@@ -198,7 +196,7 @@ class Connected:
             every = (await self.client.request(
                 m.APPROVAL_LIST, t.ApprovalListParams(pending_only=False))).approvals
             answer = next((a for a in every if a.approval_id == approval_id), None)
-            if answer is not None and answer.state != "pending":
+            if answer is not None and answer.state != ApprovalState.PENDING:
                 return answer
             await asyncio.sleep(0.1)
         raise Unanswered(

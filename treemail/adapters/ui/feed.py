@@ -5,23 +5,61 @@ with ``--json``, as the wire's event views, one JSON object a line."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.ui.terminal import visible
+from treemail.core.results import CallOutcome
 from treemail.protocol import types as t
 from treemail.protocol.methods import EVENTS_EVENT, EVENTS_READ, EVENTS_SUBSCRIBE, SESSION_GET
 
 if TYPE_CHECKING:
     from treemail.adapters.ui.transcript import Row
 
-__all__ = ["Names", "follow", "replay", "subscribe", "subscribed", "tail", "view_row"]
+__all__ = ["Names", "answer_line", "follow", "json_line", "outcome_text", "replay", "subscribe",
+           "subscribed", "tail", "view_row"]
 
 View = t.EventView
+
+
+def json_line(value: Any) -> None:
+    """One object as one line of JSON (non-ASCII text as it is, not escaped)."""
+    print(json.dumps(value, ensure_ascii=False, separators=(",", ":")), flush=True)
+
+
+def outcome_text(content: object) -> str:
+    """A tool call's outcome (the JSON text its result carries) as a person reads it: a send
+    says where its message went, an error says what went wrong and its code; anything else
+    is shown as it is."""
+    try:
+        value = json.loads(str(content))
+    except ValueError:
+        return str(content)
+    if not isinstance(value, dict):
+        return str(content)
+    if value.get("error"):
+        return f"{value.get('message') or 'refused'} ({value['error']})"
+    if "message_id" in value:
+        state = value.get("recipient_state")
+        where = f"; the recipient was {state}" if state else ""
+        return f"sent as message {str(value['message_id'])[:8]} ({value.get('mode')}){where}"
+    return ", ".join(f"{key} {item}" for key, item in value.items())
+
+
+def answer_line(answered: dict[str, Any]) -> str:
+    """An answered approval as one line: its state, the scope of an approval, the outcome."""
+    scope = f" (scope {answered['scope']})" if answered.get("scope") else ""
+    outcome = answered.get("outcome")  # an object, as the ApprovalAnswered event records it
+    text = "no outcome yet" if outcome is None else outcome_text(CallOutcome(
+        result=outcome.get("result"), error=outcome.get("error"),
+        message=outcome.get("message")).text())
+    return visible(f"{answered['state']}{scope}: {text}")
 
 
 class Names:
@@ -137,7 +175,6 @@ async def follow(client: DaemonClient, session_id: str | None,
 
 
 async def tail(client: DaemonClient, args: argparse.Namespace) -> int:
-    from treemail.adapters.ui.commands import json_line
     from treemail.adapters.ui.console import console, print_row
 
     out, shown = console(), 0
@@ -173,7 +210,6 @@ async def tail(client: DaemonClient, args: argparse.Namespace) -> int:
 
 
 async def replay(client: DaemonClient, args: argparse.Namespace) -> int:
-    from treemail.adapters.ui.commands import json_line
     from treemail.adapters.ui.console import console, print_row
 
     out = console()

@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from treemail.adapters.daemon.client import RpcFailure
-from treemail.adapters.ui.commands import answer_line
+from treemail.adapters.ui.feed import answer_line
 from treemail.adapters.ui.styles import styled_text
 from treemail.adapters.ui.terminal import visible
 from treemail.adapters.ui.transcript import Row

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from treemail.adapters.ui.commands import outcome_text
+from treemail.adapters.ui.feed import outcome_text
 from treemail.adapters.ui.terminal import visible
 from treemail.adapters.ui.transcript import Namer, Row
 from treemail.core import events

@@ -1,8 +1,9 @@
-"""Stepping messages and sessions through their lifecycles inside a store transaction.
+"""Lifecycle transitions of stored records: messages, sessions and runs stepped through their
+lifecycles inside a store transaction.
 
 Every stored state change passes through ``step_message``, ``step_session`` or ``step_run``:
 the lifecycle table decides the target state, the record is rewritten, the guard counters
-follow, and the matching event is appended to the session's log in the same transaction.
+follow, and the matching entry is appended to the session's log in the same transaction.
 There is no other path that writes a ``state`` or ``status`` field. (A run's request state is
 ``open_request``, stepped by ``runs`` through ``REQUEST``.)
 """
@@ -17,9 +18,18 @@ import attrs
 from treemail.core import events
 from treemail.core.errors import InvalidRequest
 from treemail.core.events import EventKind
-from treemail.core.guards import inbox_counter, pair_counter
 from treemail.core.ids import IdSource
-from treemail.core.lifecycle import MESSAGE, RUN, SESSION, MessageState, RunState
+from treemail.core.keys import inbox_counter, pair_counter, seq_counter
+from treemail.core.lifecycle import (
+    MESSAGE,
+    RUN,
+    SESSION,
+    MessageState,
+    MessageTrigger,
+    RunState,
+    RunTrigger,
+    SessionTrigger,
+)
 from treemail.core.records import Message, Mode, Owner, Run, Session
 from treemail.core.store import ReadTxn, WriteTxn
 
@@ -39,8 +49,9 @@ def message_event(state: MessageState) -> EventKind:
     return events.message_kind(state)
 
 
-def session_event(event: str) -> EventKind:
-    return events.run_kind(event)
+def session_event(trigger: SessionTrigger) -> EventKind:
+    """The event-log kind recording session trigger ``trigger``: RunQueued, ..."""
+    return events.run_kind(trigger)
 
 
 def _counted(message: Message) -> bool:
@@ -71,7 +82,7 @@ def accept(
         body=body,
         mode=mode,
         hop=hop,
-        seq=tx.add(f"seq/{recipient}", 1),
+        seq=tx.add(seq_counter(recipient), 1),
     )
     tx.put_message(message)
     _track(tx, message, +1)
@@ -89,8 +100,10 @@ def _check_text(body: str) -> None:
             position=exc.start) from None
 
 
-def step_message(tx: WriteTxn, message: Message, event: str, **changes: Any) -> Message:
-    state = MESSAGE.step(f"message {message.message_id}", message.state, event)
+def step_message(
+    tx: WriteTxn, message: Message, trigger: MessageTrigger, **changes: Any
+) -> Message:
+    state = MESSAGE.step(f"message {message.message_id}", message.state, trigger)
     updated = attrs.evolve(message, state=state, **changes)
     tx.put_message(updated)
     if not updated.pending:
@@ -100,20 +113,20 @@ def step_message(tx: WriteTxn, message: Message, event: str, **changes: Any) -> 
 
 
 def step_session(
-    tx: WriteTxn, session: Session, event: str, run: Run, reason: str | None = None,
+    tx: WriteTxn, session: Session, trigger: SessionTrigger, run: Run, reason: str | None = None,
     fault: events.Fault | None = None,
 ) -> Session:
-    state = SESSION.step(f"session {session.session_id}", session.state, event)
+    state = SESSION.step(f"session {session.session_id}", session.state, trigger)
     run_id = run.run_id if state.has_run else None
     updated = attrs.evolve(session, state=state, run_id=run_id)
     tx.put_session(updated)
-    events.record(tx, session.session_id, events.run_payload(event, run, reason, fault))
+    events.record(tx, session.session_id, events.run_payload(trigger, run, reason, fault))
     return updated
 
 
-def step_run(tx: WriteTxn, run: Run, event: str, **changes: Any) -> Run:
-    """Step the run through ``RUN`` and store it; the session's event records the change."""
-    status = RUN.step(f"run {run.run_id}", run.status, event)
+def step_run(tx: WriteTxn, run: Run, trigger: RunTrigger, **changes: Any) -> Run:
+    """Step the run through ``RUN`` and store it; the session's log entry records the change."""
+    status = RUN.step(f"run {run.run_id}", run.status, trigger)
     updated = attrs.evolve(run, status=status, **changes)
     tx.put_run(updated)
     return updated
@@ -133,6 +146,7 @@ def admit_accepted(tx: WriteTxn, session: Session, current: Run | None) -> int:
         if message.state is not MessageState.ACCEPTED:
             continue
         joins = running is not None and message.mode is Mode.STEER
-        step_message(tx, message, "admit", run_id=running.run_id if joins and running else None)
+        step_message(tx, message, MessageTrigger.ADMIT,
+                     run_id=running.run_id if joins and running else None)
         admitted += 1
     return admitted
