@@ -17,7 +17,7 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
-from treemail.core.errors import AnswerTooLarge, ClientTimeout, RequestTooLarge
+from treemail.adapters.daemon.errors import AnswerTooLarge, ClientTimeout, RequestTooLarge
 
 STEP = 60  # seconds any one step may take, however loaded the machine
 OVER = 2 << 20  # more than the daemon's 1 MiB frame limit

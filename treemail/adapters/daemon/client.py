@@ -37,16 +37,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from treemail.adapters.daemon.tcp import AUTH_TIMEOUT, NONCE_BYTES, Token, parse_address
-from treemail.core.errors import (
+from treemail.adapters.daemon.errors import (
     AnswerTooLarge,
     ClientTimeout,
-    FrameTooLarge,
-    InternalError,
     RequestTooLarge,
     ServerUnproven,
-    UnknownMethod,
 )
+from treemail.adapters.daemon.tcp import AUTH_TIMEOUT, NONCE_BYTES, Token, parse_address
 from treemail.protocol.errors import rpc_error
 from treemail.protocol.framing import FrameSplitter, Oversized
 from treemail.protocol.jsonrpc import (
@@ -61,6 +58,7 @@ from treemail.protocol.jsonrpc import (
     encode_result,
 )
 from treemail.protocol.methods import PAGED, PROTOCOL_VERSION
+from treemail.protocol.rpc_errors import FrameTooLarge, InternalError, UnknownMethod
 
 __all__ = ["DEFAULT_TIMEOUT", "DaemonClient", "RpcFailure"]
 

@@ -15,7 +15,7 @@ from treemail.adapters.daemon.connection import Connection
 from treemail.adapters.runtime.agent_docs import build_agents
 from treemail.adapters.runtime.llm import ToolCall
 from treemail.core.agents import AgentDoc, parse_agent_doc
-from treemail.core.errors import InvalidRequest, InvalidToolContext, UnsupportedVersion
+from treemail.core.errors import InvalidRequest, InvalidToolContext
 from treemail.core.events import EventKind
 from treemail.core.lifecycle import SessionState
 from treemail.core.producers import PLUGIN_BODY_MAX_BYTES, Produced
@@ -32,6 +32,7 @@ from treemail.core.records import (
 )
 from treemail.protocol import types as t
 from treemail.protocol.methods import METHODS, NOTIFICATIONS, PROTOCOL_VERSION
+from treemail.protocol.rpc_errors import UnsupportedVersion
 
 if TYPE_CHECKING:
     from treemail.adapters.daemon.server import Daemon, Handler

@@ -29,6 +29,7 @@ import attrs
 from treemail.adapters.daemon import registered
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.datadir import take
+from treemail.adapters.daemon.errors import ListenFailed
 from treemail.adapters.daemon.feeds import FeedSignal, Subscriptions, WireGate
 from treemail.adapters.daemon.handlers import install
 from treemail.adapters.daemon.listener import check_socket_path
@@ -41,7 +42,7 @@ from treemail.adapters.daemon.tcp import TOKEN_FILE, Token, loopback
 from treemail.adapters.runtime.agent_docs import build_agents, load_agent_docs
 from treemail.adapters.runtime.ids import UuidIds
 from treemail.adapters.runtime.runtime import Runtime
-from treemail.core.errors import ListenFailed, TreemailError
+from treemail.core.errors import TreemailError
 
 __all__ = ["DEFAULT_DATA_DIR", "ScriptedAgent", "ScriptedEcho", "Settings", "open_daemon",
            "run_daemon"]

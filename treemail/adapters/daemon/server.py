@@ -35,17 +35,7 @@ from treemail.adapters.daemon.registered import Registered
 from treemail.adapters.daemon.tcp import Token, loopback
 from treemail.adapters.runtime.agent_docs import ModelFor
 from treemail.adapters.runtime.runtime import Runtime
-from treemail.core.errors import (
-    AnswerFailed,
-    EngineShutdown,
-    FrameTooLarge,
-    InternalError,
-    InvalidParams,
-    NotInitialized,
-    Overloaded,
-    TreemailError,
-    UnknownMethod,
-)
+from treemail.core.errors import EngineShutdown, TreemailError
 from treemail.core.store import Store
 from treemail.protocol.errors import RpcError, rpc_error
 from treemail.protocol.framing import FrameSplitter, Oversized
@@ -60,6 +50,15 @@ from treemail.protocol.jsonrpc import (
     encode_result,
 )
 from treemail.protocol.methods import METHODS, Method, ParamsError, decode_params
+from treemail.protocol.rpc_errors import (
+    AnswerFailed,
+    FrameTooLarge,
+    InternalError,
+    InvalidParams,
+    NotInitialized,
+    Overloaded,
+    UnknownMethod,
+)
 
 __all__ = ["Daemon", "Handler"]
 
