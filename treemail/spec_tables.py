@@ -2,7 +2,8 @@
 
 Every table here is a pure function of ``treemail.core``: the lifecycles (with the meaning
 of each trigger, its ``Event``'s name) come from the
-flattened machine classes, the errors from walking ``TreemailError`` (each with its JSON-RPC
+flattened machine classes, the errors from the registry (``errors.registry()``, the core's
+and every layer's, each with its JSON-RPC
 code from ``treemail.protocol.errors``, the one wire mapping), the event payloads from
 ``treemail.core.events``, the settings from
 ``MessagingConfig``, ``DEFAULTS`` and ``RANGES``, the guards from ``sending.GUARDS``.
@@ -28,6 +29,8 @@ import attrs
 import msgspec
 
 from treemail.adapters.daemon.connection import Limits
+from treemail.adapters.daemon.errors import ClientFailure
+from treemail.adapters.runtime.model_errors import ModelError
 from treemail.core import errors, events
 from treemail.core.config import DEFAULTS, RANGES
 from treemail.core.lifecycle import (
@@ -53,7 +56,8 @@ from treemail.core.runs import request_log
 from treemail.core.sending import GUARDS, _recipient_state
 from treemail.core.tools import schema_files
 from treemail.core.transitions import message_event, session_event
-from treemail.protocol.errors import jsonrpc_code, registered
+from treemail.protocol.errors import jsonrpc_code
+from treemail.protocol.rpc_errors import ProtocolError
 
 __all__ = [
     "REGENERATE",
@@ -146,10 +150,10 @@ _FAMILIES = (
     ("definition", errors.DefinitionError),
     ("refusal", errors.Refusal),
     ("storage", errors.StorageError),
-    ("model", errors.ModelError),
+    ("model", ModelError),
     ("note", errors.ToolNote),
-    ("protocol", errors.ProtocolError),
-    ("client", errors.ClientFailure),
+    ("protocol", ProtocolError),
+    ("client", ClientFailure),
 )
 
 
@@ -248,8 +252,9 @@ def approval_table() -> Table:
 
 
 def _error_classes() -> list[type[errors.TreemailError]]:
-    """Every subclass of the root declared in errors.py (a test's subclass is not the API)."""
-    return registered()
+    """Every class of the registry: the core's and those each layer registered (this module
+    imports every layer's errors module, so all have)."""
+    return errors.registry()
 
 
 def _family(cls: type[errors.TreemailError]) -> str:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import Call, DaemonClient, RpcFailure
-from treemail.core.errors import AnswerTooLarge, ClientTimeout, RequestTooLarge
+from treemail.adapters.daemon.errors import AnswerTooLarge, ClientTimeout, RequestTooLarge
 from treemail.protocol import types as t
 from treemail.protocol.methods import (
     INITIALIZE,

@@ -25,10 +25,10 @@ import pytest
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.connection import Limits
+from treemail.adapters.daemon.errors import ServerUnproven
 from treemail.adapters.daemon.host import open_daemon
 from treemail.adapters.daemon.tcp import Token
 from treemail.adapters.ui.cli import main
-from treemail.core.errors import ServerUnproven
 from treemail.protocol import types as t
 from treemail.protocol.methods import AUTH_CHALLENGE, AUTH_PROVE, SESSION_CREATE, SESSION_LIST
 

@@ -7,6 +7,7 @@ import pytest
 from treemail import spec_tables
 from treemail.core import errors as core
 from treemail.protocol import errors
+from treemail.protocol import rpc_errors as rpc
 from treemail.protocol.framing import HEAD, FrameSplitter, Oversized
 from treemail.protocol.jsonrpc import Failure, Notification, Reply, Request, decode_frame
 
@@ -98,20 +99,20 @@ def test_every_registered_code_maps_to_a_documented_wire_code() -> None:
 
 
 @pytest.mark.parametrize(("error", "code"), [
-    (core.FrameNotJson("x"), -32700),
-    (core.FrameNotUtf8("x"), -32700),
-    (core.NotJsonRpc("x"), -32600),
-    (core.FrameTooLarge("x"), -32600),
-    (core.UnknownMethod("x"), -32601),
-    (core.InvalidParams("x"), -32602),
-    (core.InternalError("x"), -32603),
-    (core.Overloaded("x"), -32001),
-    (core.NotInitialized("x"), -32002),
-    (core.UnsupportedVersion("x"), -32003),
-    (core.Unauthorized("x"), -32004),
+    (rpc.FrameNotJson("x"), -32700),
+    (rpc.FrameNotUtf8("x"), -32700),
+    (rpc.NotJsonRpc("x"), -32600),
+    (rpc.FrameTooLarge("x"), -32600),
+    (rpc.UnknownMethod("x"), -32601),
+    (rpc.InvalidParams("x"), -32602),
+    (rpc.InternalError("x"), -32603),
+    (rpc.Overloaded("x"), -32001),
+    (rpc.NotInitialized("x"), -32002),
+    (rpc.UnsupportedVersion("x"), -32003),
+    (rpc.Unauthorized("x"), -32004),
 ])
 def test_the_wire_codes_are_registry_classes_on_the_standard_codes(
-    error: core.ProtocolError, code: int
+    error: rpc.ProtocolError, code: int
 ) -> None:
     mapped = errors.rpc_error(error)
     assert mapped.code == code
@@ -124,4 +125,4 @@ def test_json_nested_past_the_recursion_limit_is_a_parse_error(deep: bytes) -> N
     # It used to raise RecursionError out of decode_frame, closing the daemon's connection.
     failure = decode_frame(deep)
     assert isinstance(failure, Failure) and failure.id is None
-    assert failure.error.data is not None and failure.error.data.code == core.FrameNotJson.code
+    assert failure.error.data is not None and failure.error.data.code == rpc.FrameNotJson.code

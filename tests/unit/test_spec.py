@@ -117,9 +117,12 @@ def test_every_error_code_is_unique_and_namespaced(source: str) -> None:
 
 
 def test_errors_json_lists_every_exported_error_class() -> None:
+    """The core's registry and every layer's errors module registered into it."""
+    modules = [importlib.import_module(name) for name in errors.declaring_modules()]
     exported = {
-        name for name in errors.__all__
-        if issubclass(getattr(errors, name), errors.TreemailError) and name != "TreemailError"
+        name for module in modules for name in module.__all__
+        if isinstance(cls := getattr(module, name), type)
+        and issubclass(cls, errors.TreemailError) and name != "TreemailError"
     }
     assert {row["class"] for row in _load("errors.json")["errors"]} == exported
     assert "ApprovalRequired" in exported

@@ -1,4 +1,4 @@
-"""Every error treemail raises, each with a stable code.
+"""The one registry of treemail's errors, each with a stable code, and the core's own.
 
 Three families are kept apart, as the user must react to each differently:
 
@@ -8,18 +8,18 @@ Three families are kept apart, as the user must react to each differently:
   unchanged; a ``SendRefusal`` is what the sending model sees as its tool error.
 * ``StorageError``: the store failed or holds data it cannot read.
 
-A fourth root, ``ModelError``, is a failed model call: no one's fault in treemail, retried or
-reported by the runtime's failure policy. ``ToolNote``s are never raised: they stand in for a
-tool result the log does not hold (a call still waiting for approval, a run that died first).
-A fifth, ``ProtocolError``, is a client that spoke the daemon's wire protocol wrongly (a bad
-frame, an unknown method, no handshake): the ``rpc:`` codes, which only the daemon raises.
-A sixth, ``ClientFailure``, is the daemon's client giving up on a call on its own side (no
-answer in time, a frame over a limit): the ``client:`` codes, which never cross the wire.
+``ToolNote``s are never raised: they stand in for a tool result the log does not hold (a call
+still waiting for approval, a run that died first).
 
-Every code a model, a user or a plugin can see is declared here, and only here;
-``spec/errors.json`` lists them all, and ``tests/unit/test_error_registry.py`` fails on a code
-declared anywhere else. ``treemail.core.results`` turns any of them into a tool result or a
-(code, message, data) triple; the daemon maps codes onto wire codes in one place.
+Each layer declares its own errors in its own module, which registers here with
+``declare(__name__)`` (the core imports nothing above it): the wire's codes in
+``treemail.protocol.rpc_errors``, the daemon's and its client's in
+``treemail.adapters.daemon.errors``, a failed model call (``ModelError``) in
+``treemail.adapters.runtime.model_errors``. ``registry()`` lists every registered class;
+``spec/errors.json`` (which imports every layer) lists them all, and
+``tests/unit/test_error_registry.py`` fails on a code declared in any other module.
+``treemail.core.results`` turns any of them into a tool result or a (code, message, data)
+triple; the daemon maps codes onto wire codes in one place.
 """
 
 from __future__ import annotations
@@ -28,67 +28,41 @@ from collections.abc import Mapping
 from typing import ClassVar, Final
 
 __all__ = [
-    "AgentDefinedByFile",
     "AgentDocError",
-    "AnswerFailed",
-    "AnswerMalformed",
-    "AnswerTooLarge",
     "ApprovalPending",
     "ApprovalRequired",
-    "ClearToken",
-    "ClientFailure",
-    "ClientTimeout",
     "ConfigError",
     "ConfigExists",
     "ConfigUnknownKey",
-    "DataDirLocked",
     "DefinitionError",
     "DelegatingRunEnded",
     "DelegationDenied",
     "DelegationRefusal",
     "EngineShutdown",
-    "FrameNotJson",
-    "FrameNotUtf8",
-    "FrameTooLarge",
     "IdempotencyConflict",
     "IllegalTransition",
     "InboxFull",
     "InflightFull",
-    "InternalError",
     "InvalidArguments",
     "InvalidBody",
-    "InvalidParams",
     "InvalidRequest",
     "InvalidToolArguments",
     "InvalidToolContext",
-    "ListenFailed",
     "MaxHopsExceeded",
     "MessagingDisabled",
-    "ModelError",
     "NoRunInFlight",
     "NotASubagent",
-    "NotInitialized",
-    "NotJsonRpc",
-    "NotLoopback",
-    "NotOwner",
     "NotTreePeer",
     "OutcomeUnknown",
-    "Overloaded",
     "PermissionDenied",
     "PluginBodyTooLarge",
     "PluginFailed",
     "PluginLoadError",
     "PluginRefusal",
     "ProducerKeyConflict",
-    "ProtocolError",
     "Refusal",
-    "RequestTooLarge",
-    "ScriptExhausted",
     "SelfSend",
     "SendRefusal",
-    "ServerUnproven",
-    "SocketInUse",
-    "SocketPathTaken",
     "StorageError",
     "StoreClosed",
     "StoreDamaged",
@@ -100,22 +74,20 @@ __all__ = [
     "StoreMissing",
     "StoreNotPrivate",
     "StoreUrlUnknown",
-    "TokenFileUnsafe",
-    "TooManySubscriptions",
     "ToolFailed",
     "ToolInterrupted",
     "ToolNote",
     "TreemailError",
-    "Unauthorized",
     "UnknownAgent",
     "UnknownApproval",
-    "UnknownMethod",
     "UnknownSession",
     "UnknownSubagent",
     "UnknownSubagentReference",
     "UnknownTarget",
     "UnknownTool",
-    "UnsupportedVersion",
+    "declare",
+    "declaring_modules",
+    "registry",
 ]
 
 
@@ -131,6 +103,33 @@ class TreemailError(Exception):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+
+_DECLARING: list[str] = [__name__]
+
+
+def declare(module: str) -> None:
+    """Register ``module``, a layer's own errors module, into the one registry."""
+    if module not in _DECLARING:
+        _DECLARING.append(module)
+
+
+def declaring_modules() -> tuple[str, ...]:
+    """The modules whose error classes make the registry: this one, then each layer's, in
+    the order they were imported."""
+    return tuple(_DECLARING)
+
+
+def registry() -> list[type[TreemailError]]:
+    """Every error class of a registered module but the root, breadth first (a test's
+    subclass, or any class of an unregistered module, is not the API)."""
+    found: list[type[TreemailError]] = []
+    todo = list(TreemailError.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        todo.extend(cls.__subclasses__())
+        found += [cls] if cls.__module__ in _DECLARING else []
+    return found
 
 
 # -- definition errors -------------------------------------------------------------------
@@ -238,26 +237,6 @@ class PluginLoadError(DefinitionError):
     code = "plugin:load_failed"
 
 
-class DataDirLocked(DefinitionError):
-    """Another daemon holds this data directory; stop it or choose another --data-dir."""
-
-    code = "daemon:data_dir_locked"
-
-
-class NotOwner(DefinitionError):
-    """Another daemon owns this tree (or is where a new tree is placed); send the request to
-    the daemon ``details["owner"]`` names."""
-
-    code = "daemon:not_owner"
-
-
-class AgentDefinedByFile(DefinitionError):
-    """An agent doc sent to the daemon redefines an agent of the data directory's agents/
-    files; edit that file, or register the doc under another name."""
-
-    code = "daemon:agent_defined_by_file"
-
-
 class StoreUrlUnknown(DefinitionError):
     """A store URL of a form treemail cannot open; the message lists the forms it accepts."""
 
@@ -270,36 +249,6 @@ class StoreDriverMissing(DefinitionError):
     code = "store:driver_missing"
 
 
-class ListenFailed(DefinitionError):
-    """The daemon could not bind its socket or TCP port (in use, or not permitted)."""
-
-    code = "daemon:listen_failed"
-
-
-class NotLoopback(DefinitionError):
-    """``--tcp`` named an address that is not loopback; the TCP listener binds loopback only."""
-
-    code = "daemon:not_loopback"
-
-
-class TokenFileUnsafe(DefinitionError):
-    """The TCP token file is not a private file of the daemon's user; delete it to renew."""
-
-    code = "daemon:token_unsafe"
-
-
-class SocketPathTaken(DefinitionError):
-    """``--socket`` names something that is not a socket; the daemon leaves it alone."""
-
-    code = "daemon:socket_path_taken"
-
-
-class SocketInUse(DefinitionError):
-    """Another daemon answers on the ``--socket`` path; stop it or choose another path."""
-
-    code = "daemon:socket_in_use"
-
-
 # -- refusals ----------------------------------------------------------------------------
 
 
@@ -307,13 +256,6 @@ class Refusal(TreemailError):
     """The engine refused the operation; the store is exactly as it was."""
 
     code = "treemail:refused"
-
-
-class NoRunInFlight(Refusal):
-    """``run.cancel`` named a session with no queued or running run; nothing was changed.
-    ``details``: ``session_id`` and its ``state``."""
-
-    code = "run:not_in_flight"
 
 
 class UnknownApproval(Refusal):
@@ -514,24 +456,6 @@ class ToolInterrupted(ToolNote):
     code = "tool:interrupted"
 
 
-# -- model calls ---------------------------------------------------------------------------
-
-
-class ModelError(TreemailError):
-    """A model call failed: unreachable, timed out, refused, or answered something unreadable.
-
-    ``details`` carry ``status`` (HTTP status or None) and ``body`` (an excerpt) when known.
-    """
-
-    code = "model:error"
-
-
-class ScriptExhausted(ModelError):
-    """A ``ScriptedModel`` was asked for more replies than its script holds."""
-
-    code = "model:script_exhausted"
-
-
 # -- storage -----------------------------------------------------------------------------
 
 
@@ -557,13 +481,6 @@ class StoreLocked(StorageError):
     """Another process holds the store open for writing; stop it, or open read-only."""
 
     code = "store:locked"
-
-
-class StoreFenced(StorageError):
-    """This writer's lease on a tree was taken over (or ran out): nothing was stored; the
-    tree's new owner serves it now."""
-
-    code = "store:fenced"
 
 
 class StoreMissing(StorageError):
@@ -597,139 +514,15 @@ class OutcomeUnknown(StorageError):
     code = "store:outcome_unknown"
 
 
-# -- the daemon's client --------------------------------------------------------------------
+class StoreFenced(StorageError):
+    """This writer's lease on a tree was taken over (or ran out): nothing was stored; the
+    tree's new owner serves it now."""
 
+    code = "store:fenced"
 
-class ClientFailure(TreemailError):
-    """The daemon's client gave up on a call on its own side; the message says why."""
 
-    code = "client:error"
+class NoRunInFlight(Refusal):
+    """``run.cancel`` named a session with no queued or running run; nothing was changed.
+    ``details``: ``session_id`` and its ``state``."""
 
-
-class ClientTimeout(ClientFailure):
-    """No answer came within the call's timeout (the daemon is stopped, hung or overloaded);
-    the call may or may not have taken effect."""
-
-    code = "client:timeout"
-
-
-class RequestTooLarge(ClientFailure):
-    """The request's frame is over the daemon's frame limit; it was not sent (or the daemon
-    dropped it unread): nothing was done. Send less in one request."""
-
-    code = "client:request_too_large"
-
-
-class AnswerTooLarge(ClientFailure):
-    """The daemon's answer was over the client's frame limit and was dropped; the call may
-    have taken effect. Ask for less (a smaller page), or raise the client's limit."""
-
-    code = "client:answer_too_large"
-
-
-class AnswerMalformed(ClientFailure):
-    """The daemon's answer does not decode into the method's result type (a daemon of
-    another version, or a bug); the call may have taken effect. Read the state back."""
-
-    code = "client:answer_malformed"
-
-
-# -- the wire (protocol 19) -----------------------------------------------------------------
-
-
-class ProtocolError(TreemailError):
-    """A client spoke the daemon's protocol wrongly; fix the client (nothing was done)."""
-
-    code = "rpc:error"
-
-
-class FrameNotUtf8(ProtocolError):
-    """A frame was not UTF-8; send one UTF-8 JSON object per line."""
-
-    code = "rpc:invalid_utf8"
-
-
-class FrameNotJson(ProtocolError):
-    """A frame was not JSON; send one JSON object per line."""
-
-    code = "rpc:parse_error"
-
-
-class NotJsonRpc(ProtocolError):
-    """A frame was JSON but not a JSON-RPC 2.0 request, notification or response."""
-
-    code = "rpc:invalid_request"
-
-
-class FrameTooLarge(ProtocolError):
-    """A frame was over the daemon's size limit and was dropped unread; send smaller frames."""
-
-    code = "rpc:frame_too_large"
-
-
-class UnknownMethod(ProtocolError):
-    """No method of that name in this protocol; spec/bindings lists them."""
-
-    code = "rpc:method_not_found"
-
-
-class InvalidParams(ProtocolError):
-    """The params do not match the method's schema; the message names the field."""
-
-    code = "rpc:invalid_params"
-
-
-class NotInitialized(ProtocolError):
-    """A request came before ``initialize``; send initialize first."""
-
-    code = "rpc:not_initialized"
-
-
-class UnsupportedVersion(ProtocolError):
-    """The client asked for a protocol version this daemon does not speak."""
-
-    code = "rpc:unsupported_version"
-
-
-class Unauthorized(ProtocolError):
-    """A TCP client did not prove it holds the daemon's token, or the proof was wrong."""
-
-    code = "rpc:unauthorized"
-
-
-class ClearToken(Unauthorized):
-    """A TCP client sent the token itself (``auth_token``); it must prove it instead."""
-
-    code = "rpc:token_in_clear"
-
-
-class Overloaded(ProtocolError):
-    """Too many requests are in flight on the connection; wait for answers, then retry."""
-
-    code = "rpc:overloaded"
-
-
-class AnswerFailed(ProtocolError):
-    """A request was carried out but its answer could not be encoded; read the state back."""
-
-    code = "rpc:answer_failed"
-
-
-class TooManySubscriptions(ProtocolError):
-    """The connection has as many subscriptions as it may; unsubscribe one, then retry."""
-
-    code = "rpc:too_many_subscriptions"
-
-
-class InternalError(ProtocolError):
-    """The daemon failed while serving a request: a bug; the message says what failed."""
-
-    code = "rpc:internal"
-
-
-class ServerUnproven(Unauthorized):
-    """A TCP listener did not prove it holds the token; the client sent it nothing secret.
-
-    The one code raised by the client, not the daemon: the handshake proves both sides."""
-
-    code = "client:server_unproven"
+    code = "run:not_in_flight"

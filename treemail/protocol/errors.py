@@ -15,6 +15,7 @@ from typing import Any, Final
 import msgspec
 
 from treemail.core import errors as e
+from treemail.protocol import rpc_errors as rpc
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -64,20 +65,20 @@ class RpcError(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 # Most specific first: a class takes the code of the first entry it is a subclass of.
 _MAPPING: Final[tuple[tuple[type[e.TreemailError], int], ...]] = (
-    (e.FrameNotUtf8, PARSE_ERROR),
-    (e.FrameNotJson, PARSE_ERROR),
-    (e.NotJsonRpc, INVALID_REQUEST),
-    (e.FrameTooLarge, INVALID_REQUEST),
-    (e.UnknownMethod, METHOD_NOT_FOUND),
-    (e.InvalidParams, INVALID_PARAMS),
-    (e.InternalError, INTERNAL_ERROR),
-    (e.AnswerFailed, INTERNAL_ERROR),
-    (e.Overloaded, OVERLOADED),
-    (e.TooManySubscriptions, OVERLOADED),
-    (e.NotInitialized, NOT_INITIALIZED),
-    (e.UnsupportedVersion, UNSUPPORTED_VERSION),
-    (e.Unauthorized, UNAUTHORIZED),
-    (e.ProtocolError, INVALID_REQUEST),
+    (rpc.FrameNotUtf8, PARSE_ERROR),
+    (rpc.FrameNotJson, PARSE_ERROR),
+    (rpc.NotJsonRpc, INVALID_REQUEST),
+    (rpc.FrameTooLarge, INVALID_REQUEST),
+    (rpc.UnknownMethod, METHOD_NOT_FOUND),
+    (rpc.InvalidParams, INVALID_PARAMS),
+    (rpc.InternalError, INTERNAL_ERROR),
+    (rpc.AnswerFailed, INTERNAL_ERROR),
+    (rpc.Overloaded, OVERLOADED),
+    (rpc.TooManySubscriptions, OVERLOADED),
+    (rpc.NotInitialized, NOT_INITIALIZED),
+    (rpc.UnsupportedVersion, UNSUPPORTED_VERSION),
+    (rpc.Unauthorized, UNAUTHORIZED),
+    (rpc.ProtocolError, INVALID_REQUEST),
     (e.Refusal, REFUSED),
     (e.DefinitionError, INVALID),
     (e.StorageError, STORAGE),
@@ -102,14 +103,12 @@ WIRE_CODES: Final[dict[int, str]] = {
 
 
 def registered() -> list[type[e.TreemailError]]:
-    """Every error class of the registry, the root's subclasses declared in
-    ``treemail.core.errors`` (a test's subclass is not the API), breadth first."""
-    found, todo = [], list(e.TreemailError.__subclasses__())
-    while todo:
-        cls = todo.pop(0)
-        todo.extend(cls.__subclasses__())
-        found += [cls] if cls.__module__ == e.__name__ else []
-    return found
+    """Every error class of the registry: the core's and each layer's that registered (the
+    wire's own ``rpc:`` codes always; the daemon's and the model's once their modules are
+    imported, as the bindings' writer and ``spec_tables`` do)."""
+    from treemail.protocol import rpc_errors  # noqa: F401 - registers the wire's codes
+
+    return e.registry()
 
 
 def jsonrpc_code(cls: type[e.TreemailError]) -> int:

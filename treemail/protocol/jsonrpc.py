@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from treemail.core.errors import FrameNotJson, FrameNotUtf8, NotJsonRpc, ProtocolError
 from treemail.protocol.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -23,6 +22,7 @@ from treemail.protocol.errors import (
     rpc_error,
 )
 from treemail.protocol.methods import Method
+from treemail.protocol.rpc_errors import FrameNotJson, FrameNotUtf8, NotJsonRpc, ProtocolError
 
 __all__ = [
     "INTERNAL_ERROR",

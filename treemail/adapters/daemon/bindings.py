@@ -21,6 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+# Every layer's errors module, so that the error codes of the bindings are the whole registry.
+from treemail.adapters.daemon import errors as _daemon_errors  # noqa: F401
+from treemail.adapters.runtime import model_errors as _model_errors  # noqa: F401
 from treemail.protocol.bindings import dump, generate, schema_bundle
 from treemail.protocol.compat import ADDITIVE, BREAKING, Difference, compare
 from treemail.protocol.methods import PROTOCOL_VERSION

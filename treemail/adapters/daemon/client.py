@@ -41,18 +41,15 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from treemail.adapters.daemon.tcp import AUTH_TIMEOUT, NONCE_BYTES, Token, parse_address
-from treemail.core.errors import (
+from treemail.adapters.daemon.errors import (
     AnswerMalformed,
     AnswerTooLarge,
     ClientTimeout,
-    FrameTooLarge,
-    InternalError,
     NotOwner,
     RequestTooLarge,
     ServerUnproven,
-    UnknownMethod,
 )
+from treemail.adapters.daemon.tcp import AUTH_TIMEOUT, NONCE_BYTES, Token, parse_address
 from treemail.protocol import types as t
 from treemail.protocol.errors import rpc_error
 from treemail.protocol.framing import FrameSplitter, Oversized
@@ -80,6 +77,7 @@ from treemail.protocol.methods import (
     Method,
     Paged,
 )
+from treemail.protocol.rpc_errors import FrameTooLarge, InternalError, UnknownMethod
 
 __all__ = ["DEFAULT_TIMEOUT", "Call", "DaemonClient", "RpcFailure"]
 

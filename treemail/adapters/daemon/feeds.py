@@ -27,11 +27,12 @@ from treemail.adapters.daemon.views import event_view
 from treemail.adapters.runtime.llm import ToolCall
 from treemail.adapters.runtime.plugins import PluginFailed, PluginRefusal
 from treemail.adapters.runtime.runtime import Runtime
-from treemail.core.errors import TooManySubscriptions, UnknownTarget
+from treemail.core.errors import UnknownTarget
 from treemail.core.records import Event, Session
 from treemail.protocol import types as t
 from treemail.protocol.jsonrpc import encode_notice
 from treemail.protocol.methods import EVENTS_EVENT, PLUGIN_EVENT, PLUGIN_TOOL_BEFORE_CALL
+from treemail.protocol.rpc_errors import TooManySubscriptions
 
 __all__ = ["BATCH", "RING", "FeedSignal", "Subscriptions", "WireGate"]
 

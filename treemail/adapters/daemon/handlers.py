@@ -30,7 +30,7 @@ from treemail.adapters.runtime.agent_docs import build_agents
 from treemail.adapters.runtime.llm import ToolCall
 from treemail.core import events
 from treemail.core.agents import AgentDoc, parse_agent_doc
-from treemail.core.errors import InvalidRequest, InvalidToolContext, UnsupportedVersion
+from treemail.core.errors import InvalidRequest, InvalidToolContext
 from treemail.core.lifecycle import SessionState
 from treemail.core.producers import PLUGIN_BODY_MAX_BYTES, Produced
 from treemail.core.records import (
@@ -45,6 +45,7 @@ from treemail.core.records import (
 )
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
+from treemail.protocol.rpc_errors import UnsupportedVersion
 
 if TYPE_CHECKING:
     from treemail.adapters.daemon.server import Daemon

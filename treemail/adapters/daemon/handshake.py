@@ -27,7 +27,6 @@ from enum import Enum
 import attrs
 
 from treemail.adapters.daemon.tcp import NONCE_BYTES, TOKEN_FILE, Token, refusal
-from treemail.core.errors import ClearToken, Unauthorized
 from treemail.protocol import types as t
 from treemail.protocol.errors import rpc_error
 from treemail.protocol.framing import Oversized
@@ -40,6 +39,7 @@ from treemail.protocol.methods import (
     ParamsError,
     decode_params,
 )
+from treemail.protocol.rpc_errors import ClearToken, Unauthorized
 
 __all__ = ["Handshake", "Stage", "Step"]
 

@@ -29,6 +29,7 @@ import attrs
 from treemail.adapters.daemon import registered
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.datadir import take
+from treemail.adapters.daemon.errors import ListenFailed
 from treemail.adapters.daemon.feeds import FeedSignal, Subscriptions, WireGate
 from treemail.adapters.daemon.handlers import install
 from treemail.adapters.daemon.listener import check_socket_path
@@ -43,7 +44,7 @@ from treemail.adapters.runtime.agent_docs import build_agents, load_agent_docs
 from treemail.adapters.runtime.ids import UuidIds
 from treemail.adapters.runtime.runtime import Runtime
 from treemail.adapters.store.leases import SoleLeases, leases_of
-from treemail.core.errors import ListenFailed, TreemailError
+from treemail.core.errors import TreemailError
 
 __all__ = ["DEFAULT_DATA_DIR", "ScriptedAgent", "ScriptedEcho", "Settings", "open_daemon",
            "run_daemon"]

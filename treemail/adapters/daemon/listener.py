@@ -34,7 +34,7 @@ from pathlib import Path
 
 import attrs
 
-from treemail.core.errors import SocketInUse, SocketPathTaken
+from treemail.adapters.daemon.errors import SocketInUse, SocketPathTaken
 
 __all__ = ["BACKLOG", "QUIET", "Listener", "UnixSocket", "bind_tcp", "bind_unix",
            "check_socket_path"]

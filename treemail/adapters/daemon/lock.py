@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from treemail.adapters.daemon.errors import DataDirLocked
 from treemail.adapters.store.factory import open_store, shown
-from treemail.core.errors import DataDirLocked, StoreLocked
+from treemail.core.errors import StoreLocked
 from treemail.core.store import Store
 
 __all__ = ["DAEMON_ROLE", "hold", "store_of"]

@@ -34,8 +34,9 @@ import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+from treemail.adapters.daemon.errors import NotOwner
 from treemail.adapters.store.leases import Leases, SoleLeases, place
-from treemail.core.errors import NotOwner, TreemailError
+from treemail.core.errors import TreemailError
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
 from treemail.protocol.methods import Method

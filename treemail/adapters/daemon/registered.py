@@ -33,11 +33,11 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
+from treemail.adapters.daemon.errors import AgentDefinedByFile
 from treemail.adapters.runtime.agent_docs import load_agent_docs
 from treemail.adapters.store.private import private_dir, private_files
 from treemail.core.agents import AgentDoc
 from treemail.core.errors import (
-    AgentDefinedByFile,
     AgentDocError,
     StorageError,
     StoreFull,

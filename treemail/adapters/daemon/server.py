@@ -36,17 +36,7 @@ from treemail.adapters.daemon.routes import Handler
 from treemail.adapters.daemon.tcp import Token, loopback
 from treemail.adapters.runtime.agent_docs import ModelFor
 from treemail.adapters.runtime.runtime import Runtime
-from treemail.core.errors import (
-    AnswerFailed,
-    EngineShutdown,
-    FrameTooLarge,
-    InternalError,
-    InvalidParams,
-    NotInitialized,
-    Overloaded,
-    TreemailError,
-    UnknownMethod,
-)
+from treemail.core.errors import EngineShutdown, TreemailError
 from treemail.core.store import Store
 from treemail.protocol.errors import RpcError, rpc_error
 from treemail.protocol.framing import FrameSplitter, Oversized
@@ -67,6 +57,15 @@ from treemail.protocol.methods import (
     Method,
     ParamsError,
     decode_params,
+)
+from treemail.protocol.rpc_errors import (
+    AnswerFailed,
+    FrameTooLarge,
+    InternalError,
+    InvalidParams,
+    NotInitialized,
+    Overloaded,
+    UnknownMethod,
 )
 
 __all__ = ["Daemon"]

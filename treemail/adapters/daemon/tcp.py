@@ -30,7 +30,8 @@ import socket
 import stat
 from pathlib import Path
 
-from treemail.core.errors import NotLoopback, TokenFileUnsafe, Unauthorized
+from treemail.adapters.daemon.errors import NotLoopback, TokenFileUnsafe
+from treemail.protocol.rpc_errors import Unauthorized
 
 __all__ = ["AUTH_BYTES", "AUTH_TIMEOUT", "MAX_UNAUTHENTICATED", "NONCE_BYTES", "TOKEN_FILE",
            "Token", "loopback", "parse_address", "refusal"]

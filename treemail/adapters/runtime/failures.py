@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 import attrs
 
-from treemail.core.errors import ModelError
+from treemail.adapters.runtime.model_errors import ModelError
 from treemail.core.events import Fault
 
 __all__ = ["FailurePolicy", "Sleep", "describe", "fault_of"]

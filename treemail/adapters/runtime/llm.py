@@ -24,8 +24,8 @@ from typing import Any, Protocol
 import attrs
 import httpx
 
+from treemail.adapters.runtime.model_errors import ModelError, ScriptExhausted
 from treemail.core.envelope import render_tool_result
-from treemail.core.errors import ModelError, ScriptExhausted
 
 __all__ = [
     "ChatMessage",
