@@ -10,7 +10,8 @@ comes. A level is three exchanges between the coordinator (this process) and the
 2. ``decide``: each owner takes the keys it has not seen, its own successors' and those
    offered, and picks each one's winner: the first in the order.
 3. ``ship``: each worker sends the winners it generated for another owner, pickled; they
-   join that owner's frontier with the next ``level``.
+   join that owner's frontier with the next ``level``. (A winner at the depth cap, which is
+   drained and never expanded, stays with the worker that generated it.)
 
 The order is the one the one-process search discovers states in: a state's place is its
 parent's place followed by the index of the action in the parent's alphabet, compared as
@@ -153,10 +154,21 @@ class Partition(Checker):
         self.cpu += time.process_time() - cpu
         return wanted
 
-    def ship(self, keys: Sequence[bytes]) -> list[bytes]:
-        """The winners generated here that other workers own, pickled; the rest forgotten."""
+    def ship(self, wanted: Sequence[Sequence[bytes]]) -> list[list[bytes]]:
+        """The winners generated here that other workers own (``wanted``, by owner), pickled
+        for their owners; the rest forgotten. A winner at the depth cap is only drained, never
+        expanded, so it stays here instead: its parents were spread by hash already, and
+        three states in four are at the cap, whose pickling would cost a tenth of the search."""
         cpu = time.process_time()
-        shipped = [pickle.dumps(self.generated[key], pickle.HIGHEST_PROTOCOL) for key in keys]
+        shipped: list[list[bytes]] = []
+        for keys in wanted:
+            shipped.append([])
+            for key in keys:
+                entry = self.generated[key]
+                if entry[2].depth >= self.bounds.depth:
+                    self.frontier.append(entry)
+                else:
+                    shipped[-1].append(pickle.dumps(entry, pickle.HIGHEST_PROTOCOL))
         self.generated = {}
         self.cpu += time.process_time() - cpu
         return shipped
@@ -279,12 +291,9 @@ def _exchange(pool: Sequence[_Remote | _Local], levels: list[Level]) -> list[lis
         for by, keys in asks.items():
             wanted[by][to] = keys
     shipped: list[list[bytes]] = [[] for _ in pool]
-    asked = [([key for keys in by_owner for key in keys],) for by_owner in wanted]
-    for by, pickles in enumerate(_all(pool, "ship", asked)):
-        at = 0  # the pickles come back in the order asked: by owner
-        for to, keys in enumerate(wanted[by]):
-            shipped[to] += pickles[at:at + len(keys)]
-            at += len(keys)
+    for by_owner in _all(pool, "ship", [(by_owner,) for by_owner in wanted]):
+        for to, pickles in enumerate(by_owner):
+            shipped[to] += pickles
     return shipped
 
 
