@@ -40,7 +40,7 @@ PACKAGES: dict[str, tuple[list[str], list[str], str]] = {
     # The runtime's single writer: group commit, hand-off, back-pressure.
     "writer": (["treemail/adapters/runtime/writer.py"],
                [f"tests/unit/{name}" for name in (
-                   "test_group_commit.py", "test_writer_handoff.py", "test_writer_close.py",
+                   "test_group_commit.py", "test_writer_handoff.py", "test_writer_edges.py",
                    "test_actor.py")],
                "memory,lmdb"),
 }
