@@ -99,3 +99,50 @@ def test_a_call_after_close_is_refused_and_the_thread_is_a_daemon(store: Store) 
     closed = r"^the writer is closed; no engine call can be scheduled$"
     with pytest.raises(RuntimeError, match=closed):
         asyncio.run(writer(engine.session, root))
+
+
+def test_without_a_group_each_call_runs_alone_and_is_answered(store: Store) -> None:
+    _, engine, root, (ctx,) = _setup(store)
+    writer = Writer()  # no GroupStore: each call commits by itself
+
+    async def main() -> list[str]:
+        sent = []
+        for n in range(3):  # one after the other: the queue empties between them
+            call = writer(engine.send_message, _call(ctx, n), {"to": root, "body": f"b{n}"})
+            sent.append((await asyncio.wait_for(call, LONG)).message_id)
+        return sent
+
+    sent = asyncio.run(main())
+    writer.close()
+    assert [engine.message(mid).body for mid in sent] == ["b0", "b1", "b2"]
+
+
+def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store) -> None:
+    """A call that found the writer open just as another thread closed it is queued behind
+    the close: the thread runs it before it stops instead of leaving it unanswered."""
+    _, engine, root, (ctx,) = _setup(store)
+    writer = Writer()
+    started, gate = threading.Event(), threading.Event()
+    closer = threading.Thread(target=writer.close)
+
+    def hold() -> None:
+        started.set()
+        gate.wait(LONG)
+
+    async def main() -> str:
+        first = asyncio.ensure_future(writer(hold))
+        await _until(started, writer, 0)
+        closer.start()
+        await _until(None, writer, 1)  # the close is queued
+        writer._closed = False  # the late call checked before the close began
+        late = asyncio.ensure_future(writer(engine.send_message, ctx, {"to": root,
+                                                                        "body": "late"}))
+        await _until(None, writer, 2)  # queued behind the close
+        gate.set()
+        await first
+        return (await asyncio.wait_for(late, LONG)).message_id
+
+    sent = asyncio.run(main())
+    closer.join(LONG)
+    assert not closer.is_alive()
+    assert engine.message(sent).body == "late"
