@@ -35,6 +35,7 @@ PACKAGES: dict[str, tuple[list[str], list[str], str]] = {
     "store": (["treemail/adapters/store/lmdb_*"],
               [f"tests/unit/{name}" for name in (
                   "test_store_contract.py", "test_store_files.py", "test_store_format.py",
+                  "test_store_format_edges.py",
                   "test_store_reads.py", "test_checksum_reads.py", "test_verify.py",
                   "test_full_disk.py", "test_durability.py")], "lmdb"),
     # The runtime's single writer: group commit, hand-off, back-pressure.
