@@ -80,25 +80,10 @@ bench *ARGS:
     @{{python}} -c "import persistqueue, cattrs, pyinstrument" 2>/dev/null || {{python}} -m pip install -q -e '.[bench]'
     {{python}} -m bench {{ARGS}}
 
-# Config in pyproject.toml [tool.mutmut]; assumes the dev extras. Results: docs/mutation.md.
-# Mutation testing of treemail/core (mutmut, fresh run, one worker): survivors and kill rate.
-mutate:
-    #!/usr/bin/env bash
-    set -euo pipefail
-    mutmut="$(dirname {{python}})/mutmut"
-    [ -x "$mutmut" ] || mutmut=mutmut
-    rm -rf mutants
-    start=$(date +%s)
-    TREEMAIL_TEST_STORES=memory "$mutmut" run --max-children 1
-    "$mutmut" results
-    "$mutmut" export-cicd-stats >/dev/null
-    {{python}} - "$(( $(date +%s) - start ))" <<'PY'
-    import json, sys
-    s = json.load(open("mutants/mutmut-cicd-stats.json"))
-    caught = s["killed"] + s["timeout"]
-    print(f"mutants {s['total']}: killed {s['killed']}, timeout {s['timeout']}, "
-          f"survived {s['survived']}, no tests {s['no_tests']}, suspicious {s['suspicious']}, "
-          f"skipped {s['skipped']}, segfault {s['segfault']}")
-    print(f"kill rate {caught / max(s['total'], 1):.1%} ((killed + timeout) / total) "
-          f"in {sys.argv[1]}s")
-    PY
+# Mutation testing with mutmut (fresh run, one worker): survivors and kill rate, of PACKAGE:
+# core (treemail/core, the settings in pyproject.toml [tool.mutmut]), store (the LMDB store,
+# adapters/store/lmdb_*) or writer (adapters/runtime/writer.py), each judged by the fast tests
+# of its own (tools/mutate/run.py names them); GLOBS (mutant names) narrow it to part of the
+# package. Assumes the dev extras. Results: docs/mutation.md.
+mutate PACKAGE="core" *GLOBS:
+    {{python}} tools/mutate/run.py {{PACKAGE}} {{GLOBS}}

@@ -9,6 +9,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -59,6 +60,31 @@ def _answer_as_told(cwd: Path, demo: subprocess.Popen[str]) -> str:
     raise AssertionError(f"the demo asked for no approval:\n{''.join(lines)}")
 
 
+def _rows(printed: str) -> list[str]:
+    """The conversation's rows among what the demo printed."""
+    return [line for line in printed.splitlines() if re.match(r"  \S+ +#\d+ ", line)]
+
+
+def _read_until(tail: subprocess.Popen[str], wanted: set[str] | None) -> list[str]:
+    """tail's lines until every one of ``wanted`` is among them (None: until tail's output
+    ends): the feed reaches tail after the demo printed its rows, however busy the machine.
+    tail is killed after STEP seconds, so a row that never comes fails the test's assertion
+    instead of hanging it. (Read through one file object: its buffer keeps what a second
+    reader of the pipe would lose.)"""
+    assert tail.stdout is not None
+    watchdog = threading.Timer(STEP, tail.kill)
+    watchdog.start()
+    seen: list[str] = []
+    try:
+        for line in tail.stdout:
+            seen.append(line.rstrip("\n"))
+            if wanted is not None and wanted <= set(seen):
+                break
+    finally:
+        watchdog.cancel()
+    return seen
+
+
 def test_the_three_terminal_recipe_shows_the_conversation_live(tmp_path: Path) -> None:
     daemon_args, tail_args, demo_args = recipe()
     assert (daemon_args[0], tail_args[0], demo_args[0]) == ("daemon", "tail", "demo")
@@ -75,9 +101,10 @@ def test_the_three_terminal_recipe_shows_the_conversation_live(tmp_path: Path) -
         printed += out
         assert demo.returncode == 0, err
         assert "4 sessions" in printed and "each exactly once" in printed
-        time.sleep(0.5)  # the last rows reach tail
+        seen = _read_until(tail, set(_rows(printed)))  # the last rows reach tail
         tail.send_signal(signal.SIGINT)
-        shown, _ = tail.communicate(timeout=STEP)
+        seen += _read_until(tail, None)  # the rest, to the end: tail stops on SIGINT
+        tail.wait(timeout=STEP)
     finally:
         for client in (tail, demo):
             if client is not None and client.poll() is None:
@@ -86,8 +113,8 @@ def test_the_three_terminal_recipe_shows_the_conversation_live(tmp_path: Path) -
         _, err = daemon.communicate(timeout=STEP)
     assert daemon.returncode == 0, err
     assert tail.returncode == 0
-    rows = shown.splitlines()
-    demo_rows = [line for line in printed.splitlines() if re.match(r"  \S+ +#\d+ ", line)]
+    rows = seen
+    demo_rows = _rows(printed)
     assert demo_rows and set(demo_rows) <= set(rows)  # tail showed every row the demo did
     _assert_a_conversation(rows)
 

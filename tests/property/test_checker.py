@@ -164,7 +164,7 @@ def test_copied_world_is_independent() -> None:
 
 def test_a_drain_failure_at_the_bottom_is_found_through_chained_drains(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Most drains are chained (see ``Checker.expand``): a quiet state must still be
+    """Most drains are chained (see ``Checker.successors``): a quiet state must still be
     judged. A planted verdict refuses any quiet state where agent mail was consumed."""
     original = invariants.settled  # what checker imports
 

@@ -525,10 +525,12 @@ class DifferentialMachine(RuleBasedStateMachine):
         assert session.state == "running" and session.run_id is not None
         return session.run_id
 
-    @rule(data=st.data(), kind=st.sampled_from(("fresh", "retry", "retry other arguments")))
+    @rule(data=st.data(), kind=st.sampled_from(("fresh", "retry", "retry other arguments",
+                                                "retry other mode")))
     def send_hostile(self, data: st.DataObject, kind: str) -> None:
         """Any tool context, any reference, any argument object; or a tool call made again,
-        mostly one that was accepted (it must replay its first result)."""
+        mostly one that was accepted (it must replay its first result), maybe with other
+        arguments, or with its mode alone changed (other arguments too: a conflict)."""
         if kind == "fresh" or not self.calls:
             ctx = self._context(data)
             self._send(ctx, self._arguments(data, ctx.session_id))
@@ -536,7 +538,11 @@ class DifferentialMachine(RuleBasedStateMachine):
         accepted = bool(self.accepted) and data.draw(st.booleans(), label="an accepted call")
         pool = self.accepted if accepted else self.calls
         ctx, args = data.draw(st.sampled_from(pool), label="previous call")
-        self._send(ctx, args if kind == "retry" else self._arguments(data, ctx.session_id))
+        if kind == "retry other mode" and isinstance(args, dict):
+            args = {**args, "mode": "queue" if args.get("mode") == "steer" else "steer"}
+        elif kind == "retry other arguments":
+            args = self._arguments(data, ctx.session_id)
+        self._send(ctx, args)
 
     def _context(self, data: st.DataObject) -> ToolContext:
         call = data.draw(st.sampled_from(CALLS), label="call")

@@ -34,7 +34,20 @@ HUNTED = (
     "reply-hint-always",
     "steer-never-joins",
     "outside-text-raw",
+    "no-hop-limit",
+    "mode-retry-replays",
+    "rule-before-liveness",
+    "revert-spares-descendants",
+    "cousin-as-sibling",
 )
+# Registered plants the differential suite is not asked to catch, and why. Each is caught by
+# `treemail check` (tests/property/test_checker.py) and by its own direct probe.
+# - session-grant-for-tree: a session grant that leaks to the sender's siblings shows only
+#   when, after the grant, a sibling of the approved session sends under the same ask rule
+#   to a peer with that label: eight actions in the shortest trace the checker finds, which
+#   the ci budget (200 derandomized examples of 50 steps, drawn over every rule) does not
+#   compose; a rule aimed at it would be the checker's search again.
+UNHUNTED = ("session-grant-for-tree",)
 
 
 @pytest.fixture
@@ -67,6 +80,10 @@ def test_the_suite_finds_the_planted_bug(plant: str) -> None:
 
 def test_every_hunted_plant_is_registered() -> None:
     assert set(HUNTED) <= set(PLANTS)
+
+
+def test_every_plant_is_hunted_or_says_why_not() -> None:
+    assert set(HUNTED) | set(UNHUNTED) == set(PLANTS) and not set(HUNTED) & set(UNHUNTED)
 
 
 def test_without_a_plant_the_same_hunt_passes() -> None:

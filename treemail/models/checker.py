@@ -33,7 +33,7 @@ from every explored state a drain of a copy of the engine (start, claim, commit,
 quiet; new input to a session a give-up left idle with mail) must settle everything accepted,
 each message exactly once (INV7, INV1). A drain's
 first step is usually a transition the search takes anyway: then the state's drain is that
-step plus its successor's drain, and is not run again (``Checker.expand``).
+step plus its successor's drain, and is not run again (``Checker.successors``).
 
 Coverage (``coverage``): the send guards that answered and the lifecycle transitions the
 engine took, printed beside the state count.
@@ -41,17 +41,17 @@ engine took, printed beside the state count.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import sys
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from typing import Any, TextIO, TypeVar
 
 import attrs
 
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
-from treemail.core.errors import TreemailError
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
 from treemail.core.records import Owner
@@ -78,7 +78,6 @@ from treemail.models.invariants import (
     recovered,
     settled,
 )
-from treemail.models.plants import PLANTS, planted
 from treemail.models.reference import Reference
 from treemail.models.replay import Replay, StoreFactory
 from treemail.models.snapshots import CopyableWorld, Lockstep, Node, clone, model_step, untouched
@@ -93,10 +92,6 @@ __all__ = [
     "Result",
     "canonical",
     "check",
-    "load_config",
-    "main",
-    "parse_bounds",
-    "report",
 ]
 
 # Limits that are reached within the default bounds: the pair window (two sends to one peer),
@@ -276,6 +271,10 @@ class Checker:
         if guard is not None:
             self.coverage.guards.add(guard)
 
+    def path(self, node: Node) -> tuple[str, ...]:
+        """The labels of the actions from the empty world to ``node``."""
+        return self.trace(node.key)
+
     def trace(self, key: bytes) -> tuple[str, ...]:
         steps: list[str] = []
         link = self.parents[key]
@@ -314,25 +313,27 @@ class Checker:
         """A drain's failure, with the trace to ``node`` and the drain's steps after it (the
         trace is built only here: nearly every drain passes)."""
         drained = tuple(f"{action.label}   [drain]" for action in steps)
-        return Counterexample(invariant, detail, (*self.trace(node.key), *drained))
+        return Counterexample(invariant, detail, (*self.path(node), *drained))
 
-    def expand(self, node: Node, queue: deque[Node]) -> tuple[Counterexample | None, bool]:
-        """Every successor of ``node``, checked and queued when new. Also says whether the
-        first step of ``node``'s drain was among them, accepted, into a state that is explored
-        (so drained itself): then ``node``'s drain is that step plus its successor's drain,
-        and need not be run again (see ``run``)."""
+    def successors(self, node: Node, found: Callable[[Node, Action, int], None]
+                   ) -> tuple[Counterexample | None, bool]:
+        """Every successor of ``node`` checked, and each within the size bounds handed to
+        ``found`` with its key and the index of its action in the alphabet. Also says whether
+        the first step of ``node``'s drain was among them, accepted, into a state that is
+        explored (so drained itself): then ``node``'s drain is that step plus its successor's
+        drain, and need not be run again (see ``run``)."""
         with node.store.read() as tx:
             first = drain_step(tx)
         chained = False
-        for action in alphabet(node.model, self.bounds, node.restarts):
+        for index, action in enumerate(alphabet(node.model, self.bounds, node.restarts)):
             child, failure, accepted = self.step(node, action)
             self.transitions += 1
             if failure is not None:
-                return Counterexample(*failure, (*self.trace(node.key), action.label)), chained
+                return Counterexample(*failure, (*self.path(node), action.label)), chained
             drains = first is not None and (action.kind, action.args) == (first.kind, first.args)
             if drains and not accepted:
                 return Counterexample("INV7", "the drain was refused",
-                                      (*self.trace(node.key), action.label)), chained
+                                      (*self.path(node), action.label)), chained
             cw = child.model.world
             if (len(cw.sessions) > self.bounds.sessions or len(cw.messages) > self.bounds.messages
                     or len(cw.approvals) > self.bounds.approvals):
@@ -341,24 +342,45 @@ class Checker:
             chained = chained or drains
             if not child.key:  # a refusal that changed nothing keeps its parent's key
                 child.key = canonical(child.model, child.restarts, self.history)
-            if child.key not in self.parents:
-                self.parents[child.key] = (node.key, action.label)
-                if self.replay is not None:
-                    self.replay.reached(child.key, node.key, action)
-                queue.append(child)
+            if child.key != node.key:  # the parent is explored already
+                found(child, action, index)
         return None, chained
 
     def run(self) -> Result:
         with recording(self.coverage):
             return self._search()
 
-    def _search(self) -> Result:
-        started, cpu = time.monotonic(), time.process_time()
+    def root(self) -> Node:
+        """The empty world, on both sides."""
         model = Lockstep(self.config, CountingIds())
         model.guarded = not self.shortcuts
         root = Node(model, MemoryStore(), CountingIds(), 0, 0, 0, self.config, Ledger())
         root.model.world = CopyableWorld()
         root.key = canonical(root.model, 0, self.history)
+        return root
+
+    def visit(self, node: Node, found: Callable[[Node, Action, int], None],
+              shortest: int | None) -> list[Counterexample]:
+        """``node`` expanded (below the depth cap, and while a counterexample shorter than
+        ``shortest`` may come of it) and drained (unless its drain chained): what failed."""
+        self.depth = max(self.depth, node.depth)
+        expand = node.depth < self.bounds.depth
+        self.capped += not expand
+        failures: list[Counterexample | None] = []
+        chained = False
+        if expand and (shortest is None or node.depth + 1 < shortest):
+            failure, chained = self.successors(node, found)
+            failures.append(failure)
+        # A drain is a path of the search's own transitions: when its first step is one
+        # the search took into an explored state, the rest is that state's drain.
+        if not (chained and self.shortcuts):
+            failures.append(self.drain(node))
+            self.drained += 1
+        return [failure for failure in failures if failure is not None]
+
+    def _search(self) -> Result:
+        started, cpu = time.monotonic(), time.process_time()
+        root = self.root()
         self.parents[root.key] = None
         if self.replay is not None:
             self.replay.reached(root.key, None, None)
@@ -367,27 +389,29 @@ class Checker:
             node = queue.popleft()
             if best is not None and node.depth >= len(best.trace):
                 break  # nothing shorter is left to find
-            self.depth = max(self.depth, node.depth)
             self._show(len(queue), started)
-            expand = node.depth < self.bounds.depth
-            self.capped += not expand
-            found: list[Counterexample | None] = []
-            chained = False
-            if expand and (best is None or node.depth + 1 < len(best.trace)):
-                failure, chained = self.expand(node, queue)
-                found.append(failure)
-            # A drain is a path of the search's own transitions: when its first step is one
-            # the search took into an explored state, the rest is that state's drain.
-            if not (chained and self.shortcuts):
-                found.append(self.drain(node))
-                self.drained += 1
-            for failure in found:
-                if failure is not None and (best is None or len(failure.trace) < len(best.trace)):
+            found = functools.partial(self._found, node, queue)
+            for failure in self.visit(node, found, None if best is None else len(best.trace)):
+                if best is None or len(failure.trace) < len(best.trace):
                     best = failure
         self._show(len(queue), started, final=True)
-        return Result(len(self.parents), self.transitions, self.drain_steps, self.pruned,
-                      self.depth, self.capped, time.monotonic() - started, dict(self.outcomes),
-                      best, self.coverage, self.drained, time.process_time() - cpu)
+        return self.result(len(self.parents), best, time.monotonic() - started,
+                           time.process_time() - cpu)
+
+    def _found(self, parent: Node, queue: deque[Node], child: Node, action: Action,
+               index: int) -> None:
+        del index  # the queue keeps the order of discovery
+        if child.key not in self.parents:
+            self.parents[child.key] = (parent.key, action.label)
+            if self.replay is not None:
+                self.replay.reached(child.key, parent.key, action)
+            queue.append(child)
+
+    def result(self, states: int, best: Counterexample | None, seconds: float, cpu: float
+               ) -> Result:
+        return Result(states, self.transitions, self.drain_steps, self.pruned, self.depth,
+                      self.capped, seconds, dict(self.outcomes), best, self.coverage,
+                      self.drained, cpu)
 
     def _show(self, queued: int, started: float, final: bool = False) -> None:
         """A single progress line on stderr, redrawn at most five times a second."""
@@ -404,107 +428,16 @@ class Checker:
 
 def check(config: MessagingConfig = DEFAULT_CONFIG, bounds: Bounds | None = None,
           progress: TextIO | None = None, history: bool = False,
-          store: StoreFactory | None = None) -> Result:
+          store: StoreFactory | None = None, workers: int = 1) -> Result:
     """Explore every interleaving within ``bounds``; the first shortest counterexample, if any.
     ``history``: key states on their whole past too (exact id renaming only; never finite).
-    ``store``: also run every transition on a fresh store from this factory (``replay``)."""
+    ``store``: also run every transition on a fresh store from this factory (``replay``),
+    in this process. ``workers``: processes to search over (``parallel``); the result is the
+    same for any number."""
+    bounds = bounds if bounds is not None else Bounds()
+    if store is None and workers > 1:
+        from treemail.models.parallel import explore  # it builds on this module's Checker
+
+        return explore(config, bounds, workers, progress, history)
     replay = Replay(store, config) if store is not None else None
-    return Checker(config, bounds if bounds is not None else Bounds(), progress, history,
-                   replay=replay).run()
-
-
-def report(result: Result, out: TextIO | None = None) -> None:
-    out = out if out is not None else sys.stdout  # looked up late: tests capture it
-    print(f"explored {result.states} states, {result.transitions} transitions "
-          f"(+{result.drain_steps} drain steps in {result.drained} drains run through; "
-          f"{result.pruned} successors beyond the size "
-          f"bounds checked, not explored), depth {result.depth}, {result.seconds:.1f} s "
-          f"({result.cpu:.1f} CPU s)",
-          file=out)
-    print(f"coverage: {result.coverage.line()}", file=out)
-    if result.capped:
-        print(f"depth cap reached: {result.capped} states at depth {result.depth} were drained "
-              "but not expanded", file=out)
-    elif result.counterexample is None:
-        print("exhausted: every reachable state within the size bounds was expanded", file=out)
-    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items()))
-    print(f"outcomes: {outcomes}", file=out)
-    found = result.counterexample
-    if found is None:
-        print("no counterexample: " + ", ".join(INVARIANTS) + " hold", file=out)
-        return
-    print(f"COUNTEREXAMPLE {found.invariant} {INVARIANTS.get(found.invariant, '')}: "
-          f"{found.detail}", file=out)
-    print(f"shortest trace ({len(found.trace)} actions):", file=out)
-    for number, label in enumerate(found.trace, 1):
-        print(f"  {number:>2}. {label}", file=out)
-
-
-def _pairs(text: str, what: str) -> dict[str, str]:
-    pairs = [item.partition("=") for item in text.split(",") if item.strip()]
-    bad = [key for key, eq, value in pairs if not eq or not value.strip()]
-    if bad:
-        raise ValueError(f"{what}: expected key=value pairs separated by commas, got {text!r}")
-    return {key.strip(): value.strip() for key, _, value in pairs}
-
-
-def parse_bounds(text: str) -> Bounds:
-    """``sessions=4,messages=4,restarts=1,approvals=1,depth=N,disabled=1,trees=1``; omitted
-    keys keep defaults."""
-    given = _pairs(text, "--bounds")
-    known = {field.name for field in attrs.fields(Bounds)}
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise ValueError(f"--bounds: unknown key(s) {', '.join(unknown)}; "
-                         f"valid keys are {', '.join(sorted(known))}")
-    try:
-        return Bounds(**{key: int(value) for key, value in given.items()})
-    except ValueError as exc:
-        raise ValueError(f"--bounds: {exc}") from None
-
-
-def load_config(path: str | None, inline: str) -> MessagingConfig:
-    """The [messaging] table of a TOML file (else the checker's defaults), then ``inline``
-    ``key=value`` overrides; validated like any config."""
-    config = DEFAULT_CONFIG
-    if path is not None:
-        with open(path, encoding="utf-8") as handle:
-            config = MessagingConfig.from_toml(handle.read())
-    words = {"true": True, "false": False}
-    overrides: dict[str, Any] = {
-        key: words[value.lower()] if value.lower() in words else int(value)
-        for key, value in _pairs(inline, "--messaging").items()
-    }
-    return MessagingConfig.from_mapping({**attrs.asdict(config), **overrides})
-
-
-def main(bounds: str = "", config: str | None = None, messaging: str = "",
-         plant: str | None = None, history: bool = False,
-         progress: TextIO | None = None, store: StoreFactory | None = None,
-         store_name: str = "memory") -> int:
-    """``treemail check``: 0 when no counterexample, 1 with one, 2 on bad arguments.
-    ``progress`` takes the live progress line (the CLI gives its console's; None: quiet).
-    ``store``: a factory of fresh stores every transition also runs on (``store_name``)."""
-    try:
-        limits_, settings = parse_bounds(bounds), load_config(config, messaging)
-        if plant is not None and plant not in PLANTS:
-            raise ValueError(f"--plant: no bug {plant!r}; choose from {', '.join(PLANTS)}")
-    except (ValueError, OSError, TreemailError) as exc:
-        print(f"treemail check: {exc}", file=sys.stderr)
-        return 2
-    shown = ", ".join(f"{f.name}={getattr(limits_, f.name)}" for f in attrs.fields(Bounds))
-    print(f"treemail check: bounds {shown}; [messaging] {_config_line(settings)}"
-          + (f"; planted bug: {plant}" if plant else "")
-          + (f"; every transition also run on the {store_name} store" if store else ""))
-    with planted(plant):
-        result = check(settings, limits_, progress, history, store)
-    code = 0 if result.counterexample is None else 1
-    try:
-        report(result)
-    except BrokenPipeError:  # `treemail check | head`: the exit code still tells
-        sys.stdout = None  # nothing left to flush at exit
-    return code
-
-
-def _config_line(config: MessagingConfig) -> str:
-    return " ".join(f"{key}={value}" for key, value in attrs.asdict(config).items())
+    return Checker(config, bounds, progress, history, replay=replay).run()

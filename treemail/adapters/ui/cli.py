@@ -106,6 +106,9 @@ def _main(argv: Sequence[str] | None) -> int:
     check.add_argument("--history", action="store_true",
                        help="key states on their whole past too (ids renamed only)")
     check.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    check.add_argument("--workers", type=int, default=None,
+                       help="processes to search over (default: one per core); the states, "
+                            "coverage and counterexample are the same for any number")
     check.add_argument("--store", choices=("memory", "lmdb"), default="memory",
                        help="lmdb: also run every transition on a fresh LMDB store (replaying "
                             "the path to its state there): slow, for small --bounds")
@@ -158,14 +161,14 @@ def _main(argv: Sequence[str] | None) -> int:
         return demo_main(url)
     if args.command == "check":
         from treemail.adapters.ui.console import ProgressLine
-        from treemail.models.checker import main as check_main
+        from treemail.models.command import main as check_main
 
         # States explored and the rate: live on a terminal (rich), the final line elsewhere.
         progress = None if args.quiet else ProgressLine(sys.stderr, "check")
         return check_main(args.bounds, args.config, args.messaging, args.plant,
                           history=args.history, progress=progress,
                           store=_scratch_lmdb if args.store == "lmdb" else None,
-                          store_name=args.store)
+                          store_name=args.store, workers=args.workers)
     return show_log(args.path, args.session, follow=args.follow, interval=args.interval,
                     as_json=args.json)
 

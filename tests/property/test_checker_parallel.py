@@ -1,0 +1,64 @@
+"""The model checker over a pool of processes finds what the one-process search finds: the
+same states, transitions, drains, outcomes and coverage, and the same first shortest
+counterexample for every planted bug."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from tests.property.test_checker import CHECKER_HUNTED, SMALL, WINDOWED
+from treemail.adapters.ui.cli import main
+from treemail.models.checker import Result, check
+from treemail.models.explore import Bounds
+from treemail.models.parallel import explore, owner
+from treemail.models.plants import planted
+
+# Depth-capped at 5 with the default sizes: a thousand states, every kind of action, and
+# about 900 states at the cap (drained, not expanded), so the drains' chaining is in play.
+CAPPED = attrs.evolve(Bounds(), depth=5)
+
+
+def _counts(result: Result) -> tuple[object, ...]:
+    return (result.states, result.transitions, result.drain_steps, result.drained,
+            result.pruned, result.capped, result.depth, result.outcomes,
+            result.coverage.guards, result.coverage.transitions)
+
+
+@pytest.mark.parametrize("bounds", [CAPPED, SMALL], ids=["capped", "exhausted"])
+def test_any_number_of_workers_explores_the_same_states(bounds: Bounds) -> None:
+    alone = check(WINDOWED, bounds)
+    assert alone.counterexample is None and alone.states > 300
+    for workers in (1, 2, 3):
+        pooled = explore(WINDOWED, bounds, workers)
+        assert pooled.counterexample is None
+        assert _counts(pooled) == _counts(alone), workers
+
+
+def test_the_states_are_spread_over_the_workers() -> None:
+    """Keys are digests: an owner by hash gives each worker a share of them."""
+    keys = [bytes([i, i * 7 % 256, 3, 4, 5, 6, 7, i % 5]) for i in range(256)]
+    shares = [sum(owner(key, 3) == index for key in keys) for index in range(3)]
+    assert all(share > 40 for share in shares), shares
+
+
+@pytest.mark.parametrize("plant", ["pair-window", "recover-keeps-claims", "discard-claimed",
+                                   *sorted(CHECKER_HUNTED)])
+def test_a_planted_bug_gets_the_same_counterexample_from_two_workers(plant: str) -> None:
+    bounds = CHECKER_HUNTED[plant][0] if plant in CHECKER_HUNTED else SMALL
+    with planted(plant):
+        alone = check(WINDOWED, bounds).counterexample
+        pooled = check(WINDOWED, bounds, workers=2).counterexample
+    assert alone is not None and alone.invariant in ("AGREE", "INV7", "INV1"), plant
+    assert pooled == alone
+
+
+def test_the_command_takes_workers(capsys: pytest.CaptureFixture[str]) -> None:
+    bounds = "sessions=2,messages=2,restarts=1,depth=4,disabled=0,trees=1"
+    assert main(["check", "--quiet", "--workers", "2", "--bounds", bounds]) == 0
+    out = capsys.readouterr().out
+    assert "2 worker processes" in out and "no counterexample" in out
+    assert main(["check", "--quiet", "--workers", "0", "--bounds", bounds]) == 2
+    assert "--workers: must be at least 1" in capsys.readouterr().err
+    assert main(["check", "--quiet", "--workers", "2", "--plant", "pair-window",
+                 "--bounds", bounds.replace("depth=4", "depth=5")]) == 1

@@ -1,0 +1,148 @@
+"""The writer's edges: its settings refused out of range, keyword arguments passed through,
+the after-call cue (``on_call``, skipped by ``quiet``), the commit count, a call after close
+refused, a thread that never holds the interpreter open, and a close taken by a batch (a
+close queued while a batch still takes calls ends that batch and stops the thread once the
+calls queued before it are answered)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from tests.unit.test_group_commit import _call, _setup
+from treemail.adapters.runtime.writer import Writer
+from treemail.core.store import Store
+
+LONG = 30.0  # seconds: a liveness bound for a thread that must stop, never a race
+
+
+async def _until(condition: threading.Event | None, queued: Writer, count: int) -> None:
+    """Yield to the loop until ``condition`` is set and ``count`` jobs wait in the queue."""
+    while (condition is not None and not condition.is_set()) or \
+            queued._jobs.qsize() < count:
+        await asyncio.sleep(0.001)
+
+
+def test_a_close_a_batch_takes_stops_the_writer(store: Store) -> None:
+    group, engine, root, (ctx,) = _setup(store)
+    writer = Writer(group=group, max_wait=60)  # the batch would take calls for a minute
+    started, gate = threading.Event(), threading.Event()
+    closer = threading.Thread(target=writer.close)
+
+    def hold() -> None:
+        started.set()
+        gate.wait(LONG)
+
+    async def main() -> str:
+        first = asyncio.ensure_future(writer(hold))
+        second = asyncio.ensure_future(writer(engine.send_message, ctx, {"to": root,
+                                                                          "body": "hi"}))
+        await _until(started, writer, 1)  # the batch runs the first; the second waits
+        closer.start()
+        await _until(None, writer, 2)  # the close is queued behind the second
+        gate.set()  # the batch takes the second, then the close: it must end there
+        await first
+        return (await second).message_id
+
+    sent = asyncio.run(main())
+    closer.join(LONG)
+    assert not closer.is_alive(), "the writer thread never stopped after taking the close"
+    assert engine.message(sent).body == "hi"
+
+
+@pytest.mark.parametrize("settings", [{"max_batch": 0}, {"max_wait": -0.001},
+                                      {"max_batch": 0, "max_wait": -1}])
+def test_settings_out_of_range_are_refused(settings: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=r"max_batch must be >= 1 and max_wait >= 0, not "):
+        Writer(**settings)  # type: ignore[arg-type]
+
+
+def test_the_smallest_settings_are_taken(store: Store) -> None:
+    group, engine, root, (ctx,) = _setup(store)
+    writer = Writer(group=group, max_batch=1, max_wait=0)
+    sent = asyncio.run(writer(engine.send_message, ctx, {"to": root, "body": "one"}))
+    writer.close()
+    assert engine.message(sent.message_id).body == "one"
+
+
+def test_keywords_reach_the_call_and_each_call_cues_on_call_unless_quiet(store: Store) -> None:
+    group, engine, root, (ctx,) = _setup(store)
+    cues: list[int] = []
+    writer = Writer(lambda: cues.append(1), group=group)
+    assert writer.batches == 0
+
+    def call(n: int, *, arguments: dict[str, str]) -> str:
+        return engine.send_message(_call(ctx, n), arguments).message_id
+
+    async def main() -> tuple[str, str]:
+        loud = await writer(call, 1, arguments={"to": root, "body": "loud"})
+        quiet = await writer.quiet(call, 2, arguments={"to": root, "body": "quiet"})
+        return loud, quiet
+
+    loud, quiet = asyncio.run(main())
+    writer.close()
+    assert engine.message(loud).body == "loud" and engine.message(quiet).body == "quiet"
+    assert cues == [1]  # the quiet call gave no cue
+    assert writer.batches == 2  # one commit per call: nothing else was queued
+
+
+def test_a_call_after_close_is_refused_and_the_thread_is_a_daemon(store: Store) -> None:
+    group, engine, root, _ = _setup(store)
+    before = set(threading.enumerate())
+    writer = Writer(group=group)
+    [thread] = [t for t in threading.enumerate() if t not in before]
+    assert thread.name == "treemail-writer"  # named in a dump of the process's threads
+    assert thread.daemon  # an unclosed writer never keeps the process alive
+    writer.close()
+    closed = r"^the writer is closed; no engine call can be scheduled$"
+    with pytest.raises(RuntimeError, match=closed):
+        asyncio.run(writer(engine.session, root))
+
+
+def test_without_a_group_each_call_runs_alone_and_is_answered(store: Store) -> None:
+    _, engine, root, (ctx,) = _setup(store)
+    writer = Writer()  # no GroupStore: each call commits by itself
+
+    async def main() -> list[str]:
+        sent = []
+        for n in range(3):  # one after the other: the queue empties between them
+            call = writer(engine.send_message, _call(ctx, n), {"to": root, "body": f"b{n}"})
+            sent.append((await asyncio.wait_for(call, LONG)).message_id)
+        return sent
+
+    sent = asyncio.run(main())
+    writer.close()
+    assert [engine.message(mid).body for mid in sent] == ["b0", "b1", "b2"]
+
+
+def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store) -> None:
+    """A call that found the writer open just as another thread closed it is queued behind
+    the close: the thread runs it before it stops instead of leaving it unanswered."""
+    _, engine, root, (ctx,) = _setup(store)
+    writer = Writer()
+    started, gate = threading.Event(), threading.Event()
+    closer = threading.Thread(target=writer.close)
+
+    def hold() -> None:
+        started.set()
+        gate.wait(LONG)
+
+    async def main() -> str:
+        first = asyncio.ensure_future(writer(hold))
+        await _until(started, writer, 0)
+        closer.start()
+        await _until(None, writer, 1)  # the close is queued
+        writer._closed = False  # the late call checked before the close began
+        late = asyncio.ensure_future(writer(engine.send_message, ctx, {"to": root,
+                                                                        "body": "late"}))
+        await _until(None, writer, 2)  # queued behind the close
+        gate.set()
+        await first
+        return (await asyncio.wait_for(late, LONG)).message_id
+
+    sent = asyncio.run(main())
+    closer.join(LONG)
+    assert not closer.is_alive()
+    assert engine.message(sent).body == "late"

@@ -1,0 +1,317 @@
+"""The model checker's search over a pool of processes: the same states, a core each.
+
+The search is breadth-first, level by level. The states are partitioned by their key: the
+worker a key's hash names owns it, keeps it in its seen-set, and expands it when its level
+comes. A level is three exchanges between the coordinator (this process) and the workers:
+
+1. ``level``: each worker visits its frontier (the same ``Checker.visit`` as the one-process
+   search: expand, check, drain) and keeps the successors it generated, then offers each
+   key another worker owns to that owner: the key and the successor's place in the order.
+2. ``decide``: each owner takes the keys it has not seen, its own successors' and those
+   offered, and picks each one's winner: the first in the order.
+3. ``ship``: each worker sends the winners it generated for another owner, pickled; they
+   join that owner's frontier with the next ``level``. (A winner at the depth cap, which is
+   drained and never expanded, stays with the worker that generated it.)
+
+The order is the one the one-process search discovers states in: a state's place is its
+parent's place followed by the index of the action in the parent's alphabet, compared as
+tuples. So each state is reached through the same parent as in the one-process search, with
+the same ledger and trace, and the counts, the coverage and the first shortest
+counterexample are the same for any number of workers (``test_checker_parallel``).
+
+Workers are forked, so a planted bug (``plants``) and any other patch made before the search
+is in each of them; each records its own coverage, which the coordinator merges.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import pickle
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import attrs
+
+from treemail.core.config import MessagingConfig
+from treemail.models.checker import Checker, Counterexample, Result
+from treemail.models.coverage import Coverage, recording
+from treemail.models.explore import Action, Bounds
+from treemail.models.snapshots import Node
+
+__all__ = ["explore", "owner"]
+
+Place = tuple[int, ...]  # a state's place in the one-process search's order of discovery
+Trail = tuple[str, Any] | None  # the labels to a state, last first, sharing the parent's
+Entry = tuple[Place, Trail, Node]
+
+
+def owner(key: bytes, workers: int) -> int:
+    """The worker that owns the state keyed ``key`` (keys are uniform digests)."""
+    return int.from_bytes(key[:8], "little") % workers
+
+
+def _labels(trail: Trail) -> tuple[str, ...]:
+    labels: list[str] = []
+    while trail is not None:
+        label, trail = trail
+        labels.append(label)
+    return tuple(reversed(labels))
+
+
+@attrs.frozen
+class Level:
+    """What a worker's visit of its frontier found: the counterexamples, each with its place
+    in the one-process search's order, and the keys it offers to each other worker."""
+
+    failures: list[tuple[tuple[Any, ...], Counterexample]]
+    offers: dict[int, list[tuple[bytes, Place]]]
+    frontier: int
+
+
+class Partition(Checker):
+    """One worker's share of the search: the keys it owns, its frontier, and the successors
+    it generated in the level being visited."""
+
+    def __init__(self, index: int, workers: int, config: MessagingConfig, bounds: Bounds,
+                 history: bool) -> None:
+        super().__init__(config, bounds, None, history)
+        self.index, self.workers = index, workers
+        self.seen: set[bytes] = set()
+        self.frontier: list[Entry] = []
+        self.generated: dict[bytes, Entry] = {}
+        self._trail: Trail = None  # the trail of the state being visited
+        self.cpu = 0.0
+
+    def path(self, node: Node) -> tuple[str, ...]:
+        return _labels(self._trail)
+
+    def start(self) -> None:
+        """The empty world, by the worker that owns it."""
+        root = self.root()
+        if owner(root.key, self.workers) == self.index:
+            self.seen.add(root.key)
+            self.frontier.append(((), None, root))
+
+    def level(self, shipped: Sequence[bytes], shortest: int | None) -> Level:
+        """Visit the frontier (the winners kept by ``decide`` and those ``shipped`` here), in
+        the one-process order."""
+        cpu = time.process_time()
+        self.frontier += [pickle.loads(entry) for entry in shipped]
+        self.frontier.sort(key=lambda entry: entry[0])
+        failures: list[tuple[tuple[Any, ...], Counterexample]] = []
+        with recording(self.coverage):
+            for place, trail, node in self.frontier:
+                self._trail = trail
+                if shortest is not None and node.depth >= shortest:
+                    continue  # nothing shorter is left to find (see ``Checker._search``)
+
+                def found(child: Node, action: Action, index: int,
+                          place: Place = place, trail: Trail = trail) -> None:
+                    if child.key in self.seen:
+                        return  # owned here and explored already
+                    entry = ((*place, index), (action.label, trail), child)
+                    known = self.generated.get(child.key)
+                    if known is None or entry[0] < known[0]:
+                        self.generated[child.key] = entry
+
+                for kind, failure in enumerate(self.visit(node, found, shortest)):
+                    # The one-process search meets these in this order, and keeps the first
+                    # of the shortest: a state's own failure (kind 0) before its drain's.
+                    failures.append(((len(failure.trace), node.depth, place, kind), failure))
+                    if shortest is None or len(failure.trace) < shortest:
+                        shortest = len(failure.trace)
+        frontier, self.frontier = len(self.frontier), []
+        offers: dict[int, list[tuple[bytes, Place]]] = {}
+        for key, (place, _, _) in self.generated.items():
+            to = owner(key, self.workers)
+            if to != self.index:
+                offers.setdefault(to, []).append((key, place))
+        self.cpu += time.process_time() - cpu
+        return Level(failures, offers, frontier)
+
+    def decide(self, offered: Sequence[tuple[bytes, Place, int]]) -> dict[int, list[bytes]]:
+        """The winner of each key this worker owns and has not seen: its own successor's or
+        one offered by another worker, whichever comes first in the order. Winners generated
+        here join the frontier; the others are asked of their generators, by worker."""
+        cpu = time.process_time()
+        best: dict[bytes, tuple[Place, int]] = {}
+        for key, (place, _, _) in self.generated.items():
+            if owner(key, self.workers) == self.index and key not in self.seen:
+                best[key] = (place, self.index)
+        for key, place, by in offered:
+            if key not in self.seen and (key not in best or place < best[key][0]):
+                best[key] = (place, by)
+        wanted: dict[int, list[bytes]] = {}
+        for key, (_, by) in best.items():
+            self.seen.add(key)
+            if by == self.index:
+                self.frontier.append(self.generated[key])
+            else:
+                wanted.setdefault(by, []).append(key)
+        self.cpu += time.process_time() - cpu
+        return wanted
+
+    def ship(self, wanted: Sequence[Sequence[bytes]]) -> list[list[bytes]]:
+        """The winners generated here that other workers own (``wanted``, by owner), pickled
+        for their owners; the rest forgotten. A winner at the depth cap is only drained, never
+        expanded, so it stays here instead: its parents were spread by hash already, and
+        three states in four are at the cap, whose pickling would cost a tenth of the search."""
+        cpu = time.process_time()
+        shipped: list[list[bytes]] = []
+        for keys in wanted:
+            shipped.append([])
+            for key in keys:
+                entry = self.generated[key]
+                if entry[2].depth >= self.bounds.depth:
+                    self.frontier.append(entry)
+                else:
+                    shipped[-1].append(pickle.dumps(entry, pickle.HIGHEST_PROTOCOL))
+        self.generated = {}
+        self.cpu += time.process_time() - cpu
+        return shipped
+
+    def totals(self) -> tuple[int, Result]:
+        """The states this worker owns, and its counts (in a ``Result`` without a verdict)."""
+        return len(self.seen), self.result(len(self.seen), None, 0.0, self.cpu)
+
+
+class _Remote:
+    """A worker process serving one ``Partition``: each call is sent as a method name and
+    arguments, and answered with the method's return value (or the exception it raised)."""
+
+    def __init__(self, context: Any, index: int, workers: int, config: MessagingConfig,
+                 bounds: Bounds, history: bool) -> None:
+        self.conn, theirs = context.Pipe()
+        self.process = context.Process(target=_serve, daemon=True,
+                                       args=(theirs, index, workers, config, bounds, history))
+        self.process.start()
+        theirs.close()
+
+    def send(self, method: str, *args: Any) -> None:
+        self.conn.send((method, args))
+
+    def receive(self) -> Any:
+        ok, value = self.conn.recv()
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        self.conn.send(None)
+        self.process.join()
+
+
+def _serve(conn: multiprocessing.connection.Connection, index: int, workers: int,
+           config: MessagingConfig, bounds: Bounds, history: bool) -> None:
+    partition = Partition(index, workers, config, bounds, history)
+    while (call := conn.recv()) is not None:
+        method, args = call
+        try:
+            conn.send((True, getattr(partition, method)(*args)))
+        except Exception as exc:  # the coordinator raises it, where the search was asked for
+            conn.send((False, exc))
+
+
+class _Local:
+    """The one-worker case in this process, behind the same calls as ``_Remote``."""
+
+    def __init__(self, partition: Partition) -> None:
+        self.partition, self._answer = partition, None
+
+    def send(self, method: str, *args: Any) -> None:
+        self._answer = getattr(self.partition, method)(*args)
+
+    def receive(self) -> Any:
+        return self._answer
+
+    def close(self) -> None:
+        pass
+
+
+def _all(workers: Sequence[_Remote | _Local], method: str, args: Sequence[tuple[Any, ...]]
+         ) -> list[Any]:
+    """``method`` called on every worker at once, with its own arguments; their answers."""
+    for worker, given in zip(workers, args, strict=True):
+        worker.send(method, *given)
+    return [worker.receive() for worker in workers]
+
+
+def explore(config: MessagingConfig, bounds: Bounds, workers: int,
+            progress: TextIO | None = None, history: bool = False) -> Result:
+    """The search of ``Checker.run`` over ``workers`` processes (this one alone for one)."""
+    started, cpu = time.monotonic(), time.process_time()
+    if workers == 1:
+        pool: list[_Remote | _Local] = [_Local(Partition(0, 1, config, bounds, history))]
+    else:
+        context = multiprocessing.get_context("fork")  # patches (plants) reach the workers
+        pool = [_Remote(context, index, workers, config, bounds, history)
+                for index in range(workers)]
+    try:
+        return _levels(pool, started, cpu, progress)
+    finally:
+        for worker in pool:
+            worker.close()
+
+
+def _levels(pool: Sequence[_Remote | _Local], started: float, cpu: float,
+            progress: TextIO | None) -> Result:
+    _all(pool, "start", [()] * len(pool))
+    shipped: list[list[bytes]] = [[] for _ in pool]
+    best: tuple[tuple[Any, ...], Counterexample] | None = None
+    depth = 0
+    while True:
+        shortest = None if best is None else len(best[1].trace)
+        levels: list[Level] = _all(pool, "level", [(mine, shortest) for mine in shipped])
+        if not any(level.frontier for level in levels):
+            break
+        found = [failure for level in levels for failure in level.failures]
+        best = min([*found, *([best] if best else [])], key=lambda f: f[0], default=None)
+        shipped = _exchange(pool, levels)
+        depth += 1
+        if progress is not None:
+            progress.write(f"\r  level {depth:>2} done; next frontier "
+                           f"{sum(level.frontier for level in levels):>8} ")
+            progress.flush()
+    return _merge(_all(pool, "totals", [()] * len(pool)), best,
+                  time.monotonic() - started, time.process_time() - cpu, progress)
+
+
+def _exchange(pool: Sequence[_Remote | _Local], levels: list[Level]) -> list[list[bytes]]:
+    """The offers to their owners, the owners' asks to the generators, and the winners
+    generated elsewhere (pickled) by the worker that owns each."""
+    offered: list[list[tuple[bytes, Place, int]]] = [[] for _ in pool]
+    for by, level in enumerate(levels):
+        for to, offers in level.offers.items():
+            offered[to] += [(key, place, by) for key, place in offers]
+    wanted: list[list[list[bytes]]] = [[[] for _ in pool] for _ in pool]  # [by][to]
+    for to, asks in enumerate(_all(pool, "decide", [(mine,) for mine in offered])):
+        for by, keys in asks.items():
+            wanted[by][to] = keys
+    shipped: list[list[bytes]] = [[] for _ in pool]
+    for by_owner in _all(pool, "ship", [(by_owner,) for by_owner in wanted]):
+        for to, pickles in enumerate(by_owner):
+            shipped[to] += pickles
+    return shipped
+
+
+def _merge(totals: list[tuple[int, Result]],
+           best: tuple[tuple[Any, ...], Counterexample] | None, seconds: float,
+           cpu: float, progress: TextIO | None) -> Result:
+    """The workers' counts summed (their CPU time too), their coverage united."""
+    coverage, outcomes = Coverage(), Counter[str]()
+    for _, part in totals:
+        coverage.guards |= part.coverage.guards
+        coverage.transitions |= part.coverage.transitions
+        outcomes.update(part.outcomes)
+    parts = [part for _, part in totals]
+    if progress is not None:
+        progress.write("\n")
+    return Result(
+        sum(states for states, _ in totals), sum(p.transitions for p in parts),
+        sum(p.drain_steps for p in parts), sum(p.pruned for p in parts),
+        max(p.depth for p in parts), sum(p.capped for p in parts), seconds, dict(outcomes),
+        None if best is None else best[1], coverage, sum(p.drained for p in parts),
+        cpu + (sum(p.cpu for p in parts) if len(parts) > 1 else 0.0))
