@@ -46,6 +46,11 @@ __all__ = [
     "DelegationDenied",
     "DelegationRefusal",
     "EngineShutdown",
+    "ExternalBusy",
+    "ExternalOnly",
+    "ExternalScope",
+    "ExternalTokenRevoked",
+    "ExternalTokenUnknown",
     "FrameNotJson",
     "FrameNotUtf8",
     "FrameTooLarge",
@@ -692,6 +697,40 @@ class InternalError(ProtocolError):
     """The daemon failed while serving a request: a bug; the message says what failed."""
 
     code = "rpc:internal"
+
+
+class ExternalTokenUnknown(Unauthorized):
+    """A session token names no external session of this daemon: mistyped, cut short, or
+    issued by another data directory. Ask the user for the token ``treemail attach`` printed."""
+
+    code = "external:unknown_token"
+
+
+class ExternalTokenRevoked(Unauthorized):
+    """The session token was revoked (``treemail tokens revoke``); it binds no one any more.
+    A new one comes from ``treemail tokens issue``."""
+
+    code = "external:token_revoked"
+
+
+class ExternalScope(ProtocolError):
+    """A connection bound to one external session asked for something outside that session
+    (another session, the user's methods), or an unbound one asked for a bound one's method."""
+
+    code = "external:out_of_scope"
+
+
+class ExternalBusy(Refusal):
+    """Another connection holds this external session's mail, claimed by its check_mail and
+    not yet consumed; it is released when that connection ends."""
+
+    code = "external:busy"
+
+
+class ExternalOnly(Refusal):
+    """A token was asked for a session an actor hosts: only external sessions take tokens."""
+
+    code = "external:not_external"
 
 
 class ServerUnproven(Unauthorized):

@@ -10,6 +10,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
+from treemail.protocol import external as x
 from treemail.protocol import types as t
 
 __all__ = [
@@ -77,6 +78,22 @@ METHODS: Final[dict[str, Method]] = _table(
            "End a subscription."),
     Method("plugin/producer/send", t.ProducerSendParams, t.ProducerAccepted,
            "Plugin-owned mail into any session, at most 256 KiB of UTF-8."),
+    Method("external.attach", x.ExternalAttachParams, x.ExternalAttachResult,
+           "An external session (an MCP client drives it) in a tree, and its token."),
+    Method("external.tokens.issue", x.ExternalTokenIssueParams, x.ExternalTokenIssueResult,
+           "Another token for an external session."),
+    Method("external.tokens.list", x.ExternalTokensListParams, x.ExternalTokensListResult,
+           "The tokens issued, live and revoked, by id (never the tokens)."),
+    Method("external.tokens.revoke", x.ExternalTokenRevokeParams, x.ExternalTokenView,
+           "Revoke a token: connections bound by it are refused from their next call."),
+    Method("external.bind", x.ExternalBindParams, x.ExternalBindResult,
+           "Bind this connection to the session a token names, for the connection's life."),
+    Method("external.tools", t.Empty, x.ExternalToolsResult,
+           "Bound: the tools the session's rules offer now."),
+    Method("external.check_mail", t.Empty, x.ExternalCheckMailResult,
+           "Bound: claim the session's deliverable mail, as envelopes."),
+    Method("external.call", x.ExternalCallParams, x.ExternalCallResult,
+           "Bound: run send_message or get_subagent_result as the session."),
 )
 
 # The list methods, which answer in pages (``after``, ``limit`` and ``next``): the field of
@@ -89,6 +106,8 @@ NOTIFICATIONS: Final[dict[str, Method]] = _table(
     Method("events/event", t.EventNotification, t.Empty, "The next event of a subscription."),
     Method("plugin/event", t.PluginEventNotification, t.Empty,
            "Every durable event, to plugin connections that asked for them."),
+    Method("external/mail", x.ExternalMailNotification, t.Empty,
+           "To connections bound to an external session: it has new mail."),
 )
 
 # Server -> client requests (a plugin connection answers them).

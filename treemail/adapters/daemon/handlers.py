@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from treemail import __name__ as _package
 from treemail.adapters.daemon import pages
 from treemail.adapters.daemon.connection import Connection
+from treemail.adapters.daemon.external import External
 from treemail.adapters.runtime.agent_docs import build_agents
 from treemail.adapters.runtime.llm import ToolCall
 from treemail.core.agents import AgentDoc, parse_agent_doc
@@ -331,8 +332,10 @@ def install(daemon: Daemon) -> None:
     """Bind every method of the table to its implementation: ``session.create`` to
     ``Methods.session_create``; a method without one is a bug caught here, at start."""
     methods = Methods(daemon)
+    daemon.external = External(daemon)
+    own = daemon.external.handlers()  # external sessions' methods live in external.py
     table: dict[str, Handler] = {}
     for name in METHODS:
-        table[name] = getattr(methods, name.replace(".", "_").replace("/", "_"))
+        table[name] = own.get(name) or getattr(methods, name.replace(".", "_").replace("/", "_"))
     daemon.handlers = table
 

@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 
 from treemail.adapters.daemon.connection import Connection, Limits, PeerGone
+from treemail.adapters.daemon.external import External
 from treemail.adapters.daemon.feeds import Subscriptions
 from treemail.adapters.daemon.handshake import Handshake, Stage
 from treemail.adapters.daemon.listener import Listener, UnixSocket, bind_tcp, bind_unix
@@ -80,6 +81,9 @@ class Daemon:
         # Where agent docs defined over the wire are kept (registered.py); None: in memory.
         self.registered: Registered | None = None
         self.handlers: dict[str, Handler] = {}
+        # External sessions' bindings (external.py): asked before each dispatch, told of
+        # each connection's end. None until the handlers are installed.
+        self.external: External | None = None
         self.connections: set[Connection] = set()
         self.stopping = False
         self.stopped = asyncio.Event()
@@ -172,6 +176,8 @@ class Daemon:
         finally:
             self.connections.discard(conn)
             await conn.close()
+            if self.external is not None:
+                await self.external.closed(conn)
 
     async def _read(self, conn: Connection, reader: asyncio.StreamReader,
                     deadline: float) -> bytes:
@@ -285,6 +291,8 @@ class Daemon:
         if not conn.initialized and method.name != "initialize":
             raise NotInitialized(f"{method.name} before initialize: send initialize first",
                                  method=method.name)
+        if self.external is not None:
+            self.external.gate(conn, method.name)
         params = _params(method, request.params)
         if self.stopping and method.name not in _WHILE_STOPPING:
             raise EngineShutdown("the daemon is shutting down; nothing was accepted; "

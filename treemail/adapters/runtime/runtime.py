@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -34,6 +34,7 @@ from treemail.adapters.store.group_commit import GroupStore
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import ApprovalRequired, EngineShutdown
+from treemail.core.external import is_external
 from treemail.core.ids import IdSource
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import (
@@ -105,6 +106,10 @@ class Runtime:
         self.closing = False
         self.killed = False
         self._actors: dict[str, Actor] = {}
+        # External sessions (an MCP client drives them, no actor does): a poke for one is
+        # handed to ``on_external`` (the daemon's wake-up notification) instead.
+        self.external: set[str] = set()
+        self.on_external: Callable[[str], None] | None = None
         self._waiting: dict[str, asyncio.Future[Approval]] = {}
         self._follower: FeedFollower | None = None
         self._follow_task: asyncio.Task[None] | None = None
@@ -128,6 +133,7 @@ class Runtime:
         for stranded in await self.writer(self.engine.stranded_delegations):
             await self.writer(self.engine.accept, stranded.session_id, RESUME, Owner.GOAL)
         await self.plugins.attach(self.accept)
+        self.external |= await self.writer(self._external_sessions)
         for session in await self.writer(self.engine.sessions):
             if session.state is SessionState.QUEUED:
                 self.poke(session.session_id)
@@ -184,6 +190,10 @@ class Runtime:
         agent = self.agents.get(name)
         return agent.spec if agent is not None else None
 
+    def _external_sessions(self) -> set[str]:
+        with self.engine.store.read() as tx:
+            return {s.session_id for s in tx.sessions() if is_external(tx, s.session_id)}
+
     def resident(self, session_id: str) -> bool:
         """Whether the session's actor is in memory (not evicted)."""
         return session_id in self._actors
@@ -238,6 +248,10 @@ class Runtime:
     def poke(self, session_id: str) -> None:
         """Tell a session it may have work; spawn its actor if it was evicted."""
         if self.closing:
+            return
+        if session_id in self.external:
+            if self.on_external is not None:
+                self.on_external(session_id)
             return
         actor = self._actors.get(session_id)
         if actor is None or actor.task.done():
