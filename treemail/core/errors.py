@@ -47,6 +47,7 @@ __all__ = [
     "DelegationRefusal",
     "EngineShutdown",
     "ExternalBusy",
+    "ExternalDaemonGone",
     "ExternalOnly",
     "ExternalScope",
     "ExternalTokenRevoked",
@@ -731,6 +732,13 @@ class ExternalOnly(Refusal):
     """A token was asked for a session an actor hosts: only external sessions take tokens."""
 
     code = "external:not_external"
+
+
+class ExternalDaemonGone(ClientFailure):
+    """``treemail mcp`` lost its daemon (stopped, restarting): the tool call is answered with
+    this, and the next call connects again."""
+
+    code = "client:daemon_gone"
 
 
 class ServerUnproven(Unauthorized):

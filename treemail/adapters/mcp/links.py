@@ -1,0 +1,122 @@
+"""The MCP server's connections to the daemon: one per session token, bound to its session.
+
+Each token gets its own daemon connection, bound by ``external.bind``: the daemon, not this
+server, decides which session a call acts as, and checks the token again at every call. A
+connection that broke (the daemon restarted) is dropped and opened again at the next call;
+the mail its last ``check_mail`` claimed was released by the daemon's recovery, so it comes
+again, never twice.
+
+New mail reaches a bound connection as an ``external/mail`` notification; the link hands it
+to every MCP session that used the token (``listeners``), which tell their clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.core.errors import ExternalDaemonGone
+
+__all__ = ["Connect", "Link", "Links"]
+
+Connect = Callable[[], Awaitable[DaemonClient]]
+Listener = Callable[[str], Awaitable[None]]
+
+
+class Link:
+    """A daemon connection bound to one external session."""
+
+    def __init__(self, client: DaemonClient, session: dict[str, Any]) -> None:
+        self.client = client
+        self.session = session
+        self.listeners: dict[object, Listener] = {}
+        self._watch = asyncio.get_running_loop().create_task(self._forward(),
+                                                             name="external/mail")
+
+    @property
+    def session_id(self) -> str:
+        return str(self.session["session_id"])
+
+    @property
+    def broken(self) -> bool:
+        return self._watch.done()
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        try:
+            return await self.client.call(method, params)
+        except ConnectionError:
+            raise _gone(f"{method} may or may not have taken effect before it went away (a "
+                        "send_message may have been accepted: ask before sending it again)"
+                        ) from None
+
+    async def _forward(self) -> None:
+        while True:
+            await self.client.next_notification("external/mail", timeout=None)
+            for listener in list(self.listeners.values()):
+                with contextlib.suppress(Exception):  # a client gone is not this link's end
+                    await listener(self.session_id)
+
+    async def close(self) -> None:
+        self._watch.cancel()
+        await asyncio.gather(self._watch, return_exceptions=True)
+        await self.client.close()
+
+
+class Links:
+    """The bound daemon connections of this server, by token."""
+
+    def __init__(self, connect: Connect) -> None:
+        self._connect = connect
+        self._links: dict[str, Link] = {}
+        self._lock = asyncio.Lock()
+
+    async def get(self, token: str) -> Link:
+        """The link bound by ``token``; an ``RpcFailure`` (unknown or revoked token) or
+        ``ExternalDaemonGone`` when there can be none."""
+        async with self._lock:
+            link = self._links.get(token)
+            if link is not None and not link.broken:
+                return link
+            if link is not None:
+                await link.close()
+                del self._links[token]
+            try:
+                client = await self._connect()
+            except (OSError, ConnectionError):
+                raise _gone("nothing was done") from None
+            try:
+                bound = await client.call("external.bind", {"token": token})
+            except BaseException:
+                await client.close()
+                raise
+            link = self._links[token] = Link(client, bound["session"])
+            return link
+
+    async def verify(self, token: str) -> Link | None:
+        """The link, its token checked by the daemon now; None for a token it refuses."""
+        try:
+            link = await self.get(token)
+            await link.call("external.tools")
+        except RpcFailure:
+            await self.forget(token)
+            return None
+        return link
+
+    async def forget(self, token: str) -> None:
+        async with self._lock:
+            link = self._links.pop(token, None)
+        if link is not None:
+            await link.close()
+
+    async def close(self) -> None:
+        for token in list(self._links):
+            await self.forget(token)
+
+
+def _gone(outcome: str) -> ExternalDaemonGone:
+    return ExternalDaemonGone(
+        f"the treemail daemon is not reachable (stopped or restarting); {outcome}. Call again "
+        "once it is back: mail check_mail returned and no later call consumed comes again")
