@@ -50,8 +50,6 @@ __all__ = [
     "ExternalDaemonGone",
     "ExternalOnly",
     "ExternalScope",
-    "ExternalTokenRevoked",
-    "ExternalTokenUnknown",
     "FrameNotJson",
     "FrameNotUtf8",
     "FrameTooLarge",
@@ -90,6 +88,8 @@ __all__ = [
     "SelfSend",
     "SendRefusal",
     "ServerUnproven",
+    "SessionTokenRevoked",
+    "SessionTokenUnknown",
     "SocketInUse",
     "SocketPathTaken",
     "StorageError",
@@ -700,14 +700,14 @@ class InternalError(ProtocolError):
     code = "rpc:internal"
 
 
-class ExternalTokenUnknown(Unauthorized):
+class SessionTokenUnknown(Unauthorized):
     """A session token names no external session of this daemon: mistyped, cut short, or
     issued by another data directory. Ask the user for the token ``treemail attach`` printed."""
 
     code = "external:unknown_token"
 
 
-class ExternalTokenRevoked(Unauthorized):
+class SessionTokenRevoked(Unauthorized):
     """The session token was revoked (``treemail tokens revoke``); it binds no one any more.
     A new one comes from ``treemail tokens issue``."""
 

@@ -33,8 +33,8 @@ from treemail.core.delivery import admit_accepted, step_session
 from treemail.core.errors import (
     ExternalBusy,
     ExternalOnly,
-    ExternalTokenRevoked,
-    ExternalTokenUnknown,
+    SessionTokenRevoked,
+    SessionTokenUnknown,
     UnknownTarget,
 )
 from treemail.core.ids import IdSource, storable
@@ -112,17 +112,17 @@ def resolve(tx: ReadTxn, token: str) -> Session:
     session = (tx.session(session_id)
                if prefix == _PREFIX and secret and storable(session_id) else None)
     if session is None or not is_external(tx, session_id):
-        raise ExternalTokenUnknown(
+        raise SessionTokenUnknown(
             "this token binds no external session of this daemon (mistyped, cut short, or "
             "made by another data directory); use the token `treemail attach` printed")
     hashed = digest(token)
     if tx.count(_TOKEN + hashed):
         return session
     if any(issued == hashed and revoked for _, issued, revoked in _issued(tx, session_id)):
-        raise ExternalTokenRevoked(
+        raise SessionTokenRevoked(
             f"this token of {session.reference} was revoked; ask the user for a new one "
             "(`treemail tokens issue`)", token_id=hashed[:TOKEN_ID_DIGITS])
-    raise ExternalTokenUnknown(
+    raise SessionTokenUnknown(
         f"this token is not one issued for {session.reference}; use the token "
         "`treemail attach` printed")
 

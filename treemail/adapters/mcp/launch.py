@@ -114,7 +114,10 @@ def serve_http(socket_path: Path, host: str, port: int) -> int:
 
     server = TreemailMCP(links, token_verifier=Bearer(links), auth=AuthSettings(
         issuer_url=AnyHttpUrl(f"http://{where}"),
-        resource_server_url=AnyHttpUrl(f"http://{where}/mcp")))
+        resource_server_url=AnyHttpUrl(f"http://{where}/mcp"),
+        # Tokens are the daemon's session tokens, checked by the daemon (Bearer), not
+        # OAuth tokens with an audience.
+        validate_token_resource=False))
     app = server.streamable_http_app(host=host)
     print(f"treemail mcp: serving http://{where}/mcp", file=sys.stderr, flush=True)
 

@@ -30,7 +30,7 @@ from mcp.types import Tool as MCPTool
 
 from treemail.adapters.daemon.client import RpcFailure
 from treemail.adapters.mcp.links import Link, Links
-from treemail.core.errors import ExternalTokenUnknown, InvalidToolArguments, TreemailError
+from treemail.core.errors import InvalidToolArguments, SessionTokenUnknown, TreemailError
 from treemail.core.tools import TOOLS, function_parameters
 
 __all__ = ["CHECK_MAIL", "MAIL_URI", "Bearer", "TreemailMCP", "tool_schema"]
@@ -66,7 +66,7 @@ def _error(code: str | None, message: str) -> CallToolResult:
     """A refusal as a tool result, in the shape a hosted agent's tool errors have."""
     import json
 
-    text = json.dumps({"error": code or "treemail:error", "message": message})
+    text = json.dumps({"error": code or TreemailError.code, "message": message})
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
@@ -89,7 +89,8 @@ class Bearer(TokenVerifier):
 
 class TreemailMCP(MCPServer[Any]):
     def __init__(self, links: Links, **options: Any) -> None:
-        super().__init__(name="treemail", instructions=_INSTRUCTIONS, **options)
+        super().__init__(name="treemail", instructions=_INSTRUCTIONS, log_level="WARNING",
+                         **options)
         self.links = links
 
         @self.resource(MAIL_URI, name="mail", mime_type="text/plain",
@@ -100,7 +101,7 @@ class TreemailMCP(MCPServer[Any]):
     async def _link(self, listener: Any = None) -> Link:
         access = get_access_token()
         if access is None:  # an HTTP app always has one; stdio sets it at launch
-            raise ExternalTokenUnknown("this request carries no session token; launch "
+            raise SessionTokenUnknown("this request carries no session token; launch "
                                        "`treemail mcp` with --token-file, or send a bearer "
                                        "token over HTTP")
         link = await self.links.get(access.token)
