@@ -7,7 +7,7 @@ the mail its last ``check_mail`` claimed was released by the daemon's recovery, 
 again, never twice.
 
 New mail reaches a bound connection as an ``external/mail`` notification; the link hands it
-to every MCP session that used the token (``listeners``), which tell their clients.
+to ``on_mail``, which the MCP server sets to announce it to its clients.
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from typing import Any
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.core.errors import ExternalDaemonGone
 
-__all__ = ["Connect", "Link", "Links"]
+__all__ = ["Connect", "Link", "Links", "OnMail"]
 
 Connect = Callable[[], Awaitable[DaemonClient]]
-Listener = Callable[[str], Awaitable[None]]
+OnMail = Callable[[str], Awaitable[None]]  # announces new mail for a session id
 
 
 class Link:
     """A daemon connection bound to one external session."""
 
-    def __init__(self, client: DaemonClient, session: dict[str, Any]) -> None:
+    def __init__(self, client: DaemonClient, session: dict[str, Any], on_mail: OnMail) -> None:
         self.client = client
         self.session = session
-        self.listeners: dict[object, Listener] = {}
+        self.on_mail = on_mail
         self._watch = asyncio.get_running_loop().create_task(self._forward(),
                                                              name="external/mail")
 
@@ -55,9 +55,8 @@ class Link:
     async def _forward(self) -> None:
         while True:
             await self.client.next_notification("external/mail", timeout=None)
-            for listener in list(self.listeners.values()):
-                with contextlib.suppress(Exception):  # a client gone is not this link's end
-                    await listener(self.session_id)
+            with contextlib.suppress(Exception):  # a client gone is not this link's end
+                await self.on_mail(self.session_id)
 
     async def close(self) -> None:
         self._watch.cancel()
@@ -70,6 +69,7 @@ class Links:
 
     def __init__(self, connect: Connect) -> None:
         self._connect = connect
+        self.on_mail: OnMail = _nobody  # the server that announces mail sets it
         self._links: dict[str, Link] = {}
         self._lock = asyncio.Lock()
 
@@ -92,8 +92,11 @@ class Links:
             except BaseException:
                 await client.close()
                 raise
-            link = self._links[token] = Link(client, bound["session"])
+            link = self._links[token] = Link(client, bound["session"], self._announce)
             return link
+
+    async def _announce(self, session_id: str) -> None:
+        await self.on_mail(session_id)  # read at each mail: set after the links were made
 
     async def verify(self, token: str) -> Link | None:
         """The link, its token checked by the daemon now; None for a token it refuses."""
@@ -114,6 +117,10 @@ class Links:
     async def close(self) -> None:
         for token in list(self._links):
             await self.forget(token)
+
+
+async def _nobody(session_id: str) -> None:
+    return None
 
 
 def _gone(outcome: str) -> ExternalDaemonGone:

@@ -12,28 +12,38 @@ rules offer them now (asked of the daemon at each listing). Their schemas are th
 agents' own (``treemail.core.tools``), and so are their errors, results and guards: the daemon
 runs them through the same tool box as a hosted agent's calls.
 
-Wake-up: new mail for the session updates the resource ``treemail://mail`` (a
-``notifications/resources/updated``) to every MCP session that used the token, so a client
-need not poll; ``check_mail`` works without it.
+Wake-up: new mail for the session updates its resource ``treemail://mail/<session id>``,
+published to the clients that listen for it (``subscriptions/listen``) and sent as a
+``notifications/resources/updated`` to clients on earlier protocol versions, so a client need
+not poll; ``check_mail`` works without it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import uuid
+import weakref
 from typing import Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.subscriptions import ResourceUpdated
 from mcp.types import CallToolResult, ListToolsResult, TextContent
 from mcp.types import Tool as MCPTool
 
 from treemail.adapters.daemon.client import RpcFailure
 from treemail.adapters.mcp.links import Link, Links
-from treemail.core.errors import InvalidToolArguments, SessionTokenUnknown, TreemailError
+from treemail.core.errors import (
+    ExternalScope,
+    InvalidToolArguments,
+    SessionTokenUnknown,
+    TreemailError,
+)
 from treemail.core.tools import TOOLS, function_parameters
 
-__all__ = ["CHECK_MAIL", "MAIL_URI", "Bearer", "TreemailMCP", "tool_schema"]
+__all__ = ["CHECK_MAIL", "MAIL_URI", "Bearer", "TreemailMCP", "mail_uri", "tool_schema"]
 
 CHECK_MAIL = "check_mail"
 MAIL_URI = "treemail://mail"
@@ -42,7 +52,8 @@ _CHECK_MAIL_DOC = (
     "Read the mail waiting for you: each message as an <agent_message from=...> envelope (or "
     "user, plugin or delegation mail). Your next call to this server confirms you have it; "
     "if this connection ends first, the same mail is delivered again. You are also notified "
-    f"(an update of {MAIL_URI}) when new mail arrives, so there is no need to poll.")
+    f"(an update of {MAIL_URI}/<your session id>, for subscriptions/listen) when new mail "
+    "arrives, so there is no need to poll.")
 
 _INSTRUCTIONS = (
     "You are a member of a treemail delegation tree. check_mail reads your mail; "
@@ -70,6 +81,11 @@ def _error(code: str | None, message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
+def mail_uri(session_id: str) -> str:
+    """The resource whose update announces new mail for the session."""
+    return f"{MAIL_URI}/{session_id}"
+
+
 class Bearer(TokenVerifier):
     """HTTP: each request's bearer token, checked by the daemon at that request."""
 
@@ -92,11 +108,25 @@ class TreemailMCP(MCPServer[Any]):
         super().__init__(name="treemail", instructions=_INSTRUCTIONS, log_level="WARNING",
                          **options)
         self.links = links
+        self._opened: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        links.on_mail = self.mail_arrived
+        # Clients on protocols before subscriptions/listen hear of mail on their connection:
+        # the connections that called as each session, weakly (an ended one is forgotten).
+        self._heard: dict[str, weakref.WeakSet[Any]] = {}
 
-        @self.resource(MAIL_URI, name="mail", mime_type="text/plain",
-                       description="Updated when new mail arrives; check_mail reads it.")
-        def mail() -> str:
+        @self.resource(MAIL_URI + "/{session_id}", name="mail", mime_type="text/plain",
+                       description="Your mail box (treemail://mail/<your session id>): "
+                                   "updated when new mail arrives; check_mail reads it.")
+        def mail(session_id: str) -> str:
             return "New mail is announced by an update of this resource; call check_mail."
+
+    async def mail_arrived(self, session_id: str) -> None:
+        """Announce new mail to the clients listening (``subscriptions/listen``) for it."""
+        await self._subscriptions.publish(ResourceUpdated(uri=mail_uri(session_id)))
+        for connection in list(self._heard.get(session_id, ())):
+            # Dropped by the SDK on a connection that listens instead (2026-07-28 on).
+            with contextlib.suppress(Exception):
+                await connection.send_resource_updated(mail_uri(session_id))
 
     async def _link(self, listener: Any = None) -> Link:
         access = get_access_token()
@@ -104,9 +134,19 @@ class TreemailMCP(MCPServer[Any]):
             raise SessionTokenUnknown("this request carries no session token; launch "
                                        "`treemail mcp` with --token-file, or send a bearer "
                                        "token over HTTP")
+        if listener is not None:
+            # An MCP session keeps the token it was opened with: a request on it that carries
+            # another session's token is refused, not served as that other session.
+            opened = self._opened.setdefault(listener, access.token)
+            if not hmac.compare_digest(opened.encode(), access.token.encode()):
+                raise ExternalScope("this MCP session was opened with another session token; "
+                                    "open a session of your own with your token")
         link = await self.links.get(access.token)
-        if listener is not None and listener not in link.listeners:
-            link.listeners[listener] = lambda _: listener.send_resource_updated(MAIL_URI)
+        # The request's session object lives as long as its request; its connection lives
+        # as long as the client's (the SDK names it only privately).
+        connection = getattr(listener, "_connection", None)
+        if connection is not None:
+            self._heard.setdefault(link.session_id, weakref.WeakSet()).add(connection)
         return link
 
     async def _handle_list_tools(self, ctx: Any, params: Any) -> ListToolsResult:
