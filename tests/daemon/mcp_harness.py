@@ -162,7 +162,8 @@ class HttpServer:
 async def http_session(url: str, token: str | None,
                        heard: list[str] | None = None) -> AsyncIterator[ClientSession]:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    async with httpx2.AsyncClient(headers=headers) as http, \
+    # httpx's own default is 5 s a request: too short for a machine under a full test load.
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http, \
             streamable_http_client(url, http_client=http) as (read, write, *_), \
             ClientSession(read, write, message_handler=_hearing(heard)) as session:
         await session.initialize()

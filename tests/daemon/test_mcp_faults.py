@@ -6,7 +6,6 @@ after the restart, each once, and mail claimed but not consumed comes again."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 from collections.abc import Iterator
@@ -84,7 +83,7 @@ def test_mail_read_by_a_killed_mcp_server_comes_again_and_is_consumed_once(
             path = token_file(tmp_path, a.token)
             server = HttpServer(daemon) if transport == "http" else None
             first: list[dict[str, Any]] = []
-            with contextlib.suppress(Exception):  # the killed server takes its client down
+            try:
                 if server is None:
                     async with stdio_session(daemon, path) as session:
                         first = mail_of(await session.call_tool("check_mail", {}))
@@ -94,6 +93,10 @@ def test_mail_read_by_a_killed_mcp_server_comes_again_and_is_consumed_once(
                     async with http_session(server.url, a.token) as session:
                         first = mail_of(await session.call_tool("check_mail", {}))
                         server.kill()
+            except Exception:
+                if not first:  # it failed before the kill: that is the test's failure
+                    raise
+                # else: the killed server took its client down with it, as it should
             assert [m["message_id"] for m in first] == [mid]
             await until_state(client, mid, "released")  # its connection ended: released
 

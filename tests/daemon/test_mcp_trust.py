@@ -89,7 +89,7 @@ def test_another_sessions_token_on_an_mcp_session_is_refused(
             tree = await make_tree(client)
             a, b = tree.members
             bearer = {"Authorization": f"Bearer {a.token}"}
-            async with httpx2.AsyncClient(headers=bearer) as web, \
+            async with httpx2.AsyncClient(headers=bearer, timeout=60) as web, \
                     streamable_http_client(http.url, http_client=web) as (r, w, *_), \
                     ClientSession(r, w) as session:
                 await session.initialize()
@@ -130,7 +130,7 @@ def test_a_revoked_token_is_refused_at_launch_mid_session_and_over_http(
             assert [(t["token_id"], t["revoked"]) for t in listed["tokens"]] == [
                 (a.token_id, True)]
             await client.call("external.tokens.revoke", {"token_id": b.token_id})
-            async with httpx2.AsyncClient() as web:
+            async with httpx2.AsyncClient(timeout=60) as web:
                 answered = await web.post(http.url, headers={
                     "Authorization": f"Bearer {b.token}",
                     "Accept": "application/json, text/event-stream"}, json={
@@ -192,7 +192,7 @@ def test_a_token_of_another_tree_reaches_only_its_own_tree(
 
 def test_no_token_no_service(daemon: DaemonProcess, http: HttpServer) -> None:
     async def go() -> None:
-        async with httpx2.AsyncClient() as web:
+        async with httpx2.AsyncClient(timeout=60) as web:
             answered = await web.post(http.url, headers={
                 "Accept": "application/json, text/event-stream"}, json={
                 "jsonrpc": "2.0", "id": 1, "method": "tools/list"})
