@@ -97,6 +97,9 @@ def test_mail_read_by_a_killed_mcp_server_comes_again_and_is_consumed_once(
                 if not first:  # it failed before the kill: that is the test's failure
                     raise
                 # else: the killed server took its client down with it, as it should
+            finally:
+                if server is not None:
+                    server.kill()  # killed already, unless the test failed first
             assert [m["message_id"] for m in first] == [mid]
             await until_state(client, mid, "released")  # its connection ended: released
 
