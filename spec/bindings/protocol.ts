@@ -127,6 +127,7 @@ export type ErrorCode =
   | "approval:unknown"
   | "client:answer_malformed"
   | "client:answer_too_large"
+  | "client:daemon_gone"
   | "client:error"
   | "client:request_too_large"
   | "client:server_unproven"
@@ -151,6 +152,11 @@ export type ErrorCode =
   | "engine:invalid_request"
   | "engine:invalid_tool_context"
   | "engine:unknown_target"
+  | "external:busy"
+  | "external:not_external"
+  | "external:out_of_scope"
+  | "external:token_revoked"
+  | "external:unknown_token"
   | "lifecycle:illegal_transition"
   | "model:error"
   | "model:script_exhausted"
@@ -252,7 +258,9 @@ export type EventView =
   | ProducerMessageClaimedEvent
   | ProducerMessageReleasedEvent
   | ProducerMessageConsumedEvent
-  | ProducerMessageDiscardedEvent;
+  | ProducerMessageDiscardedEvent
+  | ExternalTokenIssuedEvent
+  | ExternalTokenRevokedEvent;
 
 /** A page of the feed after ``after`` (at most ``limit`` events, at most 256), only ``session_id``'s when given; ``next`` is where the next page starts. */
 export interface EventsReadParams {
@@ -284,6 +292,118 @@ export interface EventsUnsubscribeParams {
 
 export interface EventsUnsubscribeResult {
   unsubscribed: boolean;
+}
+
+/** A new external session: a child of ``parent_session_id`` that runs no model, with ``agent``'s doc for its rules; ``description`` is shown to its tree peers. */
+export interface ExternalAttachParams {
+  parent_session_id: string;
+  agent: string;
+  description?: string;
+}
+
+/** The session, and the one token that binds a client to it (shown once: the daemon keeps only its digest); ``token_id`` names the token in listings and revocations. */
+export interface ExternalAttachResult {
+  session: SessionView;
+  token: string;
+  token_id: string;
+}
+
+/** Bind this connection to the session ``token`` names, for the connection's life. */
+export interface ExternalBindParams {
+  token: string;
+}
+
+/** The bound session and the tools its rules offer now. */
+export interface ExternalBindResult {
+  session: SessionView;
+  tools: Array<string>;
+}
+
+/** Run a tool as the bound session. ``tool_call_id`` is the caller's id of the call: a retry with the same id and arguments is answered with the first result. */
+export interface ExternalCallParams {
+  tool_call_id: string;
+  name: string;
+  arguments: Record<string, unknown>;
+}
+
+/** The tool result, as JSON text (an error is a result too, with its stable code); ``accepted`` is the mail a send_message put in the recipient's log; ``approval_id`` when an ``ask`` rule holds the call until the user answers. */
+export interface ExternalCallResult {
+  content: string;
+  is_error: boolean;
+  approval_id?: string | null;
+  accepted?: ProducerAccepted | null;
+}
+
+/** The mail this call claimed: consumed by the connection's next session call, released if the connection ends first. */
+export interface ExternalCheckMailResult {
+  messages: Array<ExternalMail>;
+}
+
+/** A message as the client's model reads it: ``text`` is its envelope, rendered by the engine (``<agent_message from="...">`` and the rest, spec/envelope.md). */
+export interface ExternalMail {
+  message_id: string;
+  owner: string;
+  text: string;
+}
+
+/** ``external/mail``: the bound session has new mail; ``external.check_mail`` reads it. */
+export interface ExternalMailNotification {
+  session_id: string;
+}
+
+/** Another token for an existing external session (a lost one is revoked apart). */
+export interface ExternalTokenIssueParams {
+  session_id: string;
+}
+
+export interface ExternalTokenIssueResult {
+  token: string;
+  token_id: string;
+}
+
+/** A ExternalTokenIssued event. */
+export interface ExternalTokenIssuedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ExternalTokenIssued";
+  data: ExternalTokenIssuedData;
+}
+
+export interface ExternalTokenRevokeParams {
+  token_id: string;
+}
+
+/** A ExternalTokenRevoked event. */
+export interface ExternalTokenRevokedEvent {
+  number: number;
+  session_id: string;
+  seq: number;
+  kind: "ExternalTokenRevoked";
+  data: ExternalTokenRevokedData;
+}
+
+export interface ExternalTokenView {
+  token_id: string;
+  session_id: string;
+  root_session_id: string;
+  handle: string | null;
+  agent: string;
+  revoked: boolean;
+}
+
+/** The tokens of one session, or of every external session. */
+export interface ExternalTokensListParams {
+  session_id?: string | null;
+}
+
+export interface ExternalTokensListResult {
+  tokens: Array<ExternalTokenView>;
+}
+
+/** The tools the bound session's rules offer now (rules are read at each call). */
+export interface ExternalToolsResult {
+  tools: Array<string>;
 }
 
 /** ``auth_token``: no longer taken. The token never crosses the wire: a TCP connection proves it holds it with ``auth.challenge`` and ``auth.prove`` first; on TCP an ``auth_token`` is refused (``rpc:token_in_clear``), the Unix socket and stdio ignore it. */
@@ -732,11 +852,20 @@ export interface Methods {
   "events.read": { params: EventsReadParams; result: EventsReadResult };
   "events.unsubscribe": { params: EventsUnsubscribeParams; result: EventsUnsubscribeResult };
   "plugin/producer/send": { params: ProducerSendParams; result: ProducerAccepted };
+  "external.attach": { params: ExternalAttachParams; result: ExternalAttachResult };
+  "external.tokens.issue": { params: ExternalTokenIssueParams; result: ExternalTokenIssueResult };
+  "external.tokens.list": { params: ExternalTokensListParams; result: ExternalTokensListResult };
+  "external.tokens.revoke": { params: ExternalTokenRevokeParams; result: ExternalTokenView };
+  "external.bind": { params: ExternalBindParams; result: ExternalBindResult };
+  "external.tools": { params: Empty; result: ExternalToolsResult };
+  "external.check_mail": { params: Empty; result: ExternalCheckMailResult };
+  "external.call": { params: ExternalCallParams; result: ExternalCallResult };
 }
 
 export interface Notifications {
   "events/event": { params: EventNotification; result: Empty };
   "plugin/event": { params: PluginEventNotification; result: Empty };
+  "external/mail": { params: ExternalMailNotification; result: Empty };
 }
 
 export interface ServerRequests {
@@ -941,6 +1070,17 @@ export interface ProducerMessageDiscardedData {
   reason: string;
 }
 
+/** A token now binds an MCP client to this external session. The store keeps only its SHA-256 ``digest`` (a token is 256 random bits: the digest reveals nothing usable), and ``token_id`` (the digest's first 16 hex digits) names it in listings. */
+export interface ExternalTokenIssuedData {
+  token_id: string;
+  digest: string;
+}
+
+/** The token ``token_id`` of this external session was revoked: it binds no one now. */
+export interface ExternalTokenRevokedData {
+  token_id: string;
+}
+
 /** The data of a durable event, by its kind. */
 export interface EventData {
   SessionCreated: SessionCreatedData;
@@ -964,4 +1104,6 @@ export interface EventData {
   ProducerMessageReleased: ProducerMessageReleasedData;
   ProducerMessageConsumed: ProducerMessageConsumedData;
   ProducerMessageDiscarded: ProducerMessageDiscardedData;
+  ExternalTokenIssued: ExternalTokenIssuedData;
+  ExternalTokenRevoked: ExternalTokenRevokedData;
 }

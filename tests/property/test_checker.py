@@ -35,11 +35,11 @@ from treemail.models.checker import (
     Bounds,
     CopyableWorld,
     canonical,
-    check,
 )
 from treemail.models.coverage import ALL_GUARDS
 from treemail.models.explore import outcome
 from treemail.models.invariants import Ledger, settled
+from treemail.models.parallel import check
 from treemail.models.plants import PLANTS, planted
 from treemail.models.reference import Reference
 

@@ -9,9 +9,9 @@ import pytest
 
 from tests.property.test_checker import CHECKER_HUNTED, SMALL, WINDOWED
 from treemail.adapters.ui.cli import main
-from treemail.models.checker import Result, check
+from treemail.models.checker import Result
 from treemail.models.explore import Bounds
-from treemail.models.parallel import explore, owner
+from treemail.models.parallel import check, explore, owner
 from treemail.models.plants import planted
 
 # Depth-capped at 5 with the default sizes: a thousand states, every kind of action, and

@@ -343,6 +343,8 @@ CASES: tuple[Case, ...] = (
     Case("answer_approval", "denied", _deny),
     Case("revert", "a branch", _on_kid(lambda e, s: e.revert(s))),
     Case("fork", "a child", _on_kid(lambda e, s: e.fork(s))),
+    Case("attach", "an external child and its token",
+         _on_kid(lambda e, s: e.attach(s, e.session(s).agent, "s" * 43))),
     Case("reconcile", "admits mail to a running run", _reconcile),
     Case("start_run", "a queued run", _on_kid(lambda e, s: e.start_run(s))),
     Case("begin_request", "claims mail", _begin),

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import jsonschema
 import pytest
 
-from treemail.core import events, owners
+from treemail.core import events, external, owners
 from treemail.core.events import EventKind, Reply, UnknownEvent
 from treemail.core.records import Event, Owner
 from treemail.core.store import Store
@@ -36,6 +36,9 @@ def _busy_log(world: World) -> list[Event]:
     world.engine.discard(message, "operator")
     world.engine.cancel_run(root.session_id, ctx.run_id, "stop")
     world.engine.fork(kid.session_id)
+    _, token = world.engine.attach(root.session_id, kid.agent, "s" * 43)  # an external one
+    world.engine.store.transact(lambda tx: external.revoke(
+        tx, external.digest(token)[:external.TOKEN_ID_DIGITS]))
     world.engine.revert(kid.session_id)
     return [event for _, event in world.engine.feed()]
 

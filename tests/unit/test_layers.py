@@ -24,8 +24,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "adapters.runtime": {"core", "adapters.store", "adapters.runtime"},
     "adapters.daemon": {"core", "protocol", "adapters.store", "adapters.runtime",
                         "adapters.daemon"},
+    "adapters.mcp": {"core", "protocol", "adapters.daemon", "adapters.mcp"},
     "adapters.ui": {"core", "protocol", "models", "adapters.store", "adapters.runtime",
-                    "adapters.daemon", "adapters.ui"},
+                    "adapters.daemon", "adapters.mcp", "adapters.ui"},
 }
 
 

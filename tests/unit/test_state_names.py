@@ -50,6 +50,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("models/explore.py", "abort_request"): "the action calling Engine.abort_request",
     ("models/explore.py", "discard"): "the action calling Engine.discard",
     ("testing/postgres.py", "start"): "pg_ctl's start command",
+    ("models/parallel.py", "start"): "the command that starts a checker worker's search",
     # ``approve`` is also approval.answer's wire parameter and the CLI command sending it.
     ("adapters/ui/commands.py", "approve"): "the approve command and approval.answer's param",
     ("adapters/ui/tui/sources.py", "approve"): "approval.answer's wire parameter",

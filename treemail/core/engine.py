@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import attrs
 
-from treemail.core import approvals, events, runs
+from treemail.core import approvals, events, external, runs
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import EngineShutdown, InvalidRequest, UnknownTarget
 from treemail.core.ids import IdSource, make_handle
@@ -88,6 +88,19 @@ class Engine:
             accept(tx, self.ids, child.session_id, task, Owner.DELEGATION, parent.session_id)
             runs.reconcile(tx, self.ids, child.session_id)
             return child
+
+        return self._transact(work)
+
+    def attach(self, parent_id: str, agent: AgentSpec, secret: str,
+               description: str = "") -> tuple[Session, str]:
+        """An external session: a child of ``parent_id`` that no actor hosts (an MCP client
+        drives it, see ``external``), and the token that binds a client to it. ``secret`` is
+        the token's random part, made by the caller."""
+
+        def work(tx: WriteTxn) -> tuple[Session, str]:
+            child = self._create(tx, agent, need_session(tx, parent_id), False, description)
+            external.mark(tx, child)
+            return child, external.issue(tx, child.session_id, secret)
 
         return self._transact(work)
 
@@ -408,6 +421,8 @@ class Engine:
 def _stranded(tx: ReadTxn, session: Session) -> bool:
     if session.parent_session_id is None or session.state is not SessionState.IDLE:
         return False
+    if external.is_external(tx, session.session_id):
+        return False  # its client, not a resumed run, picks its work up again
     # An idle session holds no deliverable mail (reconcile would have queued a run), so the
     # log alone tells whether the last run died at restart.
     if tx.count(delegation_counter(session.session_id)):

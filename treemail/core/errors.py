@@ -39,6 +39,8 @@ __all__ = [
     "DelegationDenied",
     "DelegationRefusal",
     "EngineShutdown",
+    "ExternalBusy",
+    "ExternalOnly",
     "IdempotencyConflict",
     "IllegalTransition",
     "InboxFull",
@@ -63,6 +65,8 @@ __all__ = [
     "Refusal",
     "SelfSend",
     "SendRefusal",
+    "SessionTokenRevoked",
+    "SessionTokenUnknown",
     "StorageError",
     "StoreClosed",
     "StoreDamaged",
@@ -526,3 +530,33 @@ class NoRunInFlight(Refusal):
     ``details``: ``session_id`` and its ``state``."""
 
     code = "run:not_in_flight"
+
+
+# -- external sessions (their tokens; ``treemail.core.external``) ---------------------------
+
+
+class SessionTokenUnknown(Refusal):
+    """A session token names no external session of this daemon: mistyped, cut short, or
+    issued by another data directory. Ask the user for the token ``treemail attach`` printed."""
+
+    code = "external:unknown_token"
+
+
+class SessionTokenRevoked(Refusal):
+    """The session token was revoked (``treemail tokens revoke``); it binds no one any more.
+    A new one comes from ``treemail tokens issue``."""
+
+    code = "external:token_revoked"
+
+
+class ExternalBusy(Refusal):
+    """Another connection holds this external session's mail, claimed by its check_mail and
+    not yet consumed; it is released when that connection ends."""
+
+    code = "external:busy"
+
+
+class ExternalOnly(Refusal):
+    """A token was asked for a session an actor hosts: only external sessions take tokens."""
+
+    code = "external:not_external"

@@ -37,6 +37,8 @@ __all__ = [
     "ApprovalRequested",
     "DelegationCompleted",
     "EventKind",
+    "ExternalTokenIssued",
+    "ExternalTokenRevoked",
     "Fault",
     "MessagePayload",
     "ModelOutput",
@@ -101,6 +103,8 @@ class EventKind(enum.StrEnum):
     PRODUCER_MESSAGE_RELEASED = "ProducerMessageReleased"
     PRODUCER_MESSAGE_CONSUMED = "ProducerMessageConsumed"
     PRODUCER_MESSAGE_DISCARDED = "ProducerMessageDiscarded"
+    EXTERNAL_TOKEN_ISSUED = "ExternalTokenIssued"
+    EXTERNAL_TOKEN_REVOKED = "ExternalTokenRevoked"
 
 
 # Message kinds are named after the lifecycle state they record entry into.
@@ -282,6 +286,25 @@ class DelegationCompleted:
 
 
 @attrs.frozen
+class ExternalTokenIssued:
+    """A token now binds an MCP client to this external session. The store keeps only its
+    SHA-256 ``digest`` (a token is 256 random bits: the digest reveals nothing usable), and
+    ``token_id`` (the digest's first 16 hex digits) names it in listings."""
+
+    KIND: ClassVar[EventKind] = EventKind.EXTERNAL_TOKEN_ISSUED
+    token_id: str
+    digest: str
+
+
+@attrs.frozen
+class ExternalTokenRevoked:
+    """The token ``token_id`` of this external session was revoked: it binds no one now."""
+
+    KIND: ClassVar[EventKind] = EventKind.EXTERNAL_TOKEN_REVOKED
+    token_id: str
+
+
+@attrs.frozen
 class ApprovalRequested:
     """A tool call is held by an ``ask`` rule until the user answers."""
 
@@ -383,7 +406,8 @@ RunPayload: TypeAlias = RunQueued | RunStarted | RunFinished | RunInterrupted
 Payload: TypeAlias = (
     SessionCreated | SessionReverted | SessionForked | RunPayload | RequestBegun
     | RequestCommitted | RequestAborted | ModelOutput | ToolResults | DelegationCompleted
-    | ApprovalRequested | ApprovalAnswered | MessagePayload
+    | ApprovalRequested | ApprovalAnswered | MessagePayload | ExternalTokenIssued
+    | ExternalTokenRevoked
 )
 
 PAYLOADS: tuple[type[Payload], ...] = (
@@ -391,7 +415,8 @@ PAYLOADS: tuple[type[Payload], ...] = (
     RunInterrupted, RequestBegun, RequestCommitted, RequestAborted, ModelOutput, ToolResults,
     DelegationCompleted, ApprovalRequested, ApprovalAnswered, ProducerMessageAccepted,
     ProducerMessageAdmitted, ProducerMessageClaimed, ProducerMessageReleased,
-    ProducerMessageConsumed, ProducerMessageDiscarded,
+    ProducerMessageConsumed, ProducerMessageDiscarded, ExternalTokenIssued,
+    ExternalTokenRevoked,
 )
 _CLASSES: Mapping[str, type[Payload]] = {cls.KIND.value: cls for cls in PAYLOADS}
 if set(_CLASSES) != {kind.value for kind in EventKind}:  # one class per kind, no more

@@ -79,7 +79,7 @@ from treemail.models.invariants import (
     settled,
 )
 from treemail.models.reference import Reference
-from treemail.models.replay import Replay, StoreFactory
+from treemail.models.replay import Replay
 from treemail.models.snapshots import CopyableWorld, Lockstep, Node, clone, model_step, untouched
 
 __all__ = [
@@ -91,7 +91,6 @@ __all__ = [
     "Counterexample",
     "Result",
     "canonical",
-    "check",
 ]
 
 # Limits that are reached within the default bounds: the pair window (two sends to one peer),
@@ -424,20 +423,3 @@ class Checker:
                             f"{self.transitions:>9}  depth {self.depth:>2}  queue {queued:>7}  "
                             f"{rate:,.0f}/s " + ("\n" if final else ""))
         self.progress.flush()
-
-
-def check(config: MessagingConfig = DEFAULT_CONFIG, bounds: Bounds | None = None,
-          progress: TextIO | None = None, history: bool = False,
-          store: StoreFactory | None = None, workers: int = 1) -> Result:
-    """Explore every interleaving within ``bounds``; the first shortest counterexample, if any.
-    ``history``: key states on their whole past too (exact id renaming only; never finite).
-    ``store``: also run every transition on a fresh store from this factory (``replay``),
-    in this process. ``workers``: processes to search over (``parallel``); the result is the
-    same for any number."""
-    bounds = bounds if bounds is not None else Bounds()
-    if store is None and workers > 1:
-        from treemail.models.parallel import explore  # it builds on this module's Checker
-
-        return explore(config, bounds, workers, progress, history)
-    replay = Replay(store, config) if store is not None else None
-    return Checker(config, bounds, progress, history, replay=replay).run()

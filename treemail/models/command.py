@@ -10,8 +10,9 @@ import attrs
 
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import TreemailError
-from treemail.models.checker import DEFAULT_CONFIG, INVARIANTS, Result, check
+from treemail.models.checker import DEFAULT_CONFIG, INVARIANTS, Result
 from treemail.models.explore import Bounds
+from treemail.models.parallel import check
 from treemail.models.plants import PLANTS, planted
 from treemail.models.replay import StoreFactory
 

@@ -19,6 +19,9 @@ tuples. So each state is reached through the same parent as in the one-process s
 the same ledger and trace, and the counts, the coverage and the first shortest
 counterexample are the same for any number of workers (``test_checker_parallel``).
 
+``check`` is the checker's entry point: the one-process search (with a store replaying it,
+when asked) or this one over ``workers`` processes.
+
 Workers are forked, so a planted bug (``plants``) and any other patch made before the search
 is in each of them; each records its own coverage, which the coordinator merges.
 """
@@ -36,12 +39,13 @@ from typing import Any, TextIO
 import attrs
 
 from treemail.core.config import MessagingConfig
-from treemail.models.checker import Checker, Counterexample, Result
+from treemail.models.checker import DEFAULT_CONFIG, Checker, Counterexample, Result
 from treemail.models.coverage import Coverage, recording
 from treemail.models.explore import Action, Bounds
+from treemail.models.replay import Replay, StoreFactory
 from treemail.models.snapshots import Node
 
-__all__ = ["explore", "owner"]
+__all__ = ["check", "explore", "owner"]
 
 Place = tuple[int, ...]  # a state's place in the one-process search's order of discovery
 Trail = tuple[str, Any] | None  # the labels to a state, last first, sharing the parent's
@@ -315,3 +319,18 @@ def _merge(totals: list[tuple[int, Result]],
         max(p.depth for p in parts), sum(p.capped for p in parts), seconds, dict(outcomes),
         None if best is None else best[1], coverage, sum(p.drained for p in parts),
         cpu + (sum(p.cpu for p in parts) if len(parts) > 1 else 0.0))
+
+
+def check(config: MessagingConfig = DEFAULT_CONFIG, bounds: Bounds | None = None,
+          progress: TextIO | None = None, history: bool = False,
+          store: StoreFactory | None = None, workers: int = 1) -> Result:
+    """Explore every interleaving within ``bounds``; the first shortest counterexample, if any.
+    ``history``: key states on their whole past too (exact id renaming only; never finite).
+    ``store``: also run every transition on a fresh store from this factory (``replay``),
+    in this process. ``workers``: processes to search over (``parallel``); the result is the
+    same for any number."""
+    bounds = bounds if bounds is not None else Bounds()
+    if store is None and workers > 1:
+        return explore(config, bounds, workers, progress, history)
+    replay = Replay(store, config) if store is not None else None
+    return Checker(config, bounds, progress, history, replay=replay).run()

@@ -309,19 +309,85 @@ class Reference:
                 message.run_id = running.run_id if running is not None and joins else None
 
     def start_run(self, session_id: str) -> str:
+        return self._atomic(lambda: self._start(session_id))
+
+    def _start(self, session_id: str) -> str:
+        session = self._session(session_id)
+        step(SESSION_STEPS, f"session {session_id}", session.state, SessionTrigger.START)
+        assert session.run_id is not None
+        run = self.world.runs[session.run_id]
+        self._admit(session)  # mail accepted while queued belongs to this run
+        run.status = step(RUN_STEPS, f"run {run.run_id}", run.status, RunTrigger.START)
+        self._step_session(session, SessionTrigger.START, run)
+        for message in self.world.waiting_for(session_id, None):
+            message.run_id = run.run_id
+        return run.run_id
+
+    # -- external sessions (spec/external.md): an MCP call is the request boundary ----------
+
+    def attach(self, parent_id: str, agent: AgentSpec) -> str:
+        """An external child: no task, no actor; its client's calls are its boundaries."""
+
         def work() -> str:
-            session = self._session(session_id)
-            step(SESSION_STEPS, f"session {session_id}", session.state, SessionTrigger.START)
-            assert session.run_id is not None
-            run = self.world.runs[session.run_id]
-            self._admit(session)  # mail accepted while queued belongs to this run
-            run.status = step(RUN_STEPS, f"run {run.run_id}", run.status, RunTrigger.START)
-            self._step_session(session, SessionTrigger.START, run)
-            for message in self.world.waiting_for(session_id, None):
-                message.run_id = run.run_id
-            return run.run_id
+            child = self._new_session(agent, self._session(parent_id), False)
+            child.external = True
+            return child.session_id
 
         return self._atomic(work)
+
+    def external_check(self, session_id: str) -> Delivered | None:
+        """check_mail: nothing deliverable, nothing changes; else the turn in flight ends and
+        a new run's request claims every deliverable message."""
+
+        def work() -> Delivered | None:
+            session = self._external(session_id)
+            run = self.world.runs[session.run_id] if session.run_id is not None else None
+            running = run if run is not None and run.status == RunState.RUNNING else None
+            if running is not None and running.open_request is not None:
+                raise errors.ExternalBusy("another call holds the session's claimed mail")
+            self._admit(session)
+            if all(m.state == MessageState.CLAIMED for m in self.world.pending_of(session_id)):
+                return None
+            if running is not None:
+                self._end(session, running, RunTrigger.FINISH)
+            self._reconcile(session_id)
+            return self._begin(session_id, self._start(session_id))
+
+        return self._atomic(work)
+
+    def external_settle(self, session_id: str, run_id: str, request_id: str,
+                        committed: bool) -> bool:
+        """The client's next call (committed) or its connection's end: False when the request
+        is no longer open (recovery released it)."""
+        session = self._session(session_id)
+        run = self.world.runs.get(run_id)
+        if (session.run_id != run_id or run is None or run.status != RunState.RUNNING
+                or run.open_request != request_id):
+            return False
+        self._atomic(lambda: self._close(session_id, run_id, request_id, committed))
+        return True
+
+    def external_turn_run(self, session_id: str) -> str:
+        """The run a client's tool call runs as: the turn in flight, else a new one."""
+
+        def work() -> str:
+            session = self._external(session_id)
+            if session.state == SessionState.RUNNING and session.run_id is not None:
+                return session.run_id
+            if session.state != SessionState.QUEUED:
+                run = RunRecord(self.ids.new_id(), session_id,
+                                self.world.next_run_number(session_id))
+                self.world.runs[run.run_id] = run
+                self._step_session(session, SessionTrigger.ENQUEUE, run)
+            return self._start(session_id)
+
+        return self._atomic(work)
+
+    def _external(self, session_id: str) -> SessionRecord:
+        session = self._session(session_id)
+        if not session.external:
+            raise errors.ExternalOnly(f"session {session_id} is hosted, not external")
+        return session
 
     def begin_request(self, session_id: str, run_id: str) -> Delivered:
         return self._atomic(lambda: self._begin(session_id, run_id))

@@ -141,6 +141,7 @@ class SessionRecord:
     state: str = SessionState.IDLE
     run_id: str | None = None  # the queued or running run; None when idle or finished
     live: bool = True
+    external: bool = False  # driven by an MCP client's calls, not by an actor
 
     @property
     def reference(self) -> str:

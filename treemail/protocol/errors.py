@@ -78,6 +78,9 @@ _MAPPING: Final[tuple[tuple[type[e.TreemailError], int], ...]] = (
     (rpc.NotInitialized, NOT_INITIALIZED),
     (rpc.UnsupportedVersion, UNSUPPORTED_VERSION),
     (rpc.Unauthorized, UNAUTHORIZED),
+    # A session token that binds no one: refused as any failed proof of identity is.
+    (e.SessionTokenUnknown, UNAUTHORIZED),
+    (e.SessionTokenRevoked, UNAUTHORIZED),
     (rpc.ProtocolError, INVALID_REQUEST),
     (e.Refusal, REFUSED),
     (e.DefinitionError, INVALID),

@@ -15,6 +15,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
+from treemail.protocol import external as x
 from treemail.protocol import types as t
 from treemail.protocol.rules import PATTERNS
 
@@ -27,6 +28,15 @@ __all__ = [
     "EVENTS_READ",
     "EVENTS_SUBSCRIBE",
     "EVENTS_UNSUBSCRIBE",
+    "EXTERNAL_ATTACH",
+    "EXTERNAL_BIND",
+    "EXTERNAL_CALL",
+    "EXTERNAL_CHECK_MAIL",
+    "EXTERNAL_MAIL",
+    "EXTERNAL_TOKENS_ISSUE",
+    "EXTERNAL_TOKENS_LIST",
+    "EXTERNAL_TOKENS_REVOKE",
+    "EXTERNAL_TOOLS",
     "INITIALIZE",
     "MESSAGE_GET",
     "MESSAGE_LIST",
@@ -162,6 +172,30 @@ EVENTS_READ: Final = Method(
 EVENTS_UNSUBSCRIBE: Final = Method(
     "events.unsubscribe", t.EventsUnsubscribeParams, t.EventsUnsubscribeResult,
     "End a subscription.")
+EXTERNAL_ATTACH: Final = Method(
+    "external.attach", x.ExternalAttachParams, x.ExternalAttachResult,
+    "An external session (an MCP client drives it) in a tree, and its token.")
+EXTERNAL_TOKENS_ISSUE: Final = Method(
+    "external.tokens.issue", x.ExternalTokenIssueParams, x.ExternalTokenIssueResult,
+    "Another token for an external session.")
+EXTERNAL_TOKENS_LIST: Final = Method(
+    "external.tokens.list", x.ExternalTokensListParams, x.ExternalTokensListResult,
+    "The tokens issued, live and revoked, by id (never the tokens).")
+EXTERNAL_TOKENS_REVOKE: Final = Method(
+    "external.tokens.revoke", x.ExternalTokenRevokeParams, x.ExternalTokenView,
+    "Revoke a token: connections bound by it are refused from their next call.")
+EXTERNAL_BIND: Final = Method(
+    "external.bind", x.ExternalBindParams, x.ExternalBindResult,
+    "Bind this connection to the session a token names, for the connection's life.")
+EXTERNAL_TOOLS: Final = Method(
+    "external.tools", t.Empty, x.ExternalToolsResult,
+    "Bound: the tools the session's rules offer now.")
+EXTERNAL_CHECK_MAIL: Final = Method(
+    "external.check_mail", t.Empty, x.ExternalCheckMailResult,
+    "Bound: claim the session's deliverable mail, as envelopes.")
+EXTERNAL_CALL: Final = Method(
+    "external.call", x.ExternalCallParams, x.ExternalCallResult,
+    "Bound: run send_message or get_subagent_result as the session.")
 PLUGIN_PRODUCER_SEND: Final = Method(
     "plugin/producer/send", t.ProducerSendParams, t.ProducerAccepted,
     "Plugin-owned mail into any session, at most 256 KiB of UTF-8.")
@@ -169,6 +203,9 @@ PLUGIN_PRODUCER_SEND: Final = Method(
 # Server -> client notifications: their params types (a notification has no result).
 EVENTS_EVENT: Final = Method(
     "events/event", t.EventNotification, t.Empty, "The next event of a subscription.")
+EXTERNAL_MAIL: Final = Method(
+    "external/mail", x.ExternalMailNotification, t.Empty,
+    "To connections bound to an external session: it has new mail.")
 PLUGIN_EVENT: Final = Method(
     "plugin/event", t.PluginEventNotification, t.Empty,
     "Every durable event, to plugin connections that asked for them.")
@@ -190,8 +227,10 @@ METHODS: Final = _table(
     AUTH_CHALLENGE, AUTH_PROVE, INITIALIZE, SHUTDOWN, SESSION_CREATE, SESSION_GET,
     SESSION_LIST, SESSION_DELEGATE, RUN_SUBMIT, RUN_STEER, RUN_CANCEL, RUN_GET, RUN_LIST,
     MESSAGE_GET, MESSAGE_LIST, TOOL_CALL, APPROVAL_LIST, APPROVAL_ANSWER, EVENTS_SUBSCRIBE,
-    EVENTS_READ, EVENTS_UNSUBSCRIBE, PLUGIN_PRODUCER_SEND)
-NOTIFICATIONS: Final = _table(EVENTS_EVENT, PLUGIN_EVENT)
+    EVENTS_READ, EVENTS_UNSUBSCRIBE, PLUGIN_PRODUCER_SEND, EXTERNAL_ATTACH,
+    EXTERNAL_TOKENS_ISSUE, EXTERNAL_TOKENS_LIST, EXTERNAL_TOKENS_REVOKE, EXTERNAL_BIND,
+    EXTERNAL_TOOLS, EXTERNAL_CHECK_MAIL, EXTERNAL_CALL)
+NOTIFICATIONS: Final = _table(EVENTS_EVENT, PLUGIN_EVENT, EXTERNAL_MAIL)
 SERVER_REQUESTS: Final = _table(PLUGIN_TOOL_BEFORE_CALL)
 
 # The list methods, which answer in pages (``after``, ``limit`` and ``next``): the field of

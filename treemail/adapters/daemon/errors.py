@@ -9,7 +9,7 @@ never crosses the wire: the client raises it on its own side. ``rpc:`` codes, th
 from __future__ import annotations
 
 from treemail.core import errors
-from treemail.protocol.rpc_errors import Unauthorized
+from treemail.protocol.rpc_errors import ProtocolError, Unauthorized
 
 __all__ = [
     "AgentDefinedByFile",
@@ -18,6 +18,8 @@ __all__ = [
     "ClientFailure",
     "ClientTimeout",
     "DataDirLocked",
+    "ExternalDaemonGone",
+    "ExternalScope",
     "ListenFailed",
     "NotLoopback",
     "NotOwner",
@@ -127,3 +129,17 @@ class AnswerMalformed(ClientFailure):
     another version, or a bug); the call may have taken effect. Read the state back."""
 
     code = "client:answer_malformed"
+
+
+class ExternalScope(ProtocolError):
+    """A connection bound to one external session asked for something outside that session
+    (another session, the user's methods), or an unbound one asked for a bound one's method."""
+
+    code = "external:out_of_scope"
+
+
+class ExternalDaemonGone(ClientFailure):
+    """``treemail mcp`` lost its daemon (stopped, restarting): the tool call is answered with
+    this, and the next call connects again."""
+
+    code = "client:daemon_gone"

@@ -18,7 +18,8 @@ import msgspec
 from treemail import __name__ as _package
 from treemail.adapters.daemon import pages
 from treemail.adapters.daemon.connection import Connection
-from treemail.adapters.daemon.routes import Routes
+from treemail.adapters.daemon.external import External
+from treemail.adapters.daemon.routes import ROUTES
 from treemail.adapters.daemon.views import (
     accepted_view,
     approval_view,
@@ -56,8 +57,7 @@ __all__ = ["ROUTES", "SERVER_NAME", "install"]
 SERVER_NAME = "treemail-daemon"
 T = TypeVar("T")
 
-# Every handler below registers itself here, by its method's constant.
-ROUTES = Routes()
+# Every handler below registers itself in the daemon's table, by its method's constant.
 handles = ROUTES.handles
 
 
@@ -322,5 +322,7 @@ def _proved(conn: Connection, method: m.Method[Any, Any]) -> InvalidRequest:
 
 
 def install(daemon: Daemon) -> None:
-    """Bind every registered handler to the daemon; a method without one is refused here."""
-    daemon.handlers = ROUTES.bind(Methods(daemon))
+    """Bind every registered handler to the object it is a method of (``Methods`` here, the
+    external sessions' ``External``); a method without one is refused here, at start."""
+    external = daemon.external = External(daemon)
+    daemon.handlers = ROUTES.bind(Methods(daemon), external)

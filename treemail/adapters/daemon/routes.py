@@ -2,8 +2,9 @@
 constant (``@handles(SESSION_GET)``), so a handler's params and result are the constant's
 types (a mismatch is a type error), and no handler is found by spelling its name.
 
-The handlers are methods of one object (``handlers.Methods``), which holds what they share;
-``bind`` pairs each registered function with that object once, at the daemon's start.
+The handlers are methods of a few objects (``handlers.Methods``, ``external.External``), each
+holding what its handlers share; ``bind`` pairs each registered function with the object whose
+class defines it, once, at the daemon's start.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import msgspec
 from treemail.adapters.daemon.connection import Connection
 from treemail.protocol.methods import METHODS, Method
 
-__all__ = ["Handler", "Routes"]
+__all__ = ["ROUTES", "Handler", "Routes"]
 
 P = TypeVar("P", bound=msgspec.Struct)
 R = TypeVar("R", bound=msgspec.Struct)
@@ -55,14 +56,22 @@ class Routes:
     def names(self) -> frozenset[str]:
         return frozenset(self._handlers)
 
-    def bind(self, owner: object) -> dict[str, Handler]:
-        """Every handler, bound to ``owner``; a method of ``METHODS`` without one is a bug,
-        refused here, at the daemon's start."""
+    def bind(self, *owners: object) -> dict[str, Handler]:
+        """Every handler, bound to the one of ``owners`` whose class defines it; a method of
+        ``METHODS`` without a handler, or a handler without its owner, is a bug, refused
+        here, at the daemon's start."""
         missing = sorted(set(METHODS) - set(self._handlers))
         if missing:
             raise LookupError(f"no handler for {', '.join(missing)}")
 
         def bound(fn: _Unbound) -> Handler:
+            owner = next((o for o in owners if getattr(type(o), fn.__name__, None) is fn), None)
+            if owner is None:
+                raise LookupError(f"{fn.__qualname__}: none of the objects bound defines it")
             return lambda conn, params: fn(owner, conn, params)
 
         return {name: bound(fn) for name, fn in self._handlers.items()}
+
+
+# The daemon's one table: the handlers of ``handlers.py`` and ``external.py`` register here.
+ROUTES = Routes()

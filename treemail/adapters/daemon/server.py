@@ -23,7 +23,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -74,6 +74,17 @@ __all__ = ["Daemon"]
 _WHILE_STOPPING = frozenset({INITIALIZE.name, SHUTDOWN.name})
 
 
+class SessionGate(Protocol):
+    """What the server asks of the external sessions' bindings (``external.External``),
+    declared here so that the server needs nothing of that module."""
+
+    def gate(self, conn: Connection, method: str) -> None:
+        """Raise if ``conn`` may not call ``method`` (a bound connection, out of scope)."""
+
+    async def closed(self, conn: Connection) -> None:
+        """``conn`` ended: release what it held."""
+
+
 class Daemon:
     def __init__(self, runtime: Runtime, store: Store, model_for: ModelFor,
                  subscriptions: Subscriptions, limits: Limits | None = None) -> None:
@@ -85,6 +96,9 @@ class Daemon:
         # Where agent docs defined over the wire are kept (registered.py); None: in memory.
         self.registered: Registered | None = None
         self.handlers: dict[str, Handler] = {}
+        # External sessions' bindings (external.py): asked before each dispatch, told of
+        # each connection's end. None until the handlers are installed.
+        self.external: SessionGate | None = None
         self.connections: set[Connection] = set()
         self.stopping = False
         self.stopped = asyncio.Event()
@@ -180,6 +194,8 @@ class Daemon:
         finally:
             self.connections.discard(conn)
             await conn.close()
+            if self.external is not None:
+                await self.external.closed(conn)
 
     async def _read(self, conn: Connection, reader: asyncio.StreamReader,
                     deadline: float) -> bytes:
@@ -297,6 +313,8 @@ class Daemon:
         if not conn.initialized and method is not INITIALIZE:
             raise NotInitialized(f"{method.name} before initialize: send initialize first",
                                  method=method.name)
+        if self.external is not None:
+            self.external.gate(conn, method.name)
         params = _params(method, request.params)
         if self.stopping and method.name not in _WHILE_STOPPING:
             raise EngineShutdown("the daemon is shutting down; nothing was accepted; "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -35,6 +35,7 @@ from treemail.adapters.store.group_commit import GroupStore
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import ApprovalRequired, EngineShutdown, NoRunInFlight
+from treemail.core.external import is_external
 from treemail.core.ids import IdSource
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import (
@@ -121,6 +122,10 @@ class Runtime:
         self.closing = False
         self.killed = False
         self._actors: dict[str, Actor] = {}
+        # External sessions (an MCP client drives them, no actor does): a poke for one is
+        # handed to ``on_external`` (the daemon's wake-up notification) instead.
+        self.external: set[str] = set()
+        self.on_external: Callable[[str], None] | None = None
         self._waiting: dict[str, asyncio.Future[Approval]] = {}
         self._follower: FeedFollower | None = None
         self._follow_task: asyncio.Task[None] | None = None
@@ -168,6 +173,8 @@ class Runtime:
         # resume it with goal mail (auditable, outside the agent inbox cap).
         for stranded in await self.writer(self.engine.stranded_delegations, trees):
             await self.writer(self.engine.accept, stranded.session_id, RESUME, Owner.GOAL)
+        # External sessions (an MCP client drives them) get no actor: a wake-up tells it.
+        self.external |= await self.writer(self._external_sessions)
         return dead
 
     async def _wake(self, trees: Collection[str] | None) -> None:
@@ -233,6 +240,10 @@ class Runtime:
         self.agents.update(agents)
         self._specs.update({name: a.spec for name, a in agents.items()})
 
+    def _external_sessions(self) -> set[str]:
+        with self.engine.store.read() as tx:
+            return {s.session_id for s in tx.sessions() if is_external(tx, s.session_id)}
+
     def resident(self, session_id: str) -> bool:
         """Whether the session's actor is in memory (not evicted)."""
         return session_id in self._actors
@@ -288,6 +299,10 @@ class Runtime:
     def poke(self, session_id: str) -> None:
         """Tell a session it may have work; spawn its actor if it was evicted."""
         if self.closing:
+            return
+        if session_id in self.external:
+            if self.on_external is not None:
+                self.on_external(session_id)
             return
         actor = self._actors.get(session_id)
         if actor is None or actor.task.done():

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from treemail.adapters.ui import attach as attach_command
 from treemail.adapters.ui import commands as daemon_commands
 from treemail.adapters.ui import doctor as doctor_command
 from treemail.adapters.ui import init as init_command
@@ -122,6 +123,7 @@ def _main(argv: Sequence[str] | None) -> int:
     init_command.register(commands)
     run_command.register(commands)
     doctor_command.register(commands)
+    attach_command.register(commands)
     tui = commands.add_parser(
         "tui", help="watch sessions converse and answer approvals (read-only on a store)")
     tui.add_argument("--data-dir", type=Path, default=Path("./.treemail"),

@@ -212,6 +212,10 @@ def _tone_and_text(payload: events.Payload, name: Namer) -> tuple[Tone, str]:
         return Tone.TOOL, _results_text(payload)
     if isinstance(payload, events.ApprovalRequested | events.ApprovalAnswered):
         return Tone.APPROVAL, _approval_text(payload)
+    if isinstance(payload, events.ExternalTokenIssued):
+        return Tone.SESSION, f"token {payload.token_id} issued (an MCP client may bind it)"
+    if isinstance(payload, events.ExternalTokenRevoked):
+        return Tone.SESSION, f"token {payload.token_id} revoked"
     return Tone.MAIL, f"delegation result sent to the parent (message {payload.message_id[:8]})"
 
 

@@ -1,0 +1,204 @@
+"""The external boundary under faults, through the real stack. An MCP server killed between
+check_mail and the agent's next call: the mail is released and delivered again, then consumed
+once. A daemon killed under MCP traffic: every send the agent saw acknowledged is in the store
+after the restart, each once, and mail claimed but not consumed comes again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import DaemonProcess, run
+from tests.daemon.mcp_harness import (
+    HttpServer,
+    answer,
+    children_running,
+    data_dir,
+    http_session,
+    mail_of,
+    make_tree,
+    stdio_session,
+    token_file,
+)
+from treemail.adapters.daemon.client import DaemonClient
+from treemail.protocol import external as x
+from treemail.protocol import methods as m
+from treemail.protocol import types as t
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    process = DaemonProcess(data_dir(tmp_path_factory.mktemp("mcp-faults")))
+    yield process
+    code, err = process.terminate()
+    assert code == 0, err
+
+
+async def state_of(client: DaemonClient, message_id: str) -> str:
+    receipt = await client.request(m.MESSAGE_GET, t.MessageGetParams(message_id=message_id))
+    return str(receipt.message.state)
+
+
+async def until_state(client: DaemonClient, message_id: str, wanted: str) -> None:
+    async with asyncio.timeout(30):
+        while await state_of(client, message_id) != wanted:
+            await asyncio.sleep(0.05)
+
+
+async def sent_by(daemon: DaemonProcess, token: str, to: str, body: str) -> str:
+    """Agent mail from the session ``token`` binds, over a bound daemon connection."""
+    bound = await daemon.client()
+    try:
+        await bound.request(m.EXTERNAL_BIND, x.ExternalBindParams(token=token))
+        done = await bound.request(m.EXTERNAL_CALL, x.ExternalCallParams(
+            tool_call_id=f"t-{body}", name="send_message", arguments={"to": to, "body": body}))
+        message_id: str = answer_text(done.content)["message_id"]
+        return message_id
+    finally:
+        await bound.close()
+
+
+def answer_text(content: str) -> dict[str, Any]:
+    import json
+
+    value: dict[str, Any] = json.loads(content)
+    return value
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_mail_read_by_a_killed_mcp_server_comes_again_and_is_consumed_once(
+    daemon: DaemonProcess, tmp_path: Path, transport: str,
+) -> None:
+    async def go() -> None:
+        client = await daemon.client()
+        try:
+            tree = await make_tree(client)
+            a, b = tree.members
+            mid = await sent_by(daemon, b.token, a.handle, "read me once")
+            path = token_file(tmp_path, a.token)
+            server = HttpServer(daemon) if transport == "http" else None
+            first: list[dict[str, Any]] = []
+            try:
+                if server is None:
+                    async with stdio_session(daemon, path) as session:
+                        first = mail_of(await session.call_tool("check_mail", {}))
+                        for pid in children_running(str(path)):
+                            os.kill(pid, signal.SIGKILL)
+                else:
+                    async with http_session(server.url, a.token) as session:
+                        first = mail_of(await session.call_tool("check_mail", {}))
+                        server.kill()
+            except Exception:
+                if not first:  # it failed before the kill: that is the test's failure
+                    raise
+                # else: the killed server took its client down with it, as it should
+            finally:
+                if server is not None:
+                    server.kill()  # killed already, unless the test failed first
+            assert [m["message_id"] for m in first] == [mid]
+            await until_state(client, mid, "released")  # its connection ended: released
+
+            again: list[dict[str, Any]] = []
+            later: list[dict[str, Any]] = []
+            server = HttpServer(daemon) if transport == "http" else None
+            try:
+                if server is None:
+                    async with stdio_session(daemon, path) as session:
+                        again = mail_of(await session.call_tool("check_mail", {}))
+                        later = mail_of(await session.call_tool("check_mail", {}))
+                else:
+                    async with http_session(server.url, a.token) as session:
+                        again = mail_of(await session.call_tool("check_mail", {}))
+                        later = mail_of(await session.call_tool("check_mail", {}))
+            finally:
+                if server is not None:
+                    server.stop()
+            assert [m["message_id"] for m in again] == [mid]
+            assert again[0]["text"] == first[0]["text"]
+            assert later == []  # the second call consumed it: never a third delivery
+            assert await state_of(client, mid) == "consumed"
+        finally:
+            await client.close()
+
+    run(go(), timeout=120)
+
+
+def test_a_daemon_killed_under_mcp_traffic_loses_nothing_acknowledged(
+    tmp_path: Path,
+) -> None:
+    base = data_dir(tmp_path / "data")
+    holder = {"daemon": DaemonProcess(base)}
+
+    async def go() -> None:
+        client = await holder["daemon"].client()
+        tree = await make_tree(client)
+        await client.close()
+        a, b = tree.members
+        claimed = await sent_by(holder["daemon"], b.token, a.handle, "claimed, never consumed")
+        acked: dict[str, str] = {}  # body -> message id, as the agent was told
+        refused: list[str] = []
+        path = token_file(tmp_path, a.token)
+        async def restart() -> None:
+            await asyncio.to_thread(holder["daemon"].kill)  # SIGKILL
+            holder["daemon"] = await asyncio.to_thread(DaemonProcess, base)
+
+        async with stdio_session(holder["daemon"], path) as session:
+            got = mail_of(await session.call_tool("check_mail", {}))
+            assert [m["message_id"] for m in got] == [claimed]
+            await restart()  # before the agent's next call: the claim dies with the daemon
+            async with asyncio.timeout(30):
+                while (result := await session.call_tool("check_mail", {})).is_error:
+                    assert answer(result)["error"] == "client:daemon_gone"
+                    await asyncio.sleep(0.05)
+            # Recovery released it; it comes again, and this time the next call consumes it.
+            assert [m["message_id"] for m in mail_of(result)] == [claimed]
+
+            async def traffic() -> None:
+                n = 0
+                while len(acked) < 20:
+                    body = f"m{n}"
+                    n += 1
+                    result = await session.call_tool("send_message",
+                                                     {"to": tree.lead, "body": body})
+                    said = answer(result)
+                    if result.is_error:
+                        assert said["error"] == "client:daemon_gone", said
+                        refused.append(body)
+                        await asyncio.sleep(0.05)  # the daemon restarts meanwhile
+                    else:
+                        acked[body] = said["message_id"]
+
+            sending = asyncio.ensure_future(traffic())
+            async with asyncio.timeout(60):
+                while len(acked) < 5:
+                    await asyncio.sleep(0.01)
+            await restart()  # mid-traffic
+            async with asyncio.timeout(90):
+                await sending
+        client = await holder["daemon"].client()
+        try:
+            assert await state_of(client, claimed) == "consumed"
+            for body, message_id in acked.items():
+                found = (await client.request(
+                    m.MESSAGE_GET, t.MessageGetParams(message_id=message_id))).message
+                assert (found.body, found.sender, found.recipient) == (
+                    body, a.session_id, tree.lead_id)
+            listed = await client.every(m.MESSAGE_LIST,
+                                        t.MessageListParams(session_id=tree.lead_id))
+            bodies = [one.body for one in listed if one.sender == a.session_id]
+            assert len(bodies) == len(set(bodies))  # no send stored twice
+            assert set(acked) <= set(bodies)
+        finally:
+            await client.close()
+
+    try:
+        run(go(), timeout=240)
+    finally:
+        code, err = holder["daemon"].terminate()
+    assert code == 0, err
