@@ -21,7 +21,7 @@ from hypothesis_jsonschema import from_schema
 from mcp.types import CallToolResult
 
 from tests.daemon.conftest import DaemonProcess
-from tests.daemon.mcp_harness import Tree, data_dir, make_tree, stdio_session, text, token_file
+from tests.daemon.mcp.harness import Tree, data_dir, make_tree, stdio_session, text, token_file
 from tests.fuzz.conftest import TALLY, budget
 from tests.fuzz.strategies import arguments
 from treemail.adapters.mcp.server import CHECK_MAIL, tool_schema

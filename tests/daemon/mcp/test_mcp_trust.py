@@ -8,7 +8,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -18,11 +17,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.daemon.conftest import DaemonProcess, run
-from tests.daemon.mcp_harness import (
+from tests.daemon.mcp.harness import (
     ROOT,
     HttpServer,
     answer,
-    data_dir,
     make_tree,
     stdio_session,
     token_file,
@@ -31,21 +29,6 @@ from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.protocol import external as x
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    process = DaemonProcess(data_dir(tmp_path_factory.mktemp("mcp-trust")))
-    yield process
-    code, err = process.terminate()
-    assert code == 0, err
-
-
-@pytest.fixture(scope="module")
-def http(daemon: DaemonProcess) -> Iterator[HttpServer]:
-    server = HttpServer(daemon)
-    yield server
-    server.stop()
 
 
 async def agent_mail(client: DaemonClient, session_id: str) -> list[str]:

@@ -8,14 +8,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
-from tests.daemon.mcp_harness import (
+from tests.daemon.mcp.harness import (
     HttpServer,
     answer,
     children_running,
@@ -30,14 +29,6 @@ from treemail.adapters.daemon.client import DaemonClient
 from treemail.protocol import external as x
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    process = DaemonProcess(data_dir(tmp_path_factory.mktemp("mcp-faults")))
-    yield process
-    code, err = process.terminate()
-    assert code == 0, err
 
 
 async def state_of(client: DaemonClient, message_id: str) -> str:

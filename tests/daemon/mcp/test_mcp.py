@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +15,9 @@ import pytest
 from mcp.client.session import ClientSession
 
 from tests.daemon.conftest import DaemonProcess, run
-from tests.daemon.mcp_harness import (
+from tests.daemon.mcp.harness import (
     HttpServer,
     answer,
-    data_dir,
     http_session,
     mail_of,
     make_tree,
@@ -30,21 +29,6 @@ from treemail.adapters.daemon.client import DaemonClient
 from treemail.core.tools import function_parameters
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    process = DaemonProcess(data_dir(tmp_path_factory.mktemp("mcp")))
-    yield process
-    code, err = process.terminate()
-    assert code == 0, err
-
-
-@pytest.fixture(scope="module")
-def http(daemon: DaemonProcess) -> Iterator[HttpServer]:
-    server = HttpServer(daemon)
-    yield server
-    server.stop()
 
 
 @contextlib.asynccontextmanager
