@@ -95,11 +95,31 @@ def test_a_broken_line_is_caught() -> None:
         == [["cancel", "x"]]
 
 
-def test_every_toml_block_of_the_guide_decodes() -> None:
-    blocks = _blocks(GUIDE.read_text(), "toml")
-    assert blocks
+def _servers_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    return text.split("## Known-good OpenAI-compatible servers\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_every_toml_block_of_the_guide_and_the_servers_list_decodes() -> None:
+    blocks = _blocks(GUIDE.read_text(), "toml") + _blocks(_servers_section(), "toml")
+    assert len(blocks) == 3
     for block in blocks:
         decode(tomllib.loads(block), "examples/README.md")  # raises config:unknown_key
+
+
+def test_the_servers_list_says_what_was_tested() -> None:
+    """Each server with its base_url, and only the fake server claimed as run by a test."""
+    section = " ".join(_servers_section().split())
+    for server, url in [("OpenAI", "https://api.openai.com/v1"),
+                        ("vLLM", "http://localhost:8000/v1"),
+                        ("llama.cpp", "http://localhost:8080/v1"),
+                        ("Ollama", "http://localhost:11434/v1"),
+                        ("LM Studio", "http://localhost:1234/v1")]:
+        assert re.search(rf"\| {re.escape(server)} \|[^\n]*`{re.escape(url)}`",
+                         _servers_section()), server
+    assert "none of these five servers runs in the test suite" in section
+    assert (ROOT / "tests" / "fuzz" / "fake_server.py").is_file()
+    assert "`tests/fuzz/fake_server.py`" in section
 
 
 def _named_keys(text: str) -> list[tuple[str, str]]:
