@@ -39,7 +39,7 @@ from typing import Any, TextIO
 import attrs
 
 from treemail.core.config import MessagingConfig
-from treemail.models.checker import DEFAULT_CONFIG, Checker, Counterexample, Result
+from treemail.models.checker import DEFAULT_CONFIG, Checker, Counterexample, Result, eta
 from treemail.models.coverage import Coverage, recording
 from treemail.models.explore import Action, Bounds
 from treemail.models.replay import Replay, StoreFactory
@@ -244,7 +244,8 @@ def _all(workers: Sequence[_Remote | _Local], method: str, args: Sequence[tuple[
 
 
 def explore(config: MessagingConfig, bounds: Bounds, workers: int,
-            progress: TextIO | None = None, history: bool = False) -> Result:
+            progress: TextIO | None = None, history: bool = False,
+            expected: int | None = None) -> Result:
     """The search of ``Checker.run`` over ``workers`` processes (this one alone for one)."""
     started, cpu = time.monotonic(), time.process_time()
     if workers == 1:
@@ -254,18 +255,18 @@ def explore(config: MessagingConfig, bounds: Bounds, workers: int,
         pool = [_Remote(context, index, workers, config, bounds, history)
                 for index in range(workers)]
     try:
-        return _levels(pool, started, cpu, progress)
+        return _levels(pool, started, cpu, progress, expected)
     finally:
         for worker in pool:
             worker.close()
 
 
 def _levels(pool: Sequence[_Remote | _Local], started: float, cpu: float,
-            progress: TextIO | None) -> Result:
+            progress: TextIO | None, expected: int | None = None) -> Result:
     _all(pool, "start", [()] * len(pool))
     shipped: list[list[bytes]] = [[] for _ in pool]
     best: tuple[tuple[Any, ...], Counterexample] | None = None
-    depth = 0
+    depth = visited = 0
     while True:
         shortest = None if best is None else len(best[1].trace)
         levels: list[Level] = _all(pool, "level", [(mine, shortest) for mine in shipped])
@@ -275,9 +276,11 @@ def _levels(pool: Sequence[_Remote | _Local], started: float, cpu: float,
         best = min([*found, *([best] if best else [])], key=lambda f: f[0], default=None)
         shipped = _exchange(pool, levels)
         depth += 1
+        frontier = sum(level.frontier for level in levels)
+        visited += frontier  # each state is in one level's frontier: the one it is visited in
         if progress is not None:
-            progress.write(f"\r  level {depth:>2} done; next frontier "
-                           f"{sum(level.frontier for level in levels):>8} ")
+            progress.write(f"\r  level {depth:>2} done; next frontier {frontier:>8}  "
+                           f"{eta(visited, time.monotonic() - started, expected)} ")
             progress.flush()
     return _merge(_all(pool, "totals", [()] * len(pool)), best,
                   time.monotonic() - started, time.process_time() - cpu, progress)
@@ -323,14 +326,16 @@ def _merge(totals: list[tuple[int, Result]],
 
 def check(config: MessagingConfig = DEFAULT_CONFIG, bounds: Bounds | None = None,
           progress: TextIO | None = None, history: bool = False,
-          store: StoreFactory | None = None, workers: int = 1) -> Result:
+          store: StoreFactory | None = None, workers: int = 1,
+          expected: int | None = None) -> Result:
     """Explore every interleaving within ``bounds``; the first shortest counterexample, if any.
     ``history``: key states on their whole past too (exact id renaming only; never finite).
     ``store``: also run every transition on a fresh store from this factory (``replay``),
     in this process. ``workers``: processes to search over (``parallel``); the result is the
-    same for any number."""
+    same for any number. ``expected``: the states it will reach, if known (the progress
+    line's ETA)."""
     bounds = bounds if bounds is not None else Bounds()
     if store is None and workers > 1:
-        return explore(config, bounds, workers, progress, history)
+        return explore(config, bounds, workers, progress, history, expected)
     replay = Replay(store, config) if store is not None else None
-    return Checker(config, bounds, progress, history, replay=replay).run()
+    return Checker(config, bounds, progress, history, replay=replay, expected=expected).run()

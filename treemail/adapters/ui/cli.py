@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from treemail.core.records import Event
     from treemail.core.store import Store
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,7 +75,14 @@ def _suggest(parser: argparse.ArgumentParser, choices: Sequence[str],
     parser.exit(2, f"treemail: no command {word!r}{hint}\n")
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole ``treemail`` command line, every subcommand registered: what ``main``
+    parses, and what a test parses the documented command lines with."""
+    return _build()[0]
+
+
+def _build() -> tuple[argparse.ArgumentParser, list[str]]:
+    """The parser and its command names (for the did-you-mean of a mistyped one)."""
     parser = argparse.ArgumentParser(prog="treemail", description=__doc__)
     parser.add_argument("--version", action=_Version, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -135,8 +142,13 @@ def _main(argv: Sequence[str] | None) -> int:
                           "TREEMAIL_TOKEN overrides it)")
     daemon_commands.store_option(tui, "replay this store read-only instead of DATA_DIR's")
     tui.set_defaults(run=_tui, socket=None)
+    return parser, list(commands.choices)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser, names = _build()
     argv = sys.argv[1:] if argv is None else list(argv)
-    _suggest(parser, list(commands.choices), argv)
+    _suggest(parser, names, argv)
     args = parser.parse_args(argv)
     if hasattr(args, "run"):  # a subcommand registered from its own module
         return int(args.run(args))
