@@ -108,6 +108,10 @@ def serve_http(socket_path: Path, host: str, port: int) -> int:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    # Listening before the address is announced: a client that connects as soon as it reads
+    # the line is queued until uvicorn accepts, not refused (a bound socket that does not
+    # listen yet answers a connect with a reset).
+    sock.listen(128)
     bound = sock.getsockname()[1]
     where = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
     links = Links(_connector(socket_path))
