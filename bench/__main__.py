@@ -108,7 +108,7 @@ def run(quick: bool, only: set[str], verbose: bool = False,
             if name in only:
                 rows += step()
                 took(name)
-    order = "abcdefghijklm"
+    order = "".join(steps)  # the lines' letters, as the steps list them
     return sorted(rows, key=lambda row: order.index(row.key[0]))
 
 
