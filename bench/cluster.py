@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.lines import Line, Scale
-from bench.rigs import Crowd, run_async
+from bench.rigs import Crowd, durable_postgres, run_async
 
 if TYPE_CHECKING:
     from treemail.adapters.daemon.client import DaemonClient
@@ -35,21 +35,10 @@ TREES = 4
 
 
 def cluster_lines(root: Path, scale: Scale) -> list[Line]:
-    try:
-        from treemail.testing.postgres import PostgresCluster, PostgresMissing
-    except ImportError as exc:  # pragma: no cover - psycopg is in the dev extra
-        print(f"bench (n): left out, {exc}", file=sys.stderr)
-        return []
-    try:
-        server = PostgresCluster.start(durable=True)
-    except PostgresMissing as missing:
-        print(f"bench (n): left out, {missing}", file=sys.stderr)
-        return []
-    try:
+    with durable_postgres("n") as server:
+        if server is None:
+            return []
         return [_senders(server, scale), _daemons(server, root, scale)]
-    finally:
-        server.stop()
-
 
 def _senders(server: Any, scale: Scale) -> Line:
     from treemail import open_store

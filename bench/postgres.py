@@ -9,28 +9,20 @@ network. Without the server's binaries or psycopg, the line is left out and says
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from bench.lines import Line, Scale
-from bench.rigs import Pair, latencies, open_store, quantile
+from bench.rigs import Pair, durable_postgres, latencies, open_store, quantile
 
 __all__ = ["postgres_lines"]
 
 
 def postgres_lines(root: Path, scale: Scale) -> list[Line]:
-    try:
-        from treemail import open_store as open_url
-        from treemail.testing.postgres import PostgresCluster, PostgresMissing
-    except ImportError as exc:  # pragma: no cover - psycopg is in the dev extra
-        print(f"bench (j): left out, {exc}", file=sys.stderr)
-        return []
-    try:
-        server = PostgresCluster.start(durable=True)
-    except PostgresMissing as missing:
-        print(f"bench (j): left out, {missing}", file=sys.stderr)
-        return []
-    try:
+    from treemail import open_store as open_url
+
+    with durable_postgres("j") as server:
+        if server is None:
+            return []
         lmdb = Pair(open_store(root / "j-lmdb", sync=True))
         pg = Pair(open_url(server.url(), sync=True))
         ours: list[float] = []
@@ -42,8 +34,6 @@ def postgres_lines(root: Path, scale: Scale) -> list[Line]:
             lmdb.deliver()
         pg.store.close()
         lmdb.store.close()
-    finally:
-        server.stop()
     return [Line(f"j_{name}", f"(j) sequential durable send, PostgreSQL, {name}",
                  quantile(ours, q) * 1e6, quantile(base, q) * 1e6, "µs",
                  "the same send on LMDB (fsync)", "-", None)

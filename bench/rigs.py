@@ -406,3 +406,28 @@ def run_async(coro: Any) -> Any:
 
 def env_note() -> dict[str, object]:
     return {"cpus": os.cpu_count(), "lmdb": lmdb.version()}
+
+
+@contextmanager
+def durable_postgres(line: str) -> Iterator[Any]:
+    """A throwaway durable PostgreSQL server for bench line ``line``, stopped afterwards; None
+    (and the line said to be left out, with why) where psycopg or the server's binaries are
+    missing."""
+    import sys
+
+    try:
+        from treemail.testing.postgres import PostgresCluster, PostgresMissing
+    except ImportError as exc:  # pragma: no cover - psycopg is in the dev extra
+        print(f"bench ({line}): left out, {exc}", file=sys.stderr)
+        yield None
+        return
+    try:
+        server = PostgresCluster.start(durable=True)
+    except PostgresMissing as missing:
+        print(f"bench ({line}): left out, {missing}", file=sys.stderr)
+        yield None
+        return
+    try:
+        yield server
+    finally:
+        server.stop()
