@@ -6,6 +6,7 @@ OpenAI-compatible server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import stat
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
-from tests.fuzz.fake_server import FakeServer, Plan, serving
+from tests.fuzz.fake_server import FakeServer, Plan, serving, streamed
 from treemail.protocol import types as t
 from treemail.protocol.methods import EVENTS_READ, RUN_SUBMIT, SESSION_CREATE
 
@@ -35,11 +36,11 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _daemon(data_dir: Path, base_url: str) -> DaemonProcess:
+def _daemon(data_dir: Path, base_url: str, extra: str = "") -> DaemonProcess:
     data_dir.mkdir(mode=0o700)
     (data_dir / "config.toml").write_text(
         f'[daemon]\nmodel = "openai"\n[daemon.openai]\nbase_url = "{base_url}"\n'
-        f'model = "m"\napi_key_env = "{NO_KEY}"\n', encoding="utf-8")
+        f'model = "m"\napi_key_env = "{NO_KEY}"\n{extra}', encoding="utf-8")
     return DaemonProcess(data_dir, env={NO_KEY: ""})
 
 
@@ -74,8 +75,8 @@ def _replay(daemon: DaemonProcess, sid: str) -> str:
     return done.stdout
 
 
-def _failure_shown(tmp_path: Path, base_url: str, *expected: str) -> str:
-    daemon = _daemon(tmp_path / "data", base_url)
+def _failure_shown(tmp_path: Path, base_url: str, *expected: str, extra: str = "") -> str:
+    daemon = _daemon(tmp_path / "data", base_url, extra)
     try:
         sid = _given_up(daemon)
         rows = [line for line in _replay(daemon, sid).splitlines() if "interrupted" in line]
@@ -103,6 +104,16 @@ def test_a_refused_key_shows_the_status_the_endpoint_and_the_hint(
     # Said at start, before any call failed: the key's variable is empty.
     assert f"warning: the API key variable {NO_KEY} is unset" in err
     assert "model openai m at " + server.base_url in err
+
+
+def test_a_stream_cut_mid_reply_shows_the_status_the_endpoint_and_the_hint(
+    tmp_path: Path, server: FakeServer
+) -> None:
+    server.answer_with([Plan(mode="cut", chunks=streamed("half a ", done=False))] * 20)
+    _failure_shown(tmp_path, server.base_url, "HTTP 200",
+                   f"{server.base_url}/chat/completions", "dropped the connection mid-reply",
+                   extra="stream = true\n")
+    assert all(json.loads(request)["stream"] is True for request in server.requests)
 
 
 def test_a_server_that_is_down_shows_the_endpoint_and_the_hint(tmp_path: Path) -> None:

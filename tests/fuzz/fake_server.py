@@ -1,7 +1,8 @@
 """A local chat-completions server that answers each request by a plan: hostile JSON, bodies
 cut short, wrong content types, 5xx with odd Retry-After values, slow answers, or a closed
-connection. stdlib ``http.server`` in a thread; plans are taken in order, then it answers a
-plain valid reply."""
+connection; or a stream of Server-Sent Events that ends, breaks off, sends garbage, never
+ends, or stalls. stdlib ``http.server`` in a thread; plans are taken in order, then it
+answers a plain valid reply."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["FakeServer", "Plan", "serving"]
+__all__ = ["FakeServer", "Plan", "serving", "sse", "streamed"]
 
 DONE = json.dumps({"choices": [{"message": {"role": "assistant", "content": "done"}}]}).encode()
 
@@ -30,7 +31,11 @@ class Plan:
     delay: float = 0.0
     # normal: the whole body; truncate: a Content-Length longer than what is sent, then the
     # connection closes; close: the connection closes before any answer.
+    # stream: ``chunks`` sent one by one in chunked encoding, then its end; cut: the chunks,
+    # then the connection closes without the end; stall: the chunks, then nothing until the
+    # server shuts down; endless: ``chunks[0]`` again and again until the client hangs up.
     mode: str = "normal"
+    chunks: tuple[bytes, ...] = ()
 
 
 class FakeServer(ThreadingHTTPServer):
@@ -41,6 +46,7 @@ class FakeServer(ThreadingHTTPServer):
         self.plans: list[Plan] = []
         self.requests: list[bytes] = []
         self.lock = threading.Lock()
+        self.stopping = threading.Event()  # set at shutdown: a stalled answer ends
 
     @property
     def base_url(self) -> str:
@@ -80,6 +86,9 @@ class _Handler(BaseHTTPRequestHandler):
         if plan.mode == "close":
             self._hang_up()
             return
+        if plan.mode in ("stream", "cut", "stall", "endless"):
+            self._stream(plan)
+            return
         self.send_response(plan.status)
         if plan.content_type is not None:
             self.send_header("Content-Type", plan.content_type)
@@ -96,6 +105,32 @@ class _Handler(BaseHTTPRequestHandler):
         if plan.mode == "truncate":
             self._hang_up()
 
+    def _stream(self, plan: Plan) -> None:
+        self.send_response(plan.status)
+        # A stream is text/event-stream unless the plan names another type than the default.
+        kind = plan.content_type if plan.content_type != Plan().content_type else None
+        self.send_header("Content-Type", kind or "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in plan.chunks:
+                self._chunk(chunk)
+            while plan.mode == "endless" and not self.server.stopping.is_set():
+                self._chunk(plan.chunks[0])
+            if plan.mode == "stall":
+                self.server.stopping.wait()
+            if plan.mode == "stream":
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+        except OSError:
+            return  # the client gave up
+        if plan.mode in ("cut", "stall"):
+            self._hang_up()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
     def _hang_up(self) -> None:
         self.close_connection = True
         with suppress(OSError):
@@ -110,6 +145,19 @@ def serving() -> Iterator[FakeServer]:
     try:
         yield server
     finally:
+        server.stopping.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def sse(*chunks: object) -> tuple[bytes, ...]:
+    """Each chunk as one ``data:`` event (a str is sent as it is, e.g. ``[DONE]``)."""
+    return tuple(b"data: " + (c.encode() if isinstance(c, str) else json.dumps(c).encode())
+                 + b"\n\n" for c in chunks)
+
+
+def streamed(*pieces: str, done: bool = True) -> tuple[bytes, ...]:
+    """A streamed text reply in ``pieces``, then ``[DONE]`` unless ``done`` is false."""
+    deltas = [{"choices": [{"index": 0, "delta": {"content": piece}}]} for piece in pieces]
+    return sse(*deltas, *(["[DONE]"] if done else []))

@@ -29,7 +29,13 @@ from treemail.adapters.runtime.budget import (
     DEFAULT_MAX_TOOL_CALLS,
     Budget,
 )
-from treemail.adapters.runtime.llm import Model, OpenAICompatibleModel, unreachable_hint
+from treemail.adapters.runtime.llm import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_REPLY_BYTES,
+    Model,
+    OpenAICompatibleModel,
+    unreachable_hint,
+)
 from treemail.adapters.store.leases import DEFAULT_LEASE_SECONDS
 from treemail.core.config import DEFAULTS, MessagingConfig, unknown_key
 from treemail.core.errors import ConfigError
@@ -57,7 +63,19 @@ class OpenAITable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
                     "the key itself; the daemon warns at start when it is unset")] = (
         "OPENAI_API_KEY")
     timeout: Annotated[float, msgspec.Meta(
-        gt=0, description="seconds one model call may take before it fails")] = 120.0
+        gt=0, description="seconds one model call may take, from sending to its last byte, "
+                          "before it fails")] = 120.0
+    stream: Annotated[bool, msgspec.Meta(
+        description="ask for the reply as a stream (stream: true, Server-Sent Events), so "
+                    "that a server stalling mid-reply fails after idle_timeout instead of "
+                    "timeout; off by default: the runtime takes whole replies either way, and "
+                    "every chat-completions server answers unstreamed")] = False
+    idle_timeout: Annotated[float, msgspec.Meta(
+        gt=0, description="with stream = true, seconds the stream may send nothing before "
+                          "the call fails")] = DEFAULT_IDLE_TIMEOUT
+    max_reply_bytes: Annotated[int, msgspec.Meta(
+        ge=1024, description="bytes one reply may weigh, streamed or not, before the call "
+                             "fails (a server sending without end)")] = DEFAULT_MAX_REPLY_BYTES
 
 
 class ScriptedTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -197,7 +215,10 @@ class Settings:
         return OpenAICompatibleModel(self.openai.base_url,
                                      os.environ.get(self.openai.api_key_env),
                                      doc_model or self.openai.model,
-                                     timeout=self.openai.timeout)
+                                     timeout=self.openai.timeout,
+                                     stream=self.openai.stream,
+                                     idle_timeout=self.openai.idle_timeout,
+                                     max_reply_bytes=self.openai.max_reply_bytes)
 
     def describe(self) -> str:
         """The model in use and where its config came from, for the start-up line."""

@@ -5,7 +5,8 @@ dicts, assistant ``tool_calls`` and ``tool`` results) and the tool definitions f
 ``treemail.core.tools``, and returns a ``ModelReply``. Two implementations:
 
 * ``ScriptedModel``: deterministic replies from a script, for tests and the demo.
-* ``OpenAICompatibleModel``: ``POST {base_url}/chat/completions`` over httpx.
+* ``OpenAICompatibleModel``: ``POST {base_url}/chat/completions`` over httpx, the reply whole
+  or streamed (``chat_stream``).
 
 Every failure of a model call is a ``ModelError`` whose message says what to check. Retrying
 is the runtime's decision (a failed request releases its claimed mail), so the HTTP adapter
@@ -16,14 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import math
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
 import httpx
 
+from treemail.adapters.runtime.chat_reply import EXCERPT, ModelReply, ToolCall, excerpt, parse_reply
+from treemail.adapters.runtime.chat_stream import StreamAssembler, StreamProblem
 from treemail.adapters.runtime.model_errors import ModelError, ScriptExhausted
 from treemail.core.envelope import render_tool_result
 
@@ -43,42 +48,6 @@ __all__ = [
 
 ChatMessage = Mapping[str, Any]
 """One chat message in the OpenAI format, e.g. ``{"role": "user", "content": "..."}``."""
-
-_EXCERPT = 500  # enough of an error body to read the server's reason, not a whole HTML page
-
-
-@attrs.frozen
-class ToolCall:
-    """A tool call the model asked for. ``arguments`` is the raw text when it was not a JSON
-    object, so the tool layer, not the adapter, answers with ``invalid_arguments``."""
-
-    id: str
-    name: str
-    arguments: dict[str, Any] | str
-
-
-@attrs.frozen
-class ModelReply:
-    text: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-
-    def as_message(self) -> dict[str, Any]:
-        """This reply as the assistant message to append to the conversation."""
-        message: dict[str, Any] = {"role": "assistant", "content": self.text}
-        if self.tool_calls:
-            message["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {
-                        "name": call.name,
-                        "arguments": call.arguments if isinstance(call.arguments, str)
-                        else json.dumps(call.arguments, ensure_ascii=False),
-                    },
-                }
-                for call in self.tool_calls
-            ]
-        return message
 
 
 def tool_result_message(call_id: str, content: str) -> dict[str, Any]:
@@ -139,7 +108,7 @@ class ScriptedModel:
                 f"the script has {len(self._steps)} step(s) and all were used; request "
                 f"{len(self.requests)} has no reply. Add a step, or check the run is not "
                 "looping (the last message was "
-                f"{_excerpt(json.dumps(dict(messages[-1]) if messages else None, default=str))})",
+                f"{excerpt(json.dumps(dict(messages[-1]) if messages else None, default=str))})",
                 steps=len(self._steps),
             )
         reply = self._steps[self._next]
@@ -169,6 +138,29 @@ _HINTS = {
     429: "rate limited; retry later or lower the request rate",
 }
 
+# The most a reply may weigh, streamed or not: a peer that sends without end must not grow the
+# daemon's memory without bound. A long reply with tool calls is tens of KiB.
+DEFAULT_MAX_REPLY_BYTES = 8 * 1024 * 1024
+# The longest a stream may go without a byte: a server that stalls mid-reply fails this soon,
+# not after the whole call's timeout.
+DEFAULT_IDLE_TIMEOUT = 60.0
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every call's client: building one loads the CA bundle, which took
+    78 ms per call against 0.3 ms for a client sharing it (bench.model_client)."""
+    return httpx.create_ssl_context()
+
+
+@attrs.frozen
+class _Refused:
+    """A non-2xx answer: retried or reported."""
+
+    status: int
+    body: str
+    retry_after: str | None
+
 
 class OpenAICompatibleModel:
     """A chat-completions endpoint: OpenAI, or any server speaking the same protocol.
@@ -177,6 +169,11 @@ class OpenAICompatibleModel:
     without one each call opens and closes its own, so no lifecycle is left to manage.
     ``max_retries`` retries 429 and 5xx answers after ``backoff * 2**attempt`` seconds, or
     the server's numeric ``Retry-After`` when it sends one.
+
+    ``timeout`` bounds one attempt whole, from sending to the last byte, so a server trickling
+    a byte at a time cannot hold a call open. ``stream`` asks for the reply as Server-Sent
+    Events; then ``idle_timeout`` bounds each wait for the next bytes. Either way a reply
+    longer than ``max_reply_bytes`` fails instead of being read on.
     """
 
     def __init__(
@@ -190,15 +187,23 @@ class OpenAICompatibleModel:
         max_retries: int = 0,
         backoff: float = 1.0,
         sleep: Sleep = asyncio.sleep,
+        stream: bool = False,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        if max_reply_bytes < 1:
+            raise ValueError("max_reply_bytes must be >= 1")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.base_url = base_url
         self.model = model
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
+        self.stream = stream
+        self.idle_timeout = idle_timeout
+        self.max_reply_bytes = max_reply_bytes
         self._api_key = api_key
         self._client = client
         self._sleep = sleep
@@ -213,56 +218,143 @@ class OpenAICompatibleModel:
         payload: dict[str, Any] = {"model": self.model, "messages": [dict(m) for m in messages]}
         if tools:
             payload["tools"] = [dict(t) for t in tools]
+        if self.stream:
+            payload["stream"] = True
+        content = self._encode(payload)
         if self._client is not None:
-            response = await self._post_retrying(self._client, payload)
-        else:
-            async with httpx.AsyncClient() as client:
-                response = await self._post_retrying(client, payload)
-        return parse_reply(_json_body(response, self.url))
+            return await self._retrying(self._client, content)
+        async with httpx.AsyncClient(verify=_tls()) as client:
+            return await self._retrying(client, content)
 
-    async def _post_retrying(
-        self, client: httpx.AsyncClient, payload: Mapping[str, Any]
-    ) -> httpx.Response:
+    async def _retrying(self, client: httpx.AsyncClient, content: bytes) -> ModelReply:
         attempt = 0
         while True:
-            response = await self._post(client, payload)
-            retryable = response.status_code == 429 or response.status_code >= 500
-            if response.is_success or not retryable or attempt >= self.max_retries:
-                break
-            await self._sleep(_delay(response, self.backoff * 2**attempt))
+            answer = await self._attempt(client, content)
+            if isinstance(answer, ModelReply):
+                return answer
+            retryable = answer.status == 429 or answer.status >= 500
+            if not retryable or attempt >= self.max_retries:
+                raise _status_error(answer, self.url, attempt + 1)
+            await self._sleep(_delay(answer.retry_after, self.backoff * 2**attempt))
             attempt += 1
-        if not response.is_success:
-            raise _status_error(response, self.url, attempt + 1)
-        return response
 
-    async def _post(self, client: httpx.AsyncClient, payload: Mapping[str, Any]) -> httpx.Response:
-        headers = {"Content-Type": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
+    def _encode(self, payload: Mapping[str, Any]) -> bytes:
         try:
-            content = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+            return json.dumps(payload, ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError: a ValueError
             raise ModelError(
                 f"the request to {self.url} cannot be encoded as UTF-8 JSON "
-                f"({type(exc).__name__}: {_excerpt(str(exc))}); a message holds a lone "
+                f"({type(exc).__name__}: {excerpt(str(exc))}); a message holds a lone "
                 "surrogate or a value JSON cannot carry",
                 status=None, url=self.url, hint="a message cannot be sent as JSON",
             ) from None
+
+    async def _attempt(self, client: httpx.AsyncClient,
+                       content: bytes) -> ModelReply | _Refused:
+        headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        # httpx's read timeout bounds each wait for bytes; the deadline bounds them all.
+        per_read = min(self.idle_timeout, self.timeout) if self.stream else self.timeout
+        request = client.build_request("POST", self.url, content=content, headers=headers,
+                                       timeout=httpx.Timeout(self.timeout, read=per_read))
+        reader = _Reader(self.url, self.max_reply_bytes)
         try:
-            return await client.post(self.url, content=content, headers=headers,
-                                     timeout=self.timeout)
+            async with asyncio.timeout(self.timeout):
+                response = await client.send(request, stream=True)
+                try:
+                    return await reader.answer(response)
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            raise self._timed_out("the deadline", reader) from None
         except httpx.TimeoutException as exc:
-            hint = "check the server is up and not overloaded, or raise the timeout"
-            raise ModelError(
-                f"no answer from {self.url} within {self.timeout}s ({type(exc).__name__}); "
-                f"{hint}", status=None, url=self.url, hint=hint,
-            ) from exc
+            raise self._timed_out(type(exc).__name__, reader) from exc
         except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError) as exc:
+            if reader.status is not None:  # it answered, then the connection broke
+                hint = "the server dropped the connection mid-reply; retry later"
+                raise ModelError(
+                    f"the reply from {self.url} broke off after {reader.received} bytes "
+                    f"({type(exc).__name__}: {exc}); {hint}",
+                    status=reader.status, url=self.url, hint=hint) from exc
             hint = unreachable_hint(self.base_url)
             raise ModelError(
                 f"could not reach {self.url}: {type(exc).__name__}: {exc}; {hint}",
                 status=None, url=self.url, hint=hint,
             ) from exc
+
+    def _timed_out(self, what: str, reader: _Reader) -> ModelError:
+        if self.stream and reader.status is not None and what != "the deadline":
+            hint = ("the stream went silent; check the server is not overloaded, or raise "
+                    "[daemon.openai] idle_timeout")
+            return ModelError(
+                f"the stream from {self.url} sent nothing for {self.idle_timeout}s after "
+                f"{reader.received} bytes; {hint}", status=reader.status, url=self.url,
+                hint=hint)
+        hint = "check the server is up and not overloaded, or raise the timeout"
+        return ModelError(f"no answer from {self.url} within {self.timeout}s ({what}); {hint}",
+                          status=None, url=self.url, hint=hint)
+
+
+@attrs.define
+class _Reader:
+    """One response's body, read within ``limit`` bytes."""
+
+    url: str
+    limit: int
+    status: int | None = None
+    received: int = 0
+
+    async def answer(self, response: httpx.Response) -> ModelReply | _Refused:
+        self.status = response.status_code
+        if not response.is_success:
+            body = _decoded(await self._bytes(response, keep=EXCERPT * 8), response)
+            return _Refused(response.status_code, body, response.headers.get("Retry-After"))
+        if response.headers.get("Content-Type", "").startswith("text/event-stream"):
+            return await self._streamed(response)
+        # A server that ignores stream: true answers one JSON body: read it as such.
+        return self._parsed(_json_body(_decoded(await self._bytes(response), response),
+                                       response.status_code, self.url))
+
+    def _parsed(self, body: object) -> ModelReply:
+        """``parse_reply``, its refusal naming the endpoint that sent the body."""
+        try:
+            return parse_reply(body)
+        except ModelError as error:
+            raise ModelError(error.message, **{**error.details, "url": self.url}) from None
+
+    async def _bytes(self, response: httpx.Response, keep: int | None = None) -> bytes:
+        parts: list[bytes] = []
+        async for part in response.aiter_bytes():
+            self._count(part)
+            if keep is None or sum(map(len, parts)) < keep:
+                parts.append(part)
+        return b"".join(parts)
+
+    async def _streamed(self, response: httpx.Response) -> ModelReply:
+        assembler = StreamAssembler()
+        try:
+            async for part in response.aiter_bytes():
+                self._count(part)
+                assembler.feed(part)
+            assembler.close()
+        except StreamProblem as problem:
+            raise _malformed_stream(problem.problem, problem.chunk, self.url, self.status) \
+                from None
+        if not assembler.complete:
+            hint = "the server closed the stream before [DONE]; retry later"
+            raise ModelError(f"the stream from {self.url} ended after {self.received} bytes "
+                             f"without [DONE]; {hint}", status=self.status, url=self.url,
+                             hint=hint)
+        return self._parsed(assembler.body())
+
+    def _count(self, part: bytes) -> None:
+        self.received += len(part)
+        if self.received > self.limit:
+            hint = ("the reply is larger than [daemon.openai] max_reply_bytes allows; raise "
+                    "it, or check the server is not sending without end")
+            raise ModelError(f"the reply from {self.url} passed {self.limit} bytes; {hint}",
+                             status=self.status, url=self.url, hint=hint)
 
 
 # The longest a server's Retry-After may make one retry wait: "inf", "1e308" or a day would
@@ -270,109 +362,51 @@ class OpenAICompatibleModel:
 MAX_RETRY_AFTER = 60.0
 
 
-def _delay(response: httpx.Response, fallback: float) -> float:
+def _delay(retry_after: str | None, fallback: float) -> float:
     try:
-        asked = float(response.headers.get("Retry-After", ""))
+        asked = float(retry_after or "")
     except ValueError:
         return fallback
     return min(max(0.0, asked), MAX_RETRY_AFTER) if math.isfinite(asked) else fallback
 
 
-def _status_error(response: httpx.Response, url: str, attempts: int) -> ModelError:
-    status = response.status_code
+def _status_error(refused: _Refused, url: str, attempts: int) -> ModelError:
+    status = refused.status
     hint = _HINTS.get(status, "the server failed; retry later" if status >= 500
                       else "check the request against the server's API")
     tries = f" after {attempts} attempts" if attempts > 1 else ""
-    body = _excerpt(_text(response))
+    body = excerpt(refused.body)
     return ModelError(f"{url} answered HTTP {status}{tries}: {hint}. Body: {body}",
                       status=status, body=body, url=url, hint=hint)
 
 
-def _text(response: httpx.Response) -> str:
+def _decoded(raw: bytes, response: httpx.Response) -> str:
     """The body as text by its declared charset, or as UTF-8 with replacements when that
     charset is unknown or does not decode it (the server's text is only ever reported)."""
     try:
-        return response.text
+        return raw.decode(response.charset_encoding or "utf-8")
     except (UnicodeError, LookupError):
-        return response.content.decode("utf-8", "replace")
+        return raw.decode("utf-8", "replace")
 
 
-def _json_body(response: httpx.Response, url: str) -> object:
+def _json_body(text: str, status: int, url: str) -> object:
     try:
-        return json.loads(_text(response))
+        return json.loads(text)
     except (ValueError, RecursionError):  # nested past the parser's limit is not JSON to us
-        body = _excerpt(_text(response))
+        body = excerpt(text)
         hint = "check base_url points at a chat-completions API"
         raise ModelError(
-            f"{url} answered HTTP {response.status_code} with a body that is not JSON; {hint}. "
+            f"{url} answered HTTP {status} with a body that is not JSON; {hint}. "
             f"Body: {body}",
-            status=response.status_code, body=body, url=url, hint=hint,
+            status=status, body=body, url=url, hint=hint,
         ) from None
 
 
-def parse_reply(body: object) -> ModelReply:
-    """A chat-completions response body as a ``ModelReply``; ``ModelError`` if malformed."""
-    choices = body.get("choices") if isinstance(body, Mapping) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        raise _malformed("no choices[0]", body)
-    message = choices[0].get("message")
-    if not isinstance(message, Mapping):
-        raise _malformed("choices[0] has no message object", body)
-    raw_calls = message.get("tool_calls")
-    raw_calls = [] if raw_calls is None else raw_calls
-    if not isinstance(raw_calls, list):
-        raise _malformed("message.tool_calls is not a list", body)
-    calls = tuple(_tool_call(index, call, body) for index, call in enumerate(raw_calls))
-    return ModelReply(text=_content(message.get("content"), body), tool_calls=calls)
-
-
-def _content(content: object, body: object) -> str | None:
-    if content is None or isinstance(content, str):
-        return content
-    # Some servers send content as parts; only text parts mean anything to the runtime.
-    if isinstance(content, list):
-        texts = [part.get("text") for part in content if isinstance(part, Mapping)]
-        return "".join(text for text in texts if isinstance(text, str))
-    raise _malformed("message.content is neither a string, a list of parts nor null", body)
-
-
-def _tool_call(index: int, call: object, body: object) -> ToolCall:
-    function = call.get("function") if isinstance(call, Mapping) else None
-    if not isinstance(call, Mapping) or not isinstance(function, Mapping):
-        raise _malformed(f"tool_calls[{index}] has no function object", body)
-    call_id, name = call.get("id"), function.get("name")
-    # No invented ids: the tool call id keys send_message's idempotency, and a made-up one
-    # could collide with an earlier call and replay its result instead of sending.
-    if not isinstance(call_id, str) or not call_id:
-        raise _malformed(f"tool_calls[{index}] has no id", body)
-    if not isinstance(name, str) or not name:
-        raise _malformed(f"tool_calls[{index}] has no function name", body)
-    return ToolCall(id=call_id, name=name, arguments=_arguments(function.get("arguments")))
-
-
-def _arguments(raw: object) -> dict[str, Any] | str:
-    if isinstance(raw, Mapping):  # a few servers send the object itself, not its JSON text
-        return dict(raw)
-    text = raw if isinstance(raw, str) else json.dumps(raw)
-    try:
-        parsed = json.loads(text)
-    except (ValueError, RecursionError):  # the tool layer answers invalid_arguments to text
-        return text
-    return parsed if isinstance(parsed, dict) else text
-
-
-def _malformed(problem: str, body: object) -> ModelError:
-    try:
-        excerpt = _excerpt(json.dumps(body, ensure_ascii=False, default=str))
-    except (ValueError, RecursionError):
-        excerpt = "(nested too deeply to show)"
-    return ModelError(
-        f"malformed chat-completions response: {problem}; check the server speaks the "
-        f"OpenAI chat-completions format. Body: {excerpt}",
-        status=None, body=excerpt,
-        hint="check the server speaks the OpenAI chat-completions format",
-    )
-
+def _malformed_stream(problem: str, chunk: str, url: str, status: int | None) -> ModelError:
+    hint = "check the server speaks the OpenAI chat-completions format, or set stream = false"
+    shown = excerpt(chunk)
+    return ModelError(f"malformed chat-completions stream from {url}: {problem}; {hint}. "
+                      f"Chunk: {shown}", status=status, body=shown, url=url, hint=hint)
 
 def unreachable_hint(base_url: str) -> str:
     """What to check when ``base_url`` cannot be reached: its scheme first, since a URL
@@ -382,7 +416,3 @@ def unreachable_hint(base_url: str) -> str:
         return (f"base_url {base_url!r} has no http:// or https:// scheme; write it as "
                 f"http://{base_url.split('://')[-1]}")
     return "check base_url and that the server is running"
-
-
-def _excerpt(text: str) -> str:
-    return text if len(text) <= _EXCERPT else text[:_EXCERPT] + f"... ({len(text)} chars)"
