@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+from typing import Any
 
 from textual.widgets import Input, Static
 
@@ -42,6 +43,18 @@ async def _cli(server: DaemonProcess, *argv: str) -> str:
     return out.decode()
 
 
+class _Told(TreemailTui):
+    """The app, its notifications recorded as they are made (Textual keeps them privately)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.told: list[str] = []
+
+    def notify(self, message: str, **options: Any) -> None:
+        self.told.append(message)
+        super().notify(message, **options)
+
+
 def _label(app: TreemailTui, session_id: str) -> str:
     return str(app.nodes[session_id].label)
 
@@ -56,7 +69,7 @@ def test_keys_answer_only_on_the_approvals_pane_and_wide_ones_ask_first(
     async def scenario() -> tuple[t.ApprovalView, str, str, str]:
         client = await daemon.client()
         _, (a, b) = await _tree(client, "worker", 2)
-        app = TreemailTui(LiveSource(daemon.socket))
+        app = _Told(LiveSource(daemon.socket))
         async with app.run_test(size=SIZE) as pilot:
             await until(lambda: b in app.nodes, pilot.pause, "the tree shown")
             call = await _tool_call(client, a, "trust-1", {
@@ -94,7 +107,7 @@ def test_keys_answer_only_on_the_approvals_pane_and_wide_ones_ask_first(
             await until(lambda: _row(app, held) is None, pilot.pause, "the approval answered")
             await until(lambda: WAITING not in _label(app, a), pilot.pause, "a no longer waits")
             answered = await _approval(client, held)
-            told = [n.message for n in app._notifications]
+            told = app.told
             searched = app.query_one("#search", Input).value
         await client.close()
         return answered, question, told[-1], searched

@@ -253,6 +253,13 @@ class StoreDriverMissing(DefinitionError):
     code = "store:driver_missing"
 
 
+class ExtraMissing(DefinitionError):
+    """A command needs a package treemail installs only as an extra (the TUI's Textual, the
+    MCP SDK); the message names the pip command that installs it."""
+
+    code = "install:extra_missing"
+
+
 # -- refusals ----------------------------------------------------------------------------
 
 

@@ -135,14 +135,17 @@ def _exists(path: Path) -> TreemailError:
 
 
 def _mcp(args: argparse.Namespace) -> int:
-    from treemail.adapters.mcp.launch import serve_http, serve_stdio
+    from treemail.adapters.ui import extras
 
     socket_path = args.socket or args.data_dir / "daemon.sock"
     try:
+        launch = extras.load("treemail.adapters.mcp.launch", "mcp", "mcp")
         if args.token_file is not None:
-            return serve_stdio(socket_path, args.token_file)
+            code: int = launch.serve_stdio(socket_path, args.token_file)
+            return code
         host, port = args.http
-        return serve_http(socket_path, host, port)
+        code = launch.serve_http(socket_path, host, port)
+        return code
     except TreemailError as error:
         print(f"treemail mcp: {error.message} [{error.code}]", file=sys.stderr)
         return 1

@@ -204,9 +204,16 @@ def _scratch_lmdb() -> Iterator[Store]:
 
 
 def _tui(args: argparse.Namespace) -> int:
-    from treemail.adapters.ui.tui.app import main as tui_main  # Textual loads only for the TUI
+    from treemail.adapters.ui import extras
+    from treemail.core.errors import ExtraMissing
 
-    return tui_main(args)
+    try:  # Textual loads only for the TUI, and is an extra
+        app = extras.load("treemail.adapters.ui.tui.app", "tui", "tui")
+    except ExtraMissing as error:
+        print(f"treemail tui: {error.message} [{error.code}]", file=sys.stderr)
+        return 2
+    code: int = app.main(args)
+    return code
 
 
 def _data_dir(parser: argparse.ArgumentParser) -> None:
