@@ -157,6 +157,7 @@ export type ErrorCode =
   | "external:out_of_scope"
   | "external:token_revoked"
   | "external:unknown_token"
+  | "install:extra_missing"
   | "lifecycle:illegal_transition"
   | "model:error"
   | "model:script_exhausted"
@@ -717,9 +718,10 @@ export interface ServerInfo {
   version: string;
 }
 
-/** A new tree whose root runs ``agent`` (a known agent's name), or the agent that ``agent_doc`` (an agent doc's full text: YAML frontmatter and prompt) defines. ``agent_docs`` define more agents first, for the tree to delegate to; an agent doc replaces a daemon agent of the same name, except one a file of the data directory's ``agents/`` defines (``daemon:agent_defined_by_file``). */
+/** A new tree whose root runs ``agent`` (a known agent's name), or the agent that ``agent_doc`` (an agent doc's full text: YAML frontmatter and prompt) defines. ``agent_docs`` define more agents first, for the tree to delegate to; an agent doc replaces a daemon agent of the same name, except one a file of the data directory's ``agents/`` defines (``daemon:agent_defined_by_file``). ``task``, when given, is the root's first user input (as ``run.submit`` in queue mode), accepted in the same store transaction as the session: a refused task leaves no session behind. */
 export type SessionCreateParams = {
   agent_docs?: Array<string>;
+  task?: string | null;
 } & ({ agent: string; agent_doc?: null; } | { agent?: null; agent_doc: string; });
 
 /** A SessionCreated event. */

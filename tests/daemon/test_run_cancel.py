@@ -17,6 +17,7 @@ from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import RpcFailure
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
+from treemail.protocol.errors import INVALID_PARAMS
 from treemail.protocol.methods import Method
 
 STEP = 60  # seconds any one command may take, however loaded the machine
@@ -71,7 +72,10 @@ def test_run_follows_a_root_and_a_delegated_child_to_the_end(daemon: DaemonProce
     lines = [json.loads(line) for line in child.stdout.splitlines()]
     session = lines[0]["session"]
     assert session["parent_session_id"] == sid and session["agent"] == "explore"
-    assert lines[0]["submitted"] is None  # the task came as delegation mail
+    task = _call(daemon, m.MESSAGE_GET, t.MessageGetParams(
+        message_id=lines[0]["task_message_id"]))
+    assert task["message"]["owner"] == "delegation"
+    assert task["message"]["recipient"] == session["session_id"]
     assert {e["session_id"] for e in lines[1:]} == {session["session_id"]}
     assert lines[-1]["kind"] == "RunFinished"
     assert _call(daemon, m.SESSION_GET, t.SessionGetParams(session_id=sid))["root_session_id"] == \
@@ -193,3 +197,42 @@ def test_follow_goes_on_into_the_retry_of_a_run_whose_model_failed(tmp_path: Pat
     ends = [line.split()[-3:] for line in done.stdout.splitlines() if " run " in line]
     assert ends[-1] == ["run", "2", "finished"]
     assert any("run 1 interrupted (model error" in line for line in done.stdout.splitlines())
+
+
+def _sessions(daemon: DaemonProcess) -> list[str]:
+    listed = _call(daemon, m.SESSION_LIST, t.SessionListParams())
+    return [session["session_id"] for session in listed["sessions"]]
+
+
+def test_a_run_whose_task_is_refused_leaves_no_session_behind(tmp_path: Path) -> None:
+    # Frames the daemon reads are capped small: a session.create alone fits, the long task
+    # does not. Creating first and submitting after would leave an idle session behind.
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o700)
+    (data_dir / "config.toml").write_text("[daemon.limits]\nmax_frame_bytes = 4096\n",
+                                          encoding="utf-8")
+    daemon = DaemonProcess(data_dir)
+    try:
+        before = _sessions(daemon)
+        done = _cli(daemon, "run", "default", "x" * 8000)
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert _sessions(daemon) == before
+        fits = _cli(daemon, "run", "default", "a short task")
+        assert fits.returncode == 0, fits.stderr
+        assert len(_sessions(daemon)) == len(before) + 1
+    finally:
+        code, err = daemon.terminate()
+    assert code == 0, err
+
+
+def test_a_session_create_with_a_refused_task_creates_nothing(daemon: DaemonProcess) -> None:
+    before = _sessions(daemon)
+    with pytest.raises(RpcFailure) as caught:
+        _call(daemon, m.SESSION_CREATE, t.SessionCreateParams(agent="default", task=" \n "))
+    assert caught.value.code == INVALID_PARAMS and "$.task" in str(caught.value)
+    assert _sessions(daemon) == before
+    made = _call(daemon, m.SESSION_CREATE, t.SessionCreateParams(agent="default",
+                                                                  task="count the files"))
+    (task,) = _call(daemon, m.MESSAGE_LIST, t.MessageListParams(
+        session_id=made["session_id"]))["messages"]
+    assert task["owner"] == "user" and task["body"] == "count the files"

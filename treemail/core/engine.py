@@ -69,9 +69,22 @@ class Engine:
 
     # -- sessions ------------------------------------------------------------------------
 
-    def create_root(self, agent: AgentSpec, *, legacy: bool = False) -> Session:
-        """A new tree. ``legacy`` stores it without a handle, as sessions made before handles."""
-        return self._transact(lambda tx: self._create(tx, agent, None, legacy))
+    def create_root(self, agent: AgentSpec, *, legacy: bool = False,
+                    task: str | None = None) -> Session:
+        """A new tree. ``legacy`` stores it without a handle, as sessions made before handles.
+        ``task``, when given, is the root's first user input, accepted (and the root woken)
+        in the same transaction: a refused task leaves no session behind."""
+        if task is None:
+            return self._transact(lambda tx: self._create(tx, agent, None, legacy))
+        check_mail(task, Owner.USER, "task")
+
+        def work(tx: WriteTxn) -> Session:
+            root = self._create(tx, agent, None, legacy)
+            produce(tx, self.ids, root.session_id, task, Owner.USER, None, Mode.QUEUE, None)
+            runs.reconcile(tx, self.ids, root.session_id)
+            return root
+
+        return self._transact(work)
 
     def delegate(
         self, parent_id: str, agent: AgentSpec, task: str, *, description: str = "",

@@ -41,6 +41,7 @@ __all__ = [
     "EngineShutdown",
     "ExternalBusy",
     "ExternalOnly",
+    "ExtraMissing",
     "IdempotencyConflict",
     "IllegalTransition",
     "InboxFull",

@@ -215,13 +215,16 @@ class SessionCreateParams(GroupedParams):
     ``agent_doc`` (an agent doc's full text: YAML frontmatter and prompt) defines.
     ``agent_docs`` define more agents first, for the tree to delegate to; an agent doc
     replaces a daemon agent of the same name, except one a file of the data directory's
-    ``agents/`` defines (``daemon:agent_defined_by_file``)."""
+    ``agents/`` defines (``daemon:agent_defined_by_file``). ``task``, when given, is the
+    root's first user input (as ``run.submit`` in queue mode), accepted in the same store
+    transaction as the session: a refused task leaves no session behind."""
 
     EXACTLY_ONE_OF = (("agent", "agent_doc"),)
 
     agent: str | None = None
     agent_doc: str | None = None
     agent_docs: list[str] = msgspec.field(default_factory=list)
+    task: MailText | None = None
 
 
 class SessionDelegateParams(Params):

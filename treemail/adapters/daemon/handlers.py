@@ -33,7 +33,7 @@ from treemail.core import events
 from treemail.core.agents import AgentDoc, parse_agent_doc
 from treemail.core.errors import InvalidRequest, InvalidToolContext
 from treemail.core.lifecycle import SessionState
-from treemail.core.producers import PLUGIN_BODY_MAX_BYTES, Produced
+from treemail.core.producers import PLUGIN_BODY_MAX_BYTES, Produced, check_mail
 from treemail.core.records import (
     Approval,
     Event,
@@ -109,8 +109,10 @@ class Methods:
     @handles(m.SESSION_CREATE)
     async def session_create(self, conn: Connection,
                              p: t.SessionCreateParams) -> t.SessionView:
-        # Every doc is parsed, and every agent built, before any is kept or registered: a
-        # bad one changes nothing.
+        # Every doc is parsed, and every agent built, and the task checked, before any is
+        # kept or registered: a bad one changes nothing.
+        if p.task is not None:
+            check_mail(p.task, Owner.USER, "task")
         sources = [(text, f"session.create agent_docs[{index}]")
                    for index, text in enumerate(p.agent_docs)]
         if p.agent_doc is not None:
@@ -127,7 +129,7 @@ class Methods:
                                               lambda: self._register(docs, built))
         else:
             self._register(docs, built)
-        return session_view(await self.rt.create_root(name))
+        return session_view(await self.rt.create_root(name, p.task))
 
     def _register(self, docs: list[AgentDoc], built: dict[str, Agent]) -> None:
         """Add (or replace) the agents the docs define, built with the daemon's model."""

@@ -250,8 +250,14 @@ class Runtime:
 
     # -- entry points ----------------------------------------------------------------------
 
-    async def create_root(self, agent: str) -> Session:
-        session: Session = await self.writer(self.engine.create_root, self.agent(agent).spec)
+    async def create_root(self, agent: str, task: str | None = None) -> Session:
+        """A new tree; with ``task``, its first user input, in the same transaction."""
+        if task is not None and self.closing:
+            raise EngineShutdown("the runtime is shutting down; nothing was created")
+        spec = self.agent(agent).spec
+        session: Session = await self.writer(lambda: self.engine.create_root(spec, task=task))
+        if task is not None:
+            self.poke(session.session_id)
         return session
 
     async def accept(self, session_id: str, text: str, owner: Owner = Owner.USER,

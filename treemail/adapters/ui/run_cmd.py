@@ -1,14 +1,15 @@
 """``treemail run`` and ``treemail cancel``: give an agent a task, and take a run back.
 
-``run AGENT TASK`` creates a session of AGENT, the root of a new tree, and submits TASK as its
-user input; with ``--parent SESSION`` the new session is a delegated child of SESSION in its
-tree instead, and TASK arrives as its delegation mail (``session.delegate``). ``--follow``
-then prints the session's events as ``tail`` does, until the run that took the task ends:
-status 0 when it finished, 1 when it was interrupted (cancelled, out of budget, its model
-failing for good), with the reason on stderr. A run interrupted before it consumed the task,
-while the session has another run coming (a model failure under the retry policy), is
-followed on into that run: the task is still to be done. One interrupted after it consumed
-the task ends the follow, whatever wakes the session later (a child's result).
+``run AGENT TASK`` creates a session of AGENT, the root of a new tree, with TASK as its first
+user input (one ``session.create``: both are kept or neither); with ``--parent SESSION`` the
+new session is a delegated child of SESSION in its tree instead, and TASK arrives as its
+delegation mail (``session.delegate``). ``--follow`` then prints the session's events as
+``tail`` does, until the run that took the task ends: status 0 when it finished, 1 when it
+was interrupted (cancelled, out of budget, its model failing for good), with the reason on
+stderr. A run interrupted before it consumed the task, while the session has another run
+coming (a model failure under the retry policy), is followed on into that run: the task is
+still to be done. One interrupted after it consumed the task ends the follow, whatever wakes
+the session later (a child's result).
 
 ``cancel SESSION`` ends the session's run in flight (``run.cancel``): interrupted "cancelled
 by user", its claimed mail released and kept for the session's next input.
@@ -59,21 +60,24 @@ async def _run(client: DaemonClient, args: argparse.Namespace) -> int:
     # The feed's end before the session exists: following from there misses none of its
     # events, however fast its run goes.
     head = (await client.request(m.EVENTS_READ, t.EventsReadParams(after=0, limit=1))).head
-    accepted: t.ProducerAccepted | None = None
+    # One request each way, the session and its task in one store transaction: a refused
+    # task leaves no idle session behind.
     if args.parent is None:
-        session = await client.request(m.SESSION_CREATE, t.SessionCreateParams(agent=args.agent))
-        accepted = await client.request(m.RUN_SUBMIT, t.RunSubmitParams(
-            session_id=session.session_id, text=args.task))
+        session = await client.request(m.SESSION_CREATE, t.SessionCreateParams(
+            agent=args.agent, task=args.task))
     else:
         parent = await session_id(client, args.parent)
         session = await client.request(m.SESSION_DELEGATE, t.SessionDelegateParams(
             parent_session_id=parent, agent=args.agent, task=args.task))
     sid = session.session_id
+    # The task's message: the user mail, or the delegation mail (its first mail either way).
+    task = (await client.request(m.MESSAGE_LIST, t.MessageListParams(
+        session_id=sid, limit=1))).messages[0].message_id
     if args.json:
-        json_line(msgspec.to_builtins({"session": session, "submitted": accepted}))
+        json_line(msgspec.to_builtins({"session": session, "task_message_id": task}))
     else:
-        how = (f"task accepted as message {accepted.message_id}" if accepted
-               else f"delegated by {args.parent}")
+        how = (f"task accepted as message {task}" if args.parent is None
+               else f"delegated by {args.parent} as message {task}")
         print(visible(f"session {session.handle or sid} ({sid}) runs {session.agent}: "
                       f"{how}"), flush=True)
     if not args.follow:
@@ -81,9 +85,6 @@ async def _run(client: DaemonClient, args: argparse.Namespace) -> int:
             print(f"follow it with `treemail tail {sid}`; stop it with `treemail cancel "
                   f"{sid}`", file=sys.stderr)
         return 0
-    # The task's message: the user mail submitted, or the delegation mail (its first mail).
-    task = accepted.message_id if accepted else (await client.request(
-        m.MESSAGE_LIST, t.MessageListParams(session_id=sid, limit=1))).messages[0].message_id
     return await _follow(client, args, sid, task, head)
 
 
