@@ -95,3 +95,10 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     yield process
     code, err = process.terminate()
     assert code == 0, err
+
+
+def configured(data_dir: Path, config: str) -> DaemonProcess:
+    """A daemon on a new private data directory whose ``config.toml`` is ``config``."""
+    data_dir.mkdir(mode=0o700)
+    (data_dir / "config.toml").write_text(config, encoding="utf-8")
+    return DaemonProcess(data_dir)

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import msgspec
 import pytest
 
-from tests.daemon.conftest import DaemonProcess, run
+from tests.daemon.conftest import DaemonProcess, configured, run
 from treemail.adapters.daemon.client import RpcFailure
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
@@ -207,11 +207,7 @@ def _sessions(daemon: DaemonProcess) -> list[str]:
 def test_a_run_whose_task_is_refused_leaves_no_session_behind(tmp_path: Path) -> None:
     # Frames the daemon reads are capped small: a session.create alone fits, the long task
     # does not. Creating first and submitting after would leave an idle session behind.
-    data_dir = tmp_path / "data"
-    data_dir.mkdir(mode=0o700)
-    (data_dir / "config.toml").write_text("[daemon.limits]\nmax_frame_bytes = 4096\n",
-                                          encoding="utf-8")
-    daemon = DaemonProcess(data_dir)
+    daemon = configured(tmp_path / "data", "[daemon.limits]\nmax_frame_bytes = 4096\n")
     try:
         before = _sessions(daemon)
         done = _cli(daemon, "run", "default", "x" * 8000)

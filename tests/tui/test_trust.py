@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from textual.widgets import Input, Static
 
-from tests.daemon.conftest import DaemonProcess
+from tests.daemon.conftest import DaemonProcess, configured
 from tests.tui.conftest import until
 from tests.tui.test_pilot import (
     SIZE,
@@ -30,7 +31,7 @@ from treemail.adapters.ui.tui.screens import Confirm, Deny
 from treemail.adapters.ui.tui.sources import LiveSource
 from treemail.core.lifecycle import SessionState
 from treemail.protocol import types as t
-from treemail.protocol.methods import RUN_SUBMIT, SESSION_CREATE
+from treemail.protocol.methods import RUN_SUBMIT, SESSION_CREATE, SESSION_GET
 
 
 async def _cli(server: DaemonProcess, *argv: str) -> str:
@@ -171,3 +172,35 @@ def test_the_state_column_survives_a_small_terminal(
     # Every session the pane has room for shows its state and pending count, however
     # long its handle and however deep it sits.
     assert len(stated) >= min(sessions, 10), shown
+
+
+def test_the_actor_dot_goes_out_when_the_daemon_evicts_the_actor(tmp_path: Path) -> None:
+    server = configured(tmp_path / "data", "[daemon]\nactor_idle_timeout = 0.5\n")
+
+    async def scenario() -> tuple[str, str, bool]:
+        client = await server.client()
+        app = TreemailTui(LiveSource(server.socket))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(app.ready.is_set, pilot.pause, "the TUI caught up")
+            made = (await client.request(SESSION_CREATE, t.SessionCreateParams(
+                agent="default", task="Go."))).session_id
+            await until(lambda: made in app.board.sessions and app.board.sessions[made].resident,
+                        pilot.pause, "its actor spawned")
+            lit = _label(app, made)
+            # Its run ends, its actor idles past actor_idle_timeout and is evicted: no event
+            # says so, and the dot still goes out.
+            await until(lambda: not app.board.sessions[made].resident, pilot.pause,
+                        "the dot put out")
+            await pilot.pause()
+            out = _label(app, made)
+        view = await client.request(SESSION_GET, t.SessionGetParams(session_id=made))
+        await client.close()
+        return lit, out, view.resident
+
+    try:
+        lit, out, resident = asyncio.run(scenario())
+    finally:
+        code, err = server.terminate()
+    assert code == 0, err
+    assert lit.startswith("●") and not out.startswith("●"), (lit, out)
+    assert resident is False  # the daemon says so too (session.get)

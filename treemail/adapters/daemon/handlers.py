@@ -137,7 +137,9 @@ class Methods:
 
     @handles(m.SESSION_GET)
     async def session_get(self, conn: Connection, p: t.SessionGetParams) -> t.SessionView:
-        return session_view(await self.read(self.engine.session, p.session_id))
+        return msgspec.structs.replace(
+            session_view(await self.read(self.engine.session, p.session_id)),
+            resident=self.rt.resident(p.session_id))
 
     @handles(m.SESSION_LIST)
     async def session_list(self, conn: Connection,

@@ -83,7 +83,8 @@ async def open_daemon(data_dir: Path, socket: Path, limits: Limits | None = None
     heard = settings.wakeups == "notify" and not isinstance(leases, SoleLeases)
     runtime = Runtime(store, UuidIds(), build_agents(docs, settings.model_for),
                       settings.messaging, plugins=[signal, gate],
-                      feed_interval=1.0 if heard else 0.02, budget=settings.budget)
+                      feed_interval=1.0 if heard else 0.02, budget=settings.budget,
+                      idle_timeout=settings.actor_idle_timeout)
     daemon = Daemon(runtime, store, settings.model_for, Subscriptions(runtime, signal),
                     limits or settings.limits)
     daemon.registered = kept

@@ -36,6 +36,7 @@ from treemail.adapters.runtime.llm import (
     OpenAICompatibleModel,
     unreachable_hint,
 )
+from treemail.adapters.runtime.runtime import DEFAULT_ACTOR_IDLE_TIMEOUT
 from treemail.adapters.store.leases import DEFAULT_LEASE_SECONDS
 from treemail.core.config import DEFAULTS, MessagingConfig, unknown_key
 from treemail.core.errors import ConfigError
@@ -111,6 +112,10 @@ class DaemonTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
     scripted: ScriptedTable = msgspec.field(default_factory=ScriptedTable)
     limits: dict[str, Any] = msgspec.field(default_factory=dict)
     cluster: ClusterTable = msgspec.field(default_factory=ClusterTable)
+    actor_idle_timeout: Annotated[float, msgspec.Meta(
+        gt=0, description="seconds a session's actor with nothing to do stays in memory "
+                          "before it is evicted (the next mail spawns it again, its "
+                          "history rebuilt from the log)")] = DEFAULT_ACTOR_IDLE_TIMEOUT
 
 
 class RunsTable(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -183,6 +188,7 @@ class Settings:
     source: str = "defaults"  # where these came from: the config file's path, or defaults
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     wakeups: str = "notify"
+    actor_idle_timeout: float = DEFAULT_ACTOR_IDLE_TIMEOUT
 
     @classmethod
     def load(cls, data_dir: Path) -> Settings:
@@ -205,7 +211,8 @@ class Settings:
         return cls(messaging, daemon.model, daemon.openai, daemon.scripted.delay,
                    Limits.from_mapping(daemon.limits, f"{where}: [daemon.limits]"),
                    Budget(config.runs.max_model_requests, config.runs.max_tool_calls), where,
-                   daemon.cluster.lease_seconds, daemon.cluster.wakeups)
+                   daemon.cluster.lease_seconds, daemon.cluster.wakeups,
+                   daemon.actor_idle_timeout)
 
     def model_for(self, agent: str, doc_model: str | None) -> Model:
         if self.model in SCRIPTED:

@@ -50,7 +50,10 @@ from treemail.core.records import (
 )
 from treemail.core.store import Store
 
-__all__ = ["CANCELLED_BY_USER", "Agent", "Runtime"]
+__all__ = ["CANCELLED_BY_USER", "DEFAULT_ACTOR_IDLE_TIMEOUT", "Agent", "Runtime"]
+
+# An actor idle this long leaves memory; the next mail spawns it again from the log.
+DEFAULT_ACTOR_IDLE_TIMEOUT = 30.0
 
 _log = logging.getLogger("treemail.runtime")
 
@@ -84,7 +87,7 @@ class Runtime:
         agents: Mapping[str, Agent],
         config: MessagingConfig | None = None,
         *,
-        idle_timeout: float = 30.0,
+        idle_timeout: float = DEFAULT_ACTOR_IDLE_TIMEOUT,
         plugins: Sequence[Plugin] = (),
         max_model_failures: int = 3,
         failure_policy: FailurePolicy | None = None,

@@ -75,6 +75,7 @@ def config_text() -> str:
         '# "scripted" runs offline; "openai" puts a real model behind the agents: set',
         "# [daemon.openai] base_url and model, and export the variable api_key_env names.",
         'model = "scripted"',
+        f"# actor_idle_timeout = {json.dumps(DaemonTable().actor_idle_timeout)}",
         "",
     ]
     tables: list[tuple[str, Mapping[str, object]]] = [
@@ -89,7 +90,8 @@ def config_text() -> str:
         lines += [f"[{table}]", *(f"# {key} = {json.dumps(value)}"
                                   for key, value in defaults.items()), ""]
     assert {name for name, _ in tables} >= {
-        f"daemon.{f}" for f in DaemonTable.__struct_fields__ if f != "model"}
+        f"daemon.{f}" for f in DaemonTable.__struct_fields__
+        if f not in ("model", "actor_idle_timeout")}
     return "\n".join(lines)
 
 

@@ -50,6 +50,10 @@ WINDOW = 1000
 
 _APPROVAL_KINDS = (events.ApprovalRequested, events.ApprovalAnswered)
 _RESIDENT_KINDS = (events.RunQueued, events.RunStarted)  # a run's actor is in memory
+# How often the lit actor dots are checked against the daemon. An eviction is no event of
+# the log (the log records mail and runs, not the daemon's memory), so no event puts a dot
+# out: the daemon is asked, for the lit ones only.
+RESIDENCY_POLL = 2.0
 
 
 class Approvals(DataTable[Text]):
@@ -103,6 +107,7 @@ class TreemailTui(App[None]):
         self.head = 0  # the snapshot's feed number: the history ends there
         self.opened = asyncio.Event()  # the current tree and the newest page are shown
         self.ready = asyncio.Event()  # the whole history is shown (tests wait on it)
+        self.spawns: dict[str, int] = {}  # per session: the events that lit its dot
         self.sub_title = ("replay (read-only): " if source.read_only else "live: ") + source.where
 
     def compose(self) -> ComposeResult:
@@ -138,6 +143,8 @@ class TreemailTui(App[None]):
             snapshot = await self.source.snapshot()
             self._start(snapshot)
             self.run_worker(self._history(), name="history", exit_on_error=False)
+            if not self.source.read_only:
+                self.run_worker(self._residency(), name="residency", exit_on_error=False)
             async for number, event in self.source.events():
                 self._fold(number, event)
                 if isinstance(events.read(event), _APPROVAL_KINDS):
@@ -195,10 +202,31 @@ class TreemailTui(App[None]):
         line = self.board.sessions.get(event.session_id)
         if line is not None and isinstance(events.read(event), _RESIDENT_KINDS):
             line.resident = True  # its run's actor was spawned: it lives in the daemon
+            self.spawns[event.session_id] = self.spawns.get(event.session_id, 0) + 1
         self._show_session(event.session_id)
         if row is not None and self.selected in (ALL, row.session_id):
             self._show_row(row)
         self._status()
+
+    async def _residency(self) -> None:
+        """Put out the dots of actors the daemon evicted. An answer that crossed a spawn
+        (an event lit the dot while the daemon was being asked) is not taken."""
+        while True:
+            await asyncio.sleep(RESIDENCY_POLL)
+            lit = [sid for sid, line in self.board.sessions.items() if line.resident]
+            if not lit:
+                continue
+            before = {sid: self.spawns.get(sid, 0) for sid in lit}
+            try:
+                now = await self.source.resident(lit)
+            except (OSError, RpcFailure, TreemailError):
+                return  # the daemon is gone: the follow says so
+            for sid, resident in now.items():
+                line = self.board.sessions.get(sid)
+                if (line is not None and not resident and line.resident
+                        and self.spawns.get(sid, 0) == before[sid]):
+                    line.resident = False
+                    self._show_session(sid)
 
     # -- the status line -----------------------------------------------------------------
 

@@ -24,7 +24,13 @@ from treemail.core.errors import InvalidRequest
 from treemail.core.records import ApprovalState, Event
 from treemail.core.store import Store
 from treemail.protocol import types as t
-from treemail.protocol.methods import APPROVAL_ANSWER, APPROVAL_LIST, EVENTS_READ, SESSION_LIST
+from treemail.protocol.methods import (
+    APPROVAL_ANSWER,
+    APPROVAL_LIST,
+    EVENTS_READ,
+    SESSION_GET,
+    SESSION_LIST,
+)
 
 __all__ = ["PAGE", "LiveSource", "Snapshot", "Source", "StoreSource", "choose"]
 
@@ -70,6 +76,11 @@ class Source:
 
     async def approvals(self) -> list[dict[str, Any]]:
         raise NotImplementedError
+
+    async def resident(self, session_ids: list[str]) -> dict[str, bool]:
+        """Whether each session's actor is in the daemon's memory now; a replay has no
+        daemon, so nothing."""
+        return {}
 
     async def answer(self, approval_id: str, approve: bool, scope: str,
                      reason: str | None = None) -> dict[str, Any]:
@@ -133,6 +144,14 @@ class LiveSource(Source):
                 page += [item for item in map(event_of, got.events) if item[0] <= last]
                 after = last if not got.events else got.next
             yield page
+
+    async def resident(self, session_ids: list[str]) -> dict[str, bool]:
+        client = self._client()
+        found = {}
+        for session_id in session_ids:
+            view = await client.request(SESSION_GET, t.SessionGetParams(session_id=session_id))
+            found[session_id] = view.resident
+        return found
 
     async def approvals(self) -> list[dict[str, Any]]:
         listed = await self._client().request(APPROVAL_LIST, t.ApprovalListParams())
