@@ -1,6 +1,7 @@
 """The OpenAI-compatible adapter against a local fake server (tests/fuzz/fake_server.py):
 hostile JSON, bodies cut short, invalid UTF-8, wrong content types, 5xx with odd Retry-After
-values, slow answers and closed connections. Every call ends in a ``ModelReply`` or a typed
+values, slow answers and closed connections; streamed, hostile chunks in streams that end,
+break off, stall or never end. Every call ends in a ``ModelReply`` or a typed
 ``ModelError``, within a bound; through the real actor as well, the session stays
 deliverable and no actor crashes."""
 
@@ -17,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz.conftest import TALLY, budget
-from tests.fuzz.fake_server import FakeServer, Plan, serving
+from tests.fuzz.fake_server import FakeServer, Plan, serving, sse
 from tests.fuzz.replies import REPLIES, assert_sound, run_reply
 from tests.fuzz.strategies import JSON, TEXT
 from treemail.adapters.runtime.failures import FailurePolicy
@@ -122,3 +123,48 @@ def test_the_adapter_through_the_actor(server: FakeServer, plan: Plan) -> None:
     model = OpenAICompatibleModel(server.base_url, None, "m", timeout=TIMEOUT)
     policy = FailurePolicy(limit=1, base=0.0, cap=0.0)
     assert_sound(run_reply(MemoryStore(), model, policy), "openai adapter (actor)")
+
+
+DELTA = st.fixed_dictionaries({}, optional={
+    "content": st.one_of(TEXT, JSON), "tool_calls": st.one_of(JSON, st.lists(
+        st.fixed_dictionaries({}, optional={
+            "index": st.one_of(st.integers(-1, 3), JSON), "id": st.one_of(TEXT, JSON),
+            "function": st.one_of(JSON, st.fixed_dictionaries({}, optional={
+                "name": st.one_of(TEXT, JSON), "arguments": st.one_of(TEXT, JSON)}))}),
+        max_size=3))})
+CHUNK = st.one_of(
+    st.builds(lambda delta, finish: {"choices": [{"delta": delta, "finish_reason": finish}]},
+              DELTA, st.sampled_from((None, None, "stop", "tool_calls"))),
+    JSON, st.just("[DONE]"))
+STREAM_PLANS = st.builds(
+    lambda chunks, raw, mode, status: Plan(
+        status=status, mode=mode, chunks=tuple(sse(*chunks)) + tuple(raw)),
+    st.lists(CHUNK, max_size=6),
+    st.lists(st.one_of(st.binary(max_size=80), st.just(b"data: [DONE]\n\n")), max_size=2),
+    st.sampled_from(("stream", "stream", "stream", "cut", "stall", "endless")),
+    st.sampled_from((200, 200, 200, 401, 500)),
+)
+
+
+@settings(max_examples=budget(60))
+@given(plan=STREAM_PLANS)
+def test_the_streaming_adapter_ends_in_a_reply_or_a_model_error(
+    server: FakeServer, plan: Plan
+) -> None:
+    if plan.mode == "endless" and not plan.chunks:
+        plan = Plan(mode="endless", chunks=(b": keep-alive\n",))
+    server.answer_with([plan])
+    model = OpenAICompatibleModel(server.base_url, "key", "m", timeout=BOUND / 3, stream=True,
+                                  idle_timeout=TIMEOUT, max_reply_bytes=64 << 10)
+
+    async def call() -> ModelReply | ModelError:
+        async with asyncio.timeout(BOUND):
+            try:
+                return await model.complete([{"role": "user", "content": "go"}])
+            except ModelError as error:
+                return error
+
+    result = asyncio.run(call())
+    TALLY["openai adapter (streamed)"][outcome_of(result)] += 1
+    if plan.mode in ("cut", "stall", "endless") and b"[DONE]" not in b"".join(plan.chunks):
+        assert isinstance(result, ModelError), result  # no end, no reply

@@ -166,3 +166,10 @@ def test_a_problem_names_the_chunk() -> None:
     with pytest.raises(StreamProblem) as caught:
         StreamAssembler().feed(b"data: [1]\n")
     assert caught.value.chunk == "[1]"
+
+
+def test_the_reply_is_taken_at_done_whatever_follows(server: FakeServer) -> None:
+    # A server that keeps the stream open, or drops it, after [DONE]: the reply is whole.
+    for mode in ("stall", "cut"):
+        reply = _complete(server, [Plan(mode=mode, chunks=streamed("whole"))], idle_timeout=30)
+        assert reply == ModelReply(text="whole")

@@ -337,6 +337,8 @@ class _Reader:
             async for part in response.aiter_bytes():
                 self._count(part)
                 assembler.feed(part)
+                if assembler.done:
+                    break  # the reply is whole: what a server sends after [DONE] is not read
             assembler.close()
         except StreamProblem as problem:
             raise _malformed_stream(problem.problem, problem.chunk, self.url, self.status) \
