@@ -13,9 +13,10 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess
 from treemail import open_engine, open_store
+from treemail.adapters.store.errors import StoreUrlUnknown
 from treemail.adapters.store.factory import FORMS, Kind, StoreUrl, holds_store, parse
 from treemail.adapters.ui.cli import main
-from treemail.core.errors import StoreMissing, StoreUrlUnknown
+from treemail.core.errors import StoreMissing
 from treemail.core.records import AgentSpec, Owner
 from treemail.core.store import MemoryStore
 
