@@ -28,6 +28,8 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("run.submit", {"session_id": SID, "text": "  "}),
     ("run.steer", {"session_id": SID, "text": "hi", "idempotency_key": ""}),
     ("plugin/producer/send", {"session_id": SID, "body": "\n"}),
+    ("events.read", {"limit": 0}),
+    ("events.read", {"limit": 257}),
 ]
 
 
@@ -62,3 +64,6 @@ def test_the_daemon_and_the_schema_refuse_the_same_params(daemon: DaemonProcess)
     # The message says which rule, so the caller knows what to fix.
     assert "exactly one of agent and agent_doc" in answers[0][3]
     assert "not empty or only whitespace - at `$.text`" in answers[4][3]
+    # A bound on both sides is said whole, whichever side was broken.
+    assert answers[-2][3].endswith("events.read: Expected `int` from 1 to 256 - at `$.limit`")
+    assert answers[-1][3] == answers[-2][3]

@@ -482,12 +482,12 @@ class EventsSubscribeResult(Result):
 
 
 class EventsReadParams(Params):
-    """A page of the feed after ``after`` (at most ``limit`` events, at most 256), only
-    ``session_id``'s when given; ``next`` is where the next page starts."""
+    """A page of the feed after ``after`` (at most ``limit`` events, 1 to 256, default 256),
+    only ``session_id``'s when given; ``next`` is where the next page starts."""
 
     after: Cursor = 0
     session_id: str | None = None
-    limit: int = 256
+    limit: Limit = PAGE_LIMIT
 
 
 class EventsReadResult(Result):
