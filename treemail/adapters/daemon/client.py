@@ -52,6 +52,7 @@ from treemail.adapters.daemon.errors import (
 from treemail.adapters.daemon.tcp import AUTH_TIMEOUT, NONCE_BYTES, Token, parse_address
 from treemail.protocol import types as t
 from treemail.protocol.errors import rpc_error
+from treemail.protocol.forward import decoded as forward_decoded
 from treemail.protocol.framing import FrameSplitter, Oversized
 from treemail.protocol.jsonrpc import (
     Failure,
@@ -343,7 +344,7 @@ class DaemonClient:
             while True:
                 note = await self._notification()
                 if note.method == method.name:
-                    return msgspec.convert(note.params, method.params)
+                    return forward_decoded(method.params, note.params)
 
     async def _notification(self) -> Notification:
         while True:
@@ -463,7 +464,7 @@ class DaemonClient:
 
 def _decoded(method: Method[Any, R], answer: Any) -> R:
     try:
-        return msgspec.convert(answer, method.result)
+        return forward_decoded(method.result, answer)
     except msgspec.ValidationError as exc:
         raise AnswerMalformed(
             f"the answer to {method.name} is not a {method.result.__name__} ({exc}); the "
