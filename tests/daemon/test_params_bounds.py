@@ -16,6 +16,7 @@ from treemail.adapters.daemon.client import RpcFailure
 from treemail.protocol import types as t
 from treemail.protocol.errors import INVALID_PARAMS
 from treemail.protocol.methods import SESSION_LIST
+from treemail.protocol.rpc_errors import InvalidParams
 
 BINDINGS = Path(__file__).parents[2] / "spec" / "bindings" / "protocol.schema.json"
 SID = "00000000-0000-4000-8000-000000000000"
@@ -59,7 +60,7 @@ def test_the_daemon_and_the_schema_refuse_the_same_params(daemon: DaemonProcess)
 
     answers = run(go())
     for (method, params), (_, code, data_code, text) in zip(CASES, answers, strict=True):
-        assert (code, data_code) == (INVALID_PARAMS, "rpc:invalid_params"), (method, text)
+        assert (code, data_code) == (INVALID_PARAMS, InvalidParams.code), (method, text)
         assert _schema_refuses(method, params), (method, params)
     # The message says which rule, so the caller knows what to fix.
     assert "exactly one of agent and agent_doc" in answers[0][3]
