@@ -23,7 +23,7 @@ from treemail.core.records import Mode, Owner
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
 from treemail.protocol.bindings import schema_bundle
-from treemail.protocol.forward import Unknown
+from treemail.protocol.forward import Unknown, tolerant
 
 SID = "00000000-0000-4000-8000-000000000001"
 SESSION = {"session_id": SID, "root_session_id": SID, "parent_session_id": None,
@@ -108,3 +108,15 @@ def test_mypy_makes_a_reader_handle_an_unknown_value(tmp_path: Path) -> None:
     assert errors["handled"] == []
     assert any('Item "Unknown" of "SessionState | Unknown" has no attribute' in line
                for line in errors["unhandled"]), errors["unhandled"]
+
+
+def test_every_wire_type_has_a_tolerant_reading() -> None:
+    """Each result and notification type compiles its rewrite (no type recurses it for ever),
+    and one without an enum-valued field is left as it came."""
+    for method in (*m.METHODS.values(), *m.NOTIFICATIONS.values()):
+        for kind in (method.params, method.result):
+            assert tolerant(kind, {"x": "hibernating"}) is not None
+    untouched = {"events": [], "next": 0, "head": 0}
+    assert tolerant(t.EventsReadResult, untouched) is untouched
+    assert tolerant(t.SessionListResult, {"sessions": [SESSION], "next": None}) == {
+        "sessions": [{**SESSION, "state": {"value": "hibernating"}}], "next": None}

@@ -16,6 +16,7 @@ as it always was.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgspec
@@ -52,34 +53,53 @@ def tolerant(kind: Any, raw: Any) -> Any:
     """``raw`` (JSON values) with each enum-valued field's unlisted value rewritten as
     ``Unknown``'s shape, where ``kind`` (a wire type) allows an ``Unknown`` there; anything
     else is left for the decoder to judge."""
-    return _walk(_info(kind), raw)
+    fix = _fixer(kind)
+    return raw if fix is None else fix(raw)
+
+
+_Fix = Callable[[Any], Any]
 
 
 @functools.cache
-def _info(kind: Any) -> inspect.Type:
-    return inspect.type_info(kind)
+def _fixer(kind: Any) -> _Fix | None:
+    """How to rewrite a value of ``kind``, compiled once per type: it visits only the fields
+    that can hold an ``Unknown``; None when none can."""
+    return _plan(inspect.type_info(kind))
 
 
-def _walk(info: inspect.Type, raw: Any) -> Any:
-    if isinstance(info, inspect.StructType) and isinstance(raw, dict):
-        fields = {f.encode_name: f.type for f in info.fields}
-        return {key: _walk(fields[key], value) if key in fields else value
-                for key, value in raw.items()}
-    if isinstance(info, inspect.ListType) and isinstance(raw, list):
-        return [_walk(info.item_type, item) for item in raw]
+def _plan(info: inspect.Type) -> _Fix | None:
+    if isinstance(info, inspect.StructType):
+        return _struct(info) if info.cls is not Unknown else None
+    if isinstance(info, inspect.ListType):
+        item = _plan(info.item_type)
+        return None if item is None else (
+            lambda raw: [item(x) for x in raw] if isinstance(raw, list) else raw)
     if isinstance(info, inspect.UnionType):
-        return _union(info, raw)
-    return raw
+        return _union(info)
+    return None
 
 
-def _union(info: inspect.UnionType, raw: Any) -> Any:
-    enums = [t.cls for t in info.types if isinstance(t, inspect.EnumType)]
-    open_ = any(isinstance(t, inspect.StructType) and t.cls is Unknown for t in info.types)
-    if open_ and isinstance(raw, str):
-        listed = {member.value for cls in enums for member in cls}
-        return raw if raw in listed else {"value": raw}
-    structs = [t for t in info.types if isinstance(t, inspect.StructType) and t.cls is not Unknown]
-    return _walk(structs[0], raw) if len(structs) == 1 else raw
+def _struct(info: inspect.StructType) -> _Fix | None:
+    fields = {f.encode_name: step for f in info.fields if (step := _plan(f.type)) is not None}
+    if not fields:
+        return None
+
+    def fix(raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        return {key: fields[key](value) if key in fields else value
+                for key, value in raw.items()}
+
+    return fix
+
+
+def _union(info: inspect.UnionType) -> _Fix | None:
+    if any(isinstance(t, inspect.StructType) and t.cls is Unknown for t in info.types):
+        listed = frozenset(member.value for t in info.types if isinstance(t, inspect.EnumType)
+                           for member in t.cls)
+        return lambda raw: {"value": raw} if isinstance(raw, str) and raw not in listed else raw
+    structs = [t for t in info.types if isinstance(t, inspect.StructType)]
+    return _plan(structs[0]) if len(structs) == 1 else None
 
 
 def without_unknown(schema: Any) -> Any:
