@@ -31,6 +31,7 @@ import msgspec
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.errors import ClientFailure
 from treemail.adapters.runtime.model_errors import ModelError
+from treemail.adapters.store import errors as _store_errors  # noqa: F401
 from treemail.core import errors, events
 from treemail.core.config import DEFAULTS, RANGES
 from treemail.core.lifecycle import (

@@ -263,7 +263,7 @@ export type EventView =
   | ExternalTokenIssuedEvent
   | ExternalTokenRevokedEvent;
 
-/** A page of the feed after ``after`` (at most ``limit`` events, at most 256), only ``session_id``'s when given; ``next`` is where the next page starts. */
+/** A page of the feed after ``after`` (at most ``limit`` events, 1 to 256, default 256), only ``session_id``'s when given; ``next`` is where the next page starts. */
 export interface EventsReadParams {
   after?: number;
   session_id?: string | null;

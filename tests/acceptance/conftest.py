@@ -19,7 +19,7 @@ from treemail.adapters.runtime.llm import ChatMessage, ModelReply, ScriptedModel
 from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
-from treemail.core.events import Payload, read
+from treemail.core.events import EventKind, Payload, read
 from treemail.core.ids import CountingIds
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Event, Session
@@ -185,7 +185,7 @@ def accepted_bodies(rt: Runtime, recipient: str | None = None) -> list[str]:
     return [
         str(event.data["body"])
         for _, event in rt.engine.feed()
-        if event.kind == "ProducerMessageAccepted" and event.data.get("owner") == "agent"
+        if event.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED and event.data.get("owner") == "agent"
         and (recipient is None or event.session_id == recipient)
     ]
 

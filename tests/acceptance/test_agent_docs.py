@@ -22,7 +22,7 @@ from tests.acceptance.conftest import (
 from treemail.adapters.runtime.agent_docs import agent_specs, build_agents, load_agent_docs
 from treemail.adapters.runtime.llm import Model, ModelReply
 from treemail.core.agents import BUILTIN_AGENTS
-from treemail.core.errors import AgentDocError
+from treemail.core.errors import AgentDocError, UnknownTool
 from treemail.core.permissions import Action
 from treemail.core.prompts import system_prompt
 
@@ -103,7 +103,7 @@ def test_tool_visibility_follows_the_rules_and_steer_subagent_is_unknown(
         assert brains["lead"].requests[0][0][0] == {"role": "system", "content": system_prompt(
             "You lead.", None, lead[0].reference, can_send=True)}
         removed, hidden = results(brains["default"].requests[1][0])
-        assert removed["error"] == hidden["error"] == "tool:unknown"
+        assert removed["error"] == hidden["error"] == UnknownTool.code
         assert 'send_message(to=<handle>, body=..., mode="steer")' in removed["message"]
         await rt.shutdown()
         store.close()

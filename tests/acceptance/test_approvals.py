@@ -26,6 +26,9 @@ from tests.acceptance.conftest import (
 from treemail.adapters.runtime.llm import ModelReply
 from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.core.errors import PermissionDenied
+from treemail.core.events import EventKind
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import Approval, ApprovalState, Session
 
 ASKS = {"sibling": "ask"}
@@ -80,7 +83,8 @@ def test_ask_waits_for_the_user_approve_once_sends_and_deny_is_permission_denied
         assert (first.session_id, first.label, first.tool) == (sx.session_id, "sibling",
                                                                "send_message")
         assert accepted_bodies(rt) == []  # nothing is sent while the call waits
-        assert rt.engine.session(sx.session_id).state == "running"  # the run waits with it
+        # The run waits with it.
+        assert rt.engine.session(sx.session_id).state == SessionState.RUNNING
         approved = await rt.answer(first.approval_id, approve=True, scope="once")
         assert approved.outcome is not None
         assert approved.state is ApprovalState.APPROVED
@@ -94,7 +98,7 @@ def test_ask_waits_for_the_user_approve_once_sends_and_deny_is_permission_denied
         sent, refused = results(x.requests[-1][0])
         assert sent == approved.outcome.as_result() and set(sent) == {
             "message_id", "mode", "recipient_state"}
-        assert refused["error"] == "permission:denied"
+        assert refused["error"] == PermissionDenied.code
         assert denied.outcome.as_result() == refused
         assert accepted_bodies(rt) == ["hello"]
         assert y.seen("hello") and not y.seen("again")
@@ -120,11 +124,11 @@ def test_a_pending_approval_survives_a_restart_and_the_answer_sends_once(
         ids.update(x=sx.session_id, y=sy.session_id)
         rt.poke(sx.session_id)
         await _one_pending(rt)
-        await until(lambda: rt.engine.session(sy.session_id).state == "finished")
+        await until(lambda: rt.engine.session(sy.session_id).state == SessionState.FINISHED)
         # y's result wakes the root; let that run end too, so that the held call's run is
         # the only one the crash leaves behind.
         root = rt.engine.session(sx.parent_session_id or "")
-        await until(lambda: rt.engine.session(root.session_id).state == "finished")
+        await until(lambda: rt.engine.session(root.session_id).state == SessionState.FINISHED)
         await rt.abandon()  # the process dies with the call held
 
     x2, y2 = Brain(greeter), Brain(lambda m: ModelReply(text="ok"))
@@ -137,7 +141,8 @@ def test_a_pending_approval_survives_a_restart_and_the_answer_sends_once(
         assert answered.outcome is not None
         await rt.quiesce()
         assert accepted_bodies(rt) == ["hello"] and y2.seen("hello")
-        [consumed] = [e for _, e in rt.engine.feed() if e.kind == "ProducerMessageConsumed"
+        [consumed] = [e for _, e in rt.engine.feed()
+                      if e.kind == EventKind.PRODUCER_MESSAGE_CONSUMED
                       and e.data["owner"] == "agent"]
         assert consumed.data["message_id"] == answered.outcome.as_result()["message_id"]
 

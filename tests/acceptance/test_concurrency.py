@@ -29,6 +29,8 @@ from tests.acceptance.conftest import (
 )
 from treemail.adapters.runtime.llm import ModelReply
 from treemail.core.config import MessagingConfig
+from treemail.core.errors import InboxFull, InflightFull
+from treemail.core.events import EventKind
 from treemail.core.records import Event
 
 AGENTS, EACH, BATCH = 50, 100, 10
@@ -58,12 +60,13 @@ class CapWatch:
         if data.get("owner") != "agent":
             return
         key = (str(data.get("sender")), event.session_id)
-        if event.kind == "ProducerMessageAccepted":
+        if event.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED:
             self.inbox[event.session_id] += 1
             self.pair[key] += 1
             self.peak_inbox = max(self.peak_inbox, self.inbox[event.session_id])
             self.peak_pair = max(self.peak_pair, self.pair[key])
-        elif event.kind in ("ProducerMessageConsumed", "ProducerMessageDiscarded"):
+        elif event.kind in (EventKind.PRODUCER_MESSAGE_CONSUMED,
+                            EventKind.PRODUCER_MESSAGE_DISCARDED):
             self.inbox[event.session_id] -= 1
             self.pair[key] -= 1
 
@@ -100,11 +103,11 @@ def test_fifty_agents_sending_a_hundred_messages_each(tmp_path: Path) -> None:
         await rt.quiesce(60)
         elapsed = time.perf_counter() - began
 
-        accepted = feed_kinds(rt, "ProducerMessageAccepted")
-        consumed = feed_kinds(rt, "ProducerMessageConsumed")
+        accepted = feed_kinds(rt, EventKind.PRODUCER_MESSAGE_ACCEPTED)
+        consumed = feed_kinds(rt, EventKind.PRODUCER_MESSAGE_CONSUMED)
         assert len(accepted) == AGENTS * EACH and set(accepted.values()) == {1}
         assert consumed == accepted  # each accepted message consumed exactly once
-        assert not feed_kinds(rt, "ProducerMessageDiscarded")
+        assert not feed_kinds(rt, EventKind.PRODUCER_MESSAGE_DISCARDED)
         sent = [r for b in brains for r in results(b.requests[-1][0])]
         assert len(sent) == AGENTS * EACH and all("message_id" in r for r in sent)
         print(f"\n{AGENTS * EACH} messages among {AGENTS} agents in {elapsed:.2f}s")
@@ -149,13 +152,13 @@ def test_small_caps_refuse_and_never_overflow(tmp_path: Path) -> None:
             await delegate(rt, boss, f"s{i}", "ping the hub")
         await rt.quiesce(60)
 
-        accepted = feed_kinds(rt, "ProducerMessageAccepted")
+        accepted = feed_kinds(rt, EventKind.PRODUCER_MESSAGE_ACCEPTED)
         assert len(accepted) == SENDERS * QUOTA
         refusals = Counter(str(r["error"]) for b in senders
                            for r in results(b.requests[-1][0]) if "error" in r)
-        assert feed_kinds(rt, "ProducerMessageConsumed") == accepted
-        assert refusals["send_message:inbox_full"] > 0
-        assert refusals["send_message:inflight_full"] > 0
+        assert feed_kinds(rt, EventKind.PRODUCER_MESSAGE_CONSUMED) == accepted
+        assert refusals[InboxFull.code] > 0
+        assert refusals[InflightFull.code] > 0
         assert watch.peak_inbox == SMALL.max_pending_per_session  # reached, never passed
         assert 0 < watch.peak_pair <= SMALL.max_inflight_per_pair
         assert sum(watch.inbox.values()) == 0 and sum(watch.pair.values()) == 0

@@ -26,7 +26,9 @@ from tests.acceptance.conftest import (
 )
 from treemail.adapters.runtime.llm import ModelReply
 from treemail.core.envelope import render_envelope
-from treemail.core.events import RequestBegun
+from treemail.core.events import EventKind, RequestBegun
+from treemail.core.lifecycle import RunState, SessionState
+from treemail.core.records import RecipientState
 
 
 def test_steer_joins_the_next_boundary_of_a_running_child(tmp_path: Path) -> None:
@@ -52,14 +54,14 @@ def test_steer_joins_the_next_boundary_of_a_running_child(tmp_path: Path) -> Non
         ids["child"] = kid.session_id
         await child.held.wait()  # the child is running, inside its first model request
         await rt.accept(root.session_id, "steer your child")
-        await until(lambda: rt.engine.session(root.session_id).state == "finished")
+        await until(lambda: rt.engine.session(root.session_id).state == SessionState.FINISHED)
         [sent] = results(lead.requests[-1][0])
-        assert (sent["mode"], sent["recipient_state"]) == ("steer", "running")
+        assert (sent["mode"], sent["recipient_state"]) == ("steer", RecipientState.RUNNING)
         child.release.set()
         await rt.quiesce()
 
-        [run1] = [e.data["run_id"] for e in events(rt, kid, "RunStarted")][:1]
-        [admitted] = [e for e in events(rt, kid, "ProducerMessageAdmitted")
+        [run1] = [e.data["run_id"] for e in events(rt, kid, EventKind.RUN_STARTED)][:1]
+        [admitted] = [e for e in events(rt, kid, EventKind.PRODUCER_MESSAGE_ADMITTED)
                       if e.data["message_id"] == sent["message_id"]]
         assert admitted.data["run_id"] == run1  # joined the in-flight run, not the next one
         begun = [b for b in payloads(rt, kid, RequestBegun) if b.run_id == run1]
@@ -85,13 +87,13 @@ def test_a_queued_child_claims_the_message_when_its_run_starts(tmp_path: Path) -
         root = await rt.create_root("lead")
         kid = await delegate(rt, root, "worker", "explore src/", start=False)
         ids["child"] = kid.session_id
-        assert rt.engine.session(kid.session_id).state == "queued"
+        assert rt.engine.session(kid.session_id).state == SessionState.QUEUED
         await rt.accept(root.session_id, "tell the child")
         await rt.quiesce()
 
         [sent] = results(lead.requests[-1][0])
-        assert (sent["mode"], sent["recipient_state"]) == ("queue", "queued")
-        [admitted] = [e for e in events(rt, kid, "ProducerMessageAdmitted")
+        assert (sent["mode"], sent["recipient_state"]) == ("queue", RecipientState.QUEUED)
+        [admitted] = [e for e in events(rt, kid, EventKind.PRODUCER_MESSAGE_ADMITTED)
                       if e.data["message_id"] == sent["message_id"]]
         assert admitted.data["run_id"] is None  # durably waiting for the next run
         [first, *_] = payloads(rt, kid, RequestBegun)
@@ -138,23 +140,24 @@ def test_a_finished_child_wakes_with_the_message_and_its_delegation_stays_done(
         await rt.accept(root.session_id, "start")
         await rt.quiesce()
         [kid] = [s for s in rt.engine.sessions() if s.parent_session_id == root.session_id]
-        assert rt.engine.session(kid.session_id).state == "finished"
+        assert rt.engine.session(kid.session_id).state == SessionState.FINISHED
         await until(lambda: not rt.resident(kid.session_id))  # evicted while finished
 
         await rt.accept(root.session_id, "follow up")
         await rt.quiesce()
         sent = [r for r in results(lead.requests[-1][0]) if "recipient_state" in r][-1]
-        assert (sent["mode"], sent["recipient_state"]) == ("queue", "waking_finished")
+        assert (sent["mode"], sent["recipient_state"]) == ("queue", RecipientState.WAKING_FINISHED)
         envelope = render_envelope(root.reference, "what about tests/?", reply_hint=True)
         assert child.inputs(-1) == [envelope]  # resumed with the message as its input
-        assert [e.data["run_number"] for e in events(rt, kid, "RunFinished")] == [1, 2]
+        assert [e.data["run_number"] for e in events(rt, kid, EventKind.RUN_FINISHED)] == [1, 2]
 
-        notices = [e for e in events(rt, root, "ProducerMessageAccepted")
+        notices = [e for e in events(rt, root, EventKind.PRODUCER_MESSAGE_ACCEPTED)
                    if e.data["owner"] == "delegation"]
         assert len(notices) == 1 and "report 1" in str(notices[0].data["body"])
         await rt.accept(root.session_id, "check the child")
         await rt.quiesce()
-        assert results(lead.requests[-1][0])[-1] == {"status": "finished", "result": "report 1"}
+        assert results(lead.requests[-1][0])[-1] == {"status": RunState.FINISHED,
+                                                      "result": "report 1"}
         await rt.shutdown()
         store.close()
 

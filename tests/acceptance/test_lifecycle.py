@@ -30,7 +30,9 @@ from tests.acceptance.conftest import (
 from treemail.adapters.runtime.llm import ModelReply, ToolCall
 from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.adapters.store.lmdb_store import LmdbStore
-from treemail.core.events import ToolResults
+from treemail.core.errors import EngineShutdown, ToolInterrupted
+from treemail.core.events import EventKind, ToolResults
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import Session
 
 
@@ -70,9 +72,9 @@ def test_a_restart_before_delivery_still_delivers_exactly_once(tmp_path: Path) -
         assert await rt.start() == 1
         await rt.quiesce()
         assert worker2.seen("urgent: stop")
-        [message_id] = feed_kinds(rt, "ProducerMessageAccepted")
-        assert feed_kinds(rt, "ProducerMessageReleased") == {message_id: 1}  # by recovery
-        assert feed_kinds(rt, "ProducerMessageConsumed") == {message_id: 1}
+        [message_id] = feed_kinds(rt, EventKind.PRODUCER_MESSAGE_ACCEPTED)
+        assert feed_kinds(rt, EventKind.PRODUCER_MESSAGE_RELEASED) == {message_id: 1}  # by recovery
+        assert feed_kinds(rt, EventKind.PRODUCER_MESSAGE_CONSUMED) == {message_id: 1}
         await rt.shutdown()
 
     two_lives(tmp_path, first_life, second_life)
@@ -110,7 +112,7 @@ def test_a_send_racing_shutdown_is_refused_and_accepted_mail_survives(tmp_path: 
         await stopping[0]
         first, second = [r for p in payloads(rt, root, ToolResults) for r in p.results]
         assert "message_id" in first.content
-        assert "send_message:engine_shutdown" in second.content
+        assert EngineShutdown.code in second.content
         assert not stuck.seen("first")  # accepted, never delivered in this life
 
     worker2 = Brain(lambda m: _says("read it"))
@@ -120,8 +122,8 @@ def test_a_send_racing_shutdown_is_refused_and_accepted_mail_survives(tmp_path: 
         assert await rt.start() == 0  # shutdown left no run running
         await rt.quiesce()
         assert worker2.seen("first") and not worker2.seen("second")
-        [message_id] = feed_kinds(rt, "ProducerMessageAccepted")
-        assert feed_kinds(rt, "ProducerMessageConsumed") == {message_id: 1}
+        [message_id] = feed_kinds(rt, EventKind.PRODUCER_MESSAGE_ACCEPTED)
+        assert feed_kinds(rt, EventKind.PRODUCER_MESSAGE_CONSUMED) == {message_id: 1}
         await rt.shutdown()
 
     two_lives(tmp_path, first_life, second_life)
@@ -196,10 +198,10 @@ def test_a_run_killed_mid_tools_leaves_a_transcript_the_next_run_can_trust(
         await rt.accept(ids["root"], "where were we?")
         await rt.quiesce()
         sent, lost = results(lead2.requests[-1][0])
-        [message_id] = feed_kinds(rt, "ProducerMessageAccepted")
+        [message_id] = feed_kinds(rt, EventKind.PRODUCER_MESSAGE_ACCEPTED)
         assert sent["message_id"] == message_id  # from the idempotency record
-        assert lost["error"] == "tool:interrupted"
-        assert feed_kinds(rt, "ProducerMessageConsumed") == {message_id: 1}
+        assert lost["error"] == ToolInterrupted.code
+        assert feed_kinds(rt, EventKind.PRODUCER_MESSAGE_CONSUMED) == {message_id: 1}
         await rt.shutdown()
 
     two_lives(tmp_path, first_life, second_life)
@@ -225,13 +227,13 @@ def test_cancelling_a_running_child_stops_its_actor_cleanly(tmp_path: Path) -> N
         ids["child"] = kid.session_id
         await worker.held.wait()
         await rt.accept(root.session_id, "cancel it")
-        await until(lambda: rt.engine.session(root.session_id).state == "finished")
+        await until(lambda: rt.engine.session(root.session_id).state == SessionState.FINISHED)
         assert results(lead.requests[-1][0]) == [{"cancelled": True}]
         worker.release.set()
         await rt.accept(root.session_id, "status?")
         await rt.quiesce()  # raises if the child's actor crashed on its dead run
-        assert results(lead.requests[-1][0])[-1] == {"status": "idle", "result": None}
-        [stopped] = events(rt, kid, "RunInterrupted")
+        assert results(lead.requests[-1][0])[-1] == {"status": SessionState.IDLE, "result": None}
+        [stopped] = events(rt, kid, EventKind.RUN_INTERRUPTED)
         assert stopped.data["reason"] == "cancelled by parent"
         assert len(worker.requests) == 1  # the hung second request was never answered
         await rt.shutdown()

@@ -19,6 +19,7 @@ from treemail.adapters.ui.cli import main
 from treemail.adapters.ui.transcript import Transcript, render_event
 from treemail.adapters.ui.tui.feed import stored_feed
 from treemail.core.engine import Engine
+from treemail.core.lifecycle import MessageState
 
 
 class LiveTail:
@@ -89,7 +90,8 @@ def test_steer_and_queue_are_the_same_mail_rows_live_and_replayed(
     for row, mode in ((steer_row, "steer"), (queue_row, "queue")):
         assert re.search(rf"agent mail from lead_[0-9a-f]{{8}} \(mode={mode}, hop=1\)", row), row
     for message_id in (steered, queued):
-        assert _verbs(live, message_id) == ["admitted", "claimed", "consumed"], live
+        assert _verbs(live, message_id) == [
+            MessageState.ADMITTED, MessageState.CLAIMED, MessageState.CONSUMED], live
     # The steer joined the running run; the queued mail waited for the next one.
     assert any(steered[:8] in row and "into the running run" in row for row in live)
     assert any(queued[:8] in row and "into the next run" in row for row in live)
@@ -111,6 +113,6 @@ def test_the_tuis_mail_rows_for_steer_and_queue_are_the_same_live_and_replayed(
     assert live.rows() == replay.rows()
     for message_id, mode in ((steered, "steer"), (queued, "queue")):
         row = live.row(f"mail:{message_id}")
-        assert row is not None and row.state == "consumed"
+        assert row is not None and row.state == MessageState.CONSUMED
         shown = rf"consumed +agent mail from lead_[0-9a-f]{{8}} \(mode={mode}"
         assert re.match(shown, row.text), row

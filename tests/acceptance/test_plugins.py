@@ -38,7 +38,9 @@ from treemail.adapters.runtime.plugins import (
 )
 from treemail.core.config import MessagingConfig
 from treemail.core.envelope import render_envelope
-from treemail.core.errors import PluginBodyTooLarge
+from treemail.core.errors import InboxFull, PluginBodyTooLarge
+from treemail.core.events import EventKind
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import Event, Session
 
 LEAD_RULES = {"child": "allow"}
@@ -91,7 +93,7 @@ def test_an_observer_sees_every_feed_event_once_in_order(tmp_path: Path) -> None
         assert live.seen == rt.engine.feed()
         numbers = [n for n, _ in live.seen]
         assert numbers == list(range(1, len(numbers) + 1))  # every event, once, in order
-        assert {"ProducerMessageAccepted", "ProducerMessageConsumed"} <= {
+        assert {EventKind.PRODUCER_MESSAGE_ACCEPTED, EventKind.PRODUCER_MESSAGE_CONSUMED} <= {
             e.kind for _, e in live.seen}
         again = Recorder()
         assert await replay(rt.engine, again) == len(stored)
@@ -122,7 +124,7 @@ def test_a_tool_gate_refuses_a_send_and_the_model_sees_its_code(tmp_path: Path) 
         await rt.accept(root.session_id, "go")
         await rt.quiesce()
         refused, sent = results(lead.requests[1][0])
-        assert refused["error"] == "plugin:refused" and "secrets" in refused["message"]
+        assert refused["error"] == PluginRefusal.code and "secrets" in refused["message"]
         assert "message_id" in sent
         assert accepted_bodies(rt) == ["hi"]  # the refused send left no trace
         assert gate.audit == ["lead:send_message", "lead:send_message"]
@@ -152,9 +154,9 @@ def test_plugin_accept_injects_plugin_mail_outside_the_inbox_cap(tmp_path: Path)
         ids["child"] = kid.session_id
         await worker.held.wait()
         await rt.accept(root.session_id, "go")
-        await until(lambda: rt.engine.session(root.session_id).state == "finished")
+        await until(lambda: rt.engine.session(root.session_id).state == SessionState.FINISHED)
         one, two = results(lead.requests[-1][0])
-        assert "message_id" in one and two["error"] == "send_message:inbox_full"
+        assert "message_id" in one and two["error"] == InboxFull.code
         notes = [await injector.handle.accept(kid.session_id, f"note {i}")
                  for i in range(3)]
         assert len(set(notes)) == 3  # accepted although the agent inbox is full
@@ -179,7 +181,7 @@ def test_plugins_load_from_specs_and_entry_points_with_errors_naming_them(
                         ("tests.acceptance.conftest:run", "has none of the hooks")]:
         with pytest.raises(PluginLoadError, match=named) as caught:
             load_spec(spec)
-        assert caught.value.code == "plugin:load_failed"
+        assert caught.value.code == PluginLoadError.code
 
     good = EntryPoint("rec", "tests.acceptance.conftest:Recorder", "treemail.plugins")
     bad = EntryPoint("broken", "no_such_module_zz:Thing", "treemail.plugins")

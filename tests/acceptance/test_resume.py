@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.acceptance.conftest import Brain, agent, open_store, reply, run, runtime
 from treemail.core.engine import Engine
-from treemail.core.events import Reply
+from treemail.core.events import EventKind, Reply
 from treemail.core.ids import CountingIds
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Owner
@@ -39,11 +39,12 @@ def test_a_stranded_delegation_is_resumed_and_completes_once(tmp_path: Path) -> 
         assert await rt.start() == 1
         await rt.quiesce()
         engine = rt.engine
-        goal = [m for m in engine.events(child_id) if m.kind == "ProducerMessageAccepted"
+        goal = [m for m in engine.events(child_id) if m.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED
                 and m.data.get("owner") == Owner.GOAL.value]
         assert len(goal) == 1  # resumed by goal mail, exactly once
         assert worker.seen("count the files") and worker.seen("The process restarted")
-        notices = [e for e in engine.events(lead_id) if e.kind == "ProducerMessageAccepted"
+        notices = [e for e in engine.events(lead_id)
+                   if e.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED
                    and e.data.get("owner") == Owner.DELEGATION.value]
         assert len(notices) == 1 and "42 files" in str(notices[0].data["body"])
         assert engine.stranded_delegations() == []

@@ -21,6 +21,7 @@ from tests.acceptance.conftest import (
 )
 from treemail.adapters.runtime.llm import ModelReply
 from treemail.core.envelope import render_envelope
+from treemail.core.errors import PermissionDenied
 
 # r is the root; x and y its children (siblings); g is x's child, so r is g's grandparent
 # ("*") and y its uncle ("*").
@@ -32,10 +33,10 @@ RULES = {
 }
 # sender -> [(recipient, expected tool error code or None)]
 PLAN: dict[str, list[tuple[str, str | None]]] = {
-    "r": [("x", None), ("g", "permission:denied")],
+    "r": [("x", None), ("g", PermissionDenied.code)],
     "x": [("y", None), ("r", None)],
-    "y": [("r", "permission:denied"), ("x", None)],
-    "g": [("x", "permission:denied"), ("r", None), ("y", None)],
+    "y": [("r", PermissionDenied.code), ("x", None)],
+    "g": [("x", PermissionDenied.code), ("r", None), ("y", None)],
 }
 
 

@@ -58,6 +58,7 @@ from treemail.protocol.methods import (
     SESSION_LIST,
     TOOL_CALL,
 )
+from treemail.protocol.rpc_errors import InternalError
 
 __all__ = ["LIMITS", "run_daemon_campaign"]
 
@@ -190,7 +191,7 @@ class Load:
             else:
                 await self.send(client, sid)
         except RpcFailure as refused:
-            assert refused.data_code not in (None, "rpc:internal"), refused
+            assert refused.data_code not in (None, InternalError.code), refused
 
     async def send(self, client: DaemonClient, sid: str) -> None:
         peers = [s for s in self.sessions if s.session_id != sid]
@@ -254,7 +255,7 @@ class Hostile:
                         raise answer
                     assert isinstance(answer, msgspec.Struct) or (
                         isinstance(answer, RpcFailure)
-                        and answer.data_code not in (None, "rpc:internal")), answer
+                        and answer.data_code not in (None, InternalError.code)), answer
         except ConnectionError:
             tally.cut_requests += 1
 

@@ -45,11 +45,12 @@ from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.ui.console import Ticker
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
+from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
 from treemail.core.keys import Counter as CounterKind
 from treemail.core.keys import Table, counter_kind, inbox_counter, pair_counter, tallied_name
 from treemail.core.keys import Tally as StoredTally
-from treemail.core.lifecycle import MessageState
+from treemail.core.lifecycle import MessageState, SessionState
 from treemail.core.records import Event, IdempotencyKey, Message, Owner, Session
 from treemail.core.transitions import message_event
 
@@ -272,7 +273,8 @@ def check_logs(shot: Snapshot) -> None:
     for session_id, log in shot.logs.items():
         assert [e.seq for e in log] == list(range(1, len(log) + 1)), f"gap in {session_id}"
         assert shot.last_seq.get(session_id) == len(log), f"last_seq of {session_id} is off"
-        assert log[0].kind == "SessionCreated", f"{session_id} log starts with {log[0].kind}"
+        assert log[0].kind == EventKind.SESSION_CREATED, (
+            f"{session_id} log starts with {log[0].kind}")
 
 
 def message_kinds(shot: Snapshot) -> dict[str, list[str]]:
@@ -331,13 +333,13 @@ def check_counters(shot: Snapshot, limits: MessagingConfig, tally: Tally) -> Non
 def check_runs(engine: Engine, shot: Snapshot, tally: Tally) -> None:
     for session in shot.sessions.values():
         if session.run_id is None:
-            assert session.state in ("idle", "finished"), session
+            assert session.state in (SessionState.IDLE, SessionState.FINISHED), session
             continue
         run = engine.run(session.run_id)
         assert run.session_id == session.session_id, run
         assert run.status.value == session.state, (session.state, run.status)
-    tally.killed_mid_run += any(s.state == "running" for s in shot.sessions.values())
-    tally.killed_with_claims += any(m.state == "claimed" for m in shot.messages.values())
+    tally.killed_mid_run += any(s.state == SessionState.RUNNING for s in shot.sessions.values())
+    tally.killed_with_claims += any(m.state == MessageState.CLAIMED for m in shot.messages.values())
 
 
 def drain_and_verify(engine: Engine, tally: Tally) -> None:
@@ -356,7 +358,7 @@ def drain_and_verify(engine: Engine, tally: Tally) -> None:
 def drain(engine: Engine) -> None:
     """Run every session until no run is queued: each run claims and commits all its mail."""
     for _ in range(100):
-        queued = [s for s in engine.sessions() if s.state == "queued"]
+        queued = [s for s in engine.sessions() if s.state == SessionState.QUEUED]
         if not queued:
             return
         for session in queued:

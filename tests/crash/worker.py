@@ -29,6 +29,7 @@ from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import Refusal
+from treemail.core.lifecycle import SessionState
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Owner, Session, ToolContext
 
@@ -159,9 +160,9 @@ class Worker:
         session = self.rng.choice(sessions)
         if self.history and self.rng.random() < 0.1:
             self.replay()
-        elif session.state == "queued":
+        elif session.state == SessionState.QUEUED:
             self.engine.start_run(session.session_id)
-        elif session.state == "running":
+        elif session.state == SessionState.RUNNING:
             self.act(session, sessions)
         elif self.rng.random() < 0.3:
             self.engine.accept(session.session_id, f"user turn {self.calls}", Owner.USER)

@@ -17,6 +17,9 @@ from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.host import open_daemon
+from treemail.core.errors import PluginFailed
+from treemail.core.events import EventKind
+from treemail.core.lifecycle import SessionState
 from treemail.protocol import types as t
 from treemail.protocol.methods import (
     APPROVAL_LIST,
@@ -30,6 +33,7 @@ from treemail.protocol.methods import (
     SESSION_LIST,
     TOOL_CALL,
 )
+from treemail.protocol.rpc_errors import AnswerFailed, TooManySubscriptions
 
 MiB = 1 << 20
 
@@ -70,7 +74,7 @@ def _initialize(name: str, **capabilities: bool) -> dict[str, Any]:
 
 async def _running(client: DaemonClient, sid: str) -> None:
     while (await client.request(
-        SESSION_GET, t.SessionGetParams(session_id=sid))).state != "running":
+        SESSION_GET, t.SessionGetParams(session_id=sid))).state != SessionState.RUNNING:
         await asyncio.sleep(0.02)
 
 
@@ -117,7 +121,7 @@ def test_a_gate_that_stopped_reading_fails_each_tool_call_in_time(tmp_path: Path
     assert code == 0, err
     assert len(listed.sessions) == 3
     for answer in answers:
-        assert "plugin:failed" in answer.content, answer
+        assert PluginFailed.code in answer.content, answer
         assert "did not answer" in answer.content
 
 
@@ -164,7 +168,7 @@ def test_an_answer_that_cannot_be_encoded_is_still_answered(tmp_path: Path) -> N
     finally:
         code, err = daemon.terminate()
     assert code == 0, err
-    assert failure.code == -32603 and failure.data_code == "rpc:answer_failed"
+    assert failure.code == -32603 and failure.data_code == AnswerFailed.code
     assert "approval.list" in str(failure) and "MemoryError" in str(failure)
     assert created.session_id
 
@@ -196,7 +200,7 @@ def test_subscriptions_past_the_cap_are_refused_until_one_ends(tmp_path: Path) -
     assert all(isinstance(a, t.EventsSubscribeResult) for a in answers[:8])
     for refused in answers[8:]:
         assert isinstance(refused, RpcFailure)
-        assert refused.code == -32001 and refused.data_code == "rpc:too_many_subscriptions"
+        assert refused.code == -32001 and refused.data_code == TooManySubscriptions.code
         assert "unsubscribe" in str(refused)
     assert again.subscription_id
 
@@ -205,7 +209,7 @@ async def _idle_subscriptions(data: Path, socket: Path) -> tuple[int, int, list[
     daemon = await open_daemon(data, socket, Limits())
     subs = daemon.subscriptions
     try:
-        idle_client = await DaemonClient.connect(socket, name="idle")
+        idle_client = await DaemonClient.connect(socket, name=SessionState.IDLE)
         user = await DaemonClient.connect(socket, name="user")
         idle = (await user.request(SESSION_CREATE, t.SessionCreateParams(
             agent="default"))).session_id
@@ -222,7 +226,7 @@ async def _idle_subscriptions(data: Path, socket: Path) -> tuple[int, int, list[
         reads = subs.reads
         await user.request(RUN_SUBMIT, t.RunSubmitParams(session_id=busy, text="one message"))
         kinds: list[str] = []
-        while "RunFinished" not in kinds:
+        while EventKind.RUN_FINISHED not in kinds:
             note = await user.next_notification(EVENTS_EVENT)
             assert note.subscription_id == live.subscription_id
             kinds.append(note.event.kind)
@@ -242,5 +246,5 @@ def test_idle_subscriptions_cost_no_store_read(tmp_path: Path) -> None:
     the feed signal's memory), and the live one still sees the whole run."""
     before, after, kinds = run(_idle_subscriptions(tmp_path / "data",
                                                    tmp_path / "data" / "daemon.sock"), 120)
-    assert kinds[0] != "RunFinished" and "RunStarted" in kinds
+    assert kinds[0] != EventKind.RUN_FINISHED and EventKind.RUN_STARTED in kinds
     assert after == before

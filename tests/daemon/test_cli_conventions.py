@@ -22,6 +22,9 @@ from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_commands import _seed
 from treemail.adapters.daemon.lookup import short_approval_id
 from treemail.adapters.ui.commands import state_text
+from treemail.core.errors import UnknownTarget
+from treemail.core.events import EventKind
+from treemail.core.lifecycle import ApprovalState, MessageState
 
 # The fields a session's JSON line keeps: scripts rely on them.
 # The wire's SessionView, and beside it whether one of the session's calls waits on the user.
@@ -92,10 +95,10 @@ def test_listings_and_feeds_speak_json_lines(daemon: DaemonProcess) -> None:
     [receipt] = json_lines(client(daemon, "status", mid[:8], "--json").stdout)
     assert receipt["message"]["message_id"] == mid
     assert [s["state"] for s in receipt["history"]] == [
-        "accepted", "admitted", "claimed", "consumed"]
+        MessageState.ACCEPTED, MessageState.ADMITTED, MessageState.CLAIMED, MessageState.CONSUMED]
     replayed = client(daemon, "replay", sid, "--json")
     views = json_lines(replayed.stdout)
-    assert replayed.returncode == 0 and views[0]["kind"] == "SessionCreated"
+    assert replayed.returncode == 0 and views[0]["kind"] == EventKind.SESSION_CREATED
     assert all(set(v) == EVENT_FIELDS and v["session_id"] == sid for v in views)
     assert [v["seq"] for v in views] == list(range(1, len(views) + 1))
     # The store's log, read beside the daemon, gives the very lines the daemon's replay does.
@@ -134,7 +137,7 @@ def test_a_failed_command_says_what_happened_then_its_code(daemon: DaemonProcess
     assert done.stderr.count("\n") == 1
     done = client(daemon, "send", "--as", "nobody_x", "x", "hello", "--json")
     assert done.returncode == 1 and json.loads(done.stderr) == {
-        "command": "send", "code": "engine:unknown_target",
+        "command": "send", "code": UnknownTarget.code,
         "error": json.loads(done.stderr)["error"]}
     assert json.loads(done.stderr)["error"].startswith("no session named 'nobody_x'")
 
@@ -148,9 +151,10 @@ def test_a_mistyped_handle_is_told_the_close_one(daemon: DaemonProcess) -> None:
 
 
 def test_receipt_states_read_as_people_say_them() -> None:
-    assert state_text({"kind": "ProducerMessageDiscarded", "reason": "hop limit"}) == (
+    assert state_text({"kind": EventKind.PRODUCER_MESSAGE_DISCARDED, "reason": "hop limit"}) == (
         "discarded: hop limit")
-    assert state_text({"kind": "ProducerMessageReleased", "reason": None}) == "released"
+    assert state_text({"kind": EventKind.PRODUCER_MESSAGE_RELEASED, "reason": None}) == (
+        MessageState.RELEASED)
 
 
 def test_log_and_verify_take_the_data_dir(tmp_path: Path) -> None:
@@ -208,7 +212,8 @@ def test_approvals_go_by_short_ids_of_their_own(held: tuple[DaemonProcess, str, 
         refused.stderr)
     # A prefix of the whole id that holds its slashes is looked up, not passed on as an id.
     answered = client(daemon, "approve", whole[:-2], "--deny")
-    assert answered.returncode == 0 and answered.stdout.startswith("denied"), answered.stderr
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.startswith(ApprovalState.DENIED), answered.stdout
     assert client(daemon, "approve", "--json").stdout == ""
     again = client(daemon, "approve", short, "--deny")  # no longer held: named nothing
     assert again.returncode == 1 and again.stderr.endswith("[engine:unknown_target]\n")

@@ -28,6 +28,7 @@ from treemail.protocol.methods import (
     SESSION_GET,
     SESSION_LIST,
 )
+from treemail.protocol.rpc_errors import NotInitialized
 
 STEP = 60  # seconds any one step may take, however loaded the machine
 OVER = 2 << 20  # more than the daemon's 1 MiB frame limit
@@ -58,7 +59,7 @@ def test_a_request_over_the_daemons_limit_is_refused_before_it_is_sent(
             with pytest.raises(RequestTooLarge) as refused:
                 await client.request(
                     RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text="x" * OVER), timeout=STEP)
-            assert refused.value.code == "client:request_too_large"
+            assert refused.value.code == RequestTooLarge.code
             assert refused.value.details["limit"] == 1 << 20
             assert "run.submit" in refused.value.message
             # Nothing reached the daemon: no mail, and the connection serves on.
@@ -87,7 +88,7 @@ def test_a_frame_the_daemon_drops_unread_fails_its_call_not_the_others(
             assert size > limit == 1 << 20
             # The small one was answered by the daemon itself (it is not initialized yet).
             assert isinstance(outcomes[1], RpcFailure)
-            assert outcomes[1].data_code == "rpc:not_initialized"
+            assert outcomes[1].data_code == NotInitialized.code
             assert client.stray_errors.empty()  # the null-id error was taken, not left over
         finally:
             await client.close()
@@ -108,7 +109,7 @@ def test_an_answer_over_the_clients_limit_fails_that_call_and_the_client_goes_on
                 session_id=root.session_id, text="y" * (200 << 10)))
             with pytest.raises(AnswerTooLarge) as dropped:
                 await small.request(MESSAGE_GET, t.MessageGetParams(message_id=sent.message_id))
-            assert dropped.value.code == "client:answer_too_large"
+            assert dropped.value.code == AnswerTooLarge.code
             assert dropped.value.details["limit"] == 64 << 10
             size = dropped.value.details["size"]
             assert isinstance(size, int) and size > 200 << 10
@@ -130,7 +131,7 @@ def test_a_stopped_daemon_times_the_call_out_and_answers_once_continued(
             os.kill(stoppable.proc.pid, signal.SIGSTOP)
             with pytest.raises(ClientTimeout) as late:
                 await client.request(SESSION_LIST, t.SessionListParams(), timeout=0.3)
-            assert late.value.code == "client:timeout"
+            assert late.value.code == ClientTimeout.code
             assert late.value.details == {"method": "session.list", "timeout": 0.3}
             # A new client's handshake times out the same way (the kernel still accepts).
             with pytest.raises(ClientTimeout):

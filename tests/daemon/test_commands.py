@@ -11,6 +11,8 @@ import pytest
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.ui.cli import main
 from treemail.adapters.ui.commands import steered
+from treemail.core.errors import UnknownTarget
+from treemail.core.lifecycle import MessageState
 from treemail.core.records import RecipientState
 from treemail.protocol import types as t
 from treemail.protocol.methods import MESSAGE_GET, RUN_SUBMIT, SESSION_CREATE
@@ -38,7 +40,7 @@ def _seed(daemon: DaemonProcess) -> Seeded:
                 RUN_SUBMIT, t.RunSubmitParams(session_id=root.session_id, text="hello cli"))
             async with asyncio.timeout(20):
                 while (await client.request(MESSAGE_GET, t.MessageGetParams(
-                        message_id=sent.message_id))).message.state != "consumed":
+                        message_id=sent.message_id))).message.state != MessageState.CONSUMED:
                     await asyncio.sleep(0.02)
             assert root.handle is not None  # every session has one
             return Seeded(root, sent.message_id, root.handle)
@@ -59,15 +61,15 @@ def test_sessions_status_replay_steer_and_approve(
     assert any(line.startswith(sid) and seeded.handle in line
                for line in out.splitlines())
     code, out, _ = _cli(capsys, daemon, "status", seeded.message_id)
-    assert code == 0 and "consumed" in out.splitlines()[0]
+    assert code == 0 and MessageState.CONSUMED in out.splitlines()[0]
     assert out.splitlines()[1].split() == ["SEQ", "STATE", "RUN", "REQUEST"]
     # States as people say them, not the events' class names.
     assert [line.split()[1] for line in out.splitlines()[2:]] == [
-        "accepted", "admitted", "claimed", "consumed"]
+        MessageState.ACCEPTED, MessageState.ADMITTED, MessageState.CLAIMED, MessageState.CONSUMED]
     code, out, _ = _cli(capsys, daemon, "replay", sid)
     assert code == 0 and "session created" in out and '"hello cli"' in out
     code, out, _ = _cli(capsys, daemon, "steer", sid, "turn left")
-    assert code == 0 and "mode queue" in out and "waking_finished" in out
+    assert code == 0 and "mode queue" in out and RecipientState.WAKING_FINISHED in out
     assert "a new run starts with it" in out  # what the stable value means, beside it
     code, out, _ = _cli(capsys, daemon, "approve")
     assert code == 0 and "no tool call waits for approval" in out
@@ -81,9 +83,9 @@ def test_errors_are_one_line_not_a_traceback(
     daemon: DaemonProcess, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     code, _, err = _cli(capsys, daemon, "status", "no-such-message")
-    assert code == 1 and "engine:unknown_target" in err and "Traceback" not in err
+    assert code == 1 and UnknownTarget.code in err and "Traceback" not in err
     code, _, err = _cli(capsys, daemon, "send", "--as", "nobody", "x", "y")
-    assert code == 1 and "engine:unknown_target" in err
+    assert code == 1 and UnknownTarget.code in err
     assert main(["sessions", "--socket", str(tmp_path / "none.sock")]) == 1
     assert "no daemon at" in capsys.readouterr().err
     with pytest.raises(SystemExit) as usage:
@@ -108,7 +110,7 @@ def test_the_forms_the_rows_print_name_sessions_and_messages(
     assert code == 0 and "mode queue" in out, err
     # A form too short to be safe, or one naming nothing, is refused without a guess.
     code, _, err = _cli(capsys, daemon, "status", short[:3])
-    assert code == 1 and "engine:unknown_target" in err and "treemail replay" in err
+    assert code == 1 and UnknownTarget.code in err and "treemail replay" in err
     code, _, err = _cli(capsys, daemon, "replay", "nobody_00000000")
-    assert code == 1 and "engine:unknown_target" in err and "treemail sessions" in err
+    assert code == 1 and UnknownTarget.code in err and "treemail sessions" in err
 

@@ -17,6 +17,7 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from tests.fuzz.fake_server import FakeServer, Plan, serving
+from treemail.core.lifecycle import SessionState
 from treemail.protocol import types as t
 from treemail.protocol.methods import SESSION_CREATE
 
@@ -80,7 +81,7 @@ def test_a_healthy_data_dir_beside_its_running_daemon(tmp_path: Path) -> None:
     found = _by_check(findings)
     assert "opens read-only and verifies" in found["store"]["detail"]
     assert "protocol 19" in found["daemon"]["detail"]
-    assert after["state"] == "idle"
+    assert after["state"] == SessionState.IDLE
 
 
 async def _create(daemon: DaemonProcess) -> Any:

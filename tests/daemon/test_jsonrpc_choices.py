@@ -12,6 +12,7 @@ from typing import Any
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.protocol import types as t
 from treemail.protocol.methods import MESSAGE_LIST, PROTOCOL_VERSION, SESSION_CREATE
+from treemail.protocol.rpc_errors import NotJsonRpc, Overloaded
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
               "params": {"protocol_version": PROTOCOL_VERSION, "client_info": {"name": "raw"}}}
@@ -105,7 +106,7 @@ def test_a_batch_is_refused_whole_with_one_error_and_runs_nothing(
     # Answers go out as each is ready: a frame refused unread is answered at once.
     assert sorted(str(f["id"]) for f in frames) == ["0", "3", "None"]
     refused = next(f for f in frames if f["id"] is None)["error"]
-    assert refused["code"] == -32600 and refused["data"]["code"] == "rpc:invalid_request"
+    assert refused["code"] == -32600 and refused["data"]["code"] == NotJsonRpc.code
     assert "JSON object" in refused["message"]
     assert texts == ["after the batch"]  # the connection goes on; the batch ran nothing
 
@@ -119,7 +120,7 @@ def test_a_null_id_is_refused_and_not_run(daemon: DaemonProcess) -> None:
     frames, texts = run(go())
     assert sorted(str(f["id"]) for f in frames) == ["0", "None"]
     refused = next(f for f in frames if f["id"] is None)["error"]
-    assert refused["data"]["code"] == "rpc:invalid_request" and "id" in refused["message"]
+    assert refused["data"]["code"] == NotJsonRpc.code and "id" in refused["message"]
     assert texts == []
 
 
@@ -153,7 +154,7 @@ def test_a_notification_over_the_in_flight_cap_is_refused_visibly(
 
     frames, texts, limit = run(go())
     refused = [f["error"] for f in frames if f["id"] is None]
-    assert refused and all(e["data"]["code"] == "rpc:overloaded"
+    assert refused and all(e["data"]["code"] == Overloaded.code
                            and e["data"]["details"]["method"] == "run.submit" for e in refused)
     assert len(texts) == len(set(texts)) >= limit - 1  # the initialize took one slot
     assert len(texts) + len(refused) == limit * 4

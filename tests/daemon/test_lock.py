@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.conftest import DaemonProcess
+from treemail.adapters.daemon.errors import DataDirLocked
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.errors import StoreLocked
 
@@ -44,7 +45,7 @@ def test_a_daemon_is_refused_a_store_an_embedded_writer_holds(
 ) -> None:
     done = _daemon(tmp_path / "data")
     assert done.returncode == 2, done.stderr
-    assert "daemon:data_dir_locked" in done.stderr and "Traceback" not in done.stderr
+    assert DataDirLocked.code in done.stderr and "Traceback" not in done.stderr
     assert f"pid {embedded.pid}" in done.stderr and "embedded writer" in done.stderr
     assert not (tmp_path / "data" / "daemon.sock").exists()
     embedded.kill()

@@ -18,6 +18,8 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from tests.fuzz.fake_server import FakeServer, Plan, serving, streamed
+from treemail.core.events import EventKind
+from treemail.core.lifecycle import RunState
 from treemail.protocol import types as t
 from treemail.protocol.methods import EVENTS_READ, RUN_SUBMIT, SESSION_CREATE
 
@@ -56,7 +58,7 @@ def _given_up(daemon: DaemonProcess) -> str:
             while True:
                 page = await client.request(
                     EVENTS_READ, t.EventsReadParams(after=0, session_id=sid))
-                if any(e.kind == "RunInterrupted" and "in a row" in e.data["reason"]
+                if any(e.kind == EventKind.RUN_INTERRUPTED and "in a row" in e.data["reason"]
                        for e in page.events):
                     return sid
                 await asyncio.sleep(0.05)
@@ -79,7 +81,7 @@ def _failure_shown(tmp_path: Path, base_url: str, *expected: str, extra: str = "
     daemon = _daemon(tmp_path / "data", base_url, extra)
     try:
         sid = _given_up(daemon)
-        rows = [line for line in _replay(daemon, sid).splitlines() if "interrupted" in line]
+        rows = [line for line in _replay(daemon, sid).splitlines() if RunState.INTERRUPTED in line]
     finally:
         code, err = daemon.terminate()
     assert code == 0, err

@@ -19,6 +19,8 @@ from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.ui.commands import follow
 from treemail.adapters.ui.transcript import Row
+from treemail.core.errors import UnknownTarget
+from treemail.core.lifecycle import MessageState
 from treemail.protocol import types as t
 from treemail.protocol.methods import (
     MESSAGE_GET,
@@ -30,6 +32,7 @@ from treemail.protocol.methods import (
     SESSION_LIST,
     Paged,
 )
+from treemail.protocol.rpc_errors import InvalidParams
 from treemail.protocol.types import PAGE_BODY_BYTES, PAGE_LIMIT
 
 P = TypeVar("P", bound=msgspec.Struct)
@@ -100,7 +103,7 @@ def test_a_trees_sessions_page_too_and_an_unknown_tree_is_an_error(
             with pytest.raises(RpcFailure) as unknown:
                 await client.request(SESSION_LIST, t.SessionListParams(
                     root_session_id="00000000-0000-4000-8000-000000000000"))
-            assert unknown.value.data_code == "engine:unknown_target"
+            assert unknown.value.data_code == UnknownTarget.code
         finally:
             await client.close()
 
@@ -119,7 +122,7 @@ def test_limit_and_cursor_are_bounded_by_the_wire_type(
                     "session_id": "00000000-0000-4000-8000-000000000000"}
                 with pytest.raises(RpcFailure) as bad:  # out of range: not a typed request
                     await client.call_raw(method, {**extra, **params})
-                assert bad.value.data_code == "rpc:invalid_params", method
+                assert bad.value.data_code == InvalidParams.code, method
         finally:
             await client.close()
 
@@ -130,7 +133,7 @@ async def _consumed(client: DaemonClient, message_ids: list[str]) -> None:
     async with asyncio.timeout(60):
         for message_id in message_ids:
             while (await client.request(MESSAGE_GET, t.MessageGetParams(
-                    message_id=message_id))).message.state != "consumed":
+                    message_id=message_id))).message.state != MessageState.CONSUMED:
                 await asyncio.sleep(0.02)
 
 

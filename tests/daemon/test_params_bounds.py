@@ -16,6 +16,7 @@ from treemail.adapters.daemon.client import RpcFailure
 from treemail.protocol import types as t
 from treemail.protocol.errors import INVALID_PARAMS
 from treemail.protocol.methods import SESSION_LIST
+from treemail.protocol.rpc_errors import InvalidParams
 
 BINDINGS = Path(__file__).parents[2] / "spec" / "bindings" / "protocol.schema.json"
 SID = "00000000-0000-4000-8000-000000000000"
@@ -28,6 +29,8 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("run.submit", {"session_id": SID, "text": "  "}),
     ("run.steer", {"session_id": SID, "text": "hi", "idempotency_key": ""}),
     ("plugin/producer/send", {"session_id": SID, "body": "\n"}),
+    ("events.read", {"limit": 0}),
+    ("events.read", {"limit": 257}),
 ]
 
 
@@ -57,8 +60,11 @@ def test_the_daemon_and_the_schema_refuse_the_same_params(daemon: DaemonProcess)
 
     answers = run(go())
     for (method, params), (_, code, data_code, text) in zip(CASES, answers, strict=True):
-        assert (code, data_code) == (INVALID_PARAMS, "rpc:invalid_params"), (method, text)
+        assert (code, data_code) == (INVALID_PARAMS, InvalidParams.code), (method, text)
         assert _schema_refuses(method, params), (method, params)
     # The message says which rule, so the caller knows what to fix.
     assert "exactly one of agent and agent_doc" in answers[0][3]
     assert "not empty or only whitespace - at `$.text`" in answers[4][3]
+    # A bound on both sides is said whole, whichever side was broken.
+    assert answers[-2][3].endswith("events.read: Expected `int` from 1 to 256 - at `$.limit`")
+    assert answers[-1][3] == answers[-2][3]

@@ -114,7 +114,7 @@ def test_a_directory_that_is_not_treemails_is_refused_and_left_as_it_was(
         [sys.executable, "-m", "treemail", "daemon", "--data-dir", str(data)],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert "store:not_private" in done.stderr
+    assert StoreNotPrivate.code in done.stderr
     assert f"chmod 700 {data}" in done.stderr
     assert stat.S_IMODE(data.stat().st_mode) == 0o755
     assert sorted(p.name for p in data.iterdir()) == ["notes.txt"]  # nothing written

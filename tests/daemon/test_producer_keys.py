@@ -16,10 +16,14 @@ from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.engine import Engine
+from treemail.core.errors import InvalidRequest, ProducerKeyConflict
+from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import MessageState
 from treemail.protocol import types as t
 from treemail.protocol.jsonrpc import encode_request
 from treemail.protocol.methods import MESSAGE_GET, MESSAGE_LIST, SESSION_CREATE
+from treemail.protocol.rpc_errors import InvalidParams
 
 KEY = "3f6c1d0e-8a1b-4c55-9a0e-keyed-submit"
 
@@ -32,7 +36,7 @@ async def _mail(client: DaemonClient, sid: str, text: str) -> list[t.MessageView
 async def _until_consumed(client: DaemonClient, message_id: str) -> None:
     async with asyncio.timeout(30):
         while (await client.request(MESSAGE_GET, t.MessageGetParams(
-                message_id=message_id))).message.state != "consumed":
+                message_id=message_id))).message.state != MessageState.CONSUMED:
             await asyncio.sleep(0.02)
 
 
@@ -93,11 +97,11 @@ def test_a_keyed_submit_accepted_before_kill_9_is_answered_again_and_delivered_o
     assert code == 0, err
     assert r["retried"].message_id == accepted
     for refused in (r["other_text"], r["other_mode"]):
-        assert refused.code == -32010 and refused.data_code == "producer:idempotency_conflict"
+        assert refused.code == -32010 and refused.data_code == ProducerKeyConflict.code
         assert accepted in refused.error.message
     assert [m.message_id for m in r["copies"]] == [accepted] and r["others"] == []
-    assert _log(data, "ProducerMessageAccepted")[accepted] == 1
-    assert _log(data, "ProducerMessageConsumed")[accepted] == 1
+    assert _log(data, EventKind.PRODUCER_MESSAGE_ACCEPTED)[accepted] == 1
+    assert _log(data, EventKind.PRODUCER_MESSAGE_CONSUMED)[accepted] == 1
 
 
 def test_keyed_plugin_mail_and_bad_keys_on_the_wire(daemon: DaemonProcess) -> None:
@@ -130,8 +134,8 @@ def test_keyed_plugin_mail_and_bad_keys_on_the_wire(daemon: DaemonProcess) -> No
     assert len(r["copies"]) == 2
     # Lengths the schema of spec/bindings states are refused as params; bytes, by the engine.
     for refused in (r["empty"], r["long"]):
-        assert refused.data_code == "rpc:invalid_params"
+        assert refused.data_code == InvalidParams.code
         assert "at `$.idempotency_key`" in refused.error.message
-    assert r["wide"].data_code == "engine:invalid_request"
+    assert r["wide"].data_code == InvalidRequest.code
     assert "idempotency key" in r["wide"].error.message
     assert r["hi"] == []

@@ -13,7 +13,9 @@ import pytest
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.registered import REGISTERED_DIR
+from treemail.core.errors import AgentDocError, InvalidRequest
 from treemail.core.events import EventKind
+from treemail.core.lifecycle import SessionState
 from treemail.protocol import types as t
 from treemail.protocol.methods import EVENTS_READ, RUN_SUBMIT, SESSION_CREATE, SESSION_LIST
 
@@ -43,7 +45,8 @@ async def _settled(client: DaemonClient, timeout: float = 30) -> list[t.SessionV
     async with asyncio.timeout(timeout):
         while True:
             sessions = await client.every(SESSION_LIST, t.SessionListParams())
-            if sessions and all(s.state in ("idle", "finished") for s in sessions):
+            if sessions and all(s.state in (SessionState.IDLE, SessionState.FINISHED)
+                                for s in sessions):
                 return sessions
             await asyncio.sleep(0.05)
 
@@ -116,6 +119,6 @@ def test_a_refused_create_keeps_no_doc(daemon: DaemonProcess,
             await client.close()
 
     refused = run(go())
-    assert refused.data_code in ("agent_doc:invalid", "engine:invalid_request"), refused
+    assert refused.data_code in (AgentDocError.code, InvalidRequest.code), refused
     kept = daemon.data_dir / REGISTERED_DIR
     assert not kept.exists() or not list(kept.iterdir())

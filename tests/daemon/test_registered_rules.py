@@ -13,7 +13,9 @@ import pytest
 from tests.daemon.conftest import DaemonProcess, run
 from tests.daemon.test_registered import _said, _settled
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.daemon.errors import AgentDefinedByFile
 from treemail.adapters.daemon.registered import REGISTERED_DIR
+from treemail.core.errors import AgentDocError, StoreFull
 from treemail.core.events import EventKind
 from treemail.protocol import types as t
 from treemail.protocol.methods import RUN_SUBMIT, SESSION_CREATE, SESSION_LIST
@@ -160,7 +162,7 @@ def test_the_users_agents_file_wins_over_a_registration(tmp_path: Path) -> None:
     assert code == 0, err
     assert not _steered(said), said  # the file's "*": deny governs: send_message is gone
     assert any("delegated aide_" in line for line in said), said  # it did reach the steer
-    assert refused.data_code == "daemon:agent_defined_by_file", refused
+    assert refused.data_code == AgentDefinedByFile.code, refused
     assert str(data / "agents" / "lead.md") in str(refused)
     assert same.agent == "lead"  # the file's own definition is not a conflict
     assert str(data / "agents" / "lead.md") in err  # said at start, both paths named
@@ -191,7 +193,7 @@ def test_a_name_too_long_for_the_file_system_is_refused_and_keeps_nothing(
     finally:
         code, err = daemon.terminate()
     assert code == 0, err
-    assert refused.data_code == "agent_doc:invalid", refused
+    assert refused.data_code == AgentDocError.code, refused
     assert "shorter name" in str(refused)
     assert [s.agent for s in sessions] == ["aide"]  # the refused create made none
     assert _kept(tmp_path / "data") == ["aide.md"]  # and wrote nothing, not even its aide
@@ -238,7 +240,7 @@ def test_a_full_disk_while_registering_is_refused_and_keeps_nothing(tmp_path: Pa
     finally:
         code, err = daemon.terminate()
     assert code == 0, err
-    assert refused.data_code == "store:full", refused
+    assert refused.data_code == StoreFull.code, refused
     assert "free space and retry" in str(refused)
     assert sessions == []
     assert _kept(tmp_path / "data") == []  # no temporary file, and no aide.md either

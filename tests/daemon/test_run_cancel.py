@@ -15,6 +15,9 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, configured, run
 from treemail.adapters.daemon.client import RpcFailure
+from treemail.core.errors import NoRunInFlight, UnknownTarget
+from treemail.core.events import EventKind
+from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
 from treemail.protocol.errors import INVALID_PARAMS
@@ -64,7 +67,7 @@ def test_run_follows_a_root_and_a_delegated_child_to_the_end(daemon: DaemonProce
     sid = first.split("(")[1].split(")")[0]
     assert first.startswith("session default_") and "runs default" in first
     assert any('"count the files"' in row for row in rows)
-    assert rows[-1].split()[-3:] == ["run", "1", "finished"]
+    assert rows[-1].split()[-3:] == ["run", "1", RunState.FINISHED]
     assert f"the run of {sid} finished" in done.stderr
     child = _cli(daemon, "run", "explore", "look around", "--parent", sid, "--follow",
                  "--json")
@@ -77,7 +80,7 @@ def test_run_follows_a_root_and_a_delegated_child_to_the_end(daemon: DaemonProce
     assert task["message"]["owner"] == "delegation"
     assert task["message"]["recipient"] == session["session_id"]
     assert {e["session_id"] for e in lines[1:]} == {session["session_id"]}
-    assert lines[-1]["kind"] == "RunFinished"
+    assert lines[-1]["kind"] == EventKind.RUN_FINISHED
     assert _call(daemon, m.SESSION_GET, t.SessionGetParams(session_id=sid))["root_session_id"] == \
         session["root_session_id"]
 
@@ -120,12 +123,12 @@ def test_cancel_interrupts_the_run_and_releases_its_mail(slow: DaemonProcess) ->
     assert "interrupted: cancelled by user" in err
     assert out.splitlines()[-1].endswith("run 1 interrupted (cancelled by user)")
     session = _call(slow, m.SESSION_GET, t.SessionGetParams(session_id=sid))
-    assert session["state"] == "idle"  # not woken again by its released mail
+    assert session["state"] == SessionState.IDLE  # not woken again by its released mail
     mail = _call(slow, m.MESSAGE_LIST, t.MessageListParams(session_id=sid))["messages"]
-    assert [m["state"] for m in mail] == ["released"]  # kept for the next input
+    assert [m["state"] for m in mail] == [MessageState.RELEASED]  # kept for the next input
     receipt = _call(slow, m.MESSAGE_GET, t.MessageGetParams(message_id=mail[0]["message_id"]))
     assert [step["kind"] for step in receipt["history"]][-2:] == [
-        "ProducerMessageClaimed", "ProducerMessageReleased"]
+        EventKind.PRODUCER_MESSAGE_CLAIMED, EventKind.PRODUCER_MESSAGE_RELEASED]
 
 
 def test_cancel_without_a_run_or_a_session_is_a_typed_error(slow: DaemonProcess) -> None:
@@ -135,14 +138,14 @@ def test_cancel_without_a_run_or_a_session_is_a_typed_error(slow: DaemonProcess)
     assert "has no run in flight (it is idle)" in idle.stderr
     assert idle.stderr.rstrip().endswith("[run:not_in_flight]")
     as_json = json.loads(_cli(slow, "cancel", root["session_id"], "--json").stderr)
-    assert as_json["code"] == "run:not_in_flight"
+    assert as_json["code"] == NoRunInFlight.code
     nobody = _cli(slow, "cancel", "nobody")
     assert nobody.returncode == 1 and "[engine:unknown_target]" in nobody.stderr
     with pytest.raises(RpcFailure) as refused:
         _call(slow, m.RUN_CANCEL, t.RunCancelParams(session_id=str(uuid.uuid4())))
-    assert refused.value.data_code == "engine:unknown_target"
+    assert refused.value.data_code == UnknownTarget.code
     again = _call(slow, m.SESSION_GET, t.SessionGetParams(session_id=root["session_id"]))
-    assert again["state"] == "idle"
+    assert again["state"] == SessionState.IDLE
 
 
 def test_cancel_tells_a_delegating_parent(slow: DaemonProcess) -> None:
@@ -153,7 +156,8 @@ def test_cancel_tells_a_delegating_parent(slow: DaemonProcess) -> None:
     cancelled = _cli(slow, "cancel", cid, "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     answer = json.loads(cancelled.stdout)
-    assert answer["run"]["status"] == "interrupted" and answer["session"]["state"] == "idle"
+    assert answer["run"]["status"] == RunState.INTERRUPTED
+    assert answer["session"]["state"] == SessionState.IDLE
     told = _call(slow, m.MESSAGE_LIST,
                  t.MessageListParams(session_id=root["session_id"]))["messages"]
     assert [(m["owner"], m["sender"]) for m in told] == [("delegation", cid)]
@@ -195,7 +199,7 @@ def test_follow_goes_on_into_the_retry_of_a_run_whose_model_failed(tmp_path: Pat
                             "try twice")
     assert done.returncode == 0, done.stderr
     ends = [line.split()[-3:] for line in done.stdout.splitlines() if " run " in line]
-    assert ends[-1] == ["run", "2", "finished"]
+    assert ends[-1] == ["run", "2", RunState.FINISHED]
     assert any("run 1 interrupted (model error" in line for line in done.stdout.splitlines())
 
 

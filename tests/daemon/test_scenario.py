@@ -15,6 +15,16 @@ import pytest
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.core.envelope import render_envelope
+from treemail.core.errors import (
+    ApprovalRequired,
+    InvalidToolContext,
+    PluginBodyTooLarge,
+    PluginRefusal,
+    UnknownTarget,
+)
+from treemail.core.events import EventKind
+from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
+from treemail.core.records import RecipientState
 from treemail.protocol import types as t
 from treemail.protocol.methods import (
     APPROVAL_ANSWER,
@@ -87,7 +97,7 @@ async def _quiet(client: DaemonClient, timeout: float = 30) -> None:
     async with asyncio.timeout(timeout):
         while True:
             listed = await client.every(SESSION_LIST, t.SessionListParams())
-            if all(s.state in ("idle", "finished") for s in listed):
+            if all(s.state in (SessionState.IDLE, SessionState.FINISHED) for s in listed):
                 return
             await asyncio.sleep(0.05)
 
@@ -108,7 +118,7 @@ def test_a_tree_of_four_with_both_modes_a_wake_an_approval_and_a_steer(
             tree = await client.request(SESSION_LIST, t.SessionListParams(root_session_id=lid))
             a, b = (k.session_id for k in kids)
             # User steer into a run in flight: a is running its delegated task.
-            await _until(client, a, "running")
+            await _until(client, a, SessionState.RUNNING)
             steer = await client.request(
                 RUN_STEER, t.RunSteerParams(session_id=a, text="also check X"))
             # As a's run: a message to its sibling waits for the user (ask rule).
@@ -140,23 +150,25 @@ def test_a_tree_of_four_with_both_modes_a_wake_an_approval_and_a_steer(
     r = run(go(), timeout=90)
     assert len(r["tree"].sessions) == 4
     assert r["grandchild"].parent_session_id == r["tree"].sessions[1].session_id
-    assert r["steer"].mode == "steer" and r["steer"].recipient_state == "running"
+    assert r["steer"].mode == "steer" and r["steer"].recipient_state == RecipientState.RUNNING
     assert r["steer"].owner == "user" and r["steer"].agent_hop is None
-    assert r["call"].approval_id and "permission:approval_required" in r["call"].content
+    assert r["call"].approval_id and ApprovalRequired.code in r["call"].content
     assert [h.approval_id for h in r["held"].approvals] == [r["call"].approval_id]
-    assert r["answered"].state == "approved" and r["answered"].scope == "once"
+    assert r["answered"].state == ApprovalState.APPROVED and r["answered"].scope == "once"
     outcome = r["answered"].outcome  # an object, the ApprovalAnswered event's shape
     assert outcome is not None and outcome.result is not None, outcome
     assert "message_id" in outcome.result and outcome.error is None, outcome
-    assert r["finished"].state == "finished"
-    assert r["woken"].recipient_state == "waking_finished" and r["woken"].mode == "queue"
+    assert r["finished"].state == SessionState.FINISHED
+    assert r["woken"].recipient_state == RecipientState.WAKING_FINISHED
+    assert r["woken"].mode == "queue"
     assert r["queued"].mode == "queue"  # a steer to a session with no run waits for one
     kinds = [h.kind for h in r["receipt"].history]
-    assert r["receipt"].message.state == "consumed"
-    assert kinds[0] == "ProducerMessageAccepted" and kinds[-1] == "ProducerMessageConsumed"
+    assert r["receipt"].message.state == MessageState.CONSUMED
+    assert kinds[0] == EventKind.PRODUCER_MESSAGE_ACCEPTED
+    assert kinds[-1] == EventKind.PRODUCER_MESSAGE_CONSUMED
     owners = sorted(m.owner for m in r["b_mail"].messages)
     assert owners == ["agent", "delegation", "user"]  # the approved sibling mail arrived
-    assert all(m.state == "consumed" for m in r["b_mail"].messages)
+    assert all(m.state == MessageState.CONSUMED for m in r["b_mail"].messages)
     assert len(r["b_runs"].runs) >= 2  # its task, then the wake
 
 
@@ -179,7 +191,7 @@ def test_agent_hop_is_on_the_wire_and_in_the_log_but_never_in_the_envelope(
                 EVENTS_SUBSCRIBE, t.EventsSubscribeParams(after=0, session_id=lid))
             child = await client.request(SESSION_DELEGATE, t.SessionDelegateParams(
                 parent_session_id=lid, agent="worker", task="find the bug"))
-            await _until(client, child.session_id, "running")
+            await _until(client, child.session_id, SessionState.RUNNING)
             call = await client.request(TOOL_CALL, t.ToolCallParams(
                 session_id=child.session_id, tool_call_id="hop-1", name="send_message",
                 arguments={"to": lid, "body": body}))
@@ -187,7 +199,7 @@ def test_agent_hop_is_on_the_wire_and_in_the_log_but_never_in_the_envelope(
                 RUN_SUBMIT, t.RunSubmitParams(session_id=lid, text="status?"))
             await _quiet(client)
             live: list[t.EventNotification] = []
-            while not any(n.event.kind == "ModelOutput" for n in live):
+            while not any(n.event.kind == EventKind.MODEL_OUTPUT for n in live):
                 note = await client.next_notification(EVENTS_EVENT)
                 if note.subscription_id == sub.subscription_id:
                     live.append(note)
@@ -205,17 +217,17 @@ def test_agent_hop_is_on_the_wire_and_in_the_log_but_never_in_the_envelope(
     assert r["user"].agent_hop is None  # user mail has no hop
     # The durable event, read back and streamed live, carries the same hop.
     accepts = {v.data["message_id"]: v.data for v in r["log"]
-               if v.kind == "ProducerMessageAccepted"}
+               if v.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED}
     assert accepts[message_id]["agent_hop"] == accepted.agent_hop
     assert accepts[r["user"].message_id]["agent_hop"] is None
     streamed = [n.event.data for n in r["live"]
-                if n.event.kind == "ProducerMessageAccepted"
+                if n.event.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED
                 and n.event.data["message_id"] == message_id]
     assert [d["agent_hop"] for d in streamed] == [accepted.agent_hop]
     # What the lead's model read for that mail: the envelope alone, no hop, no id.
-    begun = next(v.data for v in r["log"] if v.kind == "RequestBegun"
+    begun = next(v.data for v in r["log"] if v.kind == EventKind.REQUEST_BEGUN
                  and message_id in v.data["message_ids"])
-    output = next(v.data for v in r["log"] if v.kind == "ModelOutput"
+    output = next(v.data for v in r["log"] if v.kind == EventKind.MODEL_OUTPUT
                   and v.data["request_id"] == begun["request_id"])
     envelope = next(text for text in output["inputs"] if body in text)
     assert envelope == render_envelope(r["child"].handle, body, reply_hint=True)
@@ -236,7 +248,7 @@ def test_tool_call_needs_a_run_in_flight(slow: DaemonProcess) -> None:
             await client.close()
 
     failure = run(go())
-    assert failure.data_code == "engine:invalid_tool_context"
+    assert failure.data_code == InvalidToolContext.code
 
 
 def test_plugin_mail_is_capped_and_the_gate_decides_over_the_wire(slow: DaemonProcess) -> None:
@@ -259,12 +271,12 @@ def test_plugin_mail_is_capped_and_the_gate_decides_over_the_wire(slow: DaemonPr
             with pytest.raises(RpcFailure) as too_big:
                 await plugin.request(PLUGIN_PRODUCER_SEND, t.ProducerSendParams(
                     session_id=sid, body="x" * (256 * 1024 + 1)))
-            await _until(user, sid, "running")
+            await _until(user, sid, SessionState.RUNNING)
             refused = await user.request(TOOL_CALL, t.ToolCallParams(
                 session_id=sid, tool_call_id="g1", name="send_message",
                 arguments={"to": "nobody", "body": "hi"}))
             seen: list[str] = []
-            while "ProducerMessageAccepted" not in seen:
+            while EventKind.PRODUCER_MESSAGE_ACCEPTED not in seen:
                 note = await plugin.next_notification(PLUGIN_EVENT)
                 seen.append(note.event.kind)
             return accepted, too_big.value, refused, asked, seen
@@ -274,11 +286,11 @@ def test_plugin_mail_is_capped_and_the_gate_decides_over_the_wire(slow: DaemonPr
 
     accepted, too_big, refused, asked, seen = run(go())
     assert accepted.owner == "plugin"
-    assert too_big.code == -32010 and too_big.data_code == "plugin:body_too_large"
-    assert "plugin:refused" in refused.content and "audit says no" in refused.content
+    assert too_big.code == -32010 and too_big.data_code == PluginBodyTooLarge.code
+    assert PluginRefusal.code in refused.content and "audit says no" in refused.content
     assert len(asked) == 1  # one plugin/tool_before_call, decoded into its params type
     assert asked[0].name == "send_message" and asked[0].tool_call_id == "g1"
-    assert "SessionCreated" in seen
+    assert EventKind.SESSION_CREATED in seen
 
 
 def test_a_gate_answer_that_is_not_a_verdict_refuses_the_call(slow: DaemonProcess) -> None:
@@ -297,7 +309,7 @@ def test_a_gate_answer_that_is_not_a_verdict_refuses_the_call(slow: DaemonProces
             sid = (await user.request(SESSION_CREATE, t.SessionCreateParams(
                 agent="worker"))).session_id
             await user.submit(sid, "work")  # a run in flight, for the call to run as
-            await _until(user, sid, "running")
+            await _until(user, sid, SessionState.RUNNING)
             return await user.request(TOOL_CALL, t.ToolCallParams(
                 session_id=sid, tool_call_id="g2", name="send_message",
                 arguments={"to": "nobody", "body": "hi"}))
@@ -306,7 +318,7 @@ def test_a_gate_answer_that_is_not_a_verdict_refuses_the_call(slow: DaemonProces
             await user.close()
 
     refused = run(go())
-    assert "plugin:refused" in refused.content and "not a verdict" in refused.content
+    assert PluginRefusal.code in refused.content and "not a verdict" in refused.content
     assert "shutting_down" in refused.content  # the decode error names what was wrong
     assert refused.accepted is None and refused.approval_id is None
 
@@ -368,7 +380,7 @@ def test_unsubscribe_of_an_unknown_subscription_is_an_error(slow: DaemonProcess)
         finally:
             await client.close()
 
-    assert run(go()).data_code == "engine:unknown_target"
+    assert run(go()).data_code == UnknownTarget.code
 
 
 def test_kill_9_mid_traffic_then_restart_delivers_every_acked_send_once(
@@ -412,7 +424,7 @@ def test_kill_9_mid_traffic_then_restart_delivers_every_acked_send_once(
     assert code == 0, err
     by_id = {m.message_id: m for m in messages}
     assert set(acked) <= set(by_id)
-    assert all(by_id[i].state == "consumed" for i in acked)
+    assert all(by_id[i].state == MessageState.CONSUMED for i in acked)
     _consumed_once(data, acked)
 
 
@@ -427,7 +439,7 @@ def _consumed_once(data: Path, acked: list[str]) -> None:
     try:
         consumed = Counter(str(e.data["message_id"]) for _, e in
                            Engine(store, CountingIds()).feed()
-                           if e.kind == "ProducerMessageConsumed")
+                           if e.kind == EventKind.PRODUCER_MESSAGE_CONSUMED)
     finally:
         store.close()
     assert all(consumed[i] == 1 for i in acked)

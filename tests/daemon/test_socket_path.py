@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.daemon.conftest import DaemonProcess, run
+from treemail.adapters.daemon.errors import SocketInUse, SocketPathTaken
 from treemail.protocol import types as t
 from treemail.protocol.methods import SESSION_LIST
 
@@ -26,7 +27,7 @@ def test_a_path_that_is_not_a_socket_is_refused_and_left_intact(tmp_path: Path) 
     notes.write_text("my notes\n")
     done = _daemon(tmp_path / "data", "--socket", str(notes))
     assert done.returncode == 2, done.stderr
-    assert "daemon:socket_path_taken" in done.stderr and str(notes) in done.stderr
+    assert SocketPathTaken.code in done.stderr and str(notes) in done.stderr
     assert "Traceback" not in done.stderr
     assert notes.read_text() == "my notes\n"
     assert not (tmp_path / "data").exists()  # refused before the data directory was made
@@ -39,7 +40,7 @@ def test_a_socket_another_daemon_serves_is_refused(tmp_path: Path) -> None:
         inode = path.stat().st_ino
         done = _daemon(tmp_path / "second", "--socket", str(path))
         assert done.returncode == 2, done.stderr
-        assert "daemon:socket_in_use" in done.stderr and str(path) in done.stderr
+        assert SocketInUse.code in done.stderr and str(path) in done.stderr
         assert "Traceback" not in done.stderr
         assert path.stat().st_ino == inode  # the first one's socket, still in place
 

@@ -12,6 +12,8 @@ from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import Call, RpcFailure
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.engine import Engine
+from treemail.core.errors import EngineShutdown
+from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
 from treemail.protocol import types as t
 from treemail.protocol.methods import RUN_SUBMIT, SESSION_CREATE, SHUTDOWN
@@ -22,7 +24,7 @@ def _accepted(data_dir: Path) -> set[str]:
     try:
         engine = Engine(store, CountingIds())
         return {str(e.data["message_id"]) for _, e in engine.feed()
-                if e.kind == "ProducerMessageAccepted"}
+                if e.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED}
     finally:
         store.close()
 
@@ -51,7 +53,7 @@ def test_a_send_racing_shutdown_is_refused_and_nothing_acknowledged_is_lost(
     assert answers[0] == t.ShutdownResult(shutting_down=True)
     raced = answers[1:]
     assert raced and all(isinstance(a, RpcFailure) and a.code == -32010
-                         and a.data_code == "send_message:engine_shutdown" for a in raced)
+                         and a.data_code == EngineShutdown.code for a in raced)
     assert _accepted(tmp_path / "data") == {first}
     assert not (tmp_path / "data" / "daemon.sock").exists()
 
@@ -75,7 +77,7 @@ def test_sigterm_stops_in_order_and_frees_the_data_dir(tmp_path: Path) -> None:
                     RUN_SUBMIT, t.RunSubmitParams(session_id=root.session_id, text="x"))
                 acked.append(accepted.message_id)
         except RpcFailure as refused:
-            assert refused.data_code == "send_message:engine_shutdown", refused
+            assert refused.data_code == EngineShutdown.code, refused
         except ConnectionError:
             pass
         await client.close()

@@ -25,12 +25,20 @@ import pytest
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.connection import Limits
-from treemail.adapters.daemon.errors import ServerUnproven
+from treemail.adapters.daemon.errors import (
+    DataDirLocked,
+    ListenFailed,
+    NotLoopback,
+    ServerUnproven,
+    TokenFileUnsafe,
+)
 from treemail.adapters.daemon.host import open_daemon
 from treemail.adapters.daemon.tcp import Token
 from treemail.adapters.ui.cli import main
+from treemail.core.errors import InvalidRequest
 from treemail.protocol import types as t
 from treemail.protocol.methods import AUTH_CHALLENGE, AUTH_PROVE, SESSION_CREATE, SESSION_LIST
+from treemail.protocol.rpc_errors import ClearToken, Unauthorized
 
 
 def _free_port() -> int:
@@ -131,11 +139,11 @@ def test_the_daemon_proves_it_holds_the_token_and_admits_a_right_proof(tcp: TcpD
 
 @pytest.mark.parametrize(("frame", "code", "why"), [
     ({"method": "initialize", "params": {"protocol_version": 19, "client_info": {"name": "x"}}},
-     "rpc:unauthorized", "expected auth.challenge, got initialize"),
-    ({"method": "session.list", "params": {}}, "rpc:unauthorized", "got session.list"),
-    ({"method": "auth.prove", "params": {"client_proof": "00" * 32}}, "rpc:unauthorized",
+     Unauthorized.code, "expected auth.challenge, got initialize"),
+    ({"method": "session.list", "params": {}}, Unauthorized.code, "got session.list"),
+    ({"method": "auth.prove", "params": {"client_proof": "00" * 32}}, Unauthorized.code,
      "expected auth.challenge, got auth.prove"),
-    ({"method": "auth.challenge", "params": {"client_nonce": "short"}}, "rpc:unauthorized",
+    ({"method": "auth.challenge", "params": {"client_nonce": "short"}}, Unauthorized.code,
      "auth.challenge:"),
 ])
 def test_any_other_first_frame_is_refused_and_closed(
@@ -153,7 +161,7 @@ def test_an_old_client_that_sends_the_token_in_clear_is_told_to_upgrade(tcp: Tcp
     frame = {"method": "initialize", "params": {
         "protocol_version": 19, "client_info": {"name": "old"}, "auth_token": tcp.token}}
     (failure,), closed = run(_first_frames(tcp.address, frame))
-    assert isinstance(failure, RpcFailure) and failure.data_code == "rpc:token_in_clear"
+    assert isinstance(failure, RpcFailure) and failure.data_code == ClearToken.code
     assert "upgrade the client" in failure.error.message
     assert "delete DATA_DIR/daemon.token" in failure.error.message  # it may be exposed
     assert closed
@@ -184,7 +192,7 @@ def test_a_wrong_client_proof_is_refused_and_closed(tcp: TcpDaemon, wrong: str) 
 
     (_, failure), closed = run(go())
     assert isinstance(failure, RpcFailure), failure
-    assert failure.data_code == "rpc:unauthorized" and "wrong client_proof" in failure.error.message
+    assert failure.data_code == Unauthorized.code and "wrong client_proof" in failure.error.message
     assert closed
 
 
@@ -196,7 +204,7 @@ def test_a_client_with_a_wrong_token_refuses_the_daemon_before_proving_itself(
 
     with pytest.raises(ServerUnproven) as caught:
         run(go())
-    assert caught.value.code == "client:server_unproven"
+    assert caught.value.code == ServerUnproven.code
     assert "TREEMAIL_TOKEN" in caught.value.message
 
 
@@ -217,7 +225,7 @@ def test_the_proof_methods_are_refused_where_no_proof_is_due(tcp: TcpDaemon) -> 
             await local.close()
 
     for failure in run(go()):
-        assert failure.data_code == "engine:invalid_request"
+        assert failure.data_code == InvalidRequest.code
         assert "needs no proof" in failure.error.message
 
 
@@ -246,7 +254,7 @@ def test_the_cli_connects_over_tcp_with_the_token_file(
     monkeypatch.setenv("TREEMAIL_TOKEN", "wrong")
     assert main(["sessions", "--connect", tcp.address, "--data-dir", str(tcp.data_dir)]) == 1
     err = capsys.readouterr().err
-    assert "client:server_unproven" in err and "Traceback" not in err
+    assert ServerUnproven.code in err and "Traceback" not in err
     monkeypatch.delenv("TREEMAIL_TOKEN")
     missing = tcp.data_dir / "nowhere"
     assert main(["sessions", "--connect", tcp.address, "--token-file", str(missing)]) == 1
@@ -305,7 +313,7 @@ def test_a_listener_without_the_token_learns_nothing_and_is_refused(
 
     code, heard = run(go())
     err = capsys.readouterr().err
-    assert code == 1 and "client:server_unproven" in err and "Traceback" not in err
+    assert code == 1 and ServerUnproven.code in err and "Traceback" not in err
     # All it heard is one challenge: a random nonce, nothing derived from the token.
     frame = json.loads(heard)
     assert frame["method"] == "auth.challenge" and set(frame["params"]) == {"client_nonce"}
@@ -329,7 +337,7 @@ def test_an_address_off_loopback_is_refused_before_anything_is_bound(
     spec = f"[{host}]:7" if ":" in host else f"{host}:7"
     done = _daemon(tmp_path / "data", "--tcp", spec)
     assert done.returncode == 2, done.stderr
-    assert "daemon:not_loopback" in done.stderr and "Traceback" not in done.stderr
+    assert NotLoopback.code in done.stderr and "Traceback" not in done.stderr
     assert "loopback" in done.stderr
     assert not (tmp_path / "data").exists()  # refused before the data directory was made
 
@@ -347,7 +355,7 @@ def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
     (data / "daemon.token").chmod(0o644)
     done = _daemon(data, "--tcp", f"127.0.0.1:{_free_port()}")
     assert done.returncode == 2, done.stderr
-    assert "daemon:token_unsafe" in done.stderr and "0644" in done.stderr
+    assert TokenFileUnsafe.code in done.stderr and "0644" in done.stderr
 
 
 def test_a_port_in_use_is_a_clear_error_and_frees_the_data_dir(tmp_path: Path) -> None:
@@ -357,7 +365,7 @@ def test_a_port_in_use_is_a_clear_error_and_frees_the_data_dir(tmp_path: Path) -
         port = taken.getsockname()[1]
         done = _daemon(tmp_path / "data", "--tcp", f"127.0.0.1:{port}")
     assert done.returncode == 2, done.stderr
-    assert "daemon:listen_failed" in done.stderr and "Traceback" not in done.stderr
+    assert ListenFailed.code in done.stderr and "Traceback" not in done.stderr
     again = DaemonProcess(tmp_path / "data")  # the failed start released everything
     code, err = again.terminate()
     assert code == 0, err
@@ -393,5 +401,5 @@ def test_the_demo_runs_over_tcp(
 
 def test_a_second_daemon_is_told_the_first_ones_tcp_address(tcp: TcpDaemon) -> None:
     done = _daemon(tcp.data_dir)
-    assert done.returncode == 2 and "daemon:data_dir_locked" in done.stderr
+    assert done.returncode == 2 and DataDirLocked.code in done.stderr
     assert f"pid {tcp.proc.pid}" in done.stderr and f"tcp 127.0.0.1:{tcp.port}" in done.stderr

@@ -24,6 +24,7 @@ from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.tcp import AUTH_BYTES, MAX_UNAUTHENTICATED
 from treemail.protocol import types as t
 from treemail.protocol.methods import SESSION_LIST
+from treemail.protocol.rpc_errors import Overloaded
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,7 @@ async def _served(address: str, token: str) -> list[t.SessionView]:
         try:
             client = await DaemonClient.connect(address, token=token)
         except RpcFailure as failure:
-            if failure.data_code != "rpc:overloaded" or (
+            if failure.data_code != Overloaded.code or (
                     asyncio.get_running_loop().time() > deadline):
                 raise
             await asyncio.sleep(0.05)

@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from tests.daemon.conftest import DaemonProcess, run
 from tests.daemon.test_scenario import LEAD
+from treemail.core.lifecycle import MessageState, SessionState
 from treemail.protocol import types as t
 from treemail.protocol.methods import PLUGIN_PRODUCER_SEND, RUN_SUBMIT, SESSION_CREATE, SESSION_GET
 
@@ -50,7 +51,7 @@ async def _mail(daemon: DaemonProcess) -> dict[str, Any]:
         async with asyncio.timeout(STEP):
             while (await client.request(
                 SESSION_GET, t.SessionGetParams(session_id=sid))).state not in (
-                    "idle", "finished"):
+                    SessionState.IDLE, SessionState.FINISHED):
                 await asyncio.sleep(0.05)
         return {"session": sid, "user": user.message_id, "plugin": plugin.message_id}
     finally:
@@ -80,4 +81,4 @@ def test_tail_replay_and_status_show_control_characters_escaped(daemon: DaemonPr
     for shown in (SHOWN, "\\u202eevil", "\\x9b2J", "\\x1b[2K\\x1b[1A \\x07"):
         assert shown in replayed, shown
     assert sum(SHOWN in line for line in replayed.splitlines()) >= 3  # user, plugin, reply
-    assert all("consumed" in status for status in statuses)
+    assert all(MessageState.CONSUMED in status for status in statuses)

@@ -12,6 +12,8 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.daemon.errors import DataDirLocked
+from treemail.core.errors import InvalidRequest, UnknownTarget
 from treemail.protocol import types as t
 from treemail.protocol.methods import (
     METHODS,
@@ -23,6 +25,17 @@ from treemail.protocol.methods import (
     SESSION_GET,
     SESSION_LIST,
     Method,
+)
+from treemail.protocol.rpc_errors import (
+    FrameNotJson,
+    FrameNotUtf8,
+    FrameTooLarge,
+    InvalidParams,
+    NotInitialized,
+    NotJsonRpc,
+    Overloaded,
+    UnknownMethod,
+    UnsupportedVersion,
 )
 
 P = TypeVar("P", bound=msgspec.Struct)
@@ -90,7 +103,7 @@ def test_other_version_is_refused_clearly(daemon: DaemonProcess) -> None:
             await client.close()
 
     refused, accepted = run(go())
-    assert refused.code == -32003 and refused.data_code == "rpc:unsupported_version"
+    assert refused.code == -32003 and refused.data_code == UnsupportedVersion.code
     assert "18" in refused.error.message and "19" in refused.error.message
     assert accepted.protocol_version == 19
 
@@ -108,7 +121,7 @@ def test_request_before_initialize_is_refused(daemon: DaemonProcess) -> None:
             await client.close()
 
     early, unknown = run(go())
-    assert early.code == -32002 and early.data_code == "rpc:not_initialized"
+    assert early.code == -32002 and early.data_code == NotInitialized.code
     assert unknown.code == -32601  # an unknown method is unknown whatever the state
 
 
@@ -123,18 +136,18 @@ def test_second_initialize_is_refused(daemon: DaemonProcess) -> None:
             await client.close()
 
     again = run(go())
-    assert again.data_code == "engine:invalid_request"
+    assert again.data_code == InvalidRequest.code
 
 
 BAD_FRAMES: list[tuple[str, bytes, int, str]] = [
-    ("malformed JSON", b'{"jsonrpc": "2.0", "id": 1, "method": \n', -32700, "rpc:parse_error"),
+    ("malformed JSON", b'{"jsonrpc": "2.0", "id": 1, "method": \n', -32700, FrameNotJson.code),
     ("invalid UTF-8", b'{"jsonrpc": "2.0", "id": 1, "method": "\xff\xfe"}\n', -32700,
-     "rpc:invalid_utf8"),
-    ("not an object", b"[1, 2, 3]\n", -32600, "rpc:invalid_request"),
+     FrameNotUtf8.code),
+    ("not an object", b"[1, 2, 3]\n", -32600, NotJsonRpc.code),
     ("no jsonrpc field", b'{"id": 1, "method": "session.list"}\n', -32600,
-     "rpc:invalid_request"),
+     NotJsonRpc.code),
     ("params not an object", b'{"jsonrpc": "2.0", "id": 1, "method": "x", "params": [1]}\n',
-     -32600, "rpc:invalid_request"),
+     -32600, NotJsonRpc.code),
 ]
 
 
@@ -191,7 +204,7 @@ def test_oversized_frame_is_dropped_with_an_error(daemon: DaemonProcess) -> None
             await other.close()
 
     error, size = run(go())
-    assert error.code == -32600 and error.data.code == "rpc:frame_too_large"
+    assert error.code == -32600 and error.data.code == FrameTooLarge.code
     assert str(size) in error.message
 
 
@@ -206,7 +219,7 @@ def test_unknown_method(daemon: DaemonProcess) -> None:
             await client.close()
 
     failure = run(go())
-    assert failure.code == -32601 and failure.data_code == "rpc:method_not_found"
+    assert failure.code == -32601 and failure.data_code == UnknownMethod.code
     assert "session.explode" in failure.error.message
 
 
@@ -228,7 +241,7 @@ def test_wrong_params_are_invalid_params(daemon: DaemonProcess, params: dict[str
             await client.close()
 
     failure = run(go())
-    assert failure.code == -32602 and failure.data_code == "rpc:invalid_params"
+    assert failure.code == -32602 and failure.data_code == InvalidParams.code
     assert path in failure.error.message and "run.submit" in failure.error.message
 
 
@@ -244,8 +257,8 @@ def test_treemail_errors_keep_their_stable_code(daemon: DaemonProcess) -> None:
             await client.close()
 
     unknown, no_agent = run(go())
-    assert unknown.code == -32011 and unknown.data_code == "engine:unknown_target"
-    assert no_agent.data_code == "engine:invalid_request" and "nobody" in no_agent.error.message
+    assert unknown.code == -32011 and unknown.data_code == UnknownTarget.code
+    assert no_agent.data_code == InvalidRequest.code and "nobody" in no_agent.error.message
 
 
 def test_too_many_requests_in_flight_are_answered_overloaded(daemon: DaemonProcess) -> None:
@@ -265,7 +278,7 @@ def test_too_many_requests_in_flight_are_answered_overloaded(daemon: DaemonProce
     overloaded = [o for o in outcomes if isinstance(o, RpcFailure)]
     served = [o for o in outcomes if isinstance(o, t.SessionListResult)]
     assert len(served) + len(overloaded) == len(outcomes)  # each answered exactly once
-    assert overloaded and all(o.code == -32001 and o.data_code == "rpc:overloaded"
+    assert overloaded and all(o.code == -32001 and o.data_code == Overloaded.code
                               for o in overloaded)
     assert len(served) >= limit
 
@@ -279,7 +292,7 @@ def test_second_daemon_on_the_data_dir_is_refused(daemon: DaemonProcess) -> None
          "--socket", str(daemon.data_dir / "other.sock")],
         capture_output=True, text=True, timeout=30)
     assert second.returncode == 2
-    assert "daemon:data_dir_locked" in second.stderr
+    assert DataDirLocked.code in second.stderr
     assert f"pid {daemon.proc.pid}" in second.stderr and str(daemon.socket) in second.stderr
     assert "Traceback" not in second.stderr
     assert daemon.socket.exists()  # the first daemon's socket is untouched
@@ -305,7 +318,7 @@ def test_a_delegation_without_a_task_is_refused_like_empty_mail(
 
     blank_task, blank_mail, tree = run(go())
     # Both are refused as params, as the schema of spec/bindings refuses them.
-    assert blank_task.data_code == blank_mail.data_code == "rpc:invalid_params"
+    assert blank_task.data_code == blank_mail.data_code == InvalidParams.code
     assert blank_task.code == blank_mail.code
     assert "not empty or only whitespace - at `$.task`" in blank_task.error.message
     assert len(tree) == 1  # no child was made

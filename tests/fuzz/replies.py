@@ -23,7 +23,9 @@ from treemail.adapters.runtime.failures import FailurePolicy
 from treemail.adapters.runtime.llm import ChatMessage, Model, ModelError, ModelReply, ToolCall
 from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.core import errors
+from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import MessageState, SessionState
 from treemail.core.records import Owner, Session
 from treemail.core.store import Store
 from treemail.core.tools import TOOL_NAMES
@@ -147,8 +149,8 @@ def assert_sound(outcome: Outcome, surface: str) -> None:
     assert unexpected == [], [(i.reason, repr(i.error)) for i in unexpected]
     TALLY[surface]["model errors (typed)"] += len(rt.incidents) - len(unexpected)
     # Still deliverable: the last user message was consumed by a later run that finished.
-    assert rt.engine.message(outcome.again).state == "consumed"
-    assert rt.engine.session(outcome.root.session_id).state == "finished"
+    assert rt.engine.message(outcome.again).state == MessageState.CONSUMED
+    assert rt.engine.session(outcome.root.session_id).state == SessionState.FINISHED
     results = [m for m in outcome.model.seen[1] if m["role"] == "tool"] \
         if len(outcome.model.seen) > 1 else []
     refused = 0
@@ -163,8 +165,8 @@ def assert_sound(outcome: Outcome, surface: str) -> None:
     if results and refused == len(results):
         # Every call refused: no session, message or approval came of them.
         made = [e for _, e in list(rt.engine.feed())[outcome.before:]
-                if e.kind in ("SessionCreated", "ApprovalRequested")
-                or (e.kind == "ProducerMessageAccepted"
+                if e.kind in (EventKind.SESSION_CREATED, EventKind.APPROVAL_REQUESTED)
+                or (e.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED
                     and e.data.get("owner") == Owner.AGENT.value)]
         assert made == [], made
     TALLY[surface]["replies"] += 1

@@ -25,6 +25,7 @@ from tests.fuzz.conftest import TALLY
 from tests.fuzz.schema_values import JSON_VALUES, params_for
 from treemail.protocol import types as t
 from treemail.protocol.methods import METHODS, PROTOCOL_VERSION, SESSION_LIST
+from treemail.protocol.rpc_errors import FrameNotJson, InternalError
 
 SURFACE = "json-rpc frames"
 TIMEOUT = 20.0  # seconds without an answer: a hang
@@ -126,7 +127,7 @@ def check(line: Line, frame: bytes) -> None:
         assert len(answers) == 1, f"request {frame[:200]!r} got no answer"
         # A frame the daemon cannot decode (nested deeper than it decodes) is a parse
         # error, whose id is null as JSON-RPC has it: nothing of the frame was read.
-        unread = answers[0].get("error", {}).get("data", {}).get("code") == "rpc:parse_error"
+        unread = answers[0].get("error", {}).get("data", {}).get("code") == FrameNotJson.code
         assert answers[0]["id"] == (None if unread else id), answers[0]
     for answer in answers:
         assert answer.get("jsonrpc") == "2.0"
@@ -135,7 +136,7 @@ def check(line: Line, frame: bytes) -> None:
             error = answer["error"]
             assert isinstance(error["code"], int) and isinstance(error["message"], str)
             code = error["data"]["code"]
-            assert isinstance(code, str) and code != "rpc:internal", error
+            assert isinstance(code, str) and code != InternalError.code, error
             # A storage error means hostile params got past validation into a key.
             assert not code.startswith("store:"), error
             TALLY[SURFACE][f"error {code}"] += 1

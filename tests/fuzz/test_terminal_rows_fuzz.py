@@ -23,6 +23,7 @@ from treemail.core import events
 from treemail.core.engine import Engine
 from treemail.core.errors import TreemailError
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import Event, Owner
 from treemail.core.store import MemoryStore
 
@@ -53,7 +54,7 @@ def _log(texts: list[str]) -> list[Event]:
     _tried(tally, "delegation", engine.delegate, root.session_id, agent("kid"), task,
            description=description)
     run = engine.start_run(root.session_id) if engine.session(
-        root.session_id).state == "queued" else None
+        root.session_id).state == SessionState.QUEUED else None
     if run is not None:
         request = engine.begin_request(root.session_id, run.run_id)
         call = events.RecordedCall("c1", "send_message", json.dumps({"to": "x", "body": argument}))

@@ -14,13 +14,14 @@ import pytest
 from tests.daemon.conftest import DaemonProcess, run
 from tests.postgres.mail import delivered_once
 from treemail.adapters.daemon.client import RpcFailure
+from treemail.core.errors import OutcomeUnknown, StorageError, StoreFenced
 from treemail.protocol.methods import RUN_SUBMIT, SESSION_CREATE
 from treemail.protocol.types import RunSubmitParams, SessionCreateParams
 from treemail.testing.postgres import PostgresCluster
 
 SENDS = 40
 # What a send caught by the restart may fail with: nothing stored, or perhaps stored.
-_TYPED = {"store:failure", "store:outcome_unknown", "store:fenced"}
+_TYPED = {StorageError.code, OutcomeUnknown.code, StoreFenced.code}
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from tests.unit.conftest import agent
 from treemail.adapters.runtime.llm import ChatMessage, ModelReply, ToolCall
 from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.core import addressing, envelope, events
-from treemail.core.errors import InvalidRequest
+from treemail.core.errors import InvalidRequest, UnknownSubagentReference
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import MessageState
 from treemail.core.records import AgentSpec, Owner, Session
@@ -200,7 +200,7 @@ def _assert_one_line_per_peer(tree: Tree) -> None:
             if message.get("role") != "tool":
                 continue
             answer = json.loads(str(message["content"]))
-            if answer.get("error") == "subagent:unknown_reference":
+            if answer.get("error") == UnknownSubagentReference.code:
                 lines = [ln for ln in answer["message"].splitlines() if ln.startswith("- ")]
                 assert len(lines) == len(children), lines
                 return

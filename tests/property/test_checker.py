@@ -24,8 +24,19 @@ from treemail.adapters.ui.cli import _scratch_lmdb, main
 from treemail.core import engine, guards, runs, sending, transitions
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
+from treemail.core.errors import (
+    IdempotencyConflict,
+    IllegalTransition,
+    InflightFull,
+    InvalidToolContext,
+    MaxHopsExceeded,
+    MessagingDisabled,
+    SelfSend,
+    UnknownSubagentReference,
+)
+from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
-from treemail.core.lifecycle import MessageTrigger, RunTrigger
+from treemail.core.lifecycle import MessageState, MessageTrigger, RunTrigger, SessionState
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Message, Owner, ToolContext
 from treemail.core.store import MemoryStore
@@ -61,9 +72,9 @@ def test_the_engine_passes_and_the_search_is_real() -> None:
     # leaves the explored space, the rest chained into an explored successor's drain.
     assert 0 < result.drained < result.states and result.drain_steps >= result.drained
     # The limits are reached, and the hostile forms are refused, within these bounds.
-    for code in ("send_message:inflight_full", "send_message:max_hops_exceeded",
-                 "send_message:self_send",
-                 "subagent:unknown_reference", "lifecycle:illegal_transition"):
+    for code in (InflightFull.code, MaxHopsExceeded.code,
+                 SelfSend.code,
+                 UnknownSubagentReference.code, IllegalTransition.code):
         assert result.outcomes.get(code, 0) > 0, code
 
 
@@ -76,7 +87,7 @@ def test_pair_window_off_by_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(sending, "check_inflight", check_inflight)
     found = check(WINDOWED, SMALL).counterexample
     assert found is not None and found.invariant == "AGREE"
-    assert "send_message:inflight_full" in found.detail
+    assert InflightFull.code in found.detail
     assert len(found.trace) == 5  # create, delegate, start the child, send, send again
     assert [label.split("(")[0] for label in found.trace[-2:]] == ["send_message"] * 2
 
@@ -100,16 +111,16 @@ def test_discard_of_claimed_mail_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
     original = transitions.step_message  # what engine imports
 
     def step_message(tx: Any, message: Message, event: MessageTrigger, **changes: Any) -> Message:
-        if event is MessageTrigger.DISCARD and message.state == "claimed":
-            message = attrs.evolve(message, state="released")
+        if event is MessageTrigger.DISCARD and message.state == MessageState.CLAIMED:
+            message = attrs.evolve(message, state=MessageState.RELEASED)
         result: Message = original(tx, message, event, **changes)
         return result
 
     monkeypatch.setattr(engine, "step_message", step_message)
     found = check(WINDOWED, SMALL).counterexample
-    assert found is not None and "lifecycle:illegal_transition" in found.detail
+    assert found is not None and IllegalTransition.code in found.detail
     assert len(found.trace) == 5  # create, delegate, start, begin, discard the claimed task
-    assert found.trace[-1].startswith("discard(") and "claimed" in found.trace[-1]
+    assert found.trace[-1].startswith("discard(") and MessageState.CLAIMED in found.trace[-1]
 
 
 def test_cli_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -156,10 +167,10 @@ def test_copied_world_is_independent() -> None:
     twin = copy.deepcopy(model.world)
     assert twin == model.world
     session = next(iter(twin.sessions.values()))
-    session.state = "finished"
-    next(iter(twin.messages.values())).state = "discarded"
-    assert next(iter(model.world.sessions.values())).state != "finished"
-    assert all(m.state != "discarded" for m in model.world.messages.values())
+    session.state = SessionState.FINISHED
+    next(iter(twin.messages.values())).state = MessageState.DISCARDED
+    assert next(iter(model.world.sessions.values())).state != SessionState.FINISHED
+    assert all(m.state != MessageState.DISCARDED for m in model.world.messages.values())
 
 
 def test_a_drain_failure_at_the_bottom_is_found_through_chained_drains(
@@ -171,7 +182,8 @@ def test_a_drain_failure_at_the_bottom_is_found_through_chained_drains(
     def settled(tx: Any, *ledger: Any) -> Any:
         for session in tx.sessions():
             for event in tx.events(session.session_id):
-                if event.kind == "ProducerMessageConsumed" and event.data["owner"] == "agent":
+                if (event.kind == EventKind.PRODUCER_MESSAGE_CONSUMED
+                        and event.data["owner"] == "agent"):
                     return ("INV7", "planted: agent mail consumed")
         return original(tx, *ledger)
 
@@ -193,14 +205,14 @@ def test_coverage_names_what_was_reached_and_what_was_not() -> None:
     line = coverage.line()
     assert f"guards {len(coverage.guards)}/{len(ALL_GUARDS)} reached" in line
     assert "inbox_full" in line
-    assert ("MessageLifecycle", "claimed", "consume") in coverage.transitions
+    assert ("MessageLifecycle", MessageState.CLAIMED, "consume") in coverage.transitions
 
 
 def test_a_reused_call_id_with_other_arguments_is_caught() -> None:
     with planted("digest-ignored"):  # the reused id is taken for a retry: replayed
         found = check(WINDOWED, SMALL).counterexample
     assert found is not None and found.invariant == "AGREE"
-    assert "send_message:idempotency_conflict" in found.detail
+    assert IdempotencyConflict.code in found.detail
     assert found.trace[-1].endswith("reused call id)")
 
 
@@ -247,7 +259,7 @@ def test_a_restart_may_turn_messaging_off(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(sending, "check_enabled", lambda config: None)
     found = check(WINDOWED, attrs.evolve(SMALL, disabled=1)).counterexample
     assert found is not None and found.invariant == "AGREE"
-    assert "send_message:disabled" in found.detail
+    assert MessagingDisabled.code in found.detail
     assert any("enabled = false" in label for label in found.trace)
     assert found.trace[-1].startswith("send_message(")
 
@@ -271,7 +283,7 @@ def test_the_ledger_carries_what_the_feed_said_before_the_drain() -> None:
     request = engine.begin_request(root, run).request_id
     engine.commit_request(root, run, request)
     with store.read() as tx:
-        consumed = next(e for _, e in tx.feed() if e.kind == "ProducerMessageConsumed")
+        consumed = next(e for _, e in tx.feed() if e.kind == EventKind.PRODUCER_MESSAGE_CONSUMED)
         assert settled(tx) is None
     store.transact(lambda tx: tx.append(root, consumed.kind, consumed.data))  # logged twice
     with store.read() as tx:
@@ -313,7 +325,7 @@ def test_the_mode_only_retry_and_the_ended_run_are_refused_unplanted() -> None:
     """Both answer the typed refusal, which the search counts among its outcomes."""
     result = check(WINDOWED, attrs.evolve(ONE_TREE, depth=5))
     assert result.counterexample is None
-    for code in ("send_message:idempotency_conflict", "engine:invalid_tool_context"):
+    for code in (IdempotencyConflict.code, InvalidToolContext.code):
         assert result.outcomes.get(code, 0) > 0, code
 
 

@@ -36,9 +36,10 @@ from hypothesis.stateful import (
 
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine, Request
-from treemail.core.errors import TreemailError, UnknownSubagentReference
+from treemail.core.errors import ApprovalRequired, TreemailError, UnknownSubagentReference
 from treemail.core.ids import CountingIds
 from treemail.core.keys import inbox_counter, pair_counter
+from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.permissions import LABELS, Action, Rule, Rules
 from treemail.core.records import AgentSpec, Mode, Owner, Run, Session, ToolContext
 from treemail.core.store import MemoryStore, Store
@@ -219,7 +220,8 @@ class DifferentialMachine(RuleBasedStateMachine):
                 pending = [m for m in self.model.world.messages.values() if m.pending]
                 assert not pending, f"drain left mail pending: {pending}"
                 unexplained = [m for m in self.model.world.messages.values()
-                               if m.state == "discarded" and not (m.reason or "").strip()]
+                               if m.state == MessageState.DISCARDED
+                               and not (m.reason or "").strip()]
                 assert not unexplained
         finally:
             if self.store is not None:
@@ -246,7 +248,8 @@ class DifferentialMachine(RuleBasedStateMachine):
     def _stale(self) -> list[Pair]:
         """Session/run pairs that name nothing current: old runs, crossed pairs, unknowns."""
         runs = list(self.model.world.runs.values())
-        pairs = [(r.session_id, r.run_id) for r in runs if r.status not in ("queued", "running")]
+        pairs = [(r.session_id, r.run_id) for r in runs
+                 if r.status not in (RunState.QUEUED, RunState.RUNNING)]
         first = self.sessions()[0].session_id
         crossed = [(s.session_id, r.run_id) for s in self.sessions()[-2:] for r in runs[:2]]
         return [*pairs, *crossed, (first, UNKNOWN), (UNKNOWN, runs[0].run_id if runs else "")]
@@ -300,16 +303,16 @@ class DifferentialMachine(RuleBasedStateMachine):
 
     # -- runs and requests ----------------------------------------------------------------------
 
-    @precondition(lambda self: self._current("queued"))
+    @precondition(lambda self: self._current(SessionState.QUEUED))
     @rule(data=st.data())
     def start_run(self, data: st.DataObject) -> None:
-        sid, _ = data.draw(st.sampled_from(self._current("queued")))
+        sid, _ = data.draw(st.sampled_from(self._current(SessionState.QUEUED)))
         self.both(lambda e: e.start_run(sid), lambda m: m.start_run(sid), _run_id)
 
-    @precondition(lambda self: self._current("running", request=False))
+    @precondition(lambda self: self._current(SessionState.RUNNING, request=False))
     @rule(data=st.data())
     def begin_request(self, data: st.DataObject) -> None:
-        self._begin(*data.draw(st.sampled_from(self._current("running", request=False))))
+        self._begin(*data.draw(st.sampled_from(self._current(SessionState.RUNNING, request=False))))
 
     def _begin(self, sid: str, rid: str) -> None:
         outcome = self.both(lambda e: e.begin_request(sid, rid),
@@ -321,10 +324,10 @@ class DifferentialMachine(RuleBasedStateMachine):
             self.delivered[request_id] = ids
             self.requests.append((sid, rid, request_id))
 
-    @precondition(lambda self: self._current("running", request=True))
+    @precondition(lambda self: self._current(SessionState.RUNNING, request=True))
     @rule(data=st.data(), commit=st.booleans())
     def close_request(self, data: st.DataObject, commit: bool) -> None:
-        sid, rid = data.draw(st.sampled_from(self._current("running", request=True)))
+        sid, rid = data.draw(st.sampled_from(self._current(SessionState.RUNNING, request=True)))
         request_id = self.model.world.runs[rid].open_request
         assert request_id is not None
         self._close(sid, rid, request_id, commit)
@@ -341,12 +344,12 @@ class DifferentialMachine(RuleBasedStateMachine):
             assert not ids & self.consumed, "a message was consumed twice"
             self.consumed |= ids
 
-    @precondition(lambda self: self._current("running"))
+    @precondition(lambda self: self._current(SessionState.RUNNING))
     @rule(data=st.data(), result=st.one_of(st.sampled_from((None, "done", "")), outside))
     def finish_run(self, data: st.DataObject, result: str | None) -> None:
         """Finishing with a request open is refused alike by both. With a result, a delegated
         session's first finish reports to its parent."""
-        sid, rid = data.draw(st.sampled_from(self._current("running")))
+        sid, rid = data.draw(st.sampled_from(self._current(SessionState.RUNNING)))
         self.both(lambda e: e.finish_run(sid, rid, result),
                   lambda m: m.finish_run(sid, rid, result))
 
@@ -512,17 +515,18 @@ class DifferentialMachine(RuleBasedStateMachine):
     def _readers(self) -> list[str]:
         """Sessions holding agent mail that is waiting to be read."""
         return [m.recipient for m in self.model.world.messages.values()
-                if m.owner is Owner.AGENT and m.state in ("admitted", "released")]
+                if m.owner is Owner.AGENT
+                and m.state in (MessageState.ADMITTED, MessageState.RELEASED)]
 
     def _activate(self, sid: str) -> str:
         """Bring the session to a running run (user mail wakes it, then the run starts)."""
-        if self.model.world.sessions[sid].state in ("idle", "finished"):
+        if self.model.world.sessions[sid].state in (SessionState.IDLE, SessionState.FINISHED):
             self.both(lambda e: e.accept(sid, "go on", Owner.USER),
                       lambda m: m.accept(sid, "go on", Owner.USER))
-        if self.model.world.sessions[sid].state == "queued":
+        if self.model.world.sessions[sid].state == SessionState.QUEUED:
             self.both(lambda e: e.start_run(sid), lambda m: m.start_run(sid), _run_id)
         session = self.model.world.sessions[sid]
-        assert session.state == "running" and session.run_id is not None
+        assert session.state == SessionState.RUNNING and session.run_id is not None
         return session.run_id
 
     @rule(data=st.data(), kind=st.sampled_from(("fresh", "retry", "retry other arguments",
@@ -546,7 +550,7 @@ class DifferentialMachine(RuleBasedStateMachine):
 
     def _context(self, data: st.DataObject) -> ToolContext:
         call = data.draw(st.sampled_from(CALLS), label="call")
-        live, stale = self._current("running"), self._stale()
+        live, stale = self._current(SessionState.RUNNING), self._stale()
         misuse = data.draw(st.sampled_from((False, False, False, True)), label="misuse")
         sid, rid = data.draw(st.sampled_from(stale if misuse or not live else live))
         return ToolContext(sid, rid, call)
@@ -589,7 +593,7 @@ class DifferentialMachine(RuleBasedStateMachine):
                             lambda m: m.send_message(ctx, args))
         if outcome[0] == "ok":
             self.accepted.append((ctx, args))
-        if outcome[1] == "permission:approval_required" and isinstance(args, dict):
+        if outcome[1] == ApprovalRequired.code and isinstance(args, dict):
             self.asked.append((ctx, args, outcome[2]))
         return outcome
 
@@ -630,7 +634,8 @@ class DifferentialMachine(RuleBasedStateMachine):
         """Run every session until no mail is deliverable, discarding nothing. A session a
         give-up left idle with its mail runs again only on new input: it is given some."""
         for _ in range(500):
-            busy = [s for s in self.sessions() if s.state in ("queued", "running")]
+            busy = [s for s in self.sessions()
+                    if s.state in (SessionState.QUEUED, SessionState.RUNNING)]
             if busy:
                 self._advance(busy[0])
                 continue
@@ -650,7 +655,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         sid, rid = session.session_id, session.run_id
         assert rid is not None
         run = self.model.world.runs[rid]
-        if session.state == "queued":
+        if session.state == SessionState.QUEUED:
             self.both(lambda e: e.start_run(sid), lambda m: m.start_run(sid), _run_id)
         elif run.open_request is not None:
             self._close(sid, rid, run.open_request, commit=True)

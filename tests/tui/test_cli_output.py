@@ -12,15 +12,17 @@ import pytest
 from treemail.adapters.ui.cli import main
 from treemail.adapters.ui.console import ProgressLine, console, print_row, print_table
 from treemail.adapters.ui.transcript import Row, Tone
+from treemail.core.lifecycle import MessageState, SessionState
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 ROW = Row("mail:m1", "s1", 7, "lead_1234abcd", Tone.MAIL,
-          'consumed  user mail (mode=steer): "Look at the tokenizer first."', "consumed")
+          'consumed  user mail (mode=steer): "Look at the tokenizer first."', MessageState.CONSUMED)
 
 
 def test_a_table_off_a_terminal_is_plain_aligned_columns() -> None:
     out = io.StringIO()
-    print_table(("SESSION", "STATE"), [("s-1", "running"), ("session-22", "idle")], out)
+    print_table(("SESSION", "STATE"),
+                [("s-1", SessionState.RUNNING), ("session-22", SessionState.IDLE)], out)
     assert out.getvalue() == ("SESSION     STATE\n"
                               "s-1         running\n"
                               "session-22  idle\n")
@@ -32,10 +34,10 @@ def test_a_table_on_a_terminal_is_rich_with_the_same_cells(
     monkeypatch.setenv("FORCE_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "120")
     out = io.StringIO()
-    print_table(("SESSION", "STATE"), [("s-1", "running")], out)
+    print_table(("SESSION", "STATE"), [("s-1", SessionState.RUNNING)], out)
     assert "\x1b[" in out.getvalue()
     assert [line.split() for line in ANSI.sub("", out.getvalue()).splitlines()] == [
-        ["SESSION", "STATE"], ["s-1", "running"]]
+        ["SESSION", "STATE"], ["s-1", SessionState.RUNNING]]
 
 
 def test_a_table_on_a_narrow_terminal_keeps_whole_ids(monkeypatch: pytest.MonkeyPatch) -> None:

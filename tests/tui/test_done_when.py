@@ -22,6 +22,7 @@ from tests.daemon.conftest import DaemonProcess
 from tests.tui.conftest import reaped, until, wide_approval
 from treemail.adapters.ui.tui.app import TreemailTui, screen_text
 from treemail.adapters.ui.tui.sources import LiveSource, choose
+from treemail.core.lifecycle import MessageState, SessionState
 from treemail.protocol import types as t
 from treemail.protocol.methods import EVENTS_READ
 
@@ -117,17 +118,17 @@ def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: 
     # The whole tree, by parent links, and the user's steer of explore, consumed in place.
     lines = list(app.board.sessions.values())
     assert len(lines) >= 4 and sum(line.parent is None for line in lines) == 1
-    assert all(line.state.value in ("idle", "finished") and line.pending == 0
+    assert all(line.state.value in (SessionState.IDLE, SessionState.FINISHED) and line.pending == 0
                for line in lines)
     steer = [row for row in app.board.transcript.rows()
              if row.state is not None and "Look at the tokenizer first." in row.text]
-    assert [row.state for row in steer] == ["consumed"]
+    assert [row.state for row in steer] == [MessageState.CONSUMED]
     assert "explore_" in steer[0].who and "(mode=steer)" in steer[0].text
     # The lead's held steer reached explore once approved, and was consumed there too.
     held = [row for row in app.board.transcript.rows() if row.state is not None
             and 'agent mail from demo_lead_' in row.text
             and '"Look at the tokenizer first, then the nesting rules."' in row.text]
-    assert [row.state for row in held] == ["consumed"] and "explore_" in held[0].who
+    assert [row.state for row in held] == [MessageState.CONSUMED] and "explore_" in held[0].who
     print(f"approvals answered from the TUI: {answered}")
 
 
@@ -167,7 +168,7 @@ def test_in_the_done_whens_order_a_tui_opened_on_the_waiting_demo_lets_it_finish
     # Events came after the TUI opened, live; among them the approved steer reaching
     # explore (accepted only once answered, so after the TUI opened), consumed there.
     assert app.board.last > opened
-    steer = [row for row in app.board.transcript.rows() if row.state == "consumed"
+    steer = [row for row in app.board.transcript.rows() if row.state == MessageState.CONSUMED
              and '"Look at the tokenizer first, then the nesting rules."' in row.text
              and "agent mail from demo_lead_" in row.text]
     assert len(steer) == 1

@@ -25,6 +25,7 @@ from treemail.adapters.ui.tui.app import TreemailTui
 from treemail.adapters.ui.tui.board import Board, SessionLine
 from treemail.adapters.ui.tui.feed import event_of, stored_feed
 from treemail.adapters.ui.tui.sources import LiveSource, StoreSource
+from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.records import Event
 from treemail.core.store import MemoryStore
 from treemail.protocol import types as t
@@ -77,7 +78,8 @@ def test_history_read_newest_first_folds_as_the_feed_in_order(
         sid: s.pending for sid, s in whole.sessions.items()}
     if which != "demo":
         states = {row.state for row in whole.transcript.rows()}
-        assert {"consumed", "discarded", "accepted", "claimed"} <= states, states
+        assert {MessageState.CONSUMED, MessageState.DISCARDED, MessageState.ACCEPTED,
+                MessageState.CLAIMED} <= states, states
         assert any(row.text.endswith("— the user dropped it")
                    for row in paged.transcript.rows())
 
@@ -120,7 +122,7 @@ def test_the_tree_shows_current_states_before_any_history(
             return shown, before, labels, str(app.query_one("#status", Static).render()), after
 
     shown, before, labels, status, after = asyncio.run(scenario())
-    assert shown == stored and "finished" in stored.values()  # not idle, as at creation
+    assert shown == stored and SessionState.FINISHED in stored.values()  # not idle, as at creation
     assert all(state in label for label, state in zip(labels, stored.values(), strict=True))
     assert f"(history 0 of {head:,}…)" in before, before
     assert "✉ …" in labels[0] and "✉ …" not in " ".join(after)  # counted once all is read
@@ -142,7 +144,7 @@ def test_a_daemons_history_in_pages_is_the_feed_in_order(
                 states = [(await client.request(SESSION_GET,
                                                 t.SessionGetParams(session_id=sid))).state
                           for sid in (lead, *kids)]
-                if not {"queued", "running"} & set(states):
+                if not {RunState.QUEUED, RunState.RUNNING} & set(states):
                     break
                 await asyncio.sleep(0.05)
         feed: list[tuple[int, Event]] = []

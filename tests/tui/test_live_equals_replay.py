@@ -25,6 +25,7 @@ from treemail.adapters.ui.cli import main
 from treemail.adapters.ui.transcript import Transcript, render_event
 from treemail.adapters.ui.tui.feed import LiveFeed, stored_feed
 from treemail.core import events
+from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.protocol import types as t
 from treemail.protocol.methods import EVENTS_READ, SESSION_CREATE, SESSION_GET
 
@@ -71,7 +72,7 @@ async def _after_restart(daemon: DaemonProcess, rec: Recorder, ids: dict[str, An
     async with asyncio.timeout(30):  # the run that read it ends; then the feed is still
         while (await client.request(
             SESSION_GET, t.SessionGetParams(session_id=ids["lead"]))).state not in (
-                "finished", "idle"):
+                SessionState.FINISHED, SessionState.IDLE):
             await asyncio.sleep(0.02)
     head = (await client.request(EVENTS_READ, t.EventsReadParams(after=0, limit=1))).head
     await rec.until(lambda _: rec.last >= head)
@@ -116,8 +117,9 @@ def test_the_rows_of_a_live_scenario_are_the_rows_of_its_replay(
                                 "— withdrawn by the operator")
     assert shown("crashed").startswith("consumed ")
     steps = [line for line in live_lines if ids["crashed"][:8] in line]
-    assert [line.split()[2] for line in steps] == ["admitted", "claimed", "released",
-                                                   "claimed", "consumed"]
+    assert [line.split()[2] for line in steps] == [
+        MessageState.ADMITTED, MessageState.CLAIMED, MessageState.RELEASED, MessageState.CLAIMED,
+        MessageState.CONSUMED]
     texts = [row.text for row in live.rows()]
     assert "run 1 queued (wake)" in texts
-    assert any(t.startswith("run ") and "interrupted" in t for t in texts)
+    assert any(t.startswith("run ") and RunState.INTERRUPTED in t for t in texts)

@@ -20,6 +20,7 @@ from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.ui.tui.app import ALL, TreemailTui, pane_text
 from treemail.adapters.ui.tui.sources import LiveSource
 from treemail.core.errors import InvalidToolContext
+from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
 from treemail.protocol import types as t
 from treemail.protocol.methods import (
     APPROVAL_LIST,
@@ -51,7 +52,7 @@ async def _in_flight(client: DaemonClient, sid: str) -> None:
     await client.request(RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text="Start."))
     async with asyncio.timeout(30):
         while (await client.request(
-            SESSION_GET, t.SessionGetParams(session_id=sid))).state != "running":
+            SESSION_GET, t.SessionGetParams(session_id=sid))).state != SessionState.RUNNING:
             await asyncio.sleep(0.01)
 
 
@@ -111,10 +112,10 @@ def test_a_steer_row_appears_in_the_selected_session_and_turns_consumed(
                 text = _cell(app, "#transcript", key)
                 if text and (not seen or seen[-1] != text.split()[0]):
                     seen.append(text.split()[0])
-                return text.startswith("consumed")
+                return text.startswith(MessageState.CONSUMED)
 
             await until(consumed, pilot.pause, "the steer row consumed")
-            assert seen[0] != "consumed" and seen[-1] == "consumed", seen
+            assert seen[0] != MessageState.CONSUMED and seen[-1] == MessageState.CONSUMED, seen
             row = _cell(app, "#transcript", key)
             assert row == 'consumed  user mail (mode=steer): "Look at the tokenizer first."'
             assert sum(key == k.value for k in app.query_one("#transcript", DataTable).rows) == 1
@@ -145,7 +146,7 @@ def test_an_approval_answered_for_the_tree_lets_the_send_through(
             await wide_approval(app, pilot, "t")
             await until(lambda: _row(app, held) is None, pilot.pause, "the approval answered")
             answered = await _approval(client, held)
-            assert (answered.state, answered.scope) == ("approved", "tree")
+            assert (answered.state, answered.scope) == (ApprovalState.APPROVED, "tree")
             app.query_one("#sessions", Tree).move_cursor(app.nodes[b])
             await until(lambda: any('agent mail from' in str(r[-1]) and "I took the lexer."
                                     in str(r[-1]) for r in _rows(app)), pilot.pause,

@@ -18,6 +18,7 @@ from treemail.adapters.ui.cli import main
 from treemail.adapters.ui.tui.app import MATCH, TreemailTui, pane_text
 from treemail.adapters.ui.tui.sources import StoreSource, choose
 from treemail.core.errors import InvalidRequest
+from treemail.core.lifecycle import MessageState
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
@@ -76,7 +77,7 @@ def test_search_moves_to_the_matching_rows(demo_store: Path) -> None:
         found = []
         async with app.run_test(size=(150, 40)) as pilot:
             await until(app.ready.is_set, pilot.pause, "the replay loaded")
-            await pilot.press("slash", *"consumed", "enter")
+            await pilot.press("slash", *MessageState.CONSUMED, "enter")
             table = app.query_one("#transcript", DataTable)
             for _ in range(3):
                 found.append(str(table.get_row_at(table.cursor_row)[-1]))

@@ -29,7 +29,7 @@ from treemail.adapters.ui.tui.app import TreemailTui, pane_text
 from treemail.adapters.ui.tui.board import WAITING
 from treemail.adapters.ui.tui.screens import Confirm, Deny
 from treemail.adapters.ui.tui.sources import LiveSource
-from treemail.core.lifecycle import SessionState
+from treemail.core.lifecycle import ApprovalState, SessionState
 from treemail.protocol import types as t
 from treemail.protocol.methods import RUN_SUBMIT, SESSION_CREATE, SESSION_GET
 
@@ -100,7 +100,7 @@ def test_keys_answer_only_on_the_approvals_pane_and_wide_ones_ask_first(
             question = str(app.screen.query_one("#question", Static).render())
             await pilot.press("n")
             await until(lambda: not isinstance(app.screen, Confirm), pilot.pause, "a no")
-            assert (await _approval(client, held)).state == "pending"
+            assert (await _approval(client, held)).state == ApprovalState.PENDING
             # Denied with a reason: the agent's result carries it.
             await pilot.press("d")
             await until(lambda: isinstance(app.screen, Deny), pilot.pause, "the deny dialog")
@@ -115,7 +115,7 @@ def test_keys_answer_only_on_the_approvals_pane_and_wide_ones_ask_first(
 
     answered, question, told, searched = asyncio.run(scenario())
     # Had any stray letter answered it, the deny would have found nothing to answer.
-    assert answered.state == "denied" and searched == "stat"
+    assert answered.state == ApprovalState.DENIED and searched == "stat"
     assert answered.outcome is not None and answered.outcome.message is not None
     assert "the user said: not to b, ask the lead" in answered.outcome.message
     assert "tree scope" in question and "every send_message to a sibling peer" in question

@@ -22,6 +22,7 @@ from treemail.core import keys
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Delivery, Engine
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import SessionState
 from treemail.core.permissions import LABELS, Rules
 from treemail.core.records import (
     AgentSpec,
@@ -156,9 +157,9 @@ class World:
     def activate(self, session: Session) -> Run:
         """Make ``session`` running and return its run, waking it with user mail if needed."""
         current = self.fresh(session)
-        if current.state == "running" and current.run_id is not None:
+        if current.state == SessionState.RUNNING and current.run_id is not None:
             return self.engine.run(current.run_id)
-        if current.state in ("idle", "finished"):
+        if current.state in (SessionState.IDLE, SessionState.FINISHED):
             self.engine.accept(session.session_id, "go on", Owner.USER)
         return self.engine.start_run(session.session_id)
 
@@ -197,7 +198,7 @@ class World:
     def consume_all(self, session: Session) -> list[Delivery]:
         """Drain and finish, and keep going while finishing wakes the session again."""
         delivered = self.drain(session)
-        while self.fresh(session).state == "queued":
+        while self.fresh(session).state == SessionState.QUEUED:
             delivered.extend(self.drain(session))
         return delivered
 

@@ -12,7 +12,9 @@ from tests.unit.conftest import agent
 from treemail.adapters.runtime.failures import FailurePolicy
 from treemail.adapters.runtime.llm import ChatMessage, ModelError, ModelReply, ToolCall
 from treemail.adapters.runtime.runtime import Agent, Runtime
+from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import Owner, Session
 from treemail.core.store import Store
 
@@ -60,7 +62,7 @@ def runtime(store: Store, model: Flaky, naps: Naps, limit: int = 3) -> Runtime:
 
 def interrupts(rt: Runtime, session: Session) -> list[str]:
     return [str(e.data["reason"]) for e in rt.engine.events(session.session_id)
-            if e.kind == "RunInterrupted"]
+            if e.kind == EventKind.RUN_INTERRUPTED]
 
 
 def test_the_policy_backs_off_doubling_up_to_its_cap_and_gives_up_at_its_limit() -> None:
@@ -86,7 +88,7 @@ def test_a_model_that_always_fails_is_tried_limit_times_then_the_session_waits_f
         await rt.quiesce(timeout=10)
         assert model.calls == 3
         assert naps.taken == [2.0, 3.0]  # before the 2nd and 3rd tries, none before the 1st
-        assert rt.engine.session(root.session_id).state == "idle"
+        assert rt.engine.session(root.session_id).state == SessionState.IDLE
         reasons = interrupts(rt, root)
         assert reasons[:2] == ["model error: model:error: down"] * 2
         assert "failed 3 times" in reasons[2] and "new input" in reasons[2]
@@ -97,7 +99,7 @@ def test_a_model_that_always_fails_is_tried_limit_times_then_the_session_waits_f
         await rt.accept(root.session_id, "again")
         await rt.quiesce(timeout=10)
         assert model.calls == 4
-        assert rt.engine.session(root.session_id).state == "finished"
+        assert rt.engine.session(root.session_id).state == SessionState.FINISHED
         assert rt.engine.pending(root.session_id) == []
         assert rt.crashes == [] and len(rt.incidents) == 1
         await rt.shutdown()
@@ -117,10 +119,10 @@ def test_a_delegated_session_that_gives_up_tells_its_parent_why(store: Store) ->
         rt.poke(kid.session_id)
         await rt.quiesce(timeout=10)
         notices = [e.data["body"] for e in rt.engine.events(root.session_id)
-                   if e.kind == "ProducerMessageAccepted"
+                   if e.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED
                    and e.data.get("owner") == Owner.DELEGATION.value]
         assert len(notices) == 1 and "failed 1 times" in str(notices[0])
-        assert rt.engine.session(kid.session_id).state == "idle"
+        assert rt.engine.session(kid.session_id).state == SessionState.IDLE
         await rt.shutdown()
 
     run(main())
@@ -139,14 +141,14 @@ def test_an_unexpected_error_interrupts_the_run_and_the_actor_lives_on(store: St
         assert rt.crashes == []
         [incident] = rt.incidents
         assert isinstance(incident.error, RuntimeError)
-        assert rt.engine.session(root.session_id).state == "idle"
+        assert rt.engine.session(root.session_id).state == SessionState.IDLE
         [reason] = interrupts(rt, root)
         assert reason.startswith("actor error: RuntimeError: bug in ? the adapter")
         # Still deliverable: new mail wakes the same session.
         model.failing = False
         await rt.accept(root.session_id, "again")
         await rt.quiesce(timeout=10)
-        assert rt.engine.session(root.session_id).state == "finished"
+        assert rt.engine.session(root.session_id).state == SessionState.FINISHED
         await rt.shutdown()
 
     run(main())
@@ -180,7 +182,7 @@ def tree_runtime(store: Store, model: Once) -> Runtime:
 
 def accepted(rt: Runtime, session: Session) -> list[str]:
     return [str(e.data["body"]) for e in rt.engine.events(session.session_id)
-            if e.kind == "ProducerMessageAccepted"]
+            if e.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED]
 
 
 def bad_reply_outcome(store: Store, make: Any) -> tuple[Runtime, Session, Session, Once]:
@@ -220,15 +222,15 @@ def test_a_tool_call_id_no_store_can_key_is_digested_and_the_send_goes_through(
     assert accepted(rt, kid)[-1] == "hi"
     [result] = [m for m in model.seen[-1] if m["role"] == "tool"]
     assert result["tool_call_id"].startswith("call_") and "message_id" in result["content"]
-    assert rt.engine.session(root.session_id).state == "finished"
+    assert rt.engine.session(root.session_id).state == SessionState.FINISHED
 
 
 def test_a_lone_surrogate_in_reply_text_is_replaced_not_fatal(store: Store) -> None:
     rt, root, _, _ = bad_reply_outcome(store, lambda kid: ModelReply(text="a\ud800b"))
     assert rt.incidents == []
-    assert rt.engine.session(root.session_id).state == "finished"
+    assert rt.engine.session(root.session_id).state == SessionState.FINISHED
     texts = [e.data["text"] for e in rt.engine.events(root.session_id)
-             if e.kind == "ModelOutput"]
+             if e.kind == EventKind.MODEL_OUTPUT]
     assert texts[0] == "a\ufffdb"
 
 
@@ -261,7 +263,7 @@ def test_an_unexpected_tool_error_is_a_typed_tool_result(
     [result] = [m["content"] for m in model.seen[-1] if m["role"] == "tool"]
     assert '"tool:failed"' in result
     assert rt.crashes == [] and len(rt.incidents) == 1
-    assert rt.engine.session(root.session_id).state == "finished"
+    assert rt.engine.session(root.session_id).state == SessionState.FINISHED
 
 
 def test_cancel_after_a_run_ended_cancels_the_run_in_flight_now(store: Store) -> None:

@@ -16,7 +16,7 @@ def _doc(frontmatter: str) -> str:
 def _refused(frontmatter: str) -> AgentDocError:
     with pytest.raises(AgentDocError) as caught:
         parse_agent_doc(_doc(frontmatter), source="a.md")
-    assert caught.value.code == "agent_doc:invalid"
+    assert caught.value.code == AgentDocError.code
     assert str(caught.value.message).startswith("a.md: ")
     return caught.value
 

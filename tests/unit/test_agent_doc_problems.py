@@ -34,7 +34,7 @@ GOOD = "name: a\ndescription: d\n"
 def test_each_doc_problem_has_its_stable_name(text: str, problem: str) -> None:
     with pytest.raises(AgentDocError) as caught:
         parse_agent_doc(text, source="a.md")
-    assert caught.value.code == "agent_doc:invalid"
+    assert caught.value.code == AgentDocError.code
     assert caught.value.details["problem"] == problem, caught.value.message
 
 

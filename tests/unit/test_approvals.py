@@ -11,7 +11,9 @@ from treemail.adapters.ui import cli
 from treemail.core.approvals import REASON_LIMIT, SCOPES
 from treemail.core.errors import (
     ApprovalRequired,
+    InboxFull,
     InvalidRequest,
+    PermissionDenied,
     UnknownApproval,
     UnknownSubagentReference,
 )
@@ -80,7 +82,7 @@ def test_denial_answers_with_the_generic_permission_error(world: World) -> None:
     answered = world.engine.answer_approval(_held(world, world.ctx(a), b), approve=False)
     assert answered.outcome is not None
     assert answered.state is ApprovalState.DENIED
-    assert answered.outcome.as_result()["error"] == "permission:denied"
+    assert answered.outcome.as_result()["error"] == PermissionDenied.code
     assert world.pending_agent_mail(b) == 0
     with pytest.raises(UnknownApproval):
         world.engine.answer_approval(answered.approval_id, approve=True)
@@ -92,7 +94,7 @@ def test_a_denial_tells_the_agent_the_users_reason(world: World) -> None:
                                             reason="ask the parent instead")
     assert answered.outcome is not None and answered.state is ApprovalState.DENIED
     result = answered.outcome.as_result()
-    assert result["error"] == "permission:denied"
+    assert result["error"] == PermissionDenied.code
     assert result["message"].endswith("the user said: ask the parent instead")
     assert world.pending_agent_mail(b) == 0
 
@@ -133,7 +135,7 @@ def test_approval_refused_by_a_later_guard_records_that_outcome(world: World) ->
     answered = world.engine.answer_approval(approval_id, approve=True, scope="once")
     assert answered.outcome is not None
     assert answered.state is ApprovalState.APPROVED
-    assert answered.outcome.as_result()["error"] == "send_message:inbox_full"
+    assert answered.outcome.as_result()["error"] == InboxFull.code
     assert world.pending_agent_mail(b) == 1
 
 

@@ -21,6 +21,7 @@ from treemail.core.results import CallOutcome
 from treemail.protocol.bindings import SCHEMA_FILE, TYPESCRIPT_FILE, schema_bundle
 from treemail.protocol.compat import ADDITIVE, BREAKING, compare
 from treemail.protocol.methods import METHODS, NOTIFICATIONS, PROTOCOL_VERSION
+from treemail.protocol.types import PAGE_LIMIT
 
 SPEC = Path(__file__).parents[2] / "spec"
 COMMITTED = SPEC / "bindings"
@@ -248,6 +249,29 @@ def test_a_breaking_change_fails_and_is_written_only_with_amend(tmp_path: Path) 
     assert json.loads(bindings.pinned_path(copy_).read_text()) == pinned  # not re-pinned
     assert bindings.write(copy_, amend=True) is None
     assert bindings.check(copy_) == []
+
+
+def test_a_tightening_passes_only_if_listed_and_named_in_the_changelog(tmp_path: Path) -> None:
+    copy_ = _copy(tmp_path)
+    pinned = schema_bundle()
+    params = pinned["$defs"]["SessionListParams"]["properties"]["limit"]
+    del params["maximum"]  # as if session.list's limit had no maximum when 19 was pinned
+    _pin(copy_, pinned)
+    problems = bindings.check(copy_)
+    assert len(problems) == 1 and "breaking" in problems[0], problems
+    tightened = ("SessionListParams.limit", f"changed maximum: None -> {PAGE_LIMIT}")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bindings, "TIGHTENED", {tightened: "a rule 19 documented"})
+        problems = bindings.check(copy_)
+        assert len(problems) == 1 and "not in the protocol changelog" in problems[0], problems
+        changelog = copy_.parent / bindings.CHANGELOG
+        changelog.write_text(changelog.read_text() + "- `SessionListParams.limit`\n")
+        assert bindings.check(copy_) == []
+
+
+def test_every_tightening_is_still_a_difference_from_the_pinned_version() -> None:
+    found = {(d.subject, d.what) for d in bindings.classified(COMMITTED) or ()}
+    assert set(bindings.TIGHTENED) <= found, set(bindings.TIGHTENED) - found
 
 
 def test_a_stale_file_fails_naming_the_command_that_rewrites_it(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from treemail.adapters.runtime.budget import Budget
 from treemail.adapters.runtime.llm import ChatMessage, ModelReply, ScriptedModel, ToolCall
 from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.core import events
+from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import Session
@@ -55,7 +56,7 @@ def _ran(store: Store, model: ScriptedModel, budget: Budget | None) -> tuple[Run
 
 def _ends(rt: Runtime, session: Session) -> list[tuple[str, Any]]:
     return [(e.kind, e.data.get("reason")) for e in rt.engine.events(session.session_id)
-            if e.kind in ("RunInterrupted", "RunFinished")]
+            if e.kind in (EventKind.RUN_INTERRUPTED, EventKind.RUN_FINISHED)]
 
 
 @pytest.mark.parametrize("store", ["memory"], indirect=True)
@@ -64,7 +65,7 @@ def test_a_looping_model_is_stopped_by_the_default_request_budget(store: Store) 
     rt, root = _ran(store, model, None)  # the default budget: on, 200 requests
     assert len(model.requests) == 200
     [(kind, reason)] = _ends(rt, root)
-    assert kind == "RunInterrupted"
+    assert kind == EventKind.RUN_INTERRUPTED
     assert reason.startswith("run budget exhausted: the run made 200 model requests")
     assert "[runs] max_model_requests" in reason
     assert rt.engine.session(root.session_id).state is SessionState.IDLE
@@ -77,7 +78,7 @@ def test_the_tool_call_budget_stops_a_run_in_the_middle_of_a_reply(store: Store)
     rt, root = _ran(store, model, Budget(max_model_requests=0, max_tool_calls=5))
     assert len(model.requests) == 3  # 2 + 2 + 1 calls run; the 6th ends the run
     [(kind, reason)] = _ends(rt, root)
-    assert kind == "RunInterrupted" and "5 tool calls" in reason
+    assert kind == EventKind.RUN_INTERRUPTED and "5 tool calls" in reason
     assert "[runs] max_tool_calls" in reason
     recorded = [len(p.results) for _, p in events.typed(rt.engine.events(root.session_id))
                 if isinstance(p, events.ToolResults)]
@@ -89,7 +90,7 @@ def test_zero_disables_a_budget(store: Store) -> None:
     model = looping(stop_after=230)
     rt, root = _ran(store, model, Budget(max_model_requests=0, max_tool_calls=0))
     assert len(model.requests) == 231
-    assert _ends(rt, root) == [("RunFinished", "completed")]
+    assert _ends(rt, root) == [(EventKind.RUN_FINISHED, "completed")]
 
 
 def test_a_budget_is_never_negative() -> None:

@@ -14,8 +14,10 @@ from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.ui.cli import main
 from treemail.core import events as log
 from treemail.core.engine import Engine
+from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
-from treemail.core.records import Event
+from treemail.core.lifecycle import ApprovalState
+from treemail.core.records import Event, RecipientState
 
 ROW = re.compile(r"^  \S+\s+#\d+ ")  # a transcript row: session, its event number, the event
 
@@ -69,34 +71,37 @@ def test_the_demo_plays_its_scenario_into_the_store(
     events, parents = _feed(store)
     kinds = Counter(event.kind for event in events)
     # One send went through the approval flow, answered once by "the user".
-    assert kinds["ApprovalRequested"] == kinds["ApprovalAnswered"] == 1
-    [answered] = [e for e in events if e.kind == "ApprovalAnswered"]
-    assert (answered.data["state"], answered.data["scope"]) == ("approved", "once")
+    assert kinds[EventKind.APPROVAL_REQUESTED] == kinds[EventKind.APPROVAL_ANSWERED] == 1
+    [answered] = [e for e in events if e.kind == EventKind.APPROVAL_ANSWERED]
+    assert (answered.data["state"], answered.data["scope"]) == (ApprovalState.APPROVED, "once")
     # Steer into a running child, queue for a queued one, and a finished child woken.
     sends = _send_results(events)
-    for expected in (("steer", "running"), ("queue", "queued"), ("queue", "waking_finished")):
+    for expected in (("steer", RecipientState.RUNNING), ("queue", RecipientState.QUEUED),
+                     ("queue", RecipientState.WAKING_FINISHED)):
         assert expected in sends, expected
-    assert sends.count(("queue", "waking_finished")) == 1
+    assert sends.count(("queue", RecipientState.WAKING_FINISHED)) == 1
     # Each child's delegation completed exactly once: the woken child reported nothing more.
     children = {sid for sid, parent in parents.items() if parent is not None}
-    completed = Counter(e.session_id for e in events if e.kind == "DelegationCompleted")
+    completed = Counter(e.session_id for e in events if e.kind == EventKind.DELEGATION_COMPLETED)
     assert len(children) == 3 and completed == dict.fromkeys(children, 1)
     # A child's result: delegation mail from the child to its parent (rendered as a
     # <subagent_result> only when the parent's model reads it).
-    notices = [e for e in events if e.kind == "ProducerMessageAccepted"
+    notices = [e for e in events if e.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED
                and e.data["owner"] == "delegation" and e.data["sender"] in children
                and parents[str(e.data["sender"])] == e.session_id]
     assert len(notices) == 3
     woken = [sid for sid in children
-             if sum(e.kind == "RunFinished" for e in events if e.session_id == sid) == 2]
+             if sum(e.kind == EventKind.RUN_FINISHED for e in events if e.session_id == sid) == 2]
     assert len(woken) == 1
     # The crash: runs found dead at restart, claimed mail released, then consumed once.
     crashed = [e for e in events
-               if e.kind == "RunInterrupted" and e.data["reason"] == "crash found at restart"]
+               if e.kind == EventKind.RUN_INTERRUPTED
+               and e.data["reason"] == "crash found at restart"]
     assert len(crashed) == 3
-    released = {e.data["message_id"] for e in events if e.kind == "ProducerMessageReleased"}
+    released = {e.data["message_id"] for e in events
+                if e.kind == EventKind.PRODUCER_MESSAGE_RELEASED}
     consumed = Counter(e.data["message_id"] for e in events
-                       if e.kind == "ProducerMessageConsumed")
+                       if e.kind == EventKind.PRODUCER_MESSAGE_CONSUMED)
     assert released and all(consumed[m] == 1 for m in released)
 
 

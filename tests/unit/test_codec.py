@@ -19,6 +19,7 @@ from treemail.adapters.store.codec import decode, encode
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core import keys
 from treemail.core.errors import StoreDamaged
+from treemail.core.events import EventKind
 from treemail.core.keys import Table
 from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.permissions import Rules
@@ -46,7 +47,7 @@ RUN = Run("r1", S, 2, RunState.RUNNING, 3, "q1")
 MESSAGE = Message("m1", S, "s2", Owner.AGENT, "héllo <b>", Mode.STEER, 2, 7,
                   MessageState.CLAIMED, "r1", "q1", None)
 RESULT = SendResult("m1", Mode.QUEUE, RecipientState.WAKING_FINISHED, "d1g")
-EVENT = Event(S, 4, "ProducerMessageAccepted",
+EVENT = Event(S, 4, EventKind.PRODUCER_MESSAGE_ACCEPTED,
               {"message_id": "m1", "agent_hop": 2, "run_id": None, "nested": [1, {"a": True}]})
 APPROVAL = Approval("a1", S, "r1", "t1", "send_message", {"to": "x", "n": 1}, "child",
                     ApprovalState.DENIED, "once", CallOutcome(None, "send:denied", "no"))

@@ -23,7 +23,7 @@ INT_KEYS = ("max_hops", "max_body_bytes", "max_pending_per_session", "max_inflig
 def _refused(settings: dict[str, Any]) -> ConfigError:
     with pytest.raises(ConfigError) as caught:
         MessagingConfig.from_mapping(settings)
-    assert caught.value.code == "config:invalid"
+    assert caught.value.code == ConfigError.code
     return caught.value
 
 
@@ -66,7 +66,7 @@ def test_partial_table_keeps_the_other_defaults() -> None:
 def test_unknown_key_is_refused_and_named() -> None:
     with pytest.raises(ConfigUnknownKey) as caught:
         MessagingConfig.from_mapping({"max_hop": 2})
-    assert caught.value.code == "config:unknown_key"
+    assert caught.value.code == ConfigUnknownKey.code
     assert "`max_hop`" in caught.value.message and "did you mean `max_hops`?" in (
         caught.value.message)
     assert caught.value.details["key"] == "max_hop"
@@ -75,20 +75,20 @@ def test_unknown_key_is_refused_and_named() -> None:
 def test_unknown_key_in_toml_is_refused() -> None:
     with pytest.raises(ConfigUnknownKey) as caught:
         MessagingConfig.from_toml("[messaging]\nmax_pending = 3\n")
-    assert caught.value.code == "config:unknown_key"
+    assert caught.value.code == ConfigUnknownKey.code
     assert "max_pending" in caught.value.message
 
 
 def test_invalid_toml_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as caught:
         MessagingConfig.from_toml("[messaging\n")
-    assert caught.value.code == "config:invalid"
+    assert caught.value.code == ConfigError.code
 
 
 def test_messaging_that_is_not_a_table_is_refused() -> None:
     with pytest.raises(ConfigError) as caught:
         MessagingConfig.from_toml('messaging = "on"\n')
-    assert caught.value.code == "config:invalid"
+    assert caught.value.code == ConfigError.code
     assert "[messaging]" in caught.value.message
 
 
@@ -111,7 +111,7 @@ def test_integer_keys_refuse_other_types_including_bool(key: str, value: object)
 def test_bool_for_int_in_toml_is_refused(key: str) -> None:
     with pytest.raises(ConfigError) as caught:
         MessagingConfig.from_toml(f"[messaging]\n{key} = true\n")
-    assert caught.value.code == "config:invalid"
+    assert caught.value.code == ConfigError.code
     assert key in caught.value.message
 
 
@@ -134,7 +134,7 @@ def test_max_hops_takes_any_integer(value: int) -> None:
 def test_direct_construction_is_validated_too() -> None:
     with pytest.raises(ConfigError) as caught:
         MessagingConfig(max_body_bytes=0)
-    assert caught.value.code == "config:invalid"
+    assert caught.value.code == ConfigError.code
     assert "max_body_bytes" in caught.value.message
 
 

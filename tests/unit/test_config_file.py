@@ -42,7 +42,7 @@ def test_an_unknown_table_or_key_is_refused_with_the_nearest_name(
 ) -> None:
     with pytest.raises(ConfigUnknownKey) as caught:
         _load(tmp_path, text)
-    assert caught.value.code == "config:unknown_key"
+    assert caught.value.code == ConfigUnknownKey.code
     assert said in caught.value.message and str(tmp_path / "config.toml") in caught.value.message
     assert caught.value.details["table"] == table and caught.value.details["key"] == key
 
@@ -60,7 +60,7 @@ def test_a_bad_value_is_a_config_error_naming_where(tmp_path: Path, text: str,
                                                     said: str) -> None:
     with pytest.raises(ConfigError) as caught:
         _load(tmp_path, text)
-    assert type(caught.value) is ConfigError and caught.value.code == "config:invalid"
+    assert type(caught.value) is ConfigError and caught.value.code == ConfigError.code
     assert said in caught.value.message, caught.value.message
 
 
@@ -130,13 +130,13 @@ def test_init_overwrites_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[s
     (tmp_path / "agents" / "lead.md").write_text("mine", encoding="utf-8")
     with pytest.raises(ConfigExists) as caught:
         init(tmp_path)
-    assert caught.value.code == "config:exists"
+    assert caught.value.code == ConfigExists.code
     assert caught.value.details["paths"] == [str(tmp_path / "agents" / "lead.md")]
     assert (tmp_path / "agents" / "lead.md").read_text(encoding="utf-8") == "mine"
     assert not (tmp_path / "config.toml").exists()
     assert not (tmp_path / "agents" / "helper.md").exists()
     assert main(["init", "--data-dir", str(tmp_path)]) == 2
-    assert "config:exists" in capsys.readouterr().err
+    assert ConfigExists.code in capsys.readouterr().err
 
 
 def test_the_daemon_refuses_a_typo_at_start_and_says_where(tmp_path: Path) -> None:
@@ -146,7 +146,7 @@ def test_the_daemon_refuses_a_typo_at_start_and_says_where(tmp_path: Path) -> No
     done = subprocess.run([sys.executable, "-m", "treemail", "daemon", "--data-dir", str(data)],
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
-    assert "config:unknown_key" in done.stderr and "did you mean [daemon]?" in done.stderr
+    assert ConfigUnknownKey.code in done.stderr and "did you mean [daemon]?" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (data / "store").exists()  # refused before the directory was taken
 
@@ -159,8 +159,8 @@ def test_the_readme_says_where_config_lives_and_what_init_writes() -> None:
     assert "`DATA_DIR/config.toml` and `DATA_DIR/agents/*.md`" in text
     assert "treemail init --data-dir DIR" in text
     assert all(f"`agents/{name}`" in text for name in AGENTS)
-    assert all(code in text for code in ("config:exists", "config:unknown_key",
-                                         "config:invalid"))
+    assert all(code in text for code in (ConfigExists.code, ConfigUnknownKey.code,
+                                         ConfigError.code))
     assert logs.MAX_BYTES == 1 << 20 and "rotated at 1 MiB" in text
     assert f"{logs.BACKUPS} old files" in text.replace("three", "3")
     assert FailurePolicy().limit == 3 and "tried three times" in text

@@ -23,19 +23,22 @@ from treemail.core.errors import (
     IllegalTransition,
     InvalidRequest,
     NotTreePeer,
+    PermissionDenied,
     UnknownApproval,
     UnknownSession,
     UnknownSubagentReference,
     UnknownTarget,
     UnknownTool,
 )
-from treemail.core.events import RecordedResult, Reply
+from treemail.core.events import EventKind, RecordedResult, Reply
 from treemail.core.lifecycle import (
     SESSION,
+    ApprovalState,
     Lifecycle,
     MessageLifecycle,
     MessageState,
     MessageTrigger,
+    RequestState,
     RunState,
     SessionLifecycle,
     SessionState,
@@ -107,7 +110,7 @@ def _doc_error(text: str) -> AgentDocError:
     with pytest.raises(AgentDocError) as caught:
         parse_agent_doc(text, source="a.md")
     error = caught.value
-    assert error.code == "agent_doc:invalid"
+    assert error.code == AgentDocError.code
     assert error.details["source"] == "a.md"
     return error
 
@@ -180,7 +183,7 @@ def test_agent_doc_prompt_keeps_everything_after_the_first_closing_fence() -> No
 def test_config_unknown_keys_name_the_first_in_order_with_the_valid_ones() -> None:
     with pytest.raises(ConfigUnknownKey) as caught:
         MessagingConfig.from_mapping({"zz": 1, "aa": 2, "max_hops": 3})
-    assert caught.value.code == "config:unknown_key"
+    assert caught.value.code == ConfigUnknownKey.code
     assert caught.value.message == (
         "unknown key `aa` in [messaging] (known: `enabled`, `max_hops`, `max_body_bytes`, "
         "`max_pending_per_session`, `max_inflight_per_pair`; every key is documented in "
@@ -267,7 +270,7 @@ def test_illegal_transition_message_and_details() -> None:
     assert error.details == {"subject": "run r", "event": "finish", "state": "request open",
                              "allowed": ["commit_request", "abort_request"]}
     assert error.allowed == allowed
-    nothing = IllegalTransition("session s", "start", "running", ())
+    nothing = IllegalTransition("session s", "start", str(SessionState.RUNNING), ())
     assert nothing.message == (
         "cannot start session s in state 'running'; from 'running' only no event is allowed"
     )
@@ -327,16 +330,16 @@ def test_a_run_writes_its_transcript_events(world: World) -> None:
     ids = {"run_id": run.run_id, "request_id": request.request_id}
     tail = [(e.kind, dict(e.data)) for e in engine.events(kid.session_id)][-6:]
     assert tail == [
-        ("RequestBegun", {**ids, "message_ids": [task.message_id]}),
-        ("ProducerMessageConsumed", {
+        (EventKind.REQUEST_BEGUN, {**ids, "message_ids": [task.message_id]}),
+        (EventKind.PRODUCER_MESSAGE_CONSUMED, {
             "message_id": task.message_id, "owner": "delegation", "sender": root.session_id,
             **ids,
         }),
-        ("RequestCommitted", ids),
-        ("ModelOutput", {**ids, "inputs": [], "text": "done", "tool_calls": []}),
-        ("ToolResults", {"run_id": run.run_id,
+        (EventKind.REQUEST_COMMITTED, ids),
+        (EventKind.MODEL_OUTPUT, {**ids, "inputs": [], "text": "done", "tool_calls": []}),
+        (EventKind.TOOL_RESULTS, {"run_id": run.run_id,
                          "results": [{"tool_call_id": "c1", "content": "ok"}]}),
-        ("RunFinished", {"run_id": run.run_id, "run_number": 1, "reason": "completed"}),
+        (EventKind.RUN_FINISHED, {"run_id": run.run_id, "run_number": 1, "reason": "completed"}),
     ]
     assert engine.run(run.run_id).status is RunState.FINISHED
     # ``after`` skips what the caller has already read.
@@ -355,15 +358,15 @@ def test_abort_and_cancel_write_their_reasons(world: World) -> None:
     run = world.activate(kid)
     request = engine.begin_request(kid.session_id, run.run_id)
     engine.abort_request(kid.session_id, run.run_id, request.request_id)
-    assert _last(world, kid) == ("RequestAborted", {
+    assert _last(world, kid) == (EventKind.REQUEST_ABORTED, {
         "run_id": run.run_id, "request_id": request.request_id})
     engine.cancel_run(kid.session_id, run.run_id)
-    assert _last(world, kid, "RunInterrupted") == {
+    assert _last(world, kid, EventKind.RUN_INTERRUPTED) == {
         "run_id": run.run_id, "run_number": 1, "reason": "cancelled", **NO_FAULT}
     again = world.activate(kid)
     engine.begin_request(kid.session_id, again.run_id)
     engine.cancel_run(kid.session_id, again.run_id, reason="user pressed stop")
-    assert _last(world, kid, "RunInterrupted") == {
+    assert _last(world, kid, EventKind.RUN_INTERRUPTED) == {
         "run_id": again.run_id, "run_number": 2, "reason": "user pressed stop", **NO_FAULT}
     assert engine.run(again.run_id).status is RunState.INTERRUPTED
 
@@ -373,7 +376,7 @@ def test_recover_names_the_crash_as_the_reason(world: World) -> None:
     kid = world.child(root, "kid", {"*": "allow"})
     run = world.activate(kid)
     assert world.restart().recover() == 1
-    assert _last(world, kid, "RunInterrupted") == {
+    assert _last(world, kid, EventKind.RUN_INTERRUPTED) == {
         "run_id": run.run_id, "run_number": 1, "reason": "crash found at restart", **NO_FAULT}
 
 
@@ -418,7 +421,7 @@ def test_double_begin_and_finish_with_an_open_request_are_illegal(world: World) 
             "from 'request_open' only commit_request, abort_request is allowed"
         )
         assert (caught.value.subject, caught.value.event, caught.value.state) == (
-            f"run {run.run_id}", event, "request_open")
+            f"run {run.run_id}", event, RequestState.REQUEST_OPEN)
     assert world.snapshot() == before
     assert engine.run(run.run_id).open_request == request.request_id
 
@@ -471,8 +474,9 @@ def test_discard_unbinds_the_message_from_its_run(world: World) -> None:
     assert world.engine.message(sent.message_id).run_id == run.run_id
     world.engine.discard(sent.message_id, "superseded")
     dropped = world.engine.message(sent.message_id)
-    assert (dropped.state, dropped.run_id, dropped.reason) == ("discarded", None, "superseded")
-    assert _last(world, kid, "ProducerMessageDiscarded")["run_id"] is None
+    assert (dropped.state, dropped.run_id, dropped.reason) == (
+        MessageState.DISCARDED, None, "superseded")
+    assert _last(world, kid, EventKind.PRODUCER_MESSAGE_DISCARDED)["run_id"] is None
 
 
 def test_mail_accepted_but_not_yet_admitted_joins_the_running_run(world: World) -> None:
@@ -499,7 +503,7 @@ def test_the_delegation_notice_comes_from_the_child_and_is_logged(world: World) 
     assert world.engine.finish_run(kid.session_id, run.run_id, "all done") is True
     [notice] = [m for m in world.engine.pending(root.session_id) if m.owner is Owner.DELEGATION]
     assert notice.sender == kid.session_id
-    assert _last(world, kid) == ("DelegationCompleted", {"message_id": notice.message_id})
+    assert _last(world, kid) == (EventKind.DELEGATION_COMPLETED, {"message_id": notice.message_id})
 
 
 def test_revert_reaches_every_depth_and_logs_the_branch(world: World) -> None:
@@ -511,7 +515,7 @@ def test_revert_reaches_every_depth_and_logs_the_branch(world: World) -> None:
     assert ghosts == [top.session_id, mid.session_id, low.session_id]
     for ghost in (top, mid, low):
         assert world.fresh(ghost).live is False
-        assert _last(world, ghost) == ("SessionReverted", {"branch": top.session_id})
+        assert _last(world, ghost) == (EventKind.SESSION_REVERTED, {"branch": top.session_id})
     assert world.fresh(root).live is True
 
 
@@ -543,12 +547,13 @@ def test_holding_logs_the_request_once_and_keeps_an_answered_approval(world: Wor
     _, a, _, ctx, args = _ask(world)
     held = world.engine.hold_for_approval(ctx, "send_message", args, "sibling")
     assert (held.tool, held.arguments, held.label) == ("send_message", args, "sibling")
-    assert _last(world, a) == ("ApprovalRequested", {
+    assert _last(world, a) == (EventKind.APPROVAL_REQUESTED, {
         "approval_id": held.approval_id, "tool": "send_message", "label": "sibling",
         "tool_call_id": ctx.tool_call_id, "run_id": ctx.run_id,
     })
     world.engine.hold_for_approval(ctx, "send_message", args, "sibling")
-    assert [e.kind for e in world.engine.events(a.session_id)].count("ApprovalRequested") == 1
+    kinds = [e.kind for e in world.engine.events(a.session_id)]
+    assert kinds.count(EventKind.APPROVAL_REQUESTED) == 1
     denied = world.engine.answer_approval(held.approval_id, approve=False)
     # The retried call finds its answer, not a fresh pending approval.
     assert world.engine.hold_for_approval(ctx, "send_message", args, "sibling") == denied
@@ -572,12 +577,12 @@ def test_denial_outcome_and_event(world: World) -> None:
     denied = world.engine.answer_approval(held.approval_id, approve=False, scope="tree")
     assert denied.outcome is not None
     outcome = {
-        "error": "permission:denied",
+        "error": PermissionDenied.code,
         "message": "permission denied: the user did not approve this call",
     }
     assert (denied.scope, denied.outcome.as_result()) == (None, outcome)
-    assert _last(world, a) == ("ApprovalAnswered", {
-        "approval_id": held.approval_id, "state": "denied", "scope": None,
+    assert _last(world, a) == (EventKind.APPROVAL_ANSWERED, {
+        "approval_id": held.approval_id, "state": ApprovalState.DENIED, "scope": None,
         "outcome": {"result": None, **outcome},
     })
     with pytest.raises(UnknownApproval) as caught:
@@ -589,7 +594,7 @@ def test_denial_outcome_and_event(world: World) -> None:
 def test_approval_records_scope_grants_once_and_wakes_the_recipient(world: World) -> None:
     _, a, b, ctx, args = _ask(world)
     world.consume_all(b)  # b is finished: the approved send must wake it
-    assert world.fresh(b).state == "finished"
+    assert world.fresh(b).state == SessionState.FINISHED
     held = world.engine.hold_for_approval(ctx, "send_message", args, "sibling")
     with pytest.raises(InvalidRequest) as caught:
         world.engine.answer_approval(held.approval_id, approve=True, scope="forever")
@@ -598,9 +603,9 @@ def test_approval_records_scope_grants_once_and_wakes_the_recipient(world: World
     approved = world.engine.answer_approval(held.approval_id, approve=True, scope="session")
     assert approved.outcome is not None
     assert approved.scope == "session"
-    assert world.fresh(b).state == "queued"
-    assert _last(world, a) == ("ApprovalAnswered", {
-        "approval_id": held.approval_id, "state": "approved", "scope": "session",
+    assert world.fresh(b).state == SessionState.QUEUED
+    assert _last(world, a) == (EventKind.APPROVAL_ANSWERED, {
+        "approval_id": held.approval_id, "state": ApprovalState.APPROVED, "scope": "session",
         "outcome": {"result": approved.outcome.result, "error": None, "message": None},
     })
     # A second approval of the same scope leaves the one grant as it was.

@@ -12,6 +12,7 @@ from treemail.adapters.runtime.llm import ToolCall
 from treemail.adapters.runtime.toolbox import ToolBox
 from treemail.adapters.ui.transcript import Transcript, render_log
 from treemail.core.engine import Engine
+from treemail.core.errors import InvalidToolArguments, UnknownSubagentReference
 from treemail.core.ids import CountingIds
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Owner
@@ -56,7 +57,7 @@ def test_two_workers_of_one_doc_are_told_apart_by_their_description() -> None:
     assert stored[bare["session_id"]] == ""
 
     miss = lead.call("send_message", to="worker_nobody", body="hi")
-    assert miss["error"] == "subagent:unknown_reference"
+    assert miss["error"] == UnknownSubagentReference.code
     lines = miss["message"].splitlines()
     assert any(tests["handle"] in line and "runs the parser tests" in line for line in lines)
     assert any(docs["handle"] in line and "proofreads the docs" in line for line in lines)
@@ -74,5 +75,5 @@ def test_a_description_that_is_not_text_is_refused_and_nothing_is_created() -> N
     lead = Lead()
     for bad in (7, "\ud800 lone"):
         answer = lead.call("delegate_subagent", agent="worker", task="t", description=bad)
-        assert answer["error"] == "tool:invalid_arguments", answer
+        assert answer["error"] == InvalidToolArguments.code, answer
     assert len(lead.engine.sessions()) == 1

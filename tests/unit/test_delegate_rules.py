@@ -13,7 +13,7 @@ from treemail.adapters.runtime.llm import ToolCall
 from treemail.adapters.runtime.toolbox import ToolBox
 from treemail.core.agents import BUILTIN_AGENTS, parse_agent_doc
 from treemail.core.engine import Engine
-from treemail.core.errors import AgentDocError
+from treemail.core.errors import AgentDocError, DelegationDenied, InvalidToolArguments
 from treemail.core.ids import CountingIds
 from treemail.core.records import AgentSpec, Owner
 from treemail.core.store import MemoryStore
@@ -65,7 +65,7 @@ def test_toolbox_enforces_delegate_rules_and_hides_the_tools_when_all_denied() -
         return result
 
     assert "handle" in delegate("explore")
-    assert delegate("default")["error"] == "delegation:denied"
+    assert delegate("default")["error"] == DelegationDenied.code
     assert len(engine.sessions()) == 2  # the refused delegation created nothing
     closed = engine.create_root(parse_agent_doc(LEAD.replace("explore: allow", "explore: deny"),
                                                 "x.md").spec)
@@ -105,6 +105,6 @@ def test_delegation_tools_refuse_unknown_arguments_by_name(
     run = engine.start_run(lead.session_id)
     outcome = asyncio.run(box.execute(lead, run.run_id, ToolCall("c1", name, arguments)))
     result = json.loads(outcome.content)
-    assert result["error"] == "tool:invalid_arguments"
+    assert result["error"] == InvalidToolArguments.code
     assert f"has no argument {extra!r}" in result["message"]
     assert len(engine.sessions()) == 1  # nothing was delegated

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from tests.unit.conftest import World
+from treemail.core.events import EventKind
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import Owner
 
 
@@ -19,9 +21,9 @@ def test_first_finished_run_reports_once_and_wakes_the_parent(world: World) -> N
     assert world.engine.finish_run(child.session_id, run.run_id, "all done") is True
     # Stored as the child wrote it; the parent's model reads it in a <subagent_result>.
     assert _notices(world, root.session_id) == ["all done"]
-    assert world.fresh(root).state == "queued"  # woken by the notice
+    assert world.fresh(root).state == SessionState.QUEUED  # woken by the notice
     kinds = [e.kind for e in world.engine.events(child.session_id)]
-    assert kinds[-1] == "DelegationCompleted" and kinds[-2] == "RunFinished"
+    assert kinds[-1] == EventKind.DELEGATION_COMPLETED and kinds[-2] == EventKind.RUN_FINISHED
     # Woken by mail later, the child finishes again: no second notice.
     world.send(root, child, "one more thing")
     again = world.engine.start_run(child.session_id)

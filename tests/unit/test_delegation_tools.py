@@ -18,7 +18,16 @@ from treemail.adapters.runtime.llm import ToolCall
 from treemail.adapters.runtime.toolbox import ToolBox
 from treemail.core import events
 from treemail.core.engine import Engine
+from treemail.core.errors import (
+    DelegatingRunEnded,
+    DelegationDenied,
+    InvalidToolArguments,
+    NotASubagent,
+    UnknownAgent,
+    UnknownSubagent,
+)
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import RunState, SessionState
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Owner, Session
 from treemail.core.store import MemoryStore
@@ -89,9 +98,9 @@ def tree() -> Tree:
 
 def test_delegate_refusals_have_delegation_codes(tree: Tree) -> None:
     assert tree.call("delegate_subagent", agent="ghost", task="t")["error"] == (
-        "delegation:unknown_agent")
+        UnknownAgent.code)
     assert tree.call("delegate_subagent", agent="other", task="t")["error"] == (
-        "delegation:denied")
+        DelegationDenied.code)
     assert len(tree.engine.sessions()) == 1
 
 
@@ -99,7 +108,7 @@ def test_delegate_refusals_have_delegation_codes(tree: Tree) -> None:
 def test_a_delegation_without_a_task_is_an_argument_error(tree: Tree, task: str) -> None:
     """Empty like empty mail: the model is told to give a task, and no child is made."""
     answer = tree.call("delegate_subagent", agent="kid", task=task)
-    assert answer["error"] == "tool:invalid_arguments", answer
+    assert answer["error"] == InvalidToolArguments.code, answer
     assert "'task'" in answer["message"]
     assert len(tree.engine.sessions()) == 1
 
@@ -110,16 +119,16 @@ def test_a_reference_that_is_not_a_subagent_has_delegation_codes(tree: Tree) -> 
     stranger = tree.engine.create_root(LEAD)
     for name in ("get_subagent_result", "cancel_subagent"):
         for reference, code in [
-            ("00000000-0000-4000-8000-00000000dead", "delegation:unknown_subagent"),
-            ("nobody_1", "delegation:unknown_subagent"),
-            (stranger.session_id, "delegation:not_a_subagent"),  # another tree
-            (grandchild.reference, "delegation:not_a_subagent"),
-            (grandchild.session_id, "delegation:not_a_subagent"),
+            ("00000000-0000-4000-8000-00000000dead", UnknownSubagent.code),
+            ("nobody_1", UnknownSubagent.code),
+            (stranger.session_id, NotASubagent.code),  # another tree
+            (grandchild.reference, NotASubagent.code),
+            (grandchild.session_id, NotASubagent.code),
         ]:
             answer = tree.call(name, to=reference)
             assert answer["error"] == code, (name, reference, answer)
             assert kid.reference in answer["message"]  # the subagents it can address
-    assert tree.engine.session(kid.session_id).state == "queued"  # nothing was cancelled
+    assert tree.engine.session(kid.session_id).state == SessionState.QUEUED  # nothing was cancelled
 
 
 def test_get_subagent_result_while_the_child_finishes_sees_it_whole(tree: Tree) -> None:
@@ -130,8 +139,8 @@ def test_get_subagent_result_while_the_child_finishes_sees_it_whole(tree: Tree) 
     answer = tree.call("get_subagent_result", to=kid.reference)
     tree.writer.settle()
     # A status from before the finish with the result from after it was the old answer.
-    assert answer in ({"status": "queued", "result": None},
-                      {"status": "finished", "result": "final answer"}), answer
+    assert answer in ({"status": RunState.QUEUED, "result": None},
+                      {"status": RunState.FINISHED, "result": "final answer"}), answer
 
 
 def test_cancel_when_the_child_finishes_meanwhile_is_an_answer(tree: Tree) -> None:
@@ -141,7 +150,8 @@ def test_cancel_when_the_child_finishes_meanwhile_is_an_answer(tree: Tree) -> No
     tree.writer.settle()
     # Either the cancel came first (the finish then ran the run queued after it), or the
     # finish did and the cancel says so; never an error.
-    assert answer in ({"cancelled": True}, {"cancelled": False, "status": "finished"}), answer
+    assert answer in ({"cancelled": True},
+                      {"cancelled": False, "status": RunState.FINISHED}), answer
 
 
 def test_delegate_while_the_callers_run_ends_creates_nothing(tree: Tree) -> None:
@@ -150,5 +160,5 @@ def test_delegate_while_the_callers_run_ends_creates_nothing(tree: Tree) -> None
     tree.writer.before_job(1, lambda: tree.engine.cancel_run(
         tree.lead.session_id, tree.run_id, "cancelled by the user"))
     answer = tree.call("delegate_subagent", agent="kid", task="t")
-    assert answer["error"] == "delegation:run_ended", answer
+    assert answer["error"] == DelegatingRunEnded.code, answer
     assert len(tree.engine.sessions()) == 1

@@ -17,7 +17,8 @@ from treemail.core.errors import (
     TreemailError,
     UnknownTarget,
 )
-from treemail.core.lifecycle import RunState
+from treemail.core.events import EventKind
+from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.records import Mode, Owner, RecipientState, Session, ToolContext
 from treemail.core.sending import send
 
@@ -65,7 +66,7 @@ def _state(world: World, message_id: str) -> str:
 
 def _times_delivered(world: World, session: Session, message_id: str) -> int:
     """How many committed requests carried the message (its Consumed events)."""
-    return world.kinds(session, message_id).count("ProducerMessageConsumed")
+    return world.kinds(session, message_id).count(EventKind.PRODUCER_MESSAGE_CONSUMED)
 
 
 def _busy(world: World, session: Session) -> None:
@@ -83,10 +84,10 @@ def test_steer_to_running_joins_the_next_boundary(world: World, pair: Pair) -> N
     assert (sent.mode, sent.recipient_state) == (Mode.STEER, RecipientState.RUNNING)
     # A running recipient takes its mail in itself, at its next boundary: no wake commit.
     assert (_state(world, sent.message_id), world.engine.message(sent.message_id).run_id) == (
-        "accepted", None)
+        MessageState.ACCEPTED, None)
     request = _begin(world, pair.child)
     assert (request.run_id, _ids(request)) == (run.run_id, [sent.message_id])
-    assert _state(world, sent.message_id) == "claimed"
+    assert _state(world, sent.message_id) == MessageState.CLAIMED
 
 
 def test_steer_is_the_default_mode(world: World, pair: Pair) -> None:
@@ -94,7 +95,7 @@ def test_steer_is_the_default_mode(world: World, pair: Pair) -> None:
     sent = world.send(pair.root, pair.child)
     assert (sent.mode, sent.recipient_state) == (Mode.STEER, RecipientState.RUNNING)
     assert sent.as_tool_result() == {
-        "message_id": sent.message_id, "mode": "steer", "recipient_state": "running",
+        "message_id": sent.message_id, "mode": "steer", "recipient_state": RecipientState.RUNNING,
     }
 
 
@@ -107,9 +108,9 @@ def test_queue_to_running_waits_for_the_next_run(world: World, pair: Pair) -> No
         request = _begin(world, pair.child)
         assert _ids(request) == []
         _commit(world, pair.child, request)
-    assert _state(world, sent.message_id) == "admitted"
+    assert _state(world, sent.message_id) == MessageState.ADMITTED
     world.engine.finish_run(pair.child.session_id, first.run_id)
-    assert world.fresh(pair.child).state == "queued"
+    assert world.fresh(pair.child).state == SessionState.QUEUED
     second = world.engine.start_run(pair.child.session_id)
     assert second.number == first.number + 1
     request = world.engine.begin_request(pair.child.session_id, second.run_id)
@@ -120,7 +121,7 @@ def test_queue_to_running_waits_for_the_next_run(world: World, pair: Pair) -> No
 def test_to_a_queued_recipient_it_is_claimed_at_run_start(
     world: World, pair: Pair, mode: str
 ) -> None:
-    assert world.fresh(pair.child).state == "queued"
+    assert world.fresh(pair.child).state == SessionState.QUEUED
     sent = world.send(pair.root, pair.child, mode=mode)
     assert (sent.mode, sent.recipient_state) == (Mode.QUEUE, RecipientState.QUEUED)
     assert world.engine.message(sent.message_id).run_id is None
@@ -130,10 +131,10 @@ def test_to_a_queued_recipient_it_is_claimed_at_run_start(
 
 
 def test_to_an_idle_recipient_it_queues_a_run(world: World, pair: Pair) -> None:
-    assert world.fresh(pair.root).state == "idle"
+    assert world.fresh(pair.root).state == SessionState.IDLE
     sent = world.send(pair.child, pair.root, mode="steer")
     assert (sent.mode, sent.recipient_state) == (Mode.QUEUE, RecipientState.QUEUED)
-    assert world.fresh(pair.root).state == "queued"
+    assert world.fresh(pair.root).state == SessionState.QUEUED
     assert _ids(_begin(world, pair.root)) == [sent.message_id]
 
 
@@ -143,14 +144,14 @@ def test_a_finished_recipient_is_woken_with_the_message(
 ) -> None:
     world.drain(pair.child)
     finished = world.fresh(pair.child)
-    assert finished.state == "finished" and finished.run_id is None
+    assert finished.state == SessionState.FINISHED and finished.run_id is None
     sent = world.send(pair.root, pair.child, "one more thing", mode=mode)
     assert (sent.mode, sent.recipient_state) == (Mode.QUEUE, RecipientState.WAKING_FINISHED)
     woken = world.fresh(pair.child)
-    assert woken.state == "queued" and woken.run_id is not None
+    assert woken.state == SessionState.QUEUED and woken.run_id is not None
     assert world.engine.run(woken.run_id).number == 2
     last = world.engine.events(pair.child.session_id)[-1]
-    assert (last.kind, last.data["reason"]) == ("RunQueued", "wake")
+    assert (last.kind, last.data["reason"]) == (EventKind.RUN_QUEUED, "wake")
     request = _begin(world, pair.child)
     assert request.run_id == woken.run_id
     assert _ids(request) == [sent.message_id]
@@ -165,7 +166,7 @@ def test_a_steer_that_loses_the_race_with_completion_goes_to_the_next_run(
     assert sent.mode is Mode.STEER
     world.engine.finish_run(pair.child.session_id, first.run_id)  # before the next boundary
     assert world.engine.message(sent.message_id).run_id is None
-    assert world.fresh(pair.child).state == "queued"
+    assert world.fresh(pair.child).state == SessionState.QUEUED
     request = _begin(world, pair.child)
     assert request.run_id != first.run_id
     assert _ids(request) == [sent.message_id]
@@ -183,16 +184,17 @@ def test_abort_releases_for_the_next_boundary_and_it_is_consumed_once(
     sent = world.send(pair.root, pair.child)
     request = _begin(world, pair.child)
     _abort(world, pair.child, request)
-    assert _state(world, sent.message_id) == "released"
+    assert _state(world, sent.message_id) == MessageState.RELEASED
     again = _begin(world, pair.child)
     assert again.request_id != request.request_id
     assert _ids(again) == [sent.message_id]
     _commit(world, pair.child, again)
-    assert _state(world, sent.message_id) == "consumed"
+    assert _state(world, sent.message_id) == MessageState.CONSUMED
     assert _ids(_begin(world, pair.child)) == []
     assert world.kinds(pair.child, sent.message_id) == [
-        "ProducerMessageAccepted", "ProducerMessageAdmitted", "ProducerMessageClaimed",
-        "ProducerMessageReleased", "ProducerMessageClaimed", "ProducerMessageConsumed",
+        EventKind.PRODUCER_MESSAGE_ACCEPTED, EventKind.PRODUCER_MESSAGE_ADMITTED,
+        EventKind.PRODUCER_MESSAGE_CLAIMED, EventKind.PRODUCER_MESSAGE_RELEASED,
+        EventKind.PRODUCER_MESSAGE_CLAIMED, EventKind.PRODUCER_MESSAGE_CONSUMED,
     ]
 
 
@@ -206,8 +208,9 @@ def test_cancel_with_an_open_request_releases_to_the_next_run(
     world.engine.cancel_run(pair.child.session_id, run.run_id)
     assert world.engine.run(run.run_id).status is RunState.INTERRUPTED
     message = world.engine.message(sent.message_id)
-    assert (message.state, message.run_id, message.request_id) == ("released", None, None)
-    assert world.fresh(pair.child).state == "queued"
+    assert (message.state, message.run_id, message.request_id) == (
+        MessageState.RELEASED, None, None)
+    assert world.fresh(pair.child).state == SessionState.QUEUED
     request = _begin(world, pair.child)
     assert _ids(request) == [sent.message_id]
     _commit(world, pair.child, request)
@@ -222,10 +225,11 @@ def test_recover_releases_interrupts_and_wakes(world: World, pair: Pair) -> None
     engine = world.restart()
     assert engine.recover() == 2  # the child's run and the root's (woken by user mail)
     assert engine.run(run.run_id).status is RunState.INTERRUPTED
-    assert _state(world, sent.message_id) == "released"
+    assert _state(world, sent.message_id) == MessageState.RELEASED
     kinds = [e.kind for e in engine.events(pair.child.session_id)]
     assert kinds[-4:] == [
-        "ProducerMessageReleased", "RequestAborted", "RunInterrupted", "RunQueued",
+        EventKind.PRODUCER_MESSAGE_RELEASED, EventKind.REQUEST_ABORTED, EventKind.RUN_INTERRUPTED,
+        EventKind.RUN_QUEUED,
     ]
     request = _begin(world, pair.child)
     assert _ids(request) == [sent.message_id]
@@ -258,11 +262,11 @@ def test_mail_accepted_before_a_crash_is_delivered_after_recover(
 ) -> None:
     world.drain(pair.child)
     message_id = _accept_only(world, world.ctx(pair.root), pair.child)
-    assert _state(world, message_id) == "accepted"
-    assert world.fresh(pair.child).state == "finished"
+    assert _state(world, message_id) == MessageState.ACCEPTED
+    assert world.fresh(pair.child).state == SessionState.FINISHED
     world.restart().recover()
-    assert _state(world, message_id) == "admitted"
-    assert world.fresh(pair.child).state == "queued"
+    assert _state(world, message_id) == MessageState.ADMITTED
+    assert world.fresh(pair.child).state == SessionState.QUEUED
     delivered = world.consume_all(pair.child)
     assert [d.message_id for d in delivered] == [message_id]
 
@@ -284,9 +288,9 @@ def _discard_and_check(world: World, recipient: Session, message_id: str) -> Non
     before = world.pending_agent_mail(recipient)
     world.engine.discard(message_id, "operator: obsolete")
     message = world.engine.message(message_id)
-    assert (message.state, message.reason) == ("discarded", "operator: obsolete")
+    assert (message.state, message.reason) == (MessageState.DISCARDED, "operator: obsolete")
     last = world.engine.events(recipient.session_id)[-1]
-    assert last.kind == "ProducerMessageDiscarded"
+    assert last.kind == EventKind.PRODUCER_MESSAGE_DISCARDED
     assert (last.data["message_id"], last.data["reason"]) == (message_id, "operator: obsolete")
     assert world.pending_agent_mail(recipient) == before - 1
     assert message_id not in [d.message_id for d in world.consume_all(recipient)]
@@ -294,14 +298,14 @@ def _discard_and_check(world: World, recipient: Session, message_id: str) -> Non
 
 def test_discard_from_accepted(world: World, pair: Pair) -> None:
     message_id = _accept_only(world, world.ctx(pair.root), pair.child)
-    assert _state(world, message_id) == "accepted"
+    assert _state(world, message_id) == MessageState.ACCEPTED
     _discard_and_check(world, pair.child, message_id)
 
 
 def test_discard_from_admitted(world: World, pair: Pair) -> None:
     sent = world.send(pair.root, pair.child)
     world.engine.reconcile(pair.child.session_id)  # the recipient takes it in
-    assert _state(world, sent.message_id) == "admitted"
+    assert _state(world, sent.message_id) == MessageState.ADMITTED
     _discard_and_check(world, pair.child, sent.message_id)
 
 
@@ -309,7 +313,7 @@ def test_discard_from_released(world: World, pair: Pair) -> None:
     _busy(world, pair.child)
     sent = world.send(pair.root, pair.child)
     _abort(world, pair.child, _begin(world, pair.child))
-    assert _state(world, sent.message_id) == "released"
+    assert _state(world, sent.message_id) == MessageState.RELEASED
     _discard_and_check(world, pair.child, sent.message_id)
 
 
@@ -329,18 +333,18 @@ def test_discard_of_a_claimed_message_is_illegal_and_changes_nothing(
     request = _begin(world, pair.child)
     with pytest.raises(IllegalTransition) as caught:
         world.engine.discard(sent.message_id, "too late")
-    assert (caught.value.event, caught.value.state) == ("discard", "claimed")
-    _refuse_discard(world, sent.message_id, "too late", "lifecycle:illegal_transition")
+    assert (caught.value.event, caught.value.state) == ("discard", MessageState.CLAIMED)
+    _refuse_discard(world, sent.message_id, "too late", IllegalTransition.code)
     _commit(world, pair.child, request)
-    assert _state(world, sent.message_id) == "consumed"
-    _refuse_discard(world, sent.message_id, "after the fact", "lifecycle:illegal_transition")
+    assert _state(world, sent.message_id) == MessageState.CONSUMED
+    _refuse_discard(world, sent.message_id, "after the fact", IllegalTransition.code)
 
 
 def test_discard_needs_a_reason_and_a_message(world: World, pair: Pair) -> None:
     sent = world.send(pair.root, pair.child)
     _refuse_discard(world, sent.message_id, "  ", InvalidRequest.code)
     _refuse_discard(world, "no-such-message", "why", UnknownTarget.code)
-    assert _state(world, sent.message_id) == "accepted"
+    assert _state(world, sent.message_id) == MessageState.ACCEPTED
 
 
 # -- idempotent retries ----------------------------------------------------------------------
@@ -433,14 +437,14 @@ def test_event_kinds_of_one_message_in_order(world: World, pair: Pair) -> None:
     sent = world.send(pair.root, pair.child, "logged")
     world.consume_all(pair.child)
     assert world.kinds(pair.child, sent.message_id) == [
-        "ProducerMessageAccepted",
-        "ProducerMessageAdmitted",
-        "ProducerMessageClaimed",
-        "ProducerMessageConsumed",
+        EventKind.PRODUCER_MESSAGE_ACCEPTED,
+        EventKind.PRODUCER_MESSAGE_ADMITTED,
+        EventKind.PRODUCER_MESSAGE_CLAIMED,
+        EventKind.PRODUCER_MESSAGE_CONSUMED,
     ]
     accepted = next(
         e for e in world.engine.events(pair.child.session_id)
-        if e.kind == "ProducerMessageAccepted" and e.data["message_id"] == sent.message_id
+        if e.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED and e.data["message_id"] == sent.message_id
     )
     assert accepted.data["owner"] == "agent"
     assert accepted.data["sender"] == pair.root.session_id

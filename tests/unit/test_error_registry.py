@@ -23,6 +23,7 @@ REGISTRY = {
     PACKAGE / "protocol" / "rpc_errors.py",
     PACKAGE / "adapters" / "daemon" / "errors.py",
     PACKAGE / "adapters" / "runtime" / "model_errors.py",
+    PACKAGE / "adapters" / "store" / "errors.py",
 }
 SPEC = PACKAGE.parent / "spec" / "errors.json"
 

@@ -82,16 +82,16 @@ GOOD_RUN = {"run_id": "r1", "run_number": 1, "reason": "wake"}
 
 @pytest.mark.parametrize(("kind", "data", "why"), [
     ("SessionArchived", {"archived": True}, "unknown event kind"),
-    ("RunQueued", {**GOOD_RUN, "priority": 3}, "unknown field(s) ['priority']"),
-    ("RunQueued", {"run_id": "r1", "run_number": 1}, "missing field 'reason'"),
-    ("RunQueued", {**GOOD_RUN, "run_number": True}, "expected integer, got bool"),
-    ("RunQueued", {**GOOD_RUN, "run_number": "1"}, "expected integer, got str"),
-    ("ProducerMessageClaimed", {"message_id": "m", "owner": "agent", "sender": None,
+    (EventKind.RUN_QUEUED, {**GOOD_RUN, "priority": 3}, "unknown field(s) ['priority']"),
+    (EventKind.RUN_QUEUED, {"run_id": "r1", "run_number": 1}, "missing field 'reason'"),
+    (EventKind.RUN_QUEUED, {**GOOD_RUN, "run_number": True}, "expected integer, got bool"),
+    (EventKind.RUN_QUEUED, {**GOOD_RUN, "run_number": "1"}, "expected integer, got str"),
+    (EventKind.PRODUCER_MESSAGE_CLAIMED, {"message_id": "m", "owner": "agent", "sender": None,
                                 "run_id": "r", "request_id": "q"}, "agent mail without a sender"),
-    ("ProducerMessageClaimed", {"message_id": "m", "owner": "robot", "sender": None,
+    (EventKind.PRODUCER_MESSAGE_CLAIMED, {"message_id": "m", "owner": "robot", "sender": None,
                                 "run_id": "r", "request_id": "q"}, "expected one of"),
-    ("ToolResults", {"run_id": "r1", "results": [{"tool_call_id": "c"}]}, "missing field"),
-    ("ToolResults", {"run_id": "r1", "results": "c"}, "expected array"),
+    (EventKind.TOOL_RESULTS, {"run_id": "r1", "results": [{"tool_call_id": "c"}]}, "missing field"),
+    (EventKind.TOOL_RESULTS, {"run_id": "r1", "results": "c"}, "expected array"),
 ])
 def test_an_unreadable_entry_is_an_unknown_event_not_an_error(
     store: Store, kind: str, data: Mapping[str, object], why: str
@@ -105,12 +105,13 @@ def test_an_unreadable_entry_is_an_unknown_event_not_an_error(
 
 def test_a_field_with_a_default_may_be_missing(store: Store) -> None:
     # An older writer that never recorded tool_calls: the default stands in.
-    event = _hand_written(store, "ModelOutput", {"run_id": "r", "request_id": "q", "text": "hi"})
+    event = _hand_written(store, EventKind.MODEL_OUTPUT,
+                          {"run_id": "r", "request_id": "q", "text": "hi"})
     assert events.read(event) == events.ModelOutput("r", "q", (), "hi", ())
 
 
 def test_data_that_is_no_object_is_unknown() -> None:
-    found = events.read(Event("s", 1, "RunStarted", ["r", 1]))  # type: ignore[arg-type]
+    found = events.read(Event("s", 1, EventKind.RUN_STARTED, ["r", 1]))  # type: ignore[arg-type]
     assert isinstance(found, UnknownEvent) and "expected an object" in found.reason
 
 
@@ -127,9 +128,10 @@ def test_readers_show_and_skip_what_they_cannot_read(store: Store) -> None:
 
     store.transact(lambda tx: tx.append("s-1", "SessionArchived", {"archived": True}))
     store.transact(lambda tx: tx.append(
-        "s-1", "ModelOutput", {"run_id": "r", "request_id": "q", "text": "hi", "mood": "odd"}))
+        "s-1", EventKind.MODEL_OUTPUT,
+        {"run_id": "r", "request_id": "q", "text": "hi", "mood": "odd"}))
     store.transact(lambda tx: tx.append(
-        "s-1", "ModelOutput", {"run_id": "r", "request_id": "q2", "text": "kept"}))
+        "s-1", EventKind.MODEL_OUTPUT, {"run_id": "r", "request_id": "q2", "text": "kept"}))
     with store.read() as tx:
         log = list(tx.events("s-1"))
         history = rebuild(tx, "s-1")

@@ -17,6 +17,7 @@ from treemail.core.engine import Engine
 from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import MessageState
 from treemail.core.records import AgentSpec, Mode, Owner, ToolContext
 from treemail.core.store import MemoryStore
 from treemail.models.reference import Reference
@@ -122,8 +123,8 @@ def test_mail_claimed_by_a_dropped_call_comes_again_then_is_consumed_once() -> N
     pair.mail(Mode.QUEUE)
     first = pair.check()
     pair.settle(False)  # the connection ended before its next call
-    assert [pair.engine.message(m).state for m in first] == ["released"]
+    assert [pair.engine.message(m).state for m in first] == [MessageState.RELEASED]
     assert pair.check() == first  # delivered again
     assert pair.check() == []  # this call consumed it
-    assert [pair.engine.message(m).state for m in first] == ["consumed"]
+    assert [pair.engine.message(m).state for m in first] == [MessageState.CONSUMED]
     assert pair.check() == []  # never a third time

@@ -19,6 +19,7 @@ from tests.unit.conftest import agent
 from treemail.adapters.runtime.llm import ChatMessage, ModelReply, ScriptedModel
 from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.core.errors import StoreFenced
+from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import MessageState
 from treemail.core.records import Session
@@ -69,6 +70,6 @@ def test_a_fenced_run_is_interrupted_once_writes_pass_and_its_mail_is_consumed_o
     assert store.refused == 3  # the fence was met, and waited out
     assert rt.engine.message(task).state is MessageState.CONSUMED
     ends = [(e.kind, e.data.get("reason")) for e in rt.engine.events(root.session_id)
-            if e.kind in ("RunInterrupted", "RunFinished")]
-    assert ends == [("RunInterrupted", "the store failed: store:fenced"),
-                    ("RunFinished", "completed")], ends
+            if e.kind in (EventKind.RUN_INTERRUPTED, EventKind.RUN_FINISHED)]
+    assert ends == [(EventKind.RUN_INTERRUPTED, "the store failed: store:fenced"),
+                    (EventKind.RUN_FINISHED, "completed")], ends

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.unit.conftest import World
 from treemail.adapters.runtime.history import rebuild
-from treemail.core.events import Reply
+from treemail.core.events import EventKind, Reply
 from treemail.core.records import Owner
 
 
@@ -17,7 +17,7 @@ def test_fork_is_a_sibling_with_its_own_handle_and_no_inherited_mail(world: Worl
     assert fork.handle not in (None, kid.handle) and fork.agent == kid.agent
     assert world.engine.pending(fork.session_id) == []
     assert [m.message_id for m in world.engine.pending(kid.session_id)] == pending_before
-    forked = [e for e in world.engine.events(fork.session_id) if e.kind == "SessionForked"]
+    forked = [e for e in world.engine.events(fork.session_id) if e.kind == EventKind.SESSION_FORKED]
     last = world.engine.events(kid.session_id)[-1].seq
     assert [e.data for e in forked] == [{"from": kid.session_id, "upto": last}]
     # The fork is a live peer: reachable by handle, and reverting the source spares it.

@@ -129,7 +129,7 @@ def test_io_error_after_the_commit_point_is_an_unknown_outcome_and_the_retry_ans
     call = ToolContext(ctx.session_id, ctx.run_id, "send-once")
     with pytest.raises(OutcomeUnknown, match="same tool-call id") as caught:
         world.engine.send_message(call, arguments(to, "once"))
-    assert caught.value.code == "store:outcome_unknown"
+    assert caught.value.code == OutcomeUnknown.code
     monkeypatch.setattr(lmdb_store, "_commit_durably", real)
     retried = world.engine.send_message(call, arguments(to, "once"))
     assert isinstance(retried, SendResult)

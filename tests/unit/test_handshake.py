@@ -12,6 +12,7 @@ from treemail.adapters.daemon.handshake import Handshake, Stage
 from treemail.adapters.daemon.tcp import Token
 from treemail.protocol.framing import Oversized
 from treemail.protocol.jsonrpc import Request
+from treemail.protocol.rpc_errors import ClearToken, Unauthorized
 
 SECRET = "s" * 43
 
@@ -61,14 +62,14 @@ def test_a_proof_under_another_token_is_refused() -> None:
     wrong = Token("t" * 43).client_proof(handshake.server_nonce, nonce)
     step = handshake.receive(_request("auth.prove", client_proof=wrong.hex()))
     error = _answer(step.answer)["error"]
-    assert step.stage is Stage.REFUSED and error["data"]["code"] == "rpc:unauthorized"
+    assert step.stage is Stage.REFUSED and error["data"]["code"] == Unauthorized.code
 
 
 def test_the_token_in_clear_is_refused_with_its_own_code() -> None:
     step = Handshake(Token(SECRET)).receive(_request(
         "initialize", protocol_version=19, client_info={"name": "old"}, auth_token=SECRET))
     error = _answer(step.answer)["error"]
-    assert step.stage is Stage.REFUSED and error["data"]["code"] == "rpc:token_in_clear"
+    assert step.stage is Stage.REFUSED and error["data"]["code"] == ClearToken.code
     assert error["code"] == -32004 and SECRET not in error["message"]
 
 
@@ -77,7 +78,7 @@ def test_frames_out_of_order_are_refused() -> None:
                   _request("auth.challenge", client_nonce="00" * 31)):
         step = Handshake(Token(SECRET)).receive(first)
         assert step.stage is Stage.REFUSED
-        assert _answer(step.answer)["error"]["data"]["code"] == "rpc:unauthorized"
+        assert _answer(step.answer)["error"]["data"]["code"] == Unauthorized.code
     handshake = Handshake(Token(SECRET))
     handshake.receive(_request("auth.challenge", client_nonce="00" * 32))
     again = handshake.receive(_request("auth.challenge", client_nonce="00" * 32))

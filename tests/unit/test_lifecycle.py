@@ -66,22 +66,23 @@ def test_table_agrees_with_machine_for_every_state_and_event(
 
 def test_message_lifecycle_matches_the_design_table() -> None:
     assert MESSAGE.transitions == {
-        ("accepted", "admit"): "admitted",
-        ("admitted", "claim"): "claimed",
-        ("released", "claim"): "claimed",
-        ("claimed", "release"): "released",
-        ("claimed", "consume"): "consumed",
-        ("accepted", "discard"): "discarded",
-        ("admitted", "discard"): "discarded",
-        ("released", "discard"): "discarded",
+        (MessageState.ACCEPTED, "admit"): MessageState.ADMITTED,
+        (MessageState.ADMITTED, "claim"): MessageState.CLAIMED,
+        (MessageState.RELEASED, "claim"): MessageState.CLAIMED,
+        (MessageState.CLAIMED, "release"): MessageState.RELEASED,
+        (MessageState.CLAIMED, "consume"): MessageState.CONSUMED,
+        (MessageState.ACCEPTED, "discard"): MessageState.DISCARDED,
+        (MessageState.ADMITTED, "discard"): MessageState.DISCARDED,
+        (MessageState.RELEASED, "discard"): MessageState.DISCARDED,
     }
-    assert MESSAGE.final == {"consumed", "discarded"}
-    assert MESSAGE.initial == "accepted"
+    assert MESSAGE.final == {MessageState.CONSUMED, MessageState.DISCARDED}
+    assert MESSAGE.initial == MessageState.ACCEPTED
 
 
 def test_session_lifecycle_states() -> None:
-    assert SESSION.states == ("idle", "queued", "running", "finished")
-    assert SESSION.initial == "idle"
+    assert SESSION.states == (SessionState.IDLE, SessionState.QUEUED, SessionState.RUNNING,
+                              SessionState.FINISHED)
+    assert SESSION.initial == SessionState.IDLE
     assert SESSION.final == frozenset()
 
 
@@ -96,12 +97,13 @@ def test_illegal_transition_names_subject_event_and_state(state: MessageState,
         MESSAGE.step("message m1", state, event)
     error = caught.value
     assert (error.subject, error.event, error.state) == ("message m1", event, state)
-    assert error.code == "lifecycle:illegal_transition"
+    assert error.code == IllegalTransition.code
     assert "message m1" in str(error) and event in str(error) and state in str(error)
 
 
 def test_run_lifecycle_states_and_steps() -> None:
-    assert RUN.states == ("queued", "running", "finished", "interrupted")
+    assert RUN.states == (RunState.QUEUED, RunState.RUNNING, RunState.FINISHED,
+                          RunState.INTERRUPTED)
     assert RUN.initial is RunState.QUEUED
     assert RUN.final == {RunState.FINISHED, RunState.INTERRUPTED}
     assert RUN.allowed(RunState.QUEUED) == ("start", "interrupt")
@@ -124,10 +126,11 @@ def test_tables_are_keyed_by_the_state_enums_and_plain_values_find_them() -> Non
 
 
 def test_named_predicates() -> None:
-    assert {s for s in MessageState if s.pending} == {"accepted", "admitted", "claimed",
-                                                      "released"}
-    assert {s for s in MessageState if s.deliverable} == {"admitted", "released"}
-    assert {s for s in SessionState if s.has_run} == {"queued", "running"}
+    assert {s for s in MessageState if s.pending} == {
+        MessageState.ACCEPTED, MessageState.ADMITTED, MessageState.CLAIMED, MessageState.RELEASED}
+    assert {s for s in MessageState if s.deliverable} == {MessageState.ADMITTED,
+                                                          MessageState.RELEASED}
+    assert {s for s in SessionState if s.has_run} == {SessionState.QUEUED, SessionState.RUNNING}
 
 
 @pytest.mark.parametrize(("table", "machine_class"), CASES)

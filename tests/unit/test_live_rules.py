@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from treemail.core.engine import Engine
-from treemail.core.errors import TreemailError
+from treemail.core.errors import ApprovalRequired, PermissionDenied, TreemailError
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import SessionState
 from treemail.core.permissions import Rules
@@ -59,7 +59,7 @@ def test_a_doc_changed_to_deny_reaches_an_old_session_after_restart(store: Store
     restarted = Engine(store, CountingIds(), agents=docs)
     restarted.recover()
     assert not restarted.tool_visible(kid.session_id)
-    assert _send(restarted, kid, root, "c2") == "permission:denied"
+    assert _send(restarted, kid, root, "c2") == PermissionDenied.code
 
 
 def test_an_agent_no_longer_defined_falls_back_to_deny(store: Store) -> None:
@@ -67,15 +67,15 @@ def test_an_agent_no_longer_defined_falls_back_to_deny(store: Store) -> None:
     engine, root, kid = _tree(store, docs)
     del docs.specs["worker"]
     assert not engine.tool_visible(kid.session_id)
-    assert _send(engine, kid, root, "c1") == "permission:denied"
+    assert _send(engine, kid, root, "c1") == PermissionDenied.code
 
 
-@pytest.mark.parametrize(("now", "expected"), [("ask", "sent"), ("deny", "permission:denied")])
+@pytest.mark.parametrize(("now", "expected"), [("ask", "sent"), ("deny", PermissionDenied.code)])
 def test_a_grant_is_checked_against_the_live_rule(store: Store, now: str, expected: str) -> None:
     docs = Docs()
     docs.specs["worker"] = _spec("worker", {"parent": "ask"})
     engine, root, kid = _tree(store, docs)
-    assert _send(engine, kid, root, "c1") == "permission:approval_required"
+    assert _send(engine, kid, root, "c1") == ApprovalRequired.code
     engine.grant("session", kid.session_id, "parent")
     docs.specs["worker"] = _spec("worker", {"parent": now})
     assert _send(engine, kid, root, "c2") == expected
@@ -102,4 +102,4 @@ def test_the_reference_model_reads_rules_live_too() -> None:
     run = model.start_run(kid)
     with pytest.raises(TreemailError) as refused:
         model.send_message(ToolContext(kid, run, "c1"), {"to": root, "body": "hi"})
-    assert refused.value.code == "permission:denied"
+    assert refused.value.code == PermissionDenied.code

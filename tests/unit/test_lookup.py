@@ -12,6 +12,7 @@ import pytest
 from treemail.adapters.daemon import lookup
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.core.errors import InvalidRequest, UnknownTarget
+from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
 
 A = "0d0893d3-1111-4111-8111-111111111111"
 B = "0d0893d3-2222-4222-8222-222222222222"
@@ -48,13 +49,13 @@ class Listing:
 
 def _session(sid: str, handle: str | None) -> dict[str, Any]:
     return {"session_id": sid, "root_session_id": sid, "parent_session_id": None,
-            "handle": handle, "agent": "default", "state": "idle", "run_id": None,
+            "handle": handle, "agent": "default", "state": SessionState.IDLE, "run_id": None,
             "live": True}
 
 
 def _message(message_id: str, recipient: str) -> dict[str, Any]:
     return {"message_id": message_id, "recipient": recipient, "sender": None,
-            "owner": "user", "mode": "queue", "state": "consumed", "body": "",
+            "owner": "user", "mode": "queue", "state": MessageState.CONSUMED, "body": "",
             "run_id": None, "reason": None}
 
 
@@ -62,7 +63,7 @@ def _approval(approval_id: str) -> dict[str, Any]:
     session_id, run_id, tool_call_id = approval_id.split("/")
     return {"approval_id": approval_id, "session_id": session_id, "run_id": run_id,
             "tool_call_id": tool_call_id, "tool": "send_message", "arguments": {},
-            "label": "sibling", "state": "pending", "scope": None, "outcome": None}
+            "label": "sibling", "state": ApprovalState.PENDING, "scope": None, "outcome": None}
 
 
 def _page(field: str, items: list[dict[str, Any]], asked: dict[str, Any]) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def test_malformed_responses_are_model_errors(body: object, problem: str) -> Non
     with pytest.raises(ModelError, match="malformed chat-completions response") as caught:
         parse_reply(body)
     assert problem in caught.value.message
-    assert caught.value.code == "model:error" and isinstance(caught.value, TreemailError)
+    assert caught.value.code == ModelError.code and isinstance(caught.value, TreemailError)
 
 
 # -- the adapter over httpx.MockTransport -----------------------------------------------

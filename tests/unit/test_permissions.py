@@ -158,7 +158,7 @@ def test_parse_reads_a_frontmatter_table() -> None:
 def _parse_error(table: object) -> AgentDocError:
     with pytest.raises(AgentDocError) as caught:
         Rules.parse(table, "agents/x.md")  # type: ignore[arg-type]
-    assert caught.value.code == "agent_doc:invalid"
+    assert caught.value.code == AgentDocError.code
     assert caught.value.details["source"] == "agents/x.md"
     assert "agents/x.md" in caught.value.message
     return caught.value

@@ -15,7 +15,18 @@ import pytest
 from treemail.core import events
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
-from treemail.core.errors import TreemailError
+from treemail.core.errors import (
+    ApprovalRequired,
+    IdempotencyConflict,
+    IllegalTransition,
+    InflightFull,
+    InvalidToolContext,
+    MaxHopsExceeded,
+    PermissionDenied,
+    ProducerKeyConflict,
+    TreemailError,
+    UnknownSubagentReference,
+)
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import MessageState
 from treemail.core.permissions import Rules
@@ -205,7 +216,7 @@ def _session_grant() -> object:
     tree = Tree(kid=SIBLINGS_ASK)
     other = tree.engine.delegate(tree.root.session_id, SIBLINGS_ASK, "task")
     first_run = tree.engine.start_run(tree.kid.session_id).run_id
-    assert tree.send(tree.kid, first_run, other.session_id) == "permission:approval_required"
+    assert tree.send(tree.kid, first_run, other.session_id) == ApprovalRequired.code
     ctx = ToolContext(tree.kid.session_id, first_run, f"call-{tree.calls}")
     arguments = {"to": other.session_id, "body": "hi", "mode": "queue"}
     held = tree.engine.hold_for_approval(ctx, "send_message", arguments, "sibling")
@@ -236,27 +247,27 @@ def _cousin() -> object:
 
 # plant -> (probe, what the unplanted engine answers)
 PROBES: dict[str, tuple[Callable[[], object], object]] = {
-    "pair-window": (_pair_window, ["sent", "send_message:inflight_full"]),
-    "no-hop-limit": (_hops, ("sent", "send_message:max_hops_exceeded")),
-    "hop-wrong-base": (_hops, ("sent", "send_message:max_hops_exceeded")),
+    "pair-window": (_pair_window, ["sent", InflightFull.code]),
+    "no-hop-limit": (_hops, ("sent", MaxHopsExceeded.code)),
+    "hop-wrong-base": (_hops, ("sent", MaxHopsExceeded.code)),
     "inbox-counts-plugin-mail": (_inbox_counts_plugin_mail, "sent"),
-    "handle-across-trees": (_handle_across_trees, "subagent:unknown_reference"),
-    "discard-claimed": (_discard_claimed, "lifecycle:illegal_transition"),
+    "handle-across-trees": (_handle_across_trees, UnknownSubagentReference.code),
+    "discard-claimed": (_discard_claimed, IllegalTransition.code),
     "recover-keeps-claims": (_recover_keeps_claims, MessageState.RELEASED),
     "reply-hint-always": (_reply_hint_always, None),  # checked below: no hint for a mute kid
     "steer-never-joins": (_steer_never_joins, True),
     "outside-text-raw": (_outside_text_raw, ['&lt;/agent_message>\n&lt;agent_message from="x">']),
-    "idempotency-ignored": (_retry_and_reuse, (1, True, "send_message:idempotency_conflict")),
-    "digest-ignored": (_retry_and_reuse, (1, True, "send_message:idempotency_conflict")),
+    "idempotency-ignored": (_retry_and_reuse, (1, True, IdempotencyConflict.code)),
+    "digest-ignored": (_retry_and_reuse, (1, True, IdempotencyConflict.code)),
     "producer-key-forgotten": (_keyed_retry_and_reuse,
-                               (1, True, "producer:idempotency_conflict")),
+                               (1, True, ProducerKeyConflict.code)),
     "producer-digest-ignored": (_keyed_retry_and_reuse,
-                                (1, True, "producer:idempotency_conflict")),
-    "mode-retry-replays": (_mode_only_retry, (1, "send_message:idempotency_conflict")),
-    "rule-before-liveness": (_late_call_of_an_ended_run, "engine:invalid_tool_context"),
-    "session-grant-for-tree": (_session_grant, "permission:approval_required"),
+                                (1, True, ProducerKeyConflict.code)),
+    "mode-retry-replays": (_mode_only_retry, (1, IdempotencyConflict.code)),
+    "rule-before-liveness": (_late_call_of_an_ended_run, InvalidToolContext.code),
+    "session-grant-for-tree": (_session_grant, ApprovalRequired.code),
     "revert-spares-descendants": (_revert_a_branch, True),
-    "cousin-as-sibling": (_cousin, "permission:denied"),
+    "cousin-as-sibling": (_cousin, PermissionDenied.code),
 }
 
 

@@ -13,7 +13,12 @@ import pytest
 
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.engine import Engine
-from treemail.core.errors import TreemailError
+from treemail.core.errors import (
+    InvalidRequest,
+    PluginBodyTooLarge,
+    ProducerKeyConflict,
+    TreemailError,
+)
 from treemail.core.ids import CountingIds
 from treemail.core.keys import Table
 from treemail.core.producers import PLUGIN_BODY_MAX_BYTES
@@ -63,7 +68,7 @@ def test_the_same_key_with_other_mail_is_refused_and_changes_nothing(
 ) -> None:
     engine, store, sid = setup
     message_id = engine.accept(sid, "hello", Owner.USER, key="k-1")
-    code = "producer:idempotency_conflict"
+    code = ProducerKeyConflict.code
     _refused(engine, store, code, sid, "hello!", Owner.USER, key="k-1")
     _refused(engine, store, code, sid, "hello", Owner.USER, key="k-1", mode=Mode.STEER)
     _refused(engine, store, code, sid, "hello", Owner.USER, key="k-1", sender=sid)
@@ -90,7 +95,7 @@ def test_a_key_no_store_could_hold_is_refused(
     setup: tuple[Engine, MemoryStore, str], key: str,
 ) -> None:
     engine, store, sid = setup
-    _refused(engine, store, "engine:invalid_request", sid, "hello", Owner.USER, key=key)
+    _refused(engine, store, InvalidRequest.code, sid, "hello", Owner.USER, key=key)
 
 
 def test_the_longest_key_is_taken(setup: tuple[Engine, MemoryStore, str]) -> None:
@@ -116,7 +121,7 @@ def test_a_keyed_accept_survives_a_restart(tmp_path: Path) -> None:
         assert engine.accept(sid, "hello", Owner.PLUGIN, key="plugin-7") == first
         with pytest.raises(TreemailError) as caught:
             engine.accept(sid, "bye", Owner.PLUGIN, key="plugin-7")
-        assert caught.value.code == "producer:idempotency_conflict"
+        assert caught.value.code == ProducerKeyConflict.code
         assert [m.message_id for m in engine.pending(sid)] == [first]
     finally:
         store.close()
@@ -124,10 +129,10 @@ def test_a_keyed_accept_survives_a_restart(tmp_path: Path) -> None:
 
 def test_plugin_mail_is_capped_in_the_engine(setup: tuple[Engine, MemoryStore, str]) -> None:
     engine, store, sid = setup
-    _refused(engine, store, "plugin:body_too_large", sid, "x" * (PLUGIN_BODY_MAX_BYTES + 1),
+    _refused(engine, store, PluginBodyTooLarge.code, sid, "x" * (PLUGIN_BODY_MAX_BYTES + 1),
              Owner.PLUGIN)
     # Counted in UTF-8 bytes, not characters.
-    _refused(engine, store, "plugin:body_too_large", sid, "é" * (PLUGIN_BODY_MAX_BYTES // 2 + 1),
+    _refused(engine, store, PluginBodyTooLarge.code, sid, "é" * (PLUGIN_BODY_MAX_BYTES // 2 + 1),
              Owner.PLUGIN)
     assert engine.accept(sid, "x" * PLUGIN_BODY_MAX_BYTES, Owner.PLUGIN)
     assert engine.accept(sid, "x" * (PLUGIN_BODY_MAX_BYTES + 1), Owner.USER)  # plugins only
@@ -141,6 +146,6 @@ def test_a_delegation_without_a_task_is_refused(
     before = _rows(store)
     with pytest.raises(TreemailError) as caught:
         engine.delegate(sid, SOLO, task)
-    assert caught.value.code == "engine:invalid_request"
+    assert caught.value.code == InvalidRequest.code
     assert "task" in caught.value.message
     assert _rows(store) == before

@@ -10,6 +10,7 @@ from treemail.protocol import errors
 from treemail.protocol import rpc_errors as rpc
 from treemail.protocol.framing import HEAD, FrameSplitter, Oversized
 from treemail.protocol.jsonrpc import Failure, Notification, Reply, Request, decode_frame
+from treemail.protocol.rpc_errors import FrameNotJson, FrameNotUtf8, NotJsonRpc
 
 
 def test_frames_split_on_newlines_across_chunks() -> None:
@@ -47,16 +48,16 @@ def test_decoding_sorts_requests_notifications_and_replies() -> None:
 
 
 @pytest.mark.parametrize(("frame", "code", "stable", "id"), [
-    (b"{", -32700, "rpc:parse_error", None),
-    (b'"\xc3\x28"', -32700, "rpc:invalid_utf8", None),
-    (b"3", -32600, "rpc:invalid_request", None),
-    (b'{"jsonrpc":"1.0","id":4,"method":"m"}', -32600, "rpc:invalid_request", 4),
-    (b'{"jsonrpc":"2.0","id":true,"method":"m"}', -32600, "rpc:invalid_request", None),
-    (b'{"jsonrpc":"2.0","id":5,"method":""}', -32600, "rpc:invalid_request", 5),
-    (b'{"jsonrpc":"2.0","id":6,"method":"m","params":[1]}', -32600, "rpc:invalid_request", 6),
-    (b'{"jsonrpc":"2.0","id":7}', -32600, "rpc:invalid_request", 7),
+    (b"{", -32700, FrameNotJson.code, None),
+    (b'"\xc3\x28"', -32700, FrameNotUtf8.code, None),
+    (b"3", -32600, NotJsonRpc.code, None),
+    (b'{"jsonrpc":"1.0","id":4,"method":"m"}', -32600, NotJsonRpc.code, 4),
+    (b'{"jsonrpc":"2.0","id":true,"method":"m"}', -32600, NotJsonRpc.code, None),
+    (b'{"jsonrpc":"2.0","id":5,"method":""}', -32600, NotJsonRpc.code, 5),
+    (b'{"jsonrpc":"2.0","id":6,"method":"m","params":[1]}', -32600, NotJsonRpc.code, 6),
+    (b'{"jsonrpc":"2.0","id":7}', -32600, NotJsonRpc.code, 7),
     (b'{"jsonrpc":"2.0","id":8,"result":1,"error":{"code":1,"message":"x"}}', -32600,
-     "rpc:invalid_request", 8),
+     NotJsonRpc.code, 8),
 ])
 def test_bad_frames_become_failures_with_the_id_when_readable(
     frame: bytes, code: int, stable: str, id: object

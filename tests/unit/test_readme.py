@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from treemail.core.errors import InvalidArguments
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -27,7 +29,7 @@ def test_readme_records_the_single_messaging_tool() -> None:
     text = README.read_text()
     section = text.split("## Coming from a dedicated steering tool", 1)[1].split("\n## ", 1)[0]
     for fact in ("steer_subagent", 'mode="steer"', "recipient_session_id",
-                 "send_message:invalid_arguments", "child: allow"):
+                 InvalidArguments.code, "child: allow"):
         assert fact in section, fact
 
 

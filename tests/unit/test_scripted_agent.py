@@ -10,6 +10,7 @@ from typing import Any
 from treemail.adapters.daemon.scripted import Plan, ScriptedAgent
 from treemail.adapters.runtime.llm import ModelReply
 from treemail.core.envelope import render_envelope, render_subagent_result
+from treemail.core.records import RecipientState
 from treemail.core.tools import TOOL_NAMES, tool_definitions
 
 PROMPT = """You lead.
@@ -52,7 +53,7 @@ def test_a_task_is_delegated_then_the_child_steered_then_the_turn_ends() -> None
     assert _calls(second) == [("send_message", {"to": "explore_1", "body": "Tokenizer first.",
                                                 "mode": "steer"})]
     history = _after(history, second, [{"message_id": "m", "mode": "steer",
-                                        "recipient_state": "running"}])
+                                        "recipient_state": RecipientState.RUNNING}])
     third = _reply(history)
     assert third.tool_calls == () and third.text == "message sent (steer, recipient running)"
     # Ids of calls differ from turn to turn: they key the idempotency of sends.

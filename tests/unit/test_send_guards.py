@@ -14,9 +14,27 @@ import pytest
 
 from tests.unit.conftest import World, arguments
 from treemail.core import keys, sending
-from treemail.core.errors import InvalidRequest, InvalidToolContext, TreemailError
+from treemail.core.errors import (
+    ApprovalRequired,
+    EngineShutdown,
+    IdempotencyConflict,
+    InboxFull,
+    InflightFull,
+    InvalidArguments,
+    InvalidBody,
+    InvalidRequest,
+    InvalidToolContext,
+    MaxHopsExceeded,
+    MessagingDisabled,
+    NotTreePeer,
+    PermissionDenied,
+    SelfSend,
+    TreemailError,
+    UnknownSession,
+    UnknownSubagentReference,
+)
 from treemail.core.guards import SendArguments
-from treemail.core.lifecycle import RunState
+from treemail.core.lifecycle import RunState, SessionState
 from treemail.core.records import GrantScope, Mode, Owner, RecipientState, Session, ToolContext
 from treemail.core.sending import (
     Attempt,
@@ -70,14 +88,14 @@ def _counter(world: World, name: str) -> int:
 def test_disabled_even_when_rules_allow(world: World, fam: Family) -> None:
     world.set_rules(fam.root, {"*": "allow"})
     world.configure(enabled=False)
-    _refused(world, fam.root, arguments(fam.a), "send_message:disabled")
+    _refused(world, fam.root, arguments(fam.a), MessagingDisabled.code)
 
 
 def test_disabled_beats_invalid_arguments(world: World, fam: Family) -> None:
     world.configure(enabled=False)
-    _refused(world, fam.root, "not an object", "send_message:disabled")
+    _refused(world, fam.root, "not an object", MessagingDisabled.code)
     _refused(world, fam.root, {"recipient_session_id": fam.a.session_id, "body": "x"},
-             "send_message:disabled")
+             MessagingDisabled.code)
 
 
 # -- 2 invalid_arguments ---------------------------------------------------------------------
@@ -109,12 +127,12 @@ BAD_ARGUMENTS: list[Mapping[str, object]] = [
 
 @pytest.mark.parametrize("template", BAD_ARGUMENTS, ids=repr)
 def test_invalid_arguments(world: World, fam: Family, template: Mapping[str, object]) -> None:
-    _refused(world, fam.root, _fill(template, fam.a.reference), "send_message:invalid_arguments")
+    _refused(world, fam.root, _fill(template, fam.a.reference), InvalidArguments.code)
 
 
 @pytest.mark.parametrize("args", ["to=a body=x", ["a", "x"], None, 42, ("to", "body")], ids=repr)
 def test_arguments_must_be_an_object(world: World, fam: Family, args: object) -> None:
-    _refused(world, fam.root, args, "send_message:invalid_arguments")
+    _refused(world, fam.root, args, InvalidArguments.code)
 
 
 @pytest.mark.parametrize("with_to", [False, True])
@@ -124,7 +142,7 @@ def test_recipient_session_id_is_rejected_with_a_hint(
     args: dict[str, object] = {"recipient_session_id": fam.a.session_id, "body": "hello"}
     if with_to:
         args["to"] = fam.a.session_id
-    error = _refused(world, fam.root, args, "send_message:invalid_arguments")
+    error = _refused(world, fam.root, args, InvalidArguments.code)
     assert "recipient_session_id" in error.message
     assert "`to`" in error.message
 
@@ -139,7 +157,7 @@ def test_both_modes_are_accepted(world: World, fam: Family) -> None:
 
 @pytest.mark.parametrize("body", ["", " ", "\n\t  \r\n", "\u3000"], ids=repr)
 def test_empty_or_whitespace_body(world: World, fam: Family, body: str) -> None:
-    _refused(world, fam.root, arguments(fam.a, body), "send_message:invalid_body")
+    _refused(world, fam.root, arguments(fam.a, body), InvalidBody.code)
 
 
 # Each pair is (exactly 10 UTF-8 bytes, 11 bytes), built from 2-, 3- and 4-byte characters.
@@ -158,7 +176,7 @@ def test_body_size_boundary_counts_utf8_bytes(
 ) -> None:
     world.configure(max_body_bytes=10)
     assert (len(fits.encode()), len(over.encode())) == (10, 11)
-    error = _refused(world, fam.root, arguments(fam.a, over), "send_message:invalid_body")
+    error = _refused(world, fam.root, arguments(fam.a, over), InvalidBody.code)
     assert error.details == {"size": 11, "limit": 10}
     sent = world.send(fam.root, fam.a, fits)
     assert world.engine.message(sent.message_id).body == fits
@@ -166,24 +184,24 @@ def test_body_size_boundary_counts_utf8_bytes(
 
 @pytest.mark.parametrize("body", ["\ud800", "ok \udfff ok", "\udc00\ud800"], ids=repr)
 def test_lone_surrogate_body(world: World, fam: Family, body: str) -> None:
-    _refused(world, fam.root, arguments(fam.a, body), "send_message:invalid_body")
+    _refused(world, fam.root, arguments(fam.a, body), InvalidBody.code)
 
 
 # -- 4 recipient resolution ------------------------------------------------------------------
 
 
 def test_unknown_session(world: World, fam: Family) -> None:
-    error = _refused(world, fam.root, arguments(UNKNOWN_UUID), "send_message:unknown_session")
+    error = _refused(world, fam.root, arguments(UNKNOWN_UUID), UnknownSession.code)
     assert error.details == {"session_id": UNKNOWN_UUID}
-    _refused(world, fam.root, arguments(UNKNOWN_UUID.upper()), "send_message:unknown_session")
+    _refused(world, fam.root, arguments(UNKNOWN_UUID.upper()), UnknownSession.code)
 
 
 def test_not_tree_peer(world: World, fam: Family) -> None:
     other = world.root("other", PEER_RULES)
     other_child = world.child(other, "oc", PEER_RULES)
     for target in (other, other_child):
-        _refused(world, fam.a, arguments(target.session_id), "send_message:not_tree_peer")
-        _refused(world, other_child, arguments(fam.a.session_id), "send_message:not_tree_peer")
+        _refused(world, fam.a, arguments(target.session_id), NotTreePeer.code)
+        _refused(world, other_child, arguments(fam.a.session_id), NotTreePeer.code)
 
 
 def test_same_root_is_accepted_by_uuid_at_any_distance(world: World, fam: Family) -> None:
@@ -220,7 +238,7 @@ def test_unknown_handle_lists_every_other_live_peer_of_the_tree(world: World) ->
     other = world.root("other")
     other_child = world.child(other, "oc")
     world.activate(root)
-    error = _refused(world, a, arguments("reviewer_1"), "subagent:unknown_reference")
+    error = _refused(world, a, arguments("reviewer_1"), UnknownSubagentReference.code)
     peers = [root, a1, b, old]  # nearest first: parent, children, siblings
     assert error.details["candidates"] == [p.session_id for p in peers]
     listed = [line for line in error.message.splitlines() if line.startswith("- ")]
@@ -235,7 +253,7 @@ def test_a_handle_of_another_tree_does_not_resolve(world: World, fam: Family) ->
     other = world.root("other")
     other_child = world.child(other, "oc")
     assert other_child.handle is not None
-    error = _refused(world, fam.a, arguments(other_child.handle), "subagent:unknown_reference")
+    error = _refused(world, fam.a, arguments(other_child.handle), UnknownSubagentReference.code)
     assert error.details["candidates"] == [fam.root.session_id, fam.b.session_id]
     assert other_child.session_id not in error.message
     assert other.session_id not in error.message
@@ -245,21 +263,21 @@ def test_a_handle_of_another_tree_does_not_resolve(world: World, fam: Family) ->
 def test_relationship_words_are_not_targets(world: World, fam: Family, word: str) -> None:
     """A model may write its relative's role for a handle: no word names a session, so it
     is told the handles it can use instead of reaching anyone."""
-    error = _refused(world, fam.a, arguments(word), "subagent:unknown_reference")
+    error = _refused(world, fam.a, arguments(word), UnknownSubagentReference.code)
     assert error.details["candidates"] == [fam.root.session_id, fam.b.session_id]
     assert fam.root.reference in error.message
 
 
 def test_a_lone_session_has_no_candidates(world: World) -> None:
     root = world.root("root", PEER_RULES)
-    error = _refused(world, root, arguments("ghost_1"), "subagent:unknown_reference")
+    error = _refused(world, root, arguments("ghost_1"), UnknownSubagentReference.code)
     assert error.details["candidates"] == []
     assert "no other session" in error.message
 
 
 def test_a_ghost_is_reachable_by_uuid_only(world: World, fam: Family) -> None:
     world.store.transact(lambda tx: tx.put_session(attrs.evolve(world.fresh(fam.b), live=False)))
-    error = _refused(world, fam.a, arguments(fam.b), "subagent:unknown_reference")
+    error = _refused(world, fam.a, arguments(fam.b), UnknownSubagentReference.code)
     assert error.details["candidates"] == [fam.root.session_id]
     sent = world.send(fam.a, fam.b.session_id)
     assert world.engine.message(sent.message_id).recipient == fam.b.session_id
@@ -282,12 +300,12 @@ def test_self_send(world: World, fam: Family, spelling: str) -> None:
         "uuid": fam.a.session_id,
         "UUID": fam.a.session_id.upper(),
     }[spelling]
-    _refused(world, fam.a, arguments(reference), "send_message:self_send")
+    _refused(world, fam.a, arguments(reference), SelfSend.code)
 
 
 def test_legacy_self_send_by_uuid(world: World, fam: Family) -> None:
     old = world.child(fam.root, "old", PEER_RULES, legacy=True)
-    _refused(world, old, arguments(old.session_id), "send_message:self_send")
+    _refused(world, old, arguments(old.session_id), SelfSend.code)
 
 
 # -- guard order ------------------------------------------------------------------------------
@@ -295,27 +313,27 @@ def test_legacy_self_send_by_uuid(world: World, fam: Family) -> None:
 
 def test_invalid_arguments_beats_invalid_body(world: World, fam: Family) -> None:
     args = {"to": fam.a.reference, "body": "", "extra": True}
-    _refused(world, fam.root, args, "send_message:invalid_arguments")
+    _refused(world, fam.root, args, InvalidArguments.code)
 
 
 def test_invalid_body_beats_recipient_resolution(world: World, fam: Family) -> None:
     world.configure(max_body_bytes=3)
-    _refused(world, fam.root, arguments(UNKNOWN_UUID, " "), "send_message:invalid_body")
-    _refused(world, fam.root, arguments("nobody", "four"), "send_message:invalid_body")
-    _refused(world, fam.root, arguments(fam.root, ""), "send_message:invalid_body")
+    _refused(world, fam.root, arguments(UNKNOWN_UUID, " "), InvalidBody.code)
+    _refused(world, fam.root, arguments("nobody", "four"), InvalidBody.code)
+    _refused(world, fam.root, arguments(fam.root, ""), InvalidBody.code)
 
 
 def test_resolution_beats_permission(world: World) -> None:
     root = world.root("mute")  # no rules: every send would be denied
     other = world.root("other")
-    _refused(world, root, arguments(UNKNOWN_UUID), "send_message:unknown_session")
-    _refused(world, root, arguments(other.session_id), "send_message:not_tree_peer")
-    _refused(world, root, arguments("nobody"), "subagent:unknown_reference")
+    _refused(world, root, arguments(UNKNOWN_UUID), UnknownSession.code)
+    _refused(world, root, arguments(other.session_id), NotTreePeer.code)
+    _refused(world, root, arguments("nobody"), UnknownSubagentReference.code)
 
 
 def test_self_send_beats_permission(world: World) -> None:
     root = world.root("mute")
-    _refused(world, root, arguments(root), "send_message:self_send")
+    _refused(world, root, arguments(root), SelfSend.code)
 
 
 def test_permission_beats_hops_inbox_and_inflight(world: World, fam: Family) -> None:
@@ -323,11 +341,11 @@ def test_permission_beats_hops_inbox_and_inflight(world: World, fam: Family) -> 
     _chain_consume(world, fam.root, fam.a)  # a's run now has base hop 1
     world.send(fam.b, fam.root)  # root's inbox is now full, and the b->root window too
     world.set_rules(fam.a, {"parent": "deny"})
-    _refused(world, fam.a, arguments(fam.root), "permission:denied")
+    _refused(world, fam.a, arguments(fam.root), PermissionDenied.code)
     world.set_rules(fam.a, {"parent": "ask"})
-    _refused(world, fam.a, arguments(fam.root), "permission:approval_required")
+    _refused(world, fam.a, arguments(fam.root), ApprovalRequired.code)
     world.set_rules(fam.b, {"parent": "deny"})
-    _refused(world, fam.b, arguments(fam.root), "permission:denied")
+    _refused(world, fam.b, arguments(fam.root), PermissionDenied.code)
 
 
 def test_hops_beat_inbox_and_inbox_beats_inflight(world: World, fam: Family) -> None:
@@ -335,8 +353,8 @@ def test_hops_beat_inbox_and_inbox_beats_inflight(world: World, fam: Family) -> 
     _chain_consume(world, fam.root, fam.a)
     world.send(fam.b, fam.root)
     world.send(fam.b, fam.root)  # inbox of root full, and the b->root window full
-    _refused(world, fam.a, arguments(fam.root), "send_message:max_hops_exceeded")
-    _refused(world, fam.b, arguments(fam.root), "send_message:inbox_full")
+    _refused(world, fam.a, arguments(fam.root), MaxHopsExceeded.code)
+    _refused(world, fam.b, arguments(fam.root), InboxFull.code)
 
 
 def test_idempotent_replay_beats_permission_and_guards(world: World, fam: Family) -> None:
@@ -348,9 +366,9 @@ def test_idempotent_replay_beats_permission_and_guards(world: World, fam: Family
     world.set_rules(fam.a, {"parent": "ask"})
     assert world.engine.send_message(ctx, arguments(fam.root, "once")) == first
     world.set_rules(fam.a, PEER_RULES)
-    _refused(world, fam.a, arguments(fam.root), "send_message:inbox_full")
+    _refused(world, fam.a, arguments(fam.root), InboxFull.code)
     world.configure(max_hops=-1, max_pending_per_session=5)
-    _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")
+    _refused(world, fam.a, arguments(fam.root), InflightFull.code)
     world.configure(max_pending_per_session=1, max_hops=0)
     before = world.snapshot(ctx)
     assert world.engine.send_message(ctx, arguments(fam.root, "once")) == first
@@ -370,13 +388,13 @@ def test_disabled_beats_replay(world: World, fam: Family) -> None:
     ctx = world.ctx(fam.a)
     world.engine.send_message(ctx, arguments(fam.root))
     world.configure(enabled=False)
-    _refused(world, ctx, arguments(fam.root), "send_message:disabled")
+    _refused(world, ctx, arguments(fam.root), MessagingDisabled.code)
 
 
 def test_invalid_arguments_beat_replay(world: World, fam: Family) -> None:
     ctx = world.ctx(fam.a)
     world.engine.send_message(ctx, arguments(fam.root))
-    _refused(world, ctx, {"to": fam.root.reference}, "send_message:invalid_arguments")
+    _refused(world, ctx, {"to": fam.root.reference}, InvalidArguments.code)
 
 
 def test_a_reused_call_id_with_other_arguments_is_a_conflict(world: World, fam: Family) -> None:
@@ -387,7 +405,7 @@ def test_a_reused_call_id_with_other_arguments_is_a_conflict(world: World, fam: 
     for other in (arguments(fam.root, "something else"), arguments(fam.b),
                   arguments(fam.root, mode="queue"), arguments(UNKNOWN_UUID),
                   arguments(fam.a)):
-        error = _refused(world, ctx, other, "send_message:idempotency_conflict")
+        error = _refused(world, ctx, other, IdempotencyConflict.code)
         assert first.message_id in str(error.details) and "new tool call id" in str(error)
     assert world.pending_agent_mail(fam.root) == 1
 
@@ -406,7 +424,7 @@ def test_a_retry_after_max_body_bytes_was_lowered_gets_its_message_id(
     first = world.engine.send_message(ctx, arguments(fam.root, "a longer body"))
     world.configure(max_body_bytes=4)
     assert world.engine.send_message(ctx, arguments(fam.root, "a longer body")) == first
-    _refused(world, fam.a, arguments(fam.root, "a longer body"), "send_message:invalid_body")
+    _refused(world, fam.a, arguments(fam.root, "a longer body"), InvalidBody.code)
 
 
 def test_a_retry_after_the_recipient_was_reverted_gets_its_message_id(
@@ -417,7 +435,7 @@ def test_a_retry_after_the_recipient_was_reverted_gets_its_message_id(
     first = world.engine.send_message(ctx, arguments(fam.b))
     world.engine.revert(fam.b.session_id)
     assert world.engine.send_message(ctx, arguments(fam.b)) == first
-    _refused(world, fam.a, arguments(fam.b), "subagent:unknown_reference")
+    _refused(world, fam.a, arguments(fam.b), UnknownSubagentReference.code)
 
 
 # -- 7 permission ----------------------------------------------------------------------------
@@ -425,7 +443,7 @@ def test_a_retry_after_the_recipient_was_reverted_gets_its_message_id(
 
 def test_deny_rule(world: World, fam: Family) -> None:
     world.set_rules(fam.a, {"parent": "allow", "sibling": "deny"})
-    error = _refused(world, fam.a, arguments(fam.b), "permission:denied")
+    error = _refused(world, fam.a, arguments(fam.b), PermissionDenied.code)
     assert error.details == {"label": "sibling"}
     assert world.send(fam.a, fam.root).recipient_state is RecipientState.QUEUED
 
@@ -435,13 +453,13 @@ def test_no_rules_denies_and_hides_the_tool(world: World) -> None:
     child = world.child(root, "c")
     assert world.engine.tool_visible(root.session_id) is False
     assert world.engine.tool_visible(child.session_id) is False
-    _refused(world, root, arguments(child), "permission:denied")
-    _refused(world, child, arguments(root), "permission:denied")
+    _refused(world, root, arguments(child), PermissionDenied.code)
+    _refused(world, child, arguments(root), PermissionDenied.code)
 
 
 def test_grandparent_uses_the_catch_all_label(world: World, fam: Family) -> None:
     grandchild = world.child(fam.a, "g", PEER_RULES)
-    error = _refused(world, grandchild, arguments(fam.root), "permission:denied")
+    error = _refused(world, grandchild, arguments(fam.root), PermissionDenied.code)
     assert error.details == {"label": "*"}
     world.set_rules(grandchild, {"*": "allow"})
     world.send(grandchild, fam.root)
@@ -449,14 +467,14 @@ def test_grandparent_uses_the_catch_all_label(world: World, fam: Family) -> None
 
 def test_ask_then_session_grant(world: World, fam: Family) -> None:
     world.set_rules(fam.a, {"sibling": "ask", "parent": "ask"})
-    error = _refused(world, fam.a, arguments(fam.b), "permission:approval_required")
+    error = _refused(world, fam.a, arguments(fam.b), ApprovalRequired.code)
     assert error.details == {"label": "sibling", "operation": "send_message(to,body,mode)"}
     world.engine.grant("session", fam.a.session_id, "sibling")
     world.send(fam.a, fam.b)
     world.send(fam.a, fam.b)
-    _refused(world, fam.a, arguments(fam.root), "permission:approval_required")
+    _refused(world, fam.a, arguments(fam.root), ApprovalRequired.code)
     world.set_rules(fam.b, {"sibling": "ask"})
-    _refused(world, fam.b, arguments(fam.a), "permission:approval_required")
+    _refused(world, fam.b, arguments(fam.a), ApprovalRequired.code)
 
 
 def test_a_grant_made_under_the_old_argument_shape_is_ignored(world: World,
@@ -474,7 +492,7 @@ def test_a_grant_made_under_the_old_argument_shape_is_ignored(world: World,
 
         world.store.transact(grant)
         assert _counter(world, name) == 1
-    _refused(world, fam.a, arguments(fam.b), "permission:approval_required")
+    _refused(world, fam.a, arguments(fam.b), ApprovalRequired.code)
     world.engine.grant("tree", fam.root.session_id, "sibling")  # under the current shape
     world.send(fam.a, fam.b)
 
@@ -490,7 +508,7 @@ def test_tree_grant_covers_every_session_of_the_tree(world: World, fam: Family) 
 def test_once_grant_is_spent_by_one_send(world: World, fam: Family) -> None:
     world.set_rules(fam.a, {"parent": "ask"})
     ctx = world.ctx(fam.a)
-    _refused(world, ctx, arguments(fam.root), "permission:approval_required")
+    _refused(world, ctx, arguments(fam.root), ApprovalRequired.code)
     once = grant_counter(GrantScope.ONCE, f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}",
                          "parent")
     world.engine.grant("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
@@ -499,7 +517,7 @@ def test_once_grant_is_spent_by_one_send(world: World, fam: Family) -> None:
     sent = world.engine.send_message(ctx, arguments(fam.root))
     assert _counter(world, once) == 0
     assert world.engine.send_message(ctx, arguments(fam.root)) == sent  # replay, not a 2nd send
-    _refused(world, fam.a, arguments(fam.root), "permission:approval_required")
+    _refused(world, fam.a, arguments(fam.root), ApprovalRequired.code)
     assert world.pending_agent_mail(fam.root) == 1
 
 
@@ -510,7 +528,7 @@ def test_once_grant_survives_a_send_refused_later(world: World, fam: Family) -> 
     ctx = world.ctx(fam.a)
     subject = f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}"
     world.engine.grant("once", subject, "parent")
-    _refused(world, ctx, arguments(fam.root), "send_message:inbox_full")
+    _refused(world, ctx, arguments(fam.root), InboxFull.code)
     assert _counter(world, grant_counter(GrantScope.ONCE, subject, "parent")) == 1
 
 
@@ -518,7 +536,7 @@ def test_once_grant_covers_only_its_tool_call(world: World, fam: Family) -> None
     world.set_rules(fam.a, {"parent": "ask"})
     ctx = world.ctx(fam.a)
     world.engine.grant("once", f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}", "parent")
-    _refused(world, fam.a, arguments(fam.root), "permission:approval_required")
+    _refused(world, fam.a, arguments(fam.root), ApprovalRequired.code)
 
 
 def test_grant_scope_must_be_known(world: World, fam: Family) -> None:
@@ -552,7 +570,7 @@ def test_max_hops_boundary(world: World) -> None:
     first = _chain_consume(world, s[0], s[1])
     second = _chain_consume(world, s[1], s[2])
     assert [world.engine.message(m).hop for m in (first, second)] == [1, 2]
-    error = _refused(world, s[2], arguments(s[3]), "send_message:max_hops_exceeded")
+    error = _refused(world, s[2], arguments(s[3]), MaxHopsExceeded.code)
     assert error.details == {"hop": 3, "limit": 2}
     world.send(s[1], s[2])  # s1's run is still at base 1: hop 2 passes
 
@@ -576,7 +594,7 @@ def test_hop_base_counts_consumed_mail_not_claimed(world: World) -> None:
     assert world.engine.message(world.send(s[1], s[2]).message_id).hop == 1
     request = world.engine.begin_request(s[1].session_id, run.run_id)
     world.engine.commit_request(s[1].session_id, run.run_id, request.request_id)
-    _refused(world, s[1], arguments(s[2]), "send_message:max_hops_exceeded")
+    _refused(world, s[1], arguments(s[2]), MaxHopsExceeded.code)
 
 
 def test_hop_base_is_the_highest_consumed_hop_not_the_last(world: World) -> None:
@@ -587,7 +605,7 @@ def test_hop_base_is_the_highest_consumed_hop_not_the_last(world: World) -> None
     low = _chain_consume(world, fresh, s[3])  # s3's same run then consumes a hop-1 message
     assert world.engine.message(low).hop == 1
     world.configure(max_hops=3)
-    error = _refused(world, s[3], arguments(s[2]), "send_message:max_hops_exceeded")
+    error = _refused(world, s[3], arguments(s[2]), MaxHopsExceeded.code)
     assert error.details == {"hop": 4, "limit": 3}
 
 
@@ -595,7 +613,7 @@ def test_hop_base_is_per_run(world: World) -> None:
     world.configure(max_hops=1)
     s = _line_of(world, 3)
     _chain_consume(world, s[0], s[1])
-    _refused(world, s[1], arguments(s[2]), "send_message:max_hops_exceeded")
+    _refused(world, s[1], arguments(s[2]), MaxHopsExceeded.code)
     run = world.activate(s[1])
     world.engine.finish_run(s[1].session_id, run.run_id)
     assert world.engine.message(world.send(s[1], s[2]).message_id).hop == 1  # a fresh run
@@ -615,7 +633,7 @@ def test_inbox_full_at_the_cap(world: World) -> None:
     world.send(kids[0], root)
     world.send(kids[1], root)
     world.send(kids[2], root)  # cap - 1 pending: accepted
-    error = _refused(world, kids[3], arguments(root), "send_message:inbox_full")
+    error = _refused(world, kids[3], arguments(root), InboxFull.code)
     assert error.details == {"pending": 3, "limit": 3}
     assert world.pending_agent_mail(root) == 3
 
@@ -629,7 +647,7 @@ def test_non_agent_mail_does_not_count(world: World) -> None:
         world.engine.accept(root.session_id, f"more {owner} mail", owner)
     world.send(kids[0], root)
     world.send(kids[1], root)
-    _refused(world, kids[2], arguments(root), "send_message:inbox_full")
+    _refused(world, kids[2], arguments(root), InboxFull.code)
     assert len(world.engine.pending(root.session_id)) == 10
 
 
@@ -647,10 +665,10 @@ def test_discarding_frees_one_inbox_slot(world: World) -> None:
     kids = _children(world, root, 4)
     first = world.send(kids[0], root)
     world.send(kids[1], root)
-    _refused(world, kids[2], arguments(root), "send_message:inbox_full")
+    _refused(world, kids[2], arguments(root), InboxFull.code)
     world.engine.discard(first.message_id, "operator cleared it")
     world.send(kids[2], root)
-    _refused(world, kids[3], arguments(root), "send_message:inbox_full")
+    _refused(world, kids[3], arguments(root), InboxFull.code)
 
 
 def test_claimed_mail_counts_until_consumed(world: World) -> None:
@@ -662,9 +680,9 @@ def test_claimed_mail_counts_until_consumed(world: World) -> None:
     request = world.engine.begin_request(root.session_id, run.run_id)
     world.send(kids[1], root, mode="queue")
     world.send(kids[2], root)
-    _refused(world, kids[3], arguments(root), "send_message:inbox_full")
+    _refused(world, kids[3], arguments(root), InboxFull.code)
     world.engine.abort_request(root.session_id, run.run_id, request.request_id)
-    _refused(world, kids[3], arguments(root), "send_message:inbox_full")  # released counts
+    _refused(world, kids[3], arguments(root), InboxFull.code)  # released counts
     request = world.engine.begin_request(root.session_id, run.run_id)
     agent_mail = [d for d in request.deliveries if d.owner is Owner.AGENT]
     assert len(agent_mail) == 2  # the released one and the steer of kids[2]
@@ -672,7 +690,7 @@ def test_claimed_mail_counts_until_consumed(world: World) -> None:
     assert world.pending_agent_mail(root) == 1
     world.send(kids[3], root)
     world.send(kids[4], root)
-    _refused(world, kids[0], arguments(root), "send_message:inbox_full")
+    _refused(world, kids[0], arguments(root), InboxFull.code)
 
 
 # -- 10 inflight_full ------------------------------------------------------------------------
@@ -682,13 +700,13 @@ def test_inflight_window_per_directed_pair(world: World, fam: Family) -> None:
     world.configure(max_inflight_per_pair=2)
     world.send(fam.a, fam.root)
     world.send(fam.a, fam.root)
-    error = _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")
+    error = _refused(world, fam.a, arguments(fam.root), InflightFull.code)
     assert error.details == {"pending": 2, "limit": 2}
     world.send(fam.b, fam.root)  # another pair into the same recipient
     world.send(fam.a, fam.b)  # the same sender to another recipient
     world.send(fam.root, fam.a)  # the opposite direction
     world.send(fam.root, fam.a)
-    _refused(world, fam.root, arguments(fam.a), "send_message:inflight_full")
+    _refused(world, fam.root, arguments(fam.a), InflightFull.code)
 
 
 def test_consuming_frees_the_window(world: World, fam: Family) -> None:
@@ -697,16 +715,16 @@ def test_consuming_frees_the_window(world: World, fam: Family) -> None:
     world.send(fam.a, fam.root)
     request = world.engine.begin_request(fam.root.session_id, run.run_id)
     world.send(fam.a, fam.root)
-    _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")  # claimed counts
+    _refused(world, fam.a, arguments(fam.root), InflightFull.code)  # claimed counts
     world.engine.commit_request(fam.root.session_id, run.run_id, request.request_id)
     world.send(fam.a, fam.root)
-    _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")
+    _refused(world, fam.a, arguments(fam.root), InflightFull.code)
 
 
 def test_discarding_frees_the_window(world: World, fam: Family) -> None:
     world.configure(max_inflight_per_pair=1)
     first = world.send(fam.a, fam.root)
-    _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")
+    _refused(world, fam.a, arguments(fam.root), InflightFull.code)
     world.engine.discard(first.message_id, "stale")
     world.send(fam.a, fam.root)
 
@@ -721,7 +739,7 @@ def test_inflight_zero_disables_the_window(world: World, fam: Family) -> None:
 def test_default_window_is_four(world: World, fam: Family) -> None:
     for _ in range(4):
         world.send(fam.a, fam.root)
-    _refused(world, fam.a, arguments(fam.root), "send_message:inflight_full")
+    _refused(world, fam.a, arguments(fam.root), InflightFull.code)
 
 
 # -- engine_shutdown and tool context ----------------------------------------------------
@@ -730,8 +748,8 @@ def test_default_window_is_four(world: World, fam: Family) -> None:
 def test_engine_shutdown(world: World, fam: Family) -> None:
     kept = world.send(fam.a, fam.root)
     world.engine.shutdown()
-    _refused(world, fam.a, arguments(fam.root), "send_message:engine_shutdown")
-    _refused(world, fam.a, "garbage", "send_message:engine_shutdown")
+    _refused(world, fam.a, arguments(fam.root), EngineShutdown.code)
+    _refused(world, fam.a, "garbage", EngineShutdown.code)
     assert [m.message_id for m in world.engine.pending(fam.root.session_id)] == [
         kept.message_id
     ]
@@ -740,7 +758,7 @@ def test_engine_shutdown(world: World, fam: Family) -> None:
 def test_a_tool_context_must_name_the_senders_live_run(world: World, fam: Family) -> None:
     run = world.activate(fam.a)
     other_run = world.activate(fam.b)
-    code = "engine:invalid_tool_context"
+    code = InvalidToolContext.code
     _refused(world, ToolContext(fam.a.session_id, UNKNOWN_UUID, "c1"), arguments(fam.b), code)
     _refused(world, ToolContext(fam.a.session_id, other_run.run_id, "c2"), arguments(fam.b), code)
     world.engine.finish_run(fam.a.session_id, run.run_id)
@@ -777,7 +795,7 @@ def _ended(world: World, rules: Mapping[str, str], end: str
     kid = world.child(root, "kid", rules)
     ctx = world.ctx(kid)
     ENDS[end](world, kid, ctx.run_id)
-    ended = RunState.FINISHED if end == "finished" else RunState.INTERRUPTED
+    ended = RunState.FINISHED if end == RunState.FINISHED else RunState.INTERRUPTED
     assert world.engine.run(ctx.run_id).status is ended
     return root, kid, ctx
 
@@ -786,7 +804,7 @@ def _ended(world: World, rules: Mapping[str, str], end: str
 @pytest.mark.parametrize("rule", sorted(ENDED_RULES))
 def test_a_run_that_ended_cannot_send_under_any_rule(world: World, rule: str, end: str) -> None:
     root, _, ctx = _ended(world, ENDED_RULES[rule], end)
-    error = _refused(world, ctx, arguments(root), "engine:invalid_tool_context")
+    error = _refused(world, ctx, arguments(root), InvalidToolContext.code)
     assert f"run {ctx.run_id} is not running" in error.message
 
 
@@ -801,21 +819,21 @@ def test_a_grant_does_not_let_a_run_that_ended_send(world: World, scope: str, en
     world.engine.grant(scope, subject, "parent")
     ENDS[end](world, kid, ctx.run_id)
     # _refused compares the call's once-grant too: the refusal does not spend it.
-    _refused(world, ctx, arguments(root), "engine:invalid_tool_context")
+    _refused(world, ctx, arguments(root), InvalidToolContext.code)
     assert _counter(world, grant_counter(GrantScope(scope), subject, "parent")) == 1
 
 
 def test_an_ended_run_is_refused_at_the_permission_guard(world: World) -> None:
     """Its place in the order: the guards before permission answer first, those after never."""
-    root, kid, ctx = _ended(world, {"parent": "ask"}, "finished")
-    _refused(world, ctx, arguments(root, "   "), "send_message:invalid_body")
-    _refused(world, ctx, arguments("nobody_00000000"), "subagent:unknown_reference")
-    _refused(world, ctx, arguments(kid), "send_message:self_send")
+    root, kid, ctx = _ended(world, {"parent": "ask"}, SessionState.FINISHED)
+    _refused(world, ctx, arguments(root, "   "), InvalidBody.code)
+    _refused(world, ctx, arguments("nobody_00000000"), UnknownSubagentReference.code)
+    _refused(world, ctx, arguments(kid), SelfSend.code)
     world.configure(max_pending_per_session=1, max_inflight_per_pair=1)
     world.send(world.child(root, "sibling", PEER_RULES), root)  # root's inbox is full now
     world.engine.grant("session", kid.session_id, "parent")
-    _refused(world, ctx, arguments(root), "engine:invalid_tool_context")
-    _refused(world, world.ctx(kid), arguments(root), "send_message:inbox_full")  # a live run
+    _refused(world, ctx, arguments(root), InvalidToolContext.code)
+    _refused(world, world.ctx(kid), arguments(root), InboxFull.code)  # a live run
 
 
 def _rule_before_run(a: Attempt) -> None:
@@ -835,20 +853,20 @@ def test_the_ended_run_checks_catch_the_rule_read_before_the_run(
     monkeypatch.setattr(sending, "GUARDS", slipped)
     codes = {}
     for rule, rules in ENDED_RULES.items():
-        root, _, ctx = _ended(world, rules, "finished")
+        root, _, ctx = _ended(world, rules, SessionState.FINISHED)
         with pytest.raises(TreemailError) as caught:
             world.engine.send_message(ctx, arguments(root))
         codes[rule] = caught.value.code
-    assert codes == {"allow": "engine:invalid_tool_context",
-                     "ask": "permission:approval_required", "deny": "permission:denied",
-                     "no rule for the label": "permission:denied",
-                     "no rules": "permission:denied"}
+    assert codes == {"allow": InvalidToolContext.code,
+                     "ask": ApprovalRequired.code, "deny": PermissionDenied.code,
+                     "no rule for the label": PermissionDenied.code,
+                     "no rules": PermissionDenied.code}
 
 
 def test_default_body_limit_is_32768_bytes(world: World, fam: Family) -> None:
     fits = "€" * 10922 + "ab"  # 32766 + 2 bytes
     assert len(fits.encode()) == 32768
-    _refused(world, fam.root, arguments(fam.a, fits + "c"), "send_message:invalid_body")
+    _refused(world, fam.root, arguments(fam.a, fits + "c"), InvalidBody.code)
     world.send(fam.root, fam.a, fits)
 
 
@@ -856,7 +874,7 @@ def test_inbox_full_names_the_limit_not_the_count_as_the_limit(world: World, fam
     world.configure(max_pending_per_session=2)
     world.engine.send_message(world.ctx(fam.a), arguments(fam.root))
     world.engine.send_message(world.ctx(fam.a), arguments(fam.root))
-    error = _refused(world, fam.b, arguments(fam.root), "send_message:inbox_full")
+    error = _refused(world, fam.b, arguments(fam.root), InboxFull.code)
     assert "its limit" not in str(error)
     assert "at most 2 (max_pending_per_session)" in str(error)
 
@@ -871,7 +889,7 @@ def test_a_call_id_is_bounded_in_bytes_not_characters(
     before = world.snapshot()  # the call's own counters cannot be keyed by this id
     with pytest.raises(TreemailError) as caught:
         world.engine.send_message(ctx, arguments(fam.b))
-    assert caught.value.code == "engine:invalid_tool_context", str(caught.value)
+    assert caught.value.code == InvalidToolContext.code, str(caught.value)
     assert "256 bytes" in str(caught.value)
     assert world.snapshot() == before
 

@@ -13,9 +13,11 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess
 from treemail import open_engine, open_store
+from treemail.adapters.daemon.errors import DataDirLocked
+from treemail.adapters.store.errors import StoreUrlUnknown
 from treemail.adapters.store.factory import FORMS, Kind, StoreUrl, holds_store, parse
 from treemail.adapters.ui.cli import main
-from treemail.core.errors import StoreMissing, StoreUrlUnknown
+from treemail.core.errors import StoreMissing
 from treemail.core.records import AgentSpec, Owner
 from treemail.core.store import MemoryStore
 
@@ -81,7 +83,7 @@ def test_every_accepted_form_parses(url: str | Path, expected: StoreUrl) -> None
 def test_an_unknown_form_is_a_typed_error_listing_the_accepted_ones(url: str) -> None:
     with pytest.raises(StoreUrlUnknown) as caught:
         open_store(url)
-    assert caught.value.code == "store:unknown_url"
+    assert caught.value.code == StoreUrlUnknown.code
     assert all(form in caught.value.message for form in FORMS)
     assert caught.value.details["forms"] == list(FORMS)
 
@@ -174,7 +176,7 @@ def test_a_bad_store_url_on_the_command_line_is_one_line_not_a_traceback(
 ) -> None:
     assert main(["log", "--store", "redis://x"]) == 2
     err = capsys.readouterr().err
-    assert "store:unknown_url" in err and "Traceback" not in err
+    assert StoreUrlUnknown.code in err and "Traceback" not in err
     assert main(["verify", "--store", "memory:"]) == 2
     assert "keeps no stored bytes" in capsys.readouterr().err
 
@@ -212,7 +214,7 @@ def test_a_daemon_serves_the_store_given_by_url(tmp_path: Path) -> None:
              "--store", str(store)],
             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         assert done.returncode == 2, done.stderr
-        assert "daemon:data_dir_locked" in done.stderr
+        assert DataDirLocked.code in done.stderr
         assert f"pid {daemon.proc.pid}" in done.stderr and "another daemon" in done.stderr
         assert f"the store {store}" in done.stderr and "another --store" in done.stderr
     finally:

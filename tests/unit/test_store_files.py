@@ -59,7 +59,7 @@ def test_second_writer_in_another_process_is_refused_naming_the_holder(tmp_path:
     try:
         second = open_elsewhere(tmp_path / "s")
         assert second.returncode == 0, second.stderr
-        assert second.stdout.startswith("store:locked")
+        assert second.stdout.startswith(StoreLocked.code)
         assert f"pid {os.getpid()}" in second.stdout
         # A reader needs no lock and works beside the writer.
         assert open_elsewhere(tmp_path / "s", readonly=True).stdout.strip() == "opened"
@@ -143,7 +143,7 @@ def test_truncated_data_file_is_an_error_not_a_signal(tmp_path: Path, readonly: 
         os.truncate(data, size)
         opened = open_elsewhere(directory, readonly=readonly)
         assert opened.returncode == 0, opened.stderr  # a SIGBUS would be -7
-        assert opened.stdout.startswith("store:damaged"), opened.stdout
+        assert opened.stdout.startswith(StoreDamaged.code), opened.stdout
         assert ("truncated" in opened.stdout or "too short" in opened.stdout)
 
 
@@ -173,7 +173,7 @@ def test_log_on_an_empty_data_file_reports_it_and_writes_nothing(
     (directory / LOCK_FILE).unlink()
     before = listing(directory)
     assert main(["log", str(directory)]) == 2
-    assert "store:damaged" in capsys.readouterr().err
+    assert StoreDamaged.code in capsys.readouterr().err
     assert listing(directory) == before
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.unit.conftest import World
+from treemail.core.lifecycle import SessionState
 from treemail.core.records import Owner, Session
 
 
@@ -36,7 +37,7 @@ def test_crash_of_a_root_or_of_a_run_that_left_mail_strands_nothing(world: World
     world.engine.start_run(child.session_id)  # the task is claimed by no request yet
     world.restart()
     assert world.engine.recover() == 2
-    assert world.fresh(child).state == "queued"  # its task is still pending: it wakes
+    assert world.fresh(child).state == SessionState.QUEUED  # its task is still pending: it wakes
     assert _stranded(world) == []
 
 

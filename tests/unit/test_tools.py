@@ -177,7 +177,7 @@ def test_steer_subagent_is_unknown_with_its_replacement() -> None:
         lookup_tool("steer_subagent")
     error = caught.value
     assert isinstance(error, Refusal)
-    assert error.code == "tool:unknown"
+    assert error.code == UnknownTool.code
     assert "send_message" in error.message and 'mode="steer"' in error.message
     assert all(name in error.message for name in TOOL_NAMES)
     with pytest.raises(UnknownTool):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
+from treemail.core.lifecycle import MessageState
 from treemail.core.records import AgentSpec, Mode, Owner
 from treemail.core.store import MemoryStore
 from treemail.models.reference import Reference
@@ -46,7 +47,8 @@ def test_a_user_steer_to_a_session_without_a_run_waits_for_the_next_run() -> Non
     engine = Engine(MemoryStore(), CountingIds())
     sid = engine.create_root(NO_RULES).session_id
     steer = engine.accept(sid, "steer while idle", Owner.USER, mode=Mode.STEER)
-    assert engine.message(steer).state == "admitted" and engine.message(steer).run_id is None
+    assert engine.message(steer).state == MessageState.ADMITTED
+    assert engine.message(steer).run_id is None
     run = engine.start_run(sid)
     request = engine.begin_request(sid, run.run_id)
     assert [d.text for d in request.deliveries] == ["steer while idle"]

@@ -28,6 +28,7 @@ from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.store.verify import main as verify_main
 from treemail.adapters.ui.cli import main as cli
 from treemail.core import keys
+from treemail.core.errors import StoreMissing
 from treemail.core.keys import VALUE_KINDS, Table, Tally
 
 
@@ -72,7 +73,7 @@ def test_a_sound_store_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_verify_of_no_store_says_so(tmp_path: Path) -> None:
     code, text = run_verify(tmp_path / "nothing")
-    assert code == 2 and "store:missing" in text
+    assert code == 2 and StoreMissing.code in text
     assert not (tmp_path / "nothing").exists()
 
 

@@ -14,7 +14,8 @@ still waiting for approval, a run that died first).
 Each layer declares its own errors in its own module, which registers here with
 ``declare(__name__)`` (the core imports nothing above it): the wire's codes in
 ``treemail.protocol.rpc_errors``, the daemon's and its client's in
-``treemail.adapters.daemon.errors``, a failed model call (``ModelError``) in
+``treemail.adapters.daemon.errors``, a store URL the store wing cannot open in
+``treemail.adapters.store.errors``, a failed model call (``ModelError``) in
 ``treemail.adapters.runtime.model_errors``. ``registry()`` lists every registered class;
 ``spec/errors.json`` (which imports every layer) lists them all, and
 ``tests/unit/test_error_registry.py`` fails on a code declared in any other module.
@@ -71,14 +72,12 @@ __all__ = [
     "StorageError",
     "StoreClosed",
     "StoreDamaged",
-    "StoreDriverMissing",
     "StoreFenced",
     "StoreFormatUnknown",
     "StoreFull",
     "StoreLocked",
     "StoreMissing",
     "StoreNotPrivate",
-    "StoreUrlUnknown",
     "ToolFailed",
     "ToolInterrupted",
     "ToolNote",
@@ -240,18 +239,6 @@ class PluginLoadError(DefinitionError):
     """A plugin spec or entry point could not be loaded; the message names it."""
 
     code = "plugin:load_failed"
-
-
-class StoreUrlUnknown(DefinitionError):
-    """A store URL of a form treemail cannot open; the message lists the forms it accepts."""
-
-    code = "store:unknown_url"
-
-
-class StoreDriverMissing(DefinitionError):
-    """The store URL names a backend whose driver is not installed; install the extra named."""
-
-    code = "store:driver_missing"
 
 
 class ExtraMissing(DefinitionError):

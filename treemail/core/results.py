@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
 from treemail.core.errors import TreemailError
 
-__all__ = ["CallOutcome", "error_result", "error_text", "ok_text", "triple"]
+__all__ = ["CallOutcome", "error_result", "error_text", "ok_text", "read_text", "triple"]
 
 
 @attrs.frozen
@@ -64,6 +65,16 @@ def error_text(error: TreemailError) -> str:
 def ok_text(result: Mapping[str, object]) -> str:
     """A successful call's result as the JSON text a tool result carries."""
     return json.dumps(dict(result))
+
+
+def read_text(text: str) -> dict[str, Any]:
+    """A tool result's (or a tool call's arguments') JSON text as its object; ``{}`` for text
+    that holds no JSON object, so a reader asks for a field and finds none."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _plain(value: object) -> object:

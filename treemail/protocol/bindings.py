@@ -24,6 +24,7 @@ import msgspec
 from treemail.core import events
 from treemail.protocol import types as t
 from treemail.protocol.errors import WIRE_CODES, ErrorData, registered
+from treemail.protocol.forward import without_unknown
 from treemail.protocol.frames import FRAMES
 from treemail.protocol.methods import (
     METHODS,
@@ -94,7 +95,8 @@ def _error_codes(defs: dict[str, Any]) -> None:
 
 
 def schema_bundle() -> dict[str, Any]:
-    _, defs = msgspec.json.schema_components(_wire_types(), ref_template=_REF)
+    _, components = msgspec.json.schema_components(_wire_types(), ref_template=_REF)
+    defs: dict[str, Any] = without_unknown(components)
     event_schemas = {kind: {k: v for k, v in schema.items() if k != "$schema"}
                      for kind, schema in events.schemas().items()}
     _exactly_one_of(defs)

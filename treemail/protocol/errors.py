@@ -107,8 +107,8 @@ WIRE_CODES: Final[dict[int, str]] = {
 
 def registered() -> list[type[e.TreemailError]]:
     """Every error class of the registry: the core's and each layer's that registered (the
-    wire's own ``rpc:`` codes always; the daemon's and the model's once their modules are
-    imported, as the bindings' writer and ``spec_tables`` do)."""
+    wire's own ``rpc:`` codes always; the daemon's, the store's and the model's once their
+    modules are imported, as the bindings' writer and ``spec_tables`` do)."""
     from treemail.protocol import rpc_errors  # noqa: F401 - registers the wire's codes
 
     return e.registry()

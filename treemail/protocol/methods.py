@@ -10,6 +10,7 @@ method or field is a type error at every use.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
@@ -246,7 +247,7 @@ def decode_params(method: Method[P, Any], raw: dict[str, Any]) -> P:
     try:
         return msgspec.convert(raw, method.params)
     except msgspec.ValidationError as exc:
-        raise ParamsError(_in_words(str(exc))) from None
+        raise ParamsError(_in_range(method.params, _in_words(str(exc)))) from None
 
 
 def _in_words(message: str) -> str:
@@ -254,3 +255,20 @@ def _in_words(message: str) -> str:
     for pattern, words in PATTERNS.items():
         message = message.replace(f"`str` matching regex {pattern!r}", words)
     return message
+
+
+_BROKEN_BOUND = re.compile(r"Expected `int` [<>]= -?\d+ - at `\$\.(\w+)`")
+
+
+def _in_range(params: type, message: str) -> str:
+    """msgspec names the one bound a number broke; a field bounded on both sides is given its
+    whole range instead, so the caller picks a value that passes both at once."""
+    broken = _BROKEN_BOUND.fullmatch(message)
+    if broken is None:
+        return message
+    info = msgspec.inspect.type_info(params)
+    fields = info.fields if isinstance(info, msgspec.inspect.StructType) else ()
+    kind = next((f.type for f in fields if f.encode_name == broken[1]), None)
+    if not isinstance(kind, msgspec.inspect.IntType) or kind.ge is None or kind.le is None:
+        return message
+    return f"Expected `int` from {kind.ge} to {kind.le} - at `$.{broken[1]}`"

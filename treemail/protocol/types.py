@@ -18,6 +18,7 @@ import msgspec
 
 from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.records import ApprovalState, Mode, Owner, RecipientState
+from treemail.protocol.forward import Unknown
 from treemail.protocol.rules import Hex32, IdempotencyKey, MailText, check_exactly_one_of
 
 __all__ = [
@@ -202,7 +203,7 @@ class SessionView(Result):
     parent_session_id: str | None
     handle: str | None
     agent: str
-    state: SessionState
+    state: SessionState | Unknown
     run_id: str | None
     live: bool
     # Whether the session's actor is in the daemon's memory now (an idle one is evicted);
@@ -261,7 +262,7 @@ class RunView(Result):
     run_id: str
     session_id: str
     number: int
-    status: RunState
+    status: RunState | Unknown
     base_hop: int
 
 
@@ -332,9 +333,9 @@ class ProducerAccepted(Result):
 
     message_id: str
     session_id: str
-    owner: Owner
-    mode: Mode
-    recipient_state: RecipientState
+    owner: Owner | Unknown
+    mode: Mode | Unknown
+    recipient_state: RecipientState | Unknown
     agent_hop: int | None = None
 
 
@@ -345,9 +346,9 @@ class MessageView(Result):
     message_id: str
     recipient: str
     sender: str | None
-    owner: Owner
-    mode: Mode
-    state: MessageState
+    owner: Owner | Unknown
+    mode: Mode | Unknown
+    state: MessageState | Unknown
     body: str
     run_id: str | None
     reason: str | None
@@ -435,7 +436,7 @@ class ApprovalView(Result):
     tool: str
     arguments: dict[str, Any]
     label: str
-    state: ApprovalState
+    state: ApprovalState | Unknown
     scope: str | None
     outcome: ApprovalOutcome | None
 
@@ -485,12 +486,12 @@ class EventsSubscribeResult(Result):
 
 
 class EventsReadParams(Params):
-    """A page of the feed after ``after`` (at most ``limit`` events, at most 256), only
-    ``session_id``'s when given; ``next`` is where the next page starts."""
+    """A page of the feed after ``after`` (at most ``limit`` events, 1 to 256, default 256),
+    only ``session_id``'s when given; ``next`` is where the next page starts."""
 
     after: Cursor = 0
     session_id: str | None = None
-    limit: int = 256
+    limit: Limit = PAGE_LIMIT
 
 
 class EventsReadResult(Result):

@@ -26,6 +26,8 @@ from tests.daemon.mcp.harness import (
     token_file,
 )
 from treemail.adapters.daemon.client import DaemonClient
+from treemail.core.errors import InvalidToolArguments, UnknownTool
+from treemail.core.lifecycle import MessageState
 from treemail.core.tools import function_parameters
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
@@ -87,11 +89,11 @@ def test_two_external_agents_and_a_hosted_one_exchange_mail(
                 assert got_b[0]["text"] == (
                     f'<agent_message from="{a.handle}">\nhello B\n\n'
                     f'[use `send_message(to="{a.handle}", ...)` to reply]\n</agent_message>')
-                assert await states(client, [sent["message_id"]]) == ["claimed"]
+                assert await states(client, [sent["message_id"]]) == [MessageState.CLAIMED]
                 reply = answer(await sb.call_tool("send_message",
                                                   {"to": a.handle, "body": "Re: hello B"}))
                 # B's next call consumed what its check_mail returned, exactly once.
-                assert await states(client, [sent["message_id"]]) == ["consumed"]
+                assert await states(client, [sent["message_id"]]) == [MessageState.CONSUMED]
 
                 got_a = await mail_until(sa, 2)  # B's reply and the lead's answer
                 senders = sorted(m["text"].split('"')[1] for m in got_a)
@@ -99,7 +101,7 @@ def test_two_external_agents_and_a_hosted_one_exchange_mail(
                 assert reply["message_id"] in {m["message_id"] for m in got_a}
                 await sa.call_tool("check_mail", {})  # consumes, and finds nothing new
                 ids = [m["message_id"] for m in got_a]
-                assert await states(client, ids) == ["consumed", "consumed"]
+                assert await states(client, ids) == [MessageState.CONSUMED, MessageState.CONSUMED]
                 # New mail is announced without a poll: A's client heard its mail box
                 # change (the announcement may trail the mail it announces).
                 async with asyncio.timeout(20):
@@ -126,7 +128,7 @@ def test_without_a_message_rule_send_message_is_not_listed_nor_callable(
                 refused = await session.call_tool("send_message",
                                                   {"to": tree.lead, "body": "hi"})
                 assert refused.is_error
-                assert answer(refused)["error"] == "tool:unknown"
+                assert answer(refused)["error"] == UnknownTool.code
         finally:
             await client.close()
 
@@ -143,7 +145,7 @@ def test_check_mail_takes_no_arguments_and_says_so(daemon: DaemonProcess,
             async with stdio_session(daemon, path) as session:
                 refused = await session.call_tool("check_mail", {"as": tree.lead})
                 assert refused.is_error
-                assert answer(refused)["error"] == "tool:invalid_arguments"
+                assert answer(refused)["error"] == InvalidToolArguments.code
                 assert "no arguments" in text(refused)
         finally:
             await client.close()

@@ -26,6 +26,8 @@ from tests.daemon.mcp.harness import (
     token_file,
 )
 from treemail.adapters.daemon.client import DaemonClient
+from treemail.adapters.daemon.errors import ExternalDaemonGone
+from treemail.core.lifecycle import MessageState
 from treemail.protocol import external as x
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
@@ -93,7 +95,7 @@ def test_mail_read_by_a_killed_mcp_server_comes_again_and_is_consumed_once(
                 if server is not None:
                     server.kill()  # killed already, unless the test failed first
             assert [m["message_id"] for m in first] == [mid]
-            await until_state(client, mid, "released")  # its connection ended: released
+            await until_state(client, mid, MessageState.RELEASED)  # its connection ended: released
 
             again: list[dict[str, Any]] = []
             later: list[dict[str, Any]] = []
@@ -113,7 +115,7 @@ def test_mail_read_by_a_killed_mcp_server_comes_again_and_is_consumed_once(
             assert [m["message_id"] for m in again] == [mid]
             assert again[0]["text"] == first[0]["text"]
             assert later == []  # the second call consumed it: never a third delivery
-            assert await state_of(client, mid) == "consumed"
+            assert await state_of(client, mid) == MessageState.CONSUMED
         finally:
             await client.close()
 
@@ -145,7 +147,7 @@ def test_a_daemon_killed_under_mcp_traffic_loses_nothing_acknowledged(
             await restart()  # before the agent's next call: the claim dies with the daemon
             async with asyncio.timeout(30):
                 while (result := await session.call_tool("check_mail", {})).is_error:
-                    assert answer(result)["error"] == "client:daemon_gone"
+                    assert answer(result)["error"] == ExternalDaemonGone.code
                     await asyncio.sleep(0.05)
             # Recovery released it; it comes again, and this time the next call consumes it.
             assert [m["message_id"] for m in mail_of(result)] == [claimed]
@@ -159,7 +161,7 @@ def test_a_daemon_killed_under_mcp_traffic_loses_nothing_acknowledged(
                                                      {"to": tree.lead, "body": body})
                     said = answer(result)
                     if result.is_error:
-                        assert said["error"] == "client:daemon_gone", said
+                        assert said["error"] == ExternalDaemonGone.code, said
                         refused.append(body)
                         await asyncio.sleep(0.05)  # the daemon restarts meanwhile
                     else:
@@ -174,7 +176,7 @@ def test_a_daemon_killed_under_mcp_traffic_loses_nothing_acknowledged(
                 await sending
         client = await holder["daemon"].client()
         try:
-            assert await state_of(client, claimed) == "consumed"
+            assert await state_of(client, claimed) == MessageState.CONSUMED
             for body, message_id in acked.items():
                 found = (await client.request(
                     m.MESSAGE_GET, t.MessageGetParams(message_id=message_id))).message

@@ -26,6 +26,13 @@ from tests.daemon.mcp.harness import (
     token_file,
 )
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.daemon.errors import ExternalScope
+from treemail.core.errors import (
+    InvalidArguments,
+    NotTreePeer,
+    SessionTokenRevoked,
+    UnknownSubagentReference,
+)
 from treemail.protocol import external as x
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
@@ -58,7 +65,7 @@ def test_a_forged_sender_argument_is_refused_and_sends_nothing(
                 refused = await session.call_tool("send_message", {
                     "to": tree.lead, "body": "as B", forged: b.session_id})
                 assert refused.is_error
-                assert answer(refused)["error"] == "send_message:invalid_arguments"
+                assert answer(refused)["error"] == InvalidArguments.code
             assert await agent_mail(client, tree.lead_id) == []
         finally:
             await client.close()
@@ -111,7 +118,7 @@ def test_a_revoked_token_is_refused_at_launch_mid_session_and_over_http(
                 refused = await session.call_tool("send_message",
                                                   {"to": tree.lead, "body": "after"})
                 assert refused.is_error
-                assert answer(refused)["error"] == "external:token_revoked"
+                assert answer(refused)["error"] == SessionTokenRevoked.code
             assert await agent_mail(client, tree.lead_id) == ["before"]
             listed = await client.request(m.EXTERNAL_TOKENS_LIST,
                                           x.ExternalTokensListParams(session_id=a.session_id))
@@ -170,8 +177,8 @@ def test_a_token_of_another_tree_reaches_only_its_own_tree(
                                                 {"to": mine.lead_id, "body": "hi"})
                 by_handle = await session.call_tool(
                     "send_message", {"to": mine.members[0].handle, "body": "hi"})
-                assert answer(by_id)["error"] == "send_message:not_tree_peer"
-                assert answer(by_handle)["error"] == "subagent:unknown_reference"
+                assert answer(by_id)["error"] == NotTreePeer.code
+                assert answer(by_handle)["error"] == UnknownSubagentReference.code
             assert await agent_mail(client, mine.lead_id) == []
             assert await agent_mail(client, mine.members[0].session_id) == []
         finally:
@@ -192,7 +199,7 @@ def test_no_token_no_service(daemon: DaemonProcess, http: HttpServer) -> None:
         try:
             with pytest.raises(RpcFailure) as refused:
                 await client.request(m.EXTERNAL_CHECK_MAIL, t.Empty())
-            assert refused.value.data_code == "external:out_of_scope"
+            assert refused.value.data_code == ExternalScope.code
         finally:
             await client.close()
 
@@ -216,7 +223,7 @@ def test_a_bound_connection_is_that_session_and_nothing_more(daemon: DaemonProce
                                    ("external.bind", {"token": tree.members[0].token})):
                 with pytest.raises(RpcFailure) as refused:
                     await bound.call_raw(method, params)  # each refused on purpose
-                assert refused.value.data_code == "external:out_of_scope", method
+                assert refused.value.data_code == ExternalScope.code, method
         finally:
             await bound.close()
             await client.close()

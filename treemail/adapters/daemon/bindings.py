@@ -4,10 +4,11 @@
 with the committed one, and fails on any difference, naming the command that rewrites them.
 It also holds the wire to its pinned version: ``pinned/protocol-<N>.schema.json`` is the
 bundle of protocol N as released, and every difference from it is classified
-(``treemail.protocol.compat``). A breaking one fails unless ``PROTOCOL_VERSION`` is bumped;
-an additive one passes once the protocol changelog (``spec/protocol-changelog.md``) names it
-under the version's heading. ``write`` pins a version that has no snapshot yet, and refuses
-to re-pin one unless told ``--amend`` (for a version not yet released).
+(``treemail.protocol.compat``). A breaking one fails unless ``PROTOCOL_VERSION`` is bumped
+(or it is one of the few ``TIGHTENED`` within the version, each with its reason); an additive
+one passes once the protocol changelog (``spec/protocol-changelog.md``) names it under the
+version's heading, as a tightened one must too. ``write`` pins a version that has no snapshot
+yet, and refuses to re-pin one unless told ``--amend`` (for a version not yet released).
 """
 
 from __future__ import annotations
@@ -17,22 +18,40 @@ import json
 import re
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 # Every layer's errors module, so that the error codes of the bindings are the whole registry.
 from treemail.adapters.daemon import errors as _daemon_errors  # noqa: F401
 from treemail.adapters.runtime import model_errors as _model_errors  # noqa: F401
+from treemail.adapters.store import errors as _store_errors  # noqa: F401
 from treemail.protocol.bindings import dump, generate, schema_bundle
 from treemail.protocol.compat import ADDITIVE, BREAKING, Difference, compare
 from treemail.protocol.methods import PROTOCOL_VERSION
 
-__all__ = ["CHANGELOG", "check", "classified", "main", "pinned_path", "write"]
+__all__ = ["CHANGELOG", "TIGHTENED", "check", "classified", "main", "pinned_path", "write"]
 
 DEFAULT_DIR = Path("spec/bindings")
 CHANGELOG = "protocol-changelog.md"  # beside the bindings' directory
 REWRITE = "just write-bindings"
+
+# Constraints added within the version on purpose, though compat calls any new constraint on
+# what a client sends breaking: each one writes into the schema a rule the pinned version
+# already documented, so a client that kept to the documentation still works. Keyed by the
+# difference (subject, what), each with why (tests/unit/test_bindings.py fails on a key that
+# is no longer a difference, so the list stays exact).
+TIGHTENED: Final[Mapping[tuple[str, str], str]] = {
+    ("EventsReadParams.limit", "changed minimum: None -> 1"):
+        "events.read's limit was documented as at most 256 events; the daemon clamped a "
+        "limit out of 1 to 256 and now refuses it, as the other pages do",
+    ("EventsReadParams.limit", "changed maximum: None -> 256"):
+        "the same bound's other side",
+}
+
+
+def _breaking(found: Sequence[Difference]) -> list[Difference]:
+    return [d for d in found if d.kind == BREAKING and (d.subject, d.what) not in TIGHTENED]
 
 
 def pinned_path(directory: Path, version: int = PROTOCOL_VERSION) -> Path:
@@ -67,14 +86,14 @@ def version_problems(directory: Path) -> list[str]:
     if found is None:
         return [f"protocol version {PROTOCOL_VERSION} has no pinned snapshot "
                 f"{pinned_path(directory)}; run `{REWRITE}` to pin it"]
-    breaking = [d for d in found if d.kind == BREAKING]
     problems = [f"{d} (a breaking change: bump PROTOCOL_VERSION in "
                 f"treemail/protocol/methods.py, then run `{REWRITE}`; or `{REWRITE} --amend` "
-                f"while protocol {PROTOCOL_VERSION} is unreleased)" for d in breaking]
+                f"while protocol {PROTOCOL_VERSION} is unreleased)" for d in _breaking(found)]
     listed = changelog_entries(directory)
+    to_list = [d for d in found if d.kind == ADDITIVE or (d.subject, d.what) in TIGHTENED]
     problems += [f"{d} is not in the protocol changelog: name `{d.subject}` under "
                  f"'## Protocol {PROTOCOL_VERSION}' in {directory.parent / CHANGELOG}"
-                 for d in found if d.kind == ADDITIVE and f"`{d.subject}`" not in listed]
+                 for d in to_list if f"`{d.subject}`" not in listed]
     return problems
 
 
@@ -110,7 +129,7 @@ def write(directory: Path = DEFAULT_DIR, *, amend: bool = False) -> str | None:
     """Rewrite the bindings, pinning the version if it is not yet; an error message if a
     breaking change must not be written under the pinned version."""
     found = classified(directory)
-    breaking = [str(d) for d in found or () if d.kind == BREAKING]
+    breaking = [str(d) for d in _breaking(found or [])]
     if breaking and not amend:
         return ("the wire types break protocol " f"{PROTOCOL_VERSION} as pinned:\n  "
                 + "\n  ".join(breaking) + "\nbump PROTOCOL_VERSION in "

@@ -17,7 +17,6 @@ daemon asks ``gate`` before each dispatch and calls ``closed`` when a connection
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -27,11 +26,11 @@ import attrs
 from treemail.adapters.daemon.connection import Connection
 from treemail.adapters.daemon.errors import ExternalScope
 from treemail.adapters.daemon.routes import ROUTES
-from treemail.adapters.daemon.views import accepted_view, session_view
+from treemail.adapters.daemon.views import sent_view, session_view
 from treemail.adapters.runtime.llm import ToolCall
 from treemail.core import external, results
 from treemail.core.errors import InvalidRequest, UnknownTool
-from treemail.core.records import Message, Mode, RecipientState, Session, ToolContext
+from treemail.core.records import Message, Session, ToolContext
 from treemail.core.runs import Request
 from treemail.core.store import WriteTxn
 from treemail.core.tools import lookup_tool
@@ -193,11 +192,11 @@ class External:
                                         p.arguments, str(outcome.approval.details.get("label")))
             return x.ExternalCallResult(content=outcome.content, is_error=True,
                                         approval_id=held.approval_id)
-        answer = _json(outcome.content)
+        answer = results.read_text(outcome.content)
         refused = "error" in answer
         return x.ExternalCallResult(
             content=outcome.content, is_error=refused,
-            accepted=None if refused or p.name != "send_message" else await self._sent(answer))
+            accepted=None if refused else await sent_view(p.name, outcome.content, self._message))
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -233,13 +232,9 @@ class External:
     async def _write(self, work: Callable[[WriteTxn], Any]) -> Any:
         return await self.rt.writer(lambda: self.engine.store.transact(work))
 
-    async def _sent(self, answer: dict[str, Any]) -> t.ProducerAccepted | None:
-        message_id = answer.get("message_id")
-        if not isinstance(message_id, str):
-            return None
+    async def _message(self, message_id: str) -> Message:
         message: Message = await self.rt.writer.quiet(self.engine.message, message_id)
-        return accepted_view(message, Mode(answer["mode"]),
-                             RecipientState(answer["recipient_state"]))
+        return message
 
 
 def _secret() -> str:
@@ -258,10 +253,4 @@ def _token_view(info: external.TokenInfo) -> x.ExternalTokenView:
                                agent=s.agent.name, revoked=info.revoked)
 
 
-def _json(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 

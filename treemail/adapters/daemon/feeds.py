@@ -142,7 +142,7 @@ class Subscriptions:
         """Up to ``limit`` events after ``after``: (the wanted ones, where the next page
         starts, the feed's end). Reads one bounded batch, filtered afterwards."""
         head = await self.head()
-        batch = await self.rt.writer.quiet(_read, self.rt, after, min(max(limit, 1), BATCH))
+        batch = await self.rt.writer.quiet(_read, self.rt, after, min(limit, BATCH))
         views = [event_view(n, e) for n, e in batch
                  if session_id is None or e.session_id == session_id]
         return views, batch[-1][0] if batch else max(after, head), head

@@ -9,7 +9,6 @@ store, and a read never blocks the event loop.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,6 +24,7 @@ from treemail.adapters.daemon.views import (
     approval_view,
     message_view,
     run_view,
+    sent_view,
     session_view,
 )
 from treemail.adapters.runtime.agent_docs import build_agents
@@ -242,21 +242,17 @@ class Methods:
             self.rt.poke(target)
         if outcome.approval is None:
             return t.ToolCallResult(content=outcome.content,
-                                    accepted=await self._sent(p.name, outcome.content))
+                                    accepted=await sent_view(p.name, outcome.content,
+                                                             self._message))
         ctx = ToolContext(session.session_id, session.run_id, p.tool_call_id)
         held: Approval = await self.rt.writer(
             self.engine.hold_for_approval, ctx, p.name, p.arguments,
             str(outcome.approval.details.get("label")))
         return t.ToolCallResult(content=outcome.content, approval_id=held.approval_id)
 
-    async def _sent(self, tool: str, content: str) -> t.ProducerAccepted | None:
-        """The mail a successful send_message call accepted, read back from the store."""
-        result = _json(content) if tool == "send_message" else None
-        if result is None or not isinstance(result.get("message_id"), str):
-            return None  # refused: the content is the tool error, nothing was accepted
-        message: Message = await self.read(self.engine.message, result["message_id"])
-        return accepted_view(message, Mode(result["mode"]),
-                             RecipientState(result["recipient_state"]))
+    async def _message(self, message_id: str) -> Message:
+        message: Message = await self.read(self.engine.message, message_id)
+        return message
 
     @handles(m.APPROVAL_LIST)
     async def approval_list(self, conn: Connection,
@@ -298,14 +294,6 @@ class Methods:
         # plugins too.
         return await self.accept(p.session_id, p.body, Owner.PLUGIN, Mode.QUEUE,
                                  p.idempotency_key)
-
-
-def _json(text: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _version() -> str:

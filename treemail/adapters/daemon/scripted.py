@@ -23,7 +23,6 @@ client can steer a run or call tools as it.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 import attrs
 
 from treemail.adapters.runtime.llm import ChatMessage, ModelReply, ToolCall
+from treemail.core import results
 
 __all__ = ["Plan", "ScriptedAgent", "ScriptedEcho"]
 
@@ -157,13 +157,13 @@ class Turn:
     def delegated_now(self) -> dict[str, str]:
         """The children the previous reply delegated, by agent name: their handles, from
         the tool results that just came back."""
-        asked = {call["id"]: _json(str(call["function"]["arguments"])).get("agent")
+        asked = {call["id"]: results.read_text(str(call["function"]["arguments"])).get("agent")
                  for m in self.before[-1:] for call in m.get("tool_calls") or ()
                  if call["function"]["name"] == "delegate_subagent"}
         handles = {}
         for m in self.new:
             if m.get("role") == "tool" and m.get("tool_call_id") in asked:
-                result = _json(str(m.get("content") or ""))
+                result = results.read_text(str(m.get("content") or ""))
                 if isinstance(result.get("handle"), str):
                     handles[str(asked[m["tool_call_id"]])] = result["handle"]
         return handles
@@ -173,7 +173,7 @@ class Turn:
                  for text in self._inputs() for child, result in _RESULT.findall(text)]
         parts += [f"{mail.sender} wrote: {_first_line(mail.body)}" for mail in self.mail()]
         parts += [f"done: {_first_line(task)}" for task in self.tasks()]
-        parts += [_outcome(_json(str(m.get("content") or "")))
+        parts += [_outcome(results.read_text(str(m.get("content") or "")))
                   for m in self.new if m.get("role") == "tool"]
         return "; ".join(parts) or "noted: (nothing new)"
 
@@ -185,14 +185,6 @@ def _outcome(result: dict[str, Any]) -> str:
     if "message_id" in result:
         return f"message sent ({result.get('mode')}, recipient {result.get('recipient_state')})"
     return f"a call failed: {result.get('error', 'unknown')}"
-
-
-def _json(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _first_line(text: object) -> str:

@@ -4,6 +4,9 @@ UI builds the same views from a store it reads directly, so both show one shape.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+from treemail.core import results
 from treemail.core.records import (
     Approval,
     Event,
@@ -18,7 +21,7 @@ from treemail.core.results import CallOutcome
 from treemail.protocol import types as t
 
 __all__ = ["accepted_view", "approval_view", "event_view", "message_view", "run_view",
-           "session_view"]
+           "sent_view", "session_view"]
 
 
 def session_view(session: Session) -> t.SessionView:
@@ -48,6 +51,19 @@ def accepted_view(message: Message, mode: Mode,
         message_id=message.message_id, session_id=message.recipient,
         owner=message.owner, mode=mode, recipient_state=recipient_state,
         agent_hop=message.hop if message.owner is Owner.AGENT else None)
+
+
+async def sent_view(tool: str, content: str,
+                    message: Callable[[str], Awaitable[Message]]) -> t.ProducerAccepted | None:
+    """The mail a ``send_message`` tool call accepted, as its sender sees it, read back through
+    ``message`` (the caller owns the store read); None for any other tool, and for a refused
+    send, whose content is the tool error: it accepted nothing."""
+    answer = results.read_text(content) if tool == "send_message" else {}
+    message_id = answer.get("message_id")
+    if not isinstance(message_id, str):
+        return None
+    return accepted_view(await message(message_id), Mode(answer["mode"]),
+                         RecipientState(answer["recipient_state"]))
 
 
 def approval_view(a: Approval) -> t.ApprovalView:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import attrs
 
-from treemail.core.errors import StoreDriverMissing, StoreUrlUnknown
+from treemail.adapters.store.errors import StoreDriverMissing, StoreUrlUnknown
 from treemail.core.store import MemoryStore, Store
 
 __all__ = ["FORMS", "Kind", "StoreUrl", "holds_store", "open_store", "parse", "shown"]

@@ -53,6 +53,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from treemail.adapters.store.errors import StoreUrlUnknown
 from treemail.adapters.store.postgres_leases import PgLeases, fence_query
 from treemail.adapters.store.postgres_schema import LOCK_SPACE, WRITE_SPACE, lock_key, settle
 from treemail.adapters.store.postgres_txn import RETRYABLE, PgTables, PgTxn, Queries, lost
@@ -62,7 +63,6 @@ from treemail.core.errors import (
     StoreClosed,
     StoreFenced,
     StoreLocked,
-    StoreUrlUnknown,
 )
 from treemail.core.keys import Table
 from treemail.core.store import ReadTxn, WriteTxn

@@ -388,7 +388,7 @@ async def _steer(client: DaemonClient, args: argparse.Namespace) -> int:
         json_line(msgspec.to_builtins(accepted))
         return 0
     state = accepted.recipient_state
-    meaning = steered().get(state)
+    meaning = steered().get(str(state))  # none for a value of a later protocol
     print(f"message {accepted.message_id}: mode {accepted.mode}, recipient {state}"
           + (f" ({meaning})" if meaning else ""))
     return 0

@@ -128,7 +128,9 @@ async def _retried(client: DaemonClient, sid: str, task: str, interrupted: int) 
     if consumed:
         return bool(consumed[0] > interrupted)
     session = await client.request(m.SESSION_GET, t.SessionGetParams(session_id=sid))
-    return SessionState(session.state).has_run
+    # A state of a later protocol cannot be told to hold a run: report the interruption
+    # rather than wait on a run that may never come.
+    return isinstance(session.state, SessionState) and session.state.has_run
 
 
 async def _cancel(client: DaemonClient, args: argparse.Namespace) -> int:
