@@ -41,7 +41,7 @@ def _failure(server: FakeServer, plans: list[Plan], **options: Any) -> ModelErro
     with pytest.raises(ModelError) as caught:
         _complete(server, plans, **options)
     error = caught.value
-    assert error.code == "model:error"
+    assert error.code == ModelError.code
     assert error.details["url"] == f"{server.base_url}/chat/completions"
     assert isinstance(error.details["hint"], str) and error.details["hint"]
     return error
