@@ -16,6 +16,7 @@ from tests.unit.conftest import World, arguments
 from treemail.core import keys, sending
 from treemail.core.errors import InvalidRequest, InvalidToolContext, TreemailError
 from treemail.core.guards import SendArguments
+from treemail.core.keys import CounterName
 from treemail.core.lifecycle import RunState
 from treemail.core.records import GrantScope, Mode, Owner, RecipientState, Session, ToolContext
 from treemail.core.sending import (
@@ -61,7 +62,7 @@ def _refused(
 
 def _counter(world: World, name: str) -> int:
     with world.store.read() as tx:
-        return tx.count(name)
+        return tx.count(CounterName(name))
 
 
 # -- 1 disabled ------------------------------------------------------------------------------
@@ -470,7 +471,7 @@ def test_a_grant_made_under_the_old_argument_shape_is_ignored(world: World,
         name = keys.grant_counter(scope, subject, old, "sibling")
 
         def grant(tx: WriteTxn, name: str = name) -> int:
-            return tx.add(name, 1)
+            return tx.add(CounterName(name), 1)
 
         world.store.transact(grant)
         assert _counter(world, name) == 1

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from treemail.core import keys
 from treemail.core.errors import StorageError, StoreClosed, StoreDamaged
-from treemail.core.keys import Table, Tally
+from treemail.core.keys import CounterName, Table, Tally
 from treemail.core.records import (
     Approval,
     Event,
@@ -53,7 +53,7 @@ class ReadTxn(Protocol):
     def pending(self, recipient: str) -> Iterator[Message]:
         """The recipient's pending (non-final) messages in acceptance order."""
         ...
-    def count(self, name: str) -> int: ...
+    def count(self, name: CounterName) -> int: ...
     def recall(self, key: IdempotencyKey | ProducerKey) -> SendResult | None: ...
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
         """The session's events with ``seq > after``, in order."""
@@ -75,7 +75,7 @@ class WriteTxn(ReadTxn, Protocol):
     def put_session(self, session: Session) -> None: ...
     def put_run(self, run: Run) -> None: ...
     def put_message(self, message: Message) -> None: ...
-    def add(self, name: str, delta: int) -> int:
+    def add(self, name: CounterName, delta: int) -> int:
         """Add to a named counter and return its new value (a counter at 0 is not kept)."""
         ...
     def remember(self, key: IdempotencyKey | ProducerKey, result: SendResult) -> None: ...
@@ -199,7 +199,7 @@ class Indexed:
         ids = self._t.scan(Table.PENDING, prefix) if prefix else []
         return (self._follow(Table.MESSAGES, keys.identity(mid)) for _, mid in ids)
 
-    def count(self, name: str) -> int:
+    def count(self, name: CounterName) -> int:
         try:
             place = keys.counter_place(name)
         except (StorageError, UnicodeEncodeError):
@@ -281,7 +281,7 @@ class Indexed:
         elif not message.pending and (old is None or old.pending):
             self._t.delete(Table.PENDING, keys.pending(message.recipient, message.seq))
 
-    def add(self, name: str, delta: int) -> int:
+    def add(self, name: CounterName, delta: int) -> int:
         place = keys.counter_place(name)
         if place is not None:
             return self._add_tallied(place, delta)
