@@ -821,8 +821,9 @@ def test_an_ended_run_is_refused_at_the_permission_guard(world: World) -> None:
 
 def _rule_before_run(a: Attempt) -> None:
     """The slip: the permission guard reads the rule before it checks the run is live."""
-    sender, run = a.context()
-    _check_permission(a.tx, current_rules(a.agents, sender), sender, a.target(), a.ctx)
+    sender, run, recipient = a.sender, a.run, a.recipient
+    assert sender is not None and run is not None and recipient is not None
+    _check_permission(a.tx, current_rules(a.agents, sender), sender, recipient, a.ctx)
     if run.status is not RunState.RUNNING and not a.approved:
         raise InvalidToolContext(f"run {run.run_id} is not running; only a live run can send")
 

@@ -190,8 +190,10 @@ def _named(kind: Counter, *parts: str) -> CounterName:
     return CounterName("/".join((kind, *parts)))
 
 
+# The counters every send names (its seq and its two guard counters) are spelt as f-strings:
+# a format costs no call, where ``_named`` costs two, and the text is the same.
 def seq_counter(session_id: str) -> CounterName:
-    return _named(Counter.SEQ, session_id)
+    return CounterName(f"{Counter.SEQ}/{session_id}")
 
 
 def runs_counter(session_id: str) -> CounterName:
@@ -199,11 +201,11 @@ def runs_counter(session_id: str) -> CounterName:
 
 
 def inbox_counter(recipient: str) -> CounterName:
-    return _named(Counter.INBOX, recipient)
+    return CounterName(f"{Counter.INBOX}/{recipient}")
 
 
 def pair_counter(sender: str, recipient: str) -> CounterName:
-    return _named(Counter.PAIR, sender, recipient)
+    return CounterName(f"{Counter.PAIR}/{sender}/{recipient}")
 
 
 def grant_counter(scope: GrantScope, subject: str, operation: str, label: str) -> CounterName:

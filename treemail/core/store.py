@@ -205,14 +205,11 @@ class Indexed:
         except (StorageError, UnicodeEncodeError):
             return 0  # a name no store could key was never counted
         if place is not None:
-            return self._tally(place.owner).counters.get(place.slot, 0)
+            tally: Tally = self._t.get(Table.TALLY, place.owner) or _NO_TALLY
+            return tally.counters.get(place.slot, 0)
         key = _lookup_key(keys.counter, name)
         value: int = (self._t.get(Table.COUNTERS, key) if key else None) or 0
         return value
-
-    def _tally(self, owner: bytes) -> Tally:
-        found: Tally | None = self._t.get(Table.TALLY, owner)
-        return _NO_TALLY if found is None else found
 
     def _put_tally(self, owner: bytes, tally: Tally) -> None:
         if tally.last_event or tally.counters:
@@ -293,7 +290,7 @@ class Indexed:
         return value
 
     def _add_tallied(self, place: keys.CounterPlace, delta: int) -> int:
-        tally = self._tally(place.owner)
+        tally: Tally = self._t.get(Table.TALLY, place.owner) or _NO_TALLY
         counters = dict(tally.counters)  # a new row: the stored one may be shared (fork)
         value = counters.pop(place.slot, 0) + delta
         if value:
@@ -308,13 +305,13 @@ class Indexed:
         # The tally's last seq makes the next number an O(1) lookup, not a seek to the log's
         # end; a send rewrites that row anyway (its counters), so the number costs no write.
         owner = keys.identity(session_id)
-        tally = self._tally(owner)
+        tally: Tally = self._t.get(Table.TALLY, owner) or _NO_TALLY
         seq = tally.last_event + 1
         event = Event(session_id, seq, kind, dict(data))
         key = keys.event(session_id, seq)
-        self._put_tally(owner, Tally(seq, tally.counters))
+        self._t.put(Table.TALLY, owner, Tally(seq, tally.counters))  # seq > 0: never empty
         self._t.put(Table.EVENTS, key, event)
-        self._t.insert(Table.FEED, keys.feed(self.feed_end() + 1), key)
+        self._t.insert(Table.FEED, keys.feed(self._t.size(Table.FEED) + 1), key)
         return event
 
     def put_approval(self, approval: Approval) -> None:
