@@ -12,7 +12,10 @@ against its target; (i) the store's codec against the json + cattrs codec it rep
 (k) the sequential durable send on PostgreSQL against the same send on LMDB; (l) how long a
 client command takes to start, against the interpreter's own start; (m) how soon the TUI
 opens on 100k events, against `treemail log` reading the same store; (n) PostgreSQL under
-concurrency: 32 senders against a bare INSERT-per-transaction queue, 2 daemons against 1.
+concurrency: 32 senders against a bare INSERT-per-transaction queue, 2 daemons against 1;
+(o) treemail beside persist-queue and a bare PostgreSQL queue (INSERT, SKIP LOCKED DELETE),
+sequential and 32 at once, every figure interleaved in chunks (``bench/beside.py``), with
+the pages one commit writes and the flushes per send.
 
 Beside the targets, lines that say what limits them, measured in the same run: bare LMDB
 writing the very rows the sends wrote, sync on (a) and off (g), so that what a send's rows
@@ -20,7 +23,7 @@ cost the disk stands apart from what treemail's code adds; and (b)'s CPU ceiling
 the CPU each concurrent send took, the rate no batching can pass in one interpreter.
 
 persist-queue and cattrs come from the ``bench`` extra: ``pip install -e '.[bench]'``.
-Results also go to ``bench/results.json``.
+Results also go to ``bench/results.json``, with the load average before and after the run.
 
 Usage: python -m bench [--quick] [--only a,b,...]
 """
@@ -38,6 +41,7 @@ from pathlib import Path
 import attrs
 
 from bench import lines
+from bench.beside import beside_lines, load_average
 from bench.bounds import bounds_lines
 from bench.checker import checker_lines
 from bench.cluster import cluster_lines
@@ -83,12 +87,13 @@ def run(quick: bool, only: set[str], verbose: bool = False,
         root = Path(tmp)
         # (f) needs (d)'s long history: (d) runs if either is asked.
         big = root
+        made: dict[str, list[Line]] = {}
         if "a" in only:
-            rows += lines.sequential(root, scale)
+            made["a"] = lines.sequential(root, scale)
             took("a")
         if only & {"d", "f"}:
             got, big = lines.history(root, scale)
-            rows += got if "d" in only else []
+            made["d"] = got if "d" in only else []
             took("d")
         steps: dict[str, Callable[[], list[Line]]] = {
             "b": lambda: lines.concurrent(root, scale),
@@ -103,20 +108,24 @@ def run(quick: bool, only: set[str], verbose: bool = False,
             "l": lambda: startup_lines(quick),
             "m": lambda: tui_lines(root, quick),
             "n": lambda: cluster_lines(root, scale),
+            "o": lambda: beside_lines(root, scale),
         }
         for name, step in steps.items():
             if name in only:
-                rows += step()
+                made[name] = step()
                 took(name)
-    order = "".join(steps)  # the lines' letters, as the steps list them
-    return sorted(rows, key=lambda row: order.index(row.key[0]))
+    # In the order of the lines' letters, each line's rows as its step made them: a row's
+    # key is not its letter everywhere (line (k) keeps its first keys, j_p50 and j_p99).
+    for name in sorted(made):
+        rows += made[name]
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
-    parser.add_argument("--only", default="abcdefghijklmn", help="which lines, e.g. --only a,b")
+    parser.add_argument("--only", default="abcdefghijklmno", help="which lines, e.g. --only a,b")
     parser.add_argument("--verbose", action="store_true", help="time each line")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args()
@@ -126,15 +135,19 @@ def main() -> None:
         parser.exit(2, f"python -m bench: the bench extra is not installed ({', '.join(missing)} "
                        "missing): pip install -e '.[bench]', or run `just bench`\n")
     start = time.perf_counter()
+    load_before = load_average()
     only = set(args.only.replace(",", ""))
     ran = only | ({"d"} if only & {"d", "f"} else set())
-    with steps(len(ran & set("abcdefghjlm")), "bench") as bar:  # a bar on a terminal only
+    with steps(len(ran & set("abcdefghjlmo")), "bench") as bar:  # a bar on a terminal only
         rows = run(args.quick, only, args.verbose,
                    lambda name: advance(bar, f"line {name} done"))
     elapsed = time.perf_counter() - start
+    load_after = load_average()
     print(table(rows))
-    print(f"\n{'quick' if args.quick else 'full'} run in {elapsed:.0f} s")
+    print(f"\n{'quick' if args.quick else 'full'} run in {elapsed:.0f} s, load average "
+          f"{load_before:.2f} before and {load_after:.2f} after")
     report = {"quick": args.quick, "seconds": round(elapsed, 1), **env_note(),
+              "load_before": load_before, "load_after": load_after,
               "lines": [{**attrs.asdict(r), "ratio": r.ratio} for r in rows]}
     args.out.write_text(json.dumps(report, indent=2) + "\n")
 

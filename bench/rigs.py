@@ -166,9 +166,9 @@ class RowsFloor:
     store's do; its drains are replayed too, untimed, as the twin's were made."""
 
     def __init__(self, path: Path, sync: bool, rounds: int, per_round: int) -> None:
-        self.env = lmdb.open(str(path), map_size=MAP, sync=sync, metasync=sync,
-                             max_dbs=len(Table))
-        self.dbs = {table: self.env.open_db(table.encode()) for table in Table}
+        self.env = lmdb.open(str(path), map_size=MAP, sync=sync, metasync=sync, max_dbs=1)
+        # The store's layout: every table in one database, under ``keys.stored_key``.
+        self.db = self.env.open_db(b"rows")
         self.sends: list[list[Write]] = []
         self.drains: list[list[Write]] = []
         with tempfile.TemporaryDirectory(prefix="treemail-rows-") as tmp:
@@ -188,12 +188,12 @@ class RowsFloor:
         self.drains.reverse()
 
     def _write(self, rows: list[Write]) -> None:
-        with self.env.begin(write=True) as txn:
+        with self.env.begin(write=True, db=self.db) as txn:
             for table, key, value in rows:
                 if value is None:
-                    txn.delete(key, db=self.dbs[table])
+                    txn.delete(keys.stored_key(table, key))
                 else:
-                    txn.put(key, value, db=self.dbs[table])
+                    txn.put(keys.stored_key(table, key), value)
 
     def send(self) -> None:
         self._write(self.sends.pop())
@@ -341,24 +341,21 @@ def _bulk_history(tx: WriteTxn, pair: Pair, count: int) -> None:
     owner = keys.identity(recipient)
     tally: Tally = tx.tables.get(Table.TALLY, owner) or Tally()
     first_message = tally.counters.get("seq", 0) + 1
-    rows: dict[Table, list[tuple[bytes, bytes]]] = {t: [] for t in _HISTORY_TABLES}
+    rows: list[tuple[bytes, bytes]] = []
     records = history_records(pair, count, first_message, tally.last_event + 1,
                               tx.feed_end() + 1)
     for table, key, value in records:
-        rows[table].append((key, encode(value, key)))
+        rows.append((keys.stored_key(table, key), encode(value, key)))
     counters = {**tally.counters, "seq": first_message + count - 1}
     tx.tables.put(Table.TALLY, owner, Tally(tally.last_event + 2 * count, counters))
     raw = tx.tables.stack[-1]
     try:
-        for table, written in rows.items():
-            with raw.cursor(db=tx.tables.dbs[table]) as cursor:
-                cursor.putmulti(written)
+        with raw.cursor(db=tx.tables.db) as cursor:
+            cursor.putmulti(rows)
     except lmdb.MapFullError:
         tx.tables.map_full = True  # the store grows its map and runs the chunk again
         raise
 
-
-_HISTORY_TABLES = (Table.MESSAGES, Table.REPLAY, Table.EVENTS, Table.FEED)
 
 
 def history_records(pair: Pair, count: int, first_message: int, first_event: int,

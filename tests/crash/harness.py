@@ -187,8 +187,8 @@ def opened(store_dir: Path, tally: Tally,
 
 
 def rows(store: LmdbStore, db: Table, kind: type[Any]) -> Iterator[tuple[bytes, Any]]:
-    with store._env.begin(write=False) as txn, txn.cursor(db=store._dbs[db]) as cursor:
-        for key, raw in cursor:
+    with store.raw_rows() as raw_rows:
+        for key, raw in raw_rows(db):
             yield key, decode(kind, raw, db=db, key=key)
 
 

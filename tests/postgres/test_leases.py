@@ -14,6 +14,7 @@ import pytest
 from treemail.adapters.store.factory import open_store
 from treemail.adapters.store.leases import Leases, Member, leases_of, place
 from treemail.core.errors import StoreFenced, StoreLocked
+from treemail.core.keys import CounterName
 from treemail.core.store import Store
 from treemail.testing.postgres import PostgresCluster
 from treemail.testing.store_contract import populate, snapshot
@@ -135,20 +136,21 @@ def test_a_writer_whose_lease_was_taken_over_is_fenced_and_stores_nothing(
     a.join("/run/a.sock", 0.5)  # a short lease: A stops renewing, as if it stalled or died
     b.join("/run/b.sock", 30.0)
     assert a.claim(TREE).token == 1
-    store_a.transact(lambda tx: tx.add("by_a", 1))  # its lease live: it writes
+    store_a.transact(lambda tx: tx.add(CounterName("by_a"), 1))  # its lease live: it writes
     _until(lambda: b.claim(TREE).holder == b.holder, "taken over after A's lease ran out")
     assert b.held() == {TREE: 2}
     before = _seen(store_b)
     with pytest.raises(StoreFenced, match="taken over by another daemon") as caught:
-        store_a.transact(lambda tx: tx.add("by_a", 1))  # the stale token: refused
+        store_a.transact(lambda tx: tx.add(CounterName("by_a"), 1))  # the stale token: refused
     assert caught.value.details["trees"] == [TREE]
     assert _seen(store_b) == before  # nothing of it was stored
     assert a.renew() == [TREE]  # A's heartbeat learns it lost the tree ...
     assert a.held() == {}
-    store_a.transact(lambda tx: tx.add("by_a", 1))  # ... and writes its other trees again
-    store_b.transact(lambda tx: tx.add("by_b", 1))
+    # ... and writes its other trees again
+    store_a.transact(lambda tx: tx.add(CounterName("by_a"), 1))
+    store_b.transact(lambda tx: tx.add(CounterName("by_b"), 1))
     with store_b.read() as tx:
-        assert (tx.count("by_a"), tx.count("by_b")) == (2, 1)
+        assert (tx.count(CounterName("by_a")), tx.count(CounterName("by_b"))) == (2, 1)
 
 
 def test_an_embedded_writer_and_sharing_daemons_keep_each_other_out(

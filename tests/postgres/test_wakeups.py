@@ -18,6 +18,7 @@ from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.store.factory import open_store
 from treemail.adapters.store.leases import leases_of
 from treemail.adapters.store.postgres_store import split_url
+from treemail.core.keys import CounterName
 from treemail.protocol.methods import EVENTS_READ, RUN_SUBMIT, SESSION_CREATE
 from treemail.protocol.types import EventsReadParams, RunSubmitParams, SessionCreateParams
 from treemail.testing.postgres import PostgresCluster
@@ -56,7 +57,8 @@ def test_a_listener_hears_the_other_holders_writes_and_releases_not_its_own(
         b.listen(into(heard_b))
         _until(lambda: "" in heard_a and "" in heard_b, "listening")
         a.claim(TREE)
-        store_a.transact(lambda tx: tx.add("no_event", 1))  # no feed growth: no wake-up
+        # no feed growth: no wake-up
+        store_a.transact(lambda tx: tx.add(CounterName("no_event"), 1))
         store_a.transact(lambda tx: tx.append(TREE, "k", {}))
         _until(lambda: f"w:{a.holder}" in heard_b, "B woken by A's event")
         a.release(TREE)

@@ -22,6 +22,7 @@ from treemail.core import keys
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Delivery, Engine
 from treemail.core.ids import CountingIds
+from treemail.core.keys import CounterName
 from treemail.core.lifecycle import SessionState
 from treemail.core.permissions import LABELS, Rules
 from treemail.core.records import (
@@ -226,7 +227,7 @@ class World:
                 "runs": [tx.run(s.run_id) for s in sessions if s.run_id is not None],
                 "pending": {sid: list(tx.pending(sid)) for sid in ids},
                 "events": {sid: list(tx.events(sid)) for sid in ids},
-                "counters": {name: tx.count(name) for name in names},
+                "counters": {name: tx.count(CounterName(name)) for name in names},
                 "replays": [tx.recall(IdempotencyKey.of(ctx)) for ctx in ctxs],
                 "feed": list(tx.feed()),
                 "approvals": list(tx.approvals()),

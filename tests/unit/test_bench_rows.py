@@ -9,13 +9,16 @@ from pathlib import Path
 import lmdb
 
 from bench.rigs import Pair, RowsFloor, open_store
-from treemail.core.keys import Table
+from treemail.core.keys import Table, table_of
 
 
 def tables(env: lmdb.Environment) -> dict[Table, list[tuple[bytes, bytes]]]:
+    """Every row by table, from the one database both keep them in (``keys.stored_key``)."""
+    found: dict[Table, list[tuple[bytes, bytes]]] = {table: [] for table in Table}
     with env.begin() as txn:
-        return {table: [(bytes(k), bytes(v)) for k, v in txn.cursor(db=env.open_db(
-            table.encode(), txn=txn))] for table in Table}
+        for stored, raw in txn.cursor(db=env.open_db(b"rows", txn=txn)):
+            found[table_of(bytes(stored))].append((bytes(stored), bytes(raw)))
+    return found
 
 
 def test_the_floor_writes_the_rows_the_sends_wrote(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from treemail.adapters.store.codec import CHECKSUM_BYTES, decode
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.store.verify import verify
 from treemail.core.errors import StoreDamaged
-from treemail.core.keys import SEP, VALUE_KINDS, Table
+from treemail.core.keys import SEP, VALUE_KINDS, CounterName, Table
 from treemail.core.records import IdempotencyKey
 from treemail.core.store import ReadTxn
 
@@ -68,8 +68,8 @@ READS: dict[Table, tuple[tuple[str, Read], ...]] = {
     Table.TREE: (("tree", lambda tx, k, r: list(tx.tree(_owner(k)))),),
     Table.HANDLES: (("handle_owner", lambda tx, k, r: tx.handle_owner(*_parts(k))),),
     Table.PENDING: (("pending", lambda tx, k, r: list(tx.pending(_owner(k)))),),
-    Table.COUNTERS: (("count", lambda tx, k, r: tx.count(k.decode())),),
-    Table.TALLY: (("count", lambda tx, k, r: tx.count(_slot(k, r))),),
+    Table.COUNTERS: (("count", lambda tx, k, r: tx.count(CounterName(k.decode()))),),
+    Table.TALLY: (("count", lambda tx, k, r: tx.count(CounterName(_slot(k, r)))),),
     Table.FEED: (("feed", lambda tx, k, r: list(tx.feed())),),
 }
 
@@ -95,13 +95,13 @@ def made(directory: Path) -> LmdbStore:
 
 
 def _raw(store: LmdbStore, table: Table, key: bytes | None = None) -> tuple[bytes, bytes]:
-    with store._env.begin() as txn:
+    with store.raw_rows() as rows:
         if key is not None:
-            value = txn.get(key, db=store._dbs[table])
+            value = dict(rows(table)).get(key)
             assert value is not None, f"no row {key!r} in {table}"
             return key, bytes(value)
         chosen = CHOSEN.get(table, lambda record: True)
-        for found, raw in txn.cursor(db=store._dbs[table]):
+        for found, raw in rows(table):
             if chosen(decode(VALUE_KINDS[table], raw, db=table, key=found)):
                 return bytes(found), bytes(raw)
     raise AssertionError(f"the store holds no row of {table} to damage")
@@ -109,8 +109,7 @@ def _raw(store: LmdbStore, table: Table, key: bytes | None = None) -> tuple[byte
 
 def _put_raw(store: LmdbStore, table: Table, key: bytes, raw: bytes) -> None:
     """Write a row's bytes behind the store's back, as damage on disk would."""
-    with store._env.begin(write=True) as txn:
-        txn.put(key, raw, db=store._dbs[table])
+    store.write_raw(table, key, raw)
 
 
 def flips(raw: bytes) -> Iterator[tuple[str, bytes]]:

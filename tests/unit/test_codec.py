@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import lmdb
 import pytest
 
 from treemail.adapters.store.codec import decode, encode
@@ -20,7 +19,7 @@ from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core import keys
 from treemail.core.errors import StoreDamaged
 from treemail.core.events import EventKind
-from treemail.core.keys import Table
+from treemail.core.keys import CounterName, Table
 from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.permissions import Rules
 from treemail.core.records import (
@@ -101,13 +100,9 @@ def test_what_the_earlier_codec_wrote_decodes_to_the_same_value(
 
 
 def test_a_store_the_earlier_codec_wrote_reads_through_the_port(tmp_path: Path) -> None:
-    LmdbStore.open(tmp_path, sync=False).close()  # a format-2 store, empty
-    env = lmdb.open(str(tmp_path), max_dbs=16)
-    with env.begin(write=True) as txn:
-        for table, key, _, before in WRITTEN_BEFORE:
-            txn.put(key, encode(before, key), db=env.open_db(table.encode(), txn=txn))
-    env.close()
     store = LmdbStore.open(tmp_path, sync=False)
+    for table, key, _, before in WRITTEN_BEFORE:
+        store.write_raw(table, key, encode(before, key))
     with store.read() as tx:
         assert tx.session(S) == SESSION
         assert tx.run("r1") == RUN
@@ -116,9 +111,9 @@ def test_a_store_the_earlier_codec_wrote_reads_through_the_port(tmp_path: Path) 
         assert list(tx.events(S, after=3)) == [EVENT]
         assert tx.approval("a1") == APPROVAL
         assert tx.handle_owner(S, "lead") == S
-        assert tx.count("sessions") == 42
+        assert tx.count(CounterName("sessions")) == 42
     # The store keeps working on those records.
-    assert store.transact(lambda tx: tx.add("sessions", 1)) == 43
+    assert store.transact(lambda tx: tx.add(CounterName("sessions"), 1)) == 43
     store.close()
 
 

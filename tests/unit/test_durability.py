@@ -12,6 +12,7 @@ import pytest
 from treemail.adapters.store.durability import Durability
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.errors import ConfigError
+from treemail.core.keys import CounterName
 
 
 @pytest.mark.parametrize(("mode", "metasync"), [("fsync", True), ("process", False)])
@@ -54,6 +55,6 @@ def test_a_process_mode_commit_survives_the_process_being_killed(tmp_path: Path)
     store = LmdbStore.open(tmp_path / "db", durability=Durability.PROCESS)
     try:
         with store.read() as tx:
-            assert tx.count("kept") == 7
+            assert tx.count(CounterName("kept")) == 7
     finally:
         store.close()

@@ -25,6 +25,7 @@ from treemail.adapters.store.verify import main as verify_main
 from treemail.core.engine import Engine
 from treemail.core.errors import OutcomeUnknown, StoreFull
 from treemail.core.ids import CountingIds
+from treemail.core.keys import CounterName
 from treemail.core.records import SendResult, ToolContext
 
 BODY = "b" * 1500
@@ -77,7 +78,7 @@ def fill(world: World, ctx: ToolContext, to: str) -> tuple[dict[str, str], int]:
 
 def _footprint(world: World) -> tuple[int, int]:
     with world.store.read() as tx:
-        return tx.feed_end(), tx.count("sessions")
+        return tx.feed_end(), tx.count(CounterName("sessions"))
 
 
 def stored_matches(engine: Engine, acked: dict[str, str], to: str) -> None:

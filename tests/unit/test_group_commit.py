@@ -25,6 +25,7 @@ from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import InboxFull, StorageError, UnknownSubagentReference
 from treemail.core.ids import CountingIds
+from treemail.core.keys import CounterName
 from treemail.core.records import Owner, ToolContext
 from treemail.core.store import ReadTxn, Store, WriteTxn
 
@@ -55,7 +56,7 @@ def _call(ctx: ToolContext, n: int) -> ToolContext:
 
 
 def _write_then_fail(txn: WriteTxn) -> None:
-    txn.add("scratch", 1)
+    txn.add(CounterName("scratch"), 1)
     raise RuntimeError("fails after writing")
 
 
@@ -81,7 +82,7 @@ def test_a_refusal_in_a_batch_leaves_no_trace_and_keeps_its_neighbours(store: St
     bodies = [m.body for m in committed.pending(root) if m.owner is Owner.AGENT]
     assert bodies == ["first", "third"]
     with store.read() as txn:
-        assert txn.count("scratch") == 0
+        assert txn.count(CounterName("scratch")) == 0
     # The refused call left nothing behind: retrying the same call id is a fresh send.
     engine.send_message(_call(ctx, 2), {"to": root, "body": "second, retried"})
     assert [m.body for m in committed.pending(root) if m.owner is Owner.AGENT][-1] == \

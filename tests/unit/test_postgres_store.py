@@ -29,6 +29,7 @@ from treemail.core.errors import (
     StoreLocked,
     StoreMissing,
 )
+from treemail.core.keys import CounterName
 from treemail.core.records import AgentSpec, Mode, Owner, RecipientState, SendResult
 from treemail.core.store import Store, WriteTxn
 from treemail.protocol import types as t
@@ -114,9 +115,9 @@ class TestPostgresStore(StoreContract):
         second = open_store(self.url(directory))  # the server dropped the first one's lock
         self.opened.append(second)
         with pytest.raises(StoreLocked):
-            first.transact(lambda tx: tx.add("late", 1))
+            first.transact(lambda tx: tx.add(CounterName("late"), 1))
         with second.read() as tx:
-            assert tx.count("late") == 0
+            assert tx.count(CounterName("late")) == 0
 
     # -- versions -------------------------------------------------------------------------------
 
@@ -145,7 +146,7 @@ class TestPostgresStore(StoreContract):
         # Two writers on one store is what the owner lock prevents; a raw second transaction
         # that reads and writes the same counter row stands in for one.
         store = self.make_store(directory)
-        store.transact(lambda tx: tx.add("n", 1))
+        store.transact(lambda tx: tx.add(CounterName("n"), 1))
         conninfo, schema = split_url(self.url(directory))
         other = psycopg.connect(conninfo)
         other.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
@@ -154,11 +155,11 @@ class TestPostgresStore(StoreContract):
 
         def work(tx: WriteTxn) -> int:
             attempts.append(1)
-            tx.count("n")  # read: under SERIALIZABLE the write below depends on it
+            tx.count(CounterName("n"))  # read: under SERIALIZABLE the write below depends on it
             if len(attempts) == 1:
                 entered.set()
                 release.wait(10)
-            return tx.add("n", 1)
+            return tx.add(CounterName("n"), 1)
 
         worker = threading.Thread(target=lambda: attempts.append(store.transact(work)))
         worker.start()
@@ -174,7 +175,8 @@ class TestPostgresStore(StoreContract):
         worker.join(20)
         assert len(attempts) >= 3  # the first attempt, its retry, and the result
         with store.read() as tx:
-            assert tx.count("n") == 6  # the retry read the other writer's 5, then added one
+            # the retry read the other writer's 5, then added one
+            assert tx.count(CounterName("n")) == 6
 
     @pytest.mark.parametrize("swallowed", [False, True])
     def test_a_connection_lost_before_commit_reconnects_and_runs_the_work_again(
@@ -186,22 +188,22 @@ class TestPostgresStore(StoreContract):
 
         def work(tx: WriteTxn) -> int:
             runs.append(1)
-            tx.add("n", 1)
+            tx.add(CounterName("n"), 1)
             if len(runs) == 1:  # the server ends this very transaction's connection
                 _sql(self.url(directory), "SELECT pg_terminate_backend(pid, 10000) FROM "
                      "pg_stat_activity WHERE application_name = 'treemail' "
                      "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%%'")
                 try:
-                    tx.add("m", 1)
+                    tx.add(CounterName("m"), 1)
                 except StorageError:
                     if not swallowed:  # a careless work goes on as if nothing happened
                         raise
-            return tx.count("n")
+            return tx.count(CounterName("n"))
 
         assert store.transact(work) == 1
         assert len(runs) == 2
         with store.read() as tx:
-            assert (tx.count("n"), tx.count("m")) == (1, 0)
+            assert (tx.count(CounterName("n")), tx.count(CounterName("m"))) == (1, 0)
 
     def test_a_connection_lost_while_committing_is_an_unknown_outcome(
         self, directory: Path, monkeypatch: pytest.MonkeyPatch
@@ -214,7 +216,7 @@ class TestPostgresStore(StoreContract):
 
         monkeypatch.setattr(psycopg.Connection, "commit", commit_lost)
         with pytest.raises(OutcomeUnknown, match="may or may not be stored"):
-            store.transact(lambda tx: tx.add("n", 1))
+            store.transact(lambda tx: tx.add(CounterName("n"), 1))
 
     def test_a_server_restart_between_sends_loses_nothing(self, directory: Path) -> None:
         engine = open_engine(self.url(directory))
@@ -378,7 +380,7 @@ def test_a_writer_killed_mid_transaction_stores_nothing_of_it_and_frees_the_stor
             time.sleep(0.05)
     try:
         with store.read() as tx:
-            assert tx.count("half") == 0
+            assert tx.count(CounterName("half")) == 0
             assert tx.session(root.session_id) == root
     finally:
         store.close()

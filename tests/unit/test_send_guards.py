@@ -34,6 +34,7 @@ from treemail.core.errors import (
     UnknownSubagentReference,
 )
 from treemail.core.guards import SendArguments
+from treemail.core.keys import CounterName
 from treemail.core.lifecycle import RunState, SessionState
 from treemail.core.records import GrantScope, Mode, Owner, RecipientState, Session, ToolContext
 from treemail.core.sending import (
@@ -79,7 +80,7 @@ def _refused(
 
 def _counter(world: World, name: str) -> int:
     with world.store.read() as tx:
-        return tx.count(name)
+        return tx.count(CounterName(name))
 
 
 # -- 1 disabled ------------------------------------------------------------------------------
@@ -488,7 +489,7 @@ def test_a_grant_made_under_the_old_argument_shape_is_ignored(world: World,
         name = keys.grant_counter(scope, subject, old, "sibling")
 
         def grant(tx: WriteTxn, name: str = name) -> int:
-            return tx.add(name, 1)
+            return tx.add(CounterName(name), 1)
 
         world.store.transact(grant)
         assert _counter(world, name) == 1
@@ -838,8 +839,9 @@ def test_an_ended_run_is_refused_at_the_permission_guard(world: World) -> None:
 
 def _rule_before_run(a: Attempt) -> None:
     """The slip: the permission guard reads the rule before it checks the run is live."""
-    sender, run = a.context()
-    _check_permission(a.tx, current_rules(a.agents, sender), sender, a.target(), a.ctx)
+    sender, run, recipient = a.sender, a.run, a.recipient
+    assert sender is not None and run is not None and recipient is not None
+    _check_permission(a.tx, current_rules(a.agents, sender), sender, recipient, a.ctx)
     if run.status is not RunState.RUNNING and not a.approved:
         raise InvalidToolContext(f"run {run.run_id} is not running; only a live run can send")
 

@@ -20,10 +20,11 @@ from typing import Any
 import lmdb
 import pytest
 
+from tests.unit.test_store_format import as_format_3
 from treemail.adapters.store.codec import CHECKSUM_BYTES, encode
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.errors import StorageError, StoreClosed, StoreDamaged, StoreFormatUnknown
-from treemail.core.keys import Table
+from treemail.core.keys import CounterName, Table
 from treemail.core.records import Session
 from treemail.core.store import MemoryStore, Store, WriteTxn
 from treemail.testing.store_contract import (
@@ -63,7 +64,7 @@ class TestMemoryStore(StoreContract):
         assert self.read(twin) == before
         twin.transact(mutate_everything)
         assert self.read(store) == before  # the original is untouched by the copy's writes
-        store.transact(lambda tx: tx.add("fresh", 1))
+        store.transact(lambda tx: tx.add(CounterName("fresh"), 1))
         assert self.read(twin)["counts"]["fresh"] == 7
         assert twin.transact(lambda tx: tx.append(ROOT, "k", {})).seq == 3
 
@@ -71,7 +72,7 @@ class TestMemoryStore(StoreContract):
         leaked = store.transact(lambda tx: tx)
         store.close()
         with pytest.raises(StoreClosed):
-            leaked.add("n", 1)
+            leaked.add(CounterName("n"), 1)
         with pytest.raises(StoreClosed):
             leaked.session(ROOT)
         assert isinstance(store, MemoryStore)
@@ -98,7 +99,12 @@ class TestLmdbStore(StoreContract):
         return self.make_store(directory)
 
     def overwrite(self, directory: Path, db: bytes, key: bytes, raw: bytes) -> None:
-        """Put ``raw`` under ``key`` behind the store's back."""
+        """Put ``raw`` under ``key`` behind the store's back (``db``: a table, or meta)."""
+        if db != b"meta":
+            store = LmdbStore.open(directory, sync=False)
+            store.write_raw(Table(db.decode()), key, raw)
+            store.close()
+            return
         env = lmdb.open(str(directory), max_dbs=16)
         with env.begin(write=True) as tx:
             tx.put(key, raw, db=env.open_db(db, txn=tx))
@@ -110,18 +116,16 @@ class TestLmdbStore(StoreContract):
     ) -> None:
         store = self.make_store(directory)
         store.transact(populate)
-        with store._env.begin(db=store._dbs[Table.MESSAGES]) as tx:
-            value = tx.get(MESSAGE_IDS[0].encode())
-            assert value is not None
-            raw = bytearray(value)
-        store.close()
+        assert isinstance(store, LmdbStore)
+        with store.raw_rows() as rows:
+            raw = bytearray(dict(rows(Table.MESSAGES))[MESSAGE_IDS[0].encode()])
         raw[position] ^= 0x01
-        self.overwrite(directory, b"messages", MESSAGE_IDS[0].encode(), bytes(raw))
-        store = self.make_store(directory)
-        with store.read() as tx, pytest.raises(StoreDamaged, match="checksum") as caught:
+        store.write_raw(Table.MESSAGES, MESSAGE_IDS[0].encode(), bytes(raw))
+        reopened = self.reopen(store, directory)
+        with reopened.read() as tx, pytest.raises(StoreDamaged, match="checksum") as caught:
             tx.message(MESSAGE_IDS[0])
         assert "'messages'" in str(caught.value) and MESSAGE_IDS[0] in str(caught.value)
-        with store.read() as tx, pytest.raises(StoreDamaged, match="checksum"):
+        with reopened.read() as tx, pytest.raises(StoreDamaged, match="checksum"):
             list(tx.pending(CHILD))
 
     def test_a_store_from_before_checksums_is_upgraded_by_a_writer(self, directory: Path) -> None:
@@ -129,6 +133,7 @@ class TestLmdbStore(StoreContract):
         store.transact(populate)
         before = self.read(store)
         store.close()
+        as_format_3(directory)  # a database per table, as treemail kept it before checksums
         env = lmdb.open(str(directory), max_dbs=16)  # strip checksums and the format marker
         with env.begin(write=True) as tx:
             tx.drop(env.open_db(b"meta", txn=tx))
@@ -154,8 +159,8 @@ class TestLmdbStore(StoreContract):
 
     def counter_names(self, store: Store) -> set[str]:
         assert isinstance(store, LmdbStore)
-        with store._env.begin(db=store._dbs[Table.COUNTERS]) as tx:
-            return {key.decode() for key, _ in tx.cursor()}
+        with store.raw_rows() as rows:
+            return {key.decode() for key, _ in rows(Table.COUNTERS)}
 
     # -- durability ------------------------------------------------------------------------
 
@@ -200,7 +205,7 @@ class TestLmdbStore(StoreContract):
 
         def work(tx: WriteTxn) -> int:
             runs.append(1)
-            total = tx.add("n", 1)
+            total = tx.add(CounterName("n"), 1)
             tx.append(ROOT, "once", {})
             for n in range(100):  # ~400 KB: cannot fit in the first map
                 tx.put_message(message(f"m{n:04}", CHILD, n, body="y" * 4000))
@@ -209,7 +214,7 @@ class TestLmdbStore(StoreContract):
         assert store.transact(work) == 1
         assert len(runs) > 1
         with store.read() as tx:
-            assert tx.count("n") == 1
+            assert tx.count(CounterName("n")) == 1
             assert [e.seq for e in tx.events(ROOT)] == [1]
             assert len(list(tx.pending(CHILD))) == 100
 
@@ -222,12 +227,12 @@ class TestLmdbStore(StoreContract):
                     sp.put_message(message("big", CHILD, 1, body="z" * 200_000))
             except Exception:  # a careless caller: the send must not be lost anyway
                 pass
-            tx.add("n", 1)  # small enough to commit on the full map
+            tx.add(CounterName("n"), 1)  # small enough to commit on the full map
 
         store.transact(work)
         with store.read() as tx:
             assert [m.message_id for m in tx.pending(CHILD)] == ["big"]
-            assert tx.count("n") == 1
+            assert tx.count(CounterName("n")) == 1
 
     def test_growth_waits_for_a_reader_on_another_thread(self, directory: Path) -> None:
         # Growing the map invalidates every open LMDB txn of the process; a reader that is
@@ -265,14 +270,14 @@ class TestLmdbStore(StoreContract):
 
     def test_growth_stops_at_max_map_size(self, directory: Path) -> None:
         store = self.make_store(directory, sync=False, map_size=64 * 1024, max_map_size=256 * 1024)
-        store.transact(lambda tx: tx.add("n", 1))
+        store.transact(lambda tx: tx.add(CounterName("n"), 1))
         huge = "h" * (512 * 1024)
         with pytest.raises(StorageError, match="max_map_size"):
             store.transact(lambda tx: tx.put_message(message("m", CHILD, 1, body=huge)))
         # Nothing of the failed work was kept, and the store still works.
         with store.read() as tx:
             assert tx.message("m") is None
-        assert store.transact(lambda tx: tx.add("n", 1)) == 2
+        assert store.transact(lambda tx: tx.add(CounterName("n"), 1)) == 2
 
     # -- misuse and damage -----------------------------------------------------------------
 
@@ -280,12 +285,12 @@ class TestLmdbStore(StoreContract):
         store = self.make_store(directory)
         leaked = store.transact(lambda tx: tx)
         with pytest.raises(StorageError):
-            leaked.add("n", 1)
+            leaked.add(CounterName("n"), 1)
 
     def test_transact_inside_transact_raises_instead_of_deadlocking(self, directory: Path) -> None:
         store = self.make_store(directory)
         with pytest.raises(StorageError, match="inside transact"):
-            store.transact(lambda tx: store.transact(lambda inner: inner.add("n", 1)))
+            store.transact(lambda tx: store.transact(lambda inner: inner.add(CounterName("n"), 1)))
 
     @pytest.mark.parametrize(
         ("raw", "reason"),

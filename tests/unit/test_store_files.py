@@ -18,6 +18,7 @@ from tests.unit.test_store_contract import CHILD, populate, snapshot
 from treemail.adapters.store.lmdb_files import DATA_FILE, LOCK_FILE, OWNER_FILE, check_data_file
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.errors import StorageError, StoreDamaged, StoreLocked, StoreMissing
+from treemail.core.keys import CounterName
 from treemail.core.store import WriteTxn
 
 
@@ -101,7 +102,7 @@ def test_readonly_open_reads_and_never_writes(tmp_path: Path) -> None:
         with store.read() as tx:
             assert snapshot(tx)["sessions"]
         with pytest.raises(StorageError, match="read-only"):
-            store.transact(lambda tx: tx.add("n", 1))
+            store.transact(lambda tx: tx.add(CounterName("n"), 1))
     finally:
         store.close()
     assert listing(directory) == before  # no lock file, no owner file, no change
@@ -181,7 +182,7 @@ def test_a_reader_follows_the_writer_past_map_growth(tmp_path: Path) -> None:
     from treemail.testing.store_contract import message
 
     writer = LmdbStore.open(tmp_path / "s", sync=False, map_size=64 * 1024)
-    writer.transact(lambda tx: tx.add("n", 1))
+    writer.transact(lambda tx: tx.add(CounterName("n"), 1))
     reader = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
         from treemail.adapters.store.lmdb_store import LmdbStore

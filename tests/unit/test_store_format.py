@@ -1,9 +1,10 @@
-"""Format 3 (tally rows) and the upgrade of the stores older treemails wrote.
+"""Format 4 (one key space), format 3 (tally rows) and the upgrade of the stores older
+treemails wrote.
 
-A format 2 store kept each session's last event seq in a ``last_seq`` table and every
-counter in ``counters``; a store from before checksums had no marker and no checksums. A
-writer upgrades either in place to exactly the rows a format 3 store holds; a reader refuses
-them and says how to upgrade."""
+A format 3 store kept each table in a database of its own; a format 2 store also kept each
+session's last event seq in a ``last_seq`` table and every counter in ``counters``; a store
+from before checksums had no marker and no checksums. A writer upgrades any of them in place
+to exactly the rows a format 4 store holds; a reader refuses them and says how to upgrade."""
 
 from __future__ import annotations
 
@@ -19,11 +20,28 @@ from treemail.adapters.store.codec import CHECKSUM_BYTES, decode, encode
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.store.verify import main as verify_main
 from treemail.core.errors import StoreDamaged, StoreFormatUnknown
-from treemail.core.keys import Table, Tally, tallied_name
+from treemail.core.keys import Table, Tally, logical_key, tallied_name
+
+
+def as_format_3(directory: Path) -> None:
+    """Rewrite a current store the way format 3 kept it: each table in its own database,
+    under the table's own keys, the values (checksums included) the same bytes."""
+    env = lmdb.open(str(directory), max_dbs=16)
+    with env.begin(write=True) as tx:
+        rows = env.open_db(b"rows", txn=tx)
+        for stored, raw in list(tx.cursor(db=rows)):
+            table, key = logical_key(bytes(stored))
+            tx.put(key, raw, db=env.open_db(table.encode(), txn=tx))
+        for table in Table:  # format 3 made every table's database, empty or not
+            env.open_db(table.encode(), txn=tx)
+        tx.drop(rows, delete=True)
+        tx.put(b"format", b"treemail-store 3", db=env.open_db(b"meta", txn=tx))
+    env.close()
 
 
 def as_format_2(directory: Path) -> None:
     """Rewrite a current store the way format 2 kept it."""
+    as_format_3(directory)
     env = lmdb.open(str(directory), max_dbs=16)
     with env.begin(write=True) as tx:
         tally_db, counters = env.open_db(b"tally", txn=tx), env.open_db(b"counters", txn=tx)
@@ -66,22 +84,28 @@ def as_format_2_without_checksums(directory: Path) -> None:
 
 
 @pytest.mark.parametrize(("older", "said"), [
+    (as_format_3, "has format b'treemail-store 3'"),
     (as_format_2, "has format b'treemail-store 2'"),
     (as_format_2_without_checksums, "predates record checksums"),
-], ids=["format 2", "before checksums"])
+], ids=["format 3", "format 2", "before checksums"])
 def test_a_writer_upgrades_an_older_store_to_the_rows_of_a_new_one(
         tmp_path: Path, older: Any, said: str) -> None:
     directory = made(tmp_path / "s")
     before = contents(directory)
     assert any(tally.counters for tally in before[Table.TALLY].values())  # it has tallies
+    assert all(before[table] for table in (Table.MESSAGES, Table.PENDING, Table.REPLAY,
+                                           Table.EVENTS, Table.FEED, Table.TREE))
     older(directory)
-    assert b"last_seq" in databases(directory) and b"tally" not in databases(directory)
+    assert b"rows" not in databases(directory) and b"messages" in databases(directory)
+    if older is not as_format_3:
+        assert b"last_seq" in databases(directory) and b"tally" not in databases(directory)
     with pytest.raises(StoreFormatUnknown, match="open it once for writing") as refused:
         LmdbStore.open(directory, readonly=True)
     assert said in str(refused.value)
     LmdbStore.open(directory).close()  # the upgrade
     assert contents(directory) == before
-    assert b"last_seq" not in databases(directory)
+    # Every row moved into the one key space: no table's own database is left.
+    assert databases(directory) == {b"meta", b"rows"}
     out = io.StringIO()
     assert verify_main(str(directory), out, out) == 0, out.getvalue()
     # And the store goes on numbering where it stopped.

@@ -30,7 +30,7 @@ def test_a_newer_format_is_refused_naming_the_store(tmp_path: Path, readonly: bo
         LmdbStore.open(directory, readonly=readonly)
     assert str(refused.value) == (
         f"store:unknown_format: the store at {str(directory)!r} has format "
-        "b'treemail-store 99'; this treemail reads b'treemail-store 3' (and upgrades older "
+        "b'treemail-store 99'; this treemail reads b'treemail-store 4' (and upgrades older "
         "ones): use the treemail that wrote it")
     assert refused.value.details["path"] == str(directory)
 
@@ -42,6 +42,6 @@ def test_an_older_format_is_refused_to_a_reader_naming_the_store(tmp_path: Path)
         LmdbStore.open(directory, readonly=True)
     assert str(refused.value) == (
         f"store:unknown_format: the store at {str(directory)!r} has format "
-        "b'treemail-store 2', older than this treemail's b'treemail-store 3'; open it once for "
+        "b'treemail-store 2', older than this treemail's b'treemail-store 4'; open it once for "
         "writing (any treemail command that runs it) to upgrade it in place")
     assert refused.value.details["path"] == str(directory)

@@ -22,7 +22,7 @@ from treemail.adapters.store import codec, lmdb_txn
 from treemail.adapters.store.group_commit import GroupStore
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core.engine import Engine
-from treemail.core.keys import Table
+from treemail.core.keys import CounterName, Table
 from treemail.core.records import Session
 from treemail.core.runs import Request
 from treemail.core.store import WriteTxn
@@ -130,19 +130,19 @@ def test_a_claim_and_a_consume_write_the_tally_once(tmp_path: Path, traffic: Tra
 
 def test_an_undone_savepoint_is_not_read_back(tmp_path: Path) -> None:
     store = LmdbStore.open(tmp_path, sync=False)
-    store.transact(lambda tx: tx.add("n", 1))
+    store.transact(lambda tx: tx.add(CounterName("n"), 1))
 
     def work(tx: WriteTxn) -> int:
-        assert tx.count("n") == 1  # read: now kept by the transaction
+        assert tx.count(CounterName("n")) == 1  # read: now kept by the transaction
         with pytest.raises(RuntimeError), tx.savepoint() as inner:
-            inner.add("n", 5)
-            assert inner.count("n") == 6
+            inner.add(CounterName("n"), 5)
+            assert inner.count(CounterName("n")) == 6
             raise RuntimeError("undo")
-        return tx.count("n")
+        return tx.count(CounterName("n"))
 
     assert store.transact(work) == 1
     with store.read() as tx:
-        assert tx.count("n") == 1
+        assert tx.count(CounterName("n")) == 1
     store.close()
 
 
@@ -150,14 +150,14 @@ def test_a_row_written_twice_reaches_lmdb_once(tmp_path: Path, traffic: Traffic)
     store = LmdbStore.open(tmp_path, sync=False)
 
     def work(tx: WriteTxn) -> int:
-        tx.add("n", 2)
-        return tx.add("n", 3)
+        tx.add(CounterName("n"), 2)
+        return tx.add(CounterName("n"), 3)
 
     assert store.transact(work) == 5
     assert traffic.decoded[(Table.COUNTERS, b"n")] == 0  # absent, then the row it wrote
     assert traffic.writes == {Table.COUNTERS: 1}
     with store.read() as tx:
-        assert tx.count("n") == 5
+        assert tx.count(CounterName("n")) == 5
     store.close()
 
 

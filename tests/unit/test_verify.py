@@ -9,7 +9,6 @@ crash would be counted instead of killing the test run.
 from __future__ import annotations
 
 import io
-import json
 import os
 import random
 import shutil
@@ -18,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import lmdb
 import pytest
 
 from tests.unit.conftest import World
@@ -55,14 +53,9 @@ def run_verify(directory: Path) -> tuple[int, str]:
 
 def tamper(directory: Path, table: Table, key: bytes, value: object | None) -> None:
     """Rewrite one row behind the store's back, with a correct checksum: index damage."""
-    env = lmdb.open(str(directory), max_dbs=16)
-    with env.begin(write=True) as tx:
-        db = env.open_db(table.encode(), txn=tx)
-        if value is None:
-            tx.delete(key, db=db)
-        else:
-            tx.put(key, encode(value, key), db=db)
-    env.close()
+    store = LmdbStore.open(directory, sync=False)
+    store.write_raw(table, key, None if value is None else encode(value, key))
+    store.close()
 
 
 def test_a_sound_store_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -133,17 +126,14 @@ def test_each_index_is_checked_against_the_records(tmp_path: Path, damage: str) 
 
 def test_a_damaged_record_is_named_and_the_rest_still_checked(tmp_path: Path) -> None:
     directory = made(tmp_path / "s")
-    env = lmdb.open(str(directory), max_dbs=16)
-    with env.begin(write=True) as tx:
-        pending_id = next(iter(tx.cursor(db=env.open_db(b"pending", txn=tx))))[1][:-4]
-        key = json.loads(pending_id).encode()
-        db = env.open_db(b"messages", txn=tx)
-        value = tx.get(key, db=db)
-        assert value is not None, key
-        raw = bytearray(value)
-        raw[30] ^= 0x20
-        tx.put(key, bytes(raw), db=db)
-    env.close()
+    found = contents(directory)
+    key = next(iter(found[Table.PENDING].values())).encode()
+    store = LmdbStore.open(directory, sync=False)
+    with store.raw_rows() as rows:
+        raw = bytearray(dict(rows(Table.MESSAGES))[key])
+    raw[30] ^= 0x20
+    store.write_raw(Table.MESSAGES, key, bytes(raw))
+    store.close()
     code, text = run_verify(directory)
     assert code == 1
     assert f"messages {key!r}: checksum mismatch" in text

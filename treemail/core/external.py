@@ -37,7 +37,7 @@ from treemail.core.errors import (
     UnknownTarget,
 )
 from treemail.core.ids import IdSource, storable
-from treemail.core.keys import runs_counter
+from treemail.core.keys import external_session_counter, external_token_counter, runs_counter
 from treemail.core.lifecycle import (
     MessageState,
     RunState,
@@ -66,8 +66,6 @@ __all__ = [
     "turn_run",
 ]
 
-_MARK = "external/session/"  # 1: the session is external (no actor hosts it)
-_TOKEN = "external/token/"  # + a token's digest; 1 while the token is live
 _PREFIX = "tmx"
 TOKEN_ID_DIGITS = 16
 
@@ -89,13 +87,13 @@ def digest(token: str) -> str:
 
 
 def is_external(tx: ReadTxn, session_id: str) -> bool:
-    return tx.count(_MARK + session_id) > 0
+    return tx.count(external_session_counter(session_id)) > 0
 
 
 def mark(tx: WriteTxn, session: Session) -> None:
     """Make ``session`` external: from now on no actor runs it."""
     if not is_external(tx, session.session_id):
-        tx.add(_MARK + session.session_id, 1)
+        tx.add(external_session_counter(session.session_id), 1)
 
 
 def issue(tx: WriteTxn, session_id: str, secret: str) -> str:
@@ -107,7 +105,7 @@ def issue(tx: WriteTxn, session_id: str, secret: str) -> str:
             "only sessions made by `treemail attach`", session_id=session_id)
     token = f"{_PREFIX}.{session_id}.{secret}"
     hashed = digest(token)
-    tx.add(_TOKEN + hashed, 1)
+    tx.add(external_token_counter(hashed), 1)
     events.record(tx, session_id, events.ExternalTokenIssued(hashed[:TOKEN_ID_DIGITS], hashed))
     return token
 
@@ -123,7 +121,7 @@ def resolve(tx: ReadTxn, token: str) -> Session:
             "this token binds no external session of this daemon (mistyped, cut short, or "
             "made by another data directory); use the token `treemail attach` printed")
     hashed = digest(token)
-    if tx.count(_TOKEN + hashed):
+    if tx.count(external_token_counter(hashed)):
         return session
     if any(issued == hashed and revoked for _, issued, revoked in _issued(tx, session_id)):
         raise SessionTokenRevoked(
@@ -167,8 +165,8 @@ def revoke(tx: WriteTxn, token_id: str) -> TokenInfo:
     if info.revoked:
         return info
     for issued_id, hashed, _ in _issued(tx, info.session.session_id):
-        if issued_id == token_id and tx.count(_TOKEN + hashed):
-            tx.add(_TOKEN + hashed, -1)
+        if issued_id == token_id and tx.count(external_token_counter(hashed)):
+            tx.add(external_token_counter(hashed), -1)
     events.record(tx, info.session.session_id, events.ExternalTokenRevoked(token_id))
     return attrs.evolve(info, revoked=True)
 

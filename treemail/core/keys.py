@@ -45,6 +45,7 @@ from treemail.core.records import (
 
 __all__ = [
     "MAX_KEY",
+    "OWNED",
     "SEP",
     "SEQ_LIMIT",
     "SESSIONS_COUNTER",
@@ -62,12 +63,15 @@ __all__ = [
     "event",
     "event_seq",
     "events_of",
+    "external_session_counter",
+    "external_token_counter",
     "feed",
     "feed_number",
     "grant_counter",
     "handle",
     "identity",
     "inbox_counter",
+    "logical_key",
     "pair_counter",
     "pending",
     "pending_of",
@@ -75,6 +79,9 @@ __all__ = [
     "runs_counter",
     "seq_bytes",
     "seq_counter",
+    "stored_key",
+    "stored_prefix",
+    "table_of",
     "tallied_name",
     "tree",
     "tree_of",
@@ -178,11 +185,14 @@ SESSIONS_COUNTER = CounterName(Counter.SESSIONS.value)
 
 
 def _named(kind: Counter, *parts: str) -> CounterName:
-    return CounterName("/".join((kind.value, *parts)))
+    # A Counter is a str: joined as it is, without a call to read its value.
+    return CounterName("/".join((kind, *parts)))
 
 
+# The counters every send names (its seq and its two guard counters) are spelt as f-strings:
+# a format costs no call, where ``_named`` costs two, and the text is the same.
 def seq_counter(session_id: str) -> CounterName:
-    return _named(Counter.SEQ, session_id)
+    return CounterName(f"{Counter.SEQ}/{session_id}")
 
 
 def runs_counter(session_id: str) -> CounterName:
@@ -190,11 +200,11 @@ def runs_counter(session_id: str) -> CounterName:
 
 
 def inbox_counter(recipient: str) -> CounterName:
-    return _named(Counter.INBOX, recipient)
+    return CounterName(f"{Counter.INBOX}/{recipient}")
 
 
 def pair_counter(sender: str, recipient: str) -> CounterName:
-    return _named(Counter.PAIR, sender, recipient)
+    return CounterName(f"{Counter.PAIR}/{sender}/{recipient}")
 
 
 def grant_counter(scope: GrantScope, subject: str, operation: str, label: str) -> CounterName:
@@ -204,6 +214,18 @@ def grant_counter(scope: GrantScope, subject: str, operation: str, label: str) -
 def delegation_counter(session_id: str) -> CounterName:
     """The flag set once a delegated session has reported its result to its parent."""
     return _named(Counter.DELEGATION, session_id)
+
+
+# The external sessions' counters predate the kinds above and keep their stored names; they
+# are of no ``Counter`` kind ("external/" also begins wire method names), built here alone.
+def external_session_counter(session_id: str) -> CounterName:
+    """1 while the session is external (no actor hosts it)."""
+    return CounterName(f"external/session/{session_id}")
+
+
+def external_token_counter(digest: str) -> CounterName:
+    """1 while the token with that digest is live."""
+    return CounterName(f"external/token/{digest}")
 
 
 _KINDS = {kind.value: kind for kind in Counter}
@@ -294,3 +316,84 @@ def feed(number: int) -> bytes:
 
 def feed_number(key: bytes) -> int:
     return int.from_bytes(key, "big")
+
+
+# -- one key space ---------------------------------------------------------------------------
+#
+# A store whose tables are separate B-trees (LMDB's named databases) dirties at least one leaf
+# page per table a send writes, plus each tree's branch pages and its root's record: a send
+# writes six rows into six tables. ``stored_key`` lays every table out in ONE ordered key
+# space instead, chosen so that the rows one send writes are neighbours:
+#
+# * rows that belong to a session (its events, its pending mail, its tally, the replay rows
+#   of its tool calls, and for a root its tree and handles) are keyed by that session first:
+#   ``owner + SEP + tag + rest``. A send writes its recipient's event, pending entry and
+#   tally: the tags put them next to each other (the log's end, then the pending range, then
+#   the tally), so they share a leaf page, and a recipient's pending mail is still one range;
+# * rows found by their own id or number (sessions, runs, messages, approvals, counters, the
+#   feed) keep a range of their table's own: ``SEP + tag + key``. No id starts with SEP, so
+#   the two families never meet; the feed's range ends at its newest entry, where it grows.
+#
+# The stored value (and its checksum) is that of the table's key, so the same rows move
+# between the two layouts byte for byte. Backends without pages (memory, PostgreSQL) key
+# their rows by ``(table, key)`` and need none of this.
+
+_TAGS: Mapping[Table, bytes] = {
+    # a session's rows, in the order a send wants them adjacent
+    Table.EVENTS: b"1",
+    Table.PENDING: b"2",
+    Table.TALLY: b"3",
+    Table.REPLAY: b"4",
+    Table.TREE: b"5",
+    Table.HANDLES: b"6",
+    # rows by id or number
+    Table.SESSIONS: b"S",
+    Table.RUNS: b"R",
+    Table.MESSAGES: b"M",
+    Table.APPROVALS: b"A",
+    Table.COUNTERS: b"C",
+    Table.FEED: b"F",
+}
+# Tables whose keys begin with their owner's id and SEP (the tally's key is the id alone).
+OWNED = frozenset((Table.EVENTS, Table.PENDING, Table.TALLY, Table.REPLAY, Table.TREE,
+                   Table.HANDLES))
+_BY_TAG = {tag[0]: table for table, tag in _TAGS.items()}
+
+
+def stored_key(table: Table, key: bytes) -> bytes:
+    """Where row ``key`` of ``table`` lives in the one key space."""
+    tag = _TAGS[table]
+    if table is Table.TALLY:
+        return key + SEP + tag
+    if table in OWNED:
+        cut = key.index(SEP) + 1
+        return key[:cut] + tag + key[cut:]
+    return SEP + tag + key
+
+
+def stored_prefix(table: Table, prefix: bytes) -> bytes:
+    """The stored prefix of ``table``'s keys that start with ``prefix``: for a session's
+    rows, ``prefix`` holds at least the owner and SEP (every scan of them does)."""
+    if table in OWNED and table is not Table.TALLY:
+        return stored_key(table, prefix)
+    if table in OWNED:
+        raise StorageError("a tally is read by its owner, not scanned")
+    return SEP + _TAGS[table] + prefix
+
+
+def table_of(stored: bytes) -> Table:
+    """The table a stored key belongs to."""
+    if stored[:1] == SEP:
+        return _BY_TAG[stored[1]]
+    return _BY_TAG[stored[stored.index(SEP) + 1]]
+
+
+def logical_key(stored: bytes) -> tuple[Table, bytes]:
+    """``stored_key`` undone: the table and its key."""
+    table = table_of(stored)
+    if table not in OWNED:
+        return table, stored[2:]
+    cut = stored.index(SEP) + 1
+    if table is Table.TALLY:
+        return table, stored[:cut - 1]
+    return table, stored[:cut] + stored[cut + 1:]

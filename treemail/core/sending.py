@@ -132,32 +132,32 @@ class Attempt:
     run: Run | None = None
     recipient: Session | None = None
     replay: SendResult | None = None
+    key: IdempotencyKey | None = None  # the call's replay key, made once for recall and remember
     digest: str = ""
     hop: int = 0
 
-    # The guards run in order, so a field is set before any later guard reads it.
-    def parsed(self) -> SendArguments:
-        assert self.args is not None
-        return self.args
+    # The guards run in order, so a field is set before any later guard reads it; each
+    # reader asserts it is, where it reads it (an assert costs no call on the send path).
 
-    def context(self) -> tuple[Session, Run]:
-        assert self.sender is not None and self.run is not None
-        return self.sender, self.run
 
-    def target(self) -> Session:
-        assert self.recipient is not None
-        return self.recipient
+def _always(config: MessagingConfig) -> bool:
+    return True
 
 
 @attrs.frozen
 class Guard:
     """One check of send_message: its name in the contract, the errors it raises, one line
-    saying what it checks, and the check. A check raises its refusal or returns."""
+    saying what it checks, and the check. A check raises its refusal or returns.
+
+    ``applies`` says whether the check can refuse anything under a config: where it cannot
+    (messaging enabled, no pair window) and it establishes nothing a later guard reads, the
+    send leaves it out of its loop (``_checks``)."""
 
     name: str
     errors: tuple[type[TreemailError], ...]
     doc: str
     check: Callable[[Attempt], None]
+    applies: Callable[[MessagingConfig], bool] = _always
 
 
 def grant_counter(scope: GrantScope, subject: str, label: str) -> CounterName:
@@ -191,8 +191,10 @@ def _idempotent_replay(a: Attempt) -> None:
     """Before any guard that reads the config or the tree: a true retry gets its original
     result whatever changed since; the same key with other arguments is refused."""
     a.sender, a.run = _tool_context(a.tx, a.ctx)
-    a.digest = arguments_digest(a.parsed())
-    original = a.tx.recall(IdempotencyKey.of(a.ctx))
+    assert a.args is not None
+    a.digest = arguments_digest(a.args)
+    a.key = IdempotencyKey.of(a.ctx)
+    original = a.tx.recall(a.key)
     if original is None:
         return
     # A result stored before digests were kept (None) can only be replayed.
@@ -207,45 +209,50 @@ def _idempotent_replay(a: Attempt) -> None:
 
 
 def _invalid_body(a: Attempt) -> None:
-    check_body(a.parsed().body, a.config)
+    assert a.args is not None
+    check_body(a.args.body, a.config)
 
 
 def _recipient_resolution(a: Attempt) -> None:
-    sender, _ = a.context()
-    a.recipient = resolve(a.tx, sender, a.parsed().to)
+    assert a.sender is not None and a.args is not None
+    a.recipient = resolve(a.tx, a.sender, a.args.to)
 
 
 def _self_send(a: Attempt) -> None:
-    if a.target().session_id == a.ctx.session_id:
+    assert a.recipient is not None
+    if a.recipient.session_id == a.ctx.session_id:
         raise SelfSend("you addressed your own session; message another peer of your tree")
 
 
 def _permission(a: Attempt) -> None:
-    sender, run = a.context()
+    sender, run, recipient = a.sender, a.run, a.recipient
+    assert sender is not None and run is not None and recipient is not None
     if run.status is not RunState.RUNNING and not a.approved:
         raise InvalidToolContext(f"run {run.run_id} is not running; only a live run can send")
-    _check_permission(a.tx, current_rules(a.agents, sender), sender, a.target(), a.ctx)
+    _check_permission(a.tx, current_rules(a.agents, sender), sender, recipient, a.ctx)
 
 
 def _max_hops(a: Attempt) -> None:
-    _, run = a.context()
-    a.hop = run.base_hop + 1
+    assert a.run is not None
+    a.hop = a.run.base_hop + 1
     check_hops(a.hop, a.config)
 
 
 def _inbox_full(a: Attempt) -> None:
-    check_inbox(a.tx.count(inbox_counter(a.target().session_id)), a.config)
+    assert a.recipient is not None
+    check_inbox(a.tx.count(inbox_counter(a.recipient.session_id)), a.config)
 
 
 def _inflight_full(a: Attempt) -> None:
-    sender, _ = a.context()
-    pending = a.tx.count(pair_counter(sender.session_id, a.target().session_id))
+    assert a.sender is not None and a.recipient is not None
+    pending = a.tx.count(pair_counter(a.sender.session_id, a.recipient.session_id))
     check_inflight(pending, a.config)
 
 
 # The contract's order (design.md, "Guards and their order"); the first failure is the answer.
 GUARDS: tuple[Guard, ...] = (
-    Guard("disabled", (MessagingDisabled,), "[messaging] enabled is false", _disabled),
+    Guard("disabled", (MessagingDisabled,), "[messaging] enabled is false", _disabled,
+          lambda config: not config.enabled),
     Guard("invalid_arguments", (InvalidArguments,),
           "the arguments are not exactly to, body and an optional mode", _invalid_arguments),
     Guard("idempotent_replay", (InvalidToolContext, IdempotencyConflict),
@@ -266,9 +273,26 @@ GUARDS: tuple[Guard, ...] = (
     Guard("inbox_full", (InboxFull,),
           "the recipient holds max_pending_per_session pending agent messages", _inbox_full),
     Guard("inflight_full", (InflightFull,),
-          "the pair has max_inflight_per_pair > 0 pending messages", _inflight_full),
+          "the pair has max_inflight_per_pair > 0 pending messages", _inflight_full,
+          lambda config: config.max_inflight_per_pair > 0),
 )
 GUARD_ORDER = tuple(guard.name for guard in GUARDS)
+
+# The checks a config runs, in contract order, made once per config (and per GUARDS: a
+# planted-bug probe swaps the tuple). Keyed by the config's identity, which the entry keeps
+# alive, so hashing the config costs no call per send; a few configs live at once.
+_Checks = tuple[Callable[[Attempt], None], ...]
+_CHECKS: dict[int, tuple[MessagingConfig, tuple[Guard, ...], _Checks]] = {}
+
+
+def _checks(config: MessagingConfig) -> _Checks:
+    found = _CHECKS.get(id(config))
+    if found is None or found[0] is not config or found[1] is not GUARDS:
+        if len(_CHECKS) > 64:
+            _CHECKS.clear()
+        checks = tuple(guard.check for guard in GUARDS if guard.applies(config))
+        found = _CHECKS[id(config)] = (config, GUARDS, checks)
+    return found[2]
 
 
 def send(
@@ -278,15 +302,16 @@ def send(
     """The send path. ``approved`` runs a call the user approved while it waited: its run
     may have ended since (a restart interrupts every run), and it still sends once."""
     attempt = Attempt(tx, config, ctx, arguments, approved, agents)
-    for guard in GUARDS:
-        guard.check(attempt)
+    for check in _checks(config):
+        check(attempt)
         if attempt.replay is not None:
             return Sent(attempt.replay, _replayed_recipient(tx, attempt.replay), replayed=True)
-    sender, _ = attempt.context()
-    recipient, args = attempt.target(), attempt.parsed()
+    sender, recipient, args = attempt.sender, attempt.recipient, attempt.args
+    assert sender is not None and recipient is not None and args is not None
+    assert attempt.key is not None
     result = _accept(tx, ids, sender, recipient, args.body, args.mode, attempt.hop,
                      attempt.digest)
-    tx.remember(IdempotencyKey.of(ctx), result)
+    tx.remember(attempt.key, result)
     return Sent(result, recipient.session_id, replayed=False, wake=not recipient.state.has_run)
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from treemail.core import keys
 from treemail.core.errors import StorageError, StoreClosed, StoreDamaged
-from treemail.core.keys import Table, Tally
+from treemail.core.keys import CounterName, Table, Tally
 from treemail.core.records import (
     Approval,
     Event,
@@ -53,7 +53,7 @@ class ReadTxn(Protocol):
     def pending(self, recipient: str) -> Iterator[Message]:
         """The recipient's pending (non-final) messages in acceptance order."""
         ...
-    def count(self, name: str) -> int: ...
+    def count(self, name: CounterName) -> int: ...
     def recall(self, key: IdempotencyKey | ProducerKey) -> SendResult | None: ...
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
         """The session's events with ``seq > after``, in order."""
@@ -75,7 +75,7 @@ class WriteTxn(ReadTxn, Protocol):
     def put_session(self, session: Session) -> None: ...
     def put_run(self, run: Run) -> None: ...
     def put_message(self, message: Message) -> None: ...
-    def add(self, name: str, delta: int) -> int:
+    def add(self, name: CounterName, delta: int) -> int:
         """Add to a named counter and return its new value (a counter at 0 is not kept)."""
         ...
     def remember(self, key: IdempotencyKey | ProducerKey, result: SendResult) -> None: ...
@@ -199,20 +199,17 @@ class Indexed:
         ids = self._t.scan(Table.PENDING, prefix) if prefix else []
         return (self._follow(Table.MESSAGES, keys.identity(mid)) for _, mid in ids)
 
-    def count(self, name: str) -> int:
+    def count(self, name: CounterName) -> int:
         try:
             place = keys.counter_place(name)
         except (StorageError, UnicodeEncodeError):
             return 0  # a name no store could key was never counted
         if place is not None:
-            return self._tally(place.owner).counters.get(place.slot, 0)
+            tally: Tally = self._t.get(Table.TALLY, place.owner) or _NO_TALLY
+            return tally.counters.get(place.slot, 0)
         key = _lookup_key(keys.counter, name)
         value: int = (self._t.get(Table.COUNTERS, key) if key else None) or 0
         return value
-
-    def _tally(self, owner: bytes) -> Tally:
-        found: Tally | None = self._t.get(Table.TALLY, owner)
-        return _NO_TALLY if found is None else found
 
     def _put_tally(self, owner: bytes, tally: Tally) -> None:
         if tally.last_event or tally.counters:
@@ -281,7 +278,7 @@ class Indexed:
         elif not message.pending and (old is None or old.pending):
             self._t.delete(Table.PENDING, keys.pending(message.recipient, message.seq))
 
-    def add(self, name: str, delta: int) -> int:
+    def add(self, name: CounterName, delta: int) -> int:
         place = keys.counter_place(name)
         if place is not None:
             return self._add_tallied(place, delta)
@@ -293,7 +290,7 @@ class Indexed:
         return value
 
     def _add_tallied(self, place: keys.CounterPlace, delta: int) -> int:
-        tally = self._tally(place.owner)
+        tally: Tally = self._t.get(Table.TALLY, place.owner) or _NO_TALLY
         counters = dict(tally.counters)  # a new row: the stored one may be shared (fork)
         value = counters.pop(place.slot, 0) + delta
         if value:
@@ -308,13 +305,13 @@ class Indexed:
         # The tally's last seq makes the next number an O(1) lookup, not a seek to the log's
         # end; a send rewrites that row anyway (its counters), so the number costs no write.
         owner = keys.identity(session_id)
-        tally = self._tally(owner)
+        tally: Tally = self._t.get(Table.TALLY, owner) or _NO_TALLY
         seq = tally.last_event + 1
         event = Event(session_id, seq, kind, dict(data))
         key = keys.event(session_id, seq)
-        self._put_tally(owner, Tally(seq, tally.counters))
+        self._t.put(Table.TALLY, owner, Tally(seq, tally.counters))  # seq > 0: never empty
         self._t.put(Table.EVENTS, key, event)
-        self._t.insert(Table.FEED, keys.feed(self.feed_end() + 1), key)
+        self._t.insert(Table.FEED, keys.feed(self._t.size(Table.FEED) + 1), key)
         return event
 
     def put_approval(self, approval: Approval) -> None:

@@ -208,9 +208,9 @@ def _rule_before_liveness(original: Any) -> Any:
     under an allow rule is it refused as it should be."""
 
     def permission(a: Any) -> None:
-        sender, run = a.context()
+        sender, run = a.sender, a.run
         sending._check_permission(a.tx, sending.current_rules(a.agents, sender), sender,
-                                  a.target(), a.ctx)
+                                  a.recipient, a.ctx)
         if run.status is not RunState.RUNNING and not a.approved:
             raise InvalidToolContext(f"run {run.run_id} is not running")
 

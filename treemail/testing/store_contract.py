@@ -29,7 +29,7 @@ import pytest
 from treemail.core import keys
 from treemail.core.errors import StorageError, StoreClosed
 from treemail.core.ids import CountingIds
-from treemail.core.keys import MAX_KEY
+from treemail.core.keys import MAX_KEY, CounterName
 from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.permissions import Action, Rules
 from treemail.core.records import (
@@ -143,7 +143,7 @@ def mutate_everything(tx: WriteTxn) -> None:
     tx.put_message(message(MESSAGE_IDS[0], CHILD, 1, state=MessageState.DISCARDED))
     tx.put_message(message(MESSAGE_IDS[3], CHILD, 4))
     tx.add(keys.inbox_counter(CHILD), -2)
-    tx.add("fresh", 7)
+    tx.add(CounterName("fresh"), 7)
     tx.remember(KEYS[0], SendResult(MESSAGE_IDS[3], Mode.STEER, RecipientState.RUNNING))
     tx.remember(KEYS[1], SendResult(MESSAGE_IDS[3], Mode.QUEUE, RecipientState.QUEUED))
     tx.append(ROOT, "ended", {"run_id": RUN_IDS[0]})
@@ -159,7 +159,7 @@ def snapshot(tx: ReadTxn) -> dict[str, Any]:
         "runs": {rid: tx.run(rid) for rid in RUN_IDS},
         "messages": {mid: tx.message(mid) for mid in MESSAGE_IDS},
         "pending": {sid: list(tx.pending(sid)) for sid in SESSION_IDS},
-        "counts": {name: tx.count(name) for name in COUNTERS},
+        "counts": {name: tx.count(CounterName(name)) for name in COUNTERS},
         "replay": {key: tx.recall(key) for key in REPLAY_KEYS},
         "events": {sid: list(tx.events(sid)) for sid in SESSION_IDS},
     }
@@ -263,7 +263,7 @@ class StoreContract:
             assert tx.message(MESSAGE_IDS[5]) is None
             assert tx.recall(KEYS[2]) is None
             assert tx.handle_owner(ROOT, "nobody") is None
-            assert tx.count("never") == 0
+            assert tx.count(CounterName("never")) == 0
             assert list(tx.pending(NEWCOMER)) == []
             assert list(tx.events(NEWCOMER)) == []
             assert list(tx.tree(NEWCOMER)) == []
@@ -386,16 +386,16 @@ class StoreContract:
     # -- counters, replay, events --------------------------------------------------------
 
     def test_counters_add_go_negative_and_vanish_at_zero(self, store: Store) -> None:
-        assert store.transact(lambda tx: tx.add("inbox", 3)) == 3
-        assert store.transact(lambda tx: tx.add("inbox", -1)) == 2
-        assert store.transact(lambda tx: tx.add("debt", -5)) == -5
+        assert store.transact(lambda tx: tx.add(CounterName("inbox"), 3)) == 3
+        assert store.transact(lambda tx: tx.add(CounterName("inbox"), -1)) == 2
+        assert store.transact(lambda tx: tx.add(CounterName("debt"), -5)) == -5
         with store.read() as tx:
-            assert (tx.count("inbox"), tx.count("debt")) == (2, -5)
+            assert (tx.count(CounterName("inbox")), tx.count(CounterName("debt"))) == (2, -5)
         assert self.counter_names(store) == {"inbox", "debt"}
-        assert store.transact(lambda tx: tx.add("inbox", -2)) == 0
-        assert store.transact(lambda tx: tx.add("debt", 5)) == 0
+        assert store.transact(lambda tx: tx.add(CounterName("inbox"), -2)) == 0
+        assert store.transact(lambda tx: tx.add(CounterName("debt"), 5)) == 0
         with store.read() as tx:
-            assert (tx.count("inbox"), tx.count("debt")) == (0, 0)
+            assert (tx.count(CounterName("inbox")), tx.count(CounterName("debt"))) == (0, 0)
         assert self.counter_names(store) == set()
 
     def test_remember_and_recall_by_full_key(self, store: Store) -> None:
@@ -494,7 +494,7 @@ class StoreContract:
 
     def test_transact_returns_the_work_result(self, store: Store) -> None:
         def work(tx: WriteTxn) -> tuple[int, Event]:
-            return tx.add("n", 2), tx.append(ROOT, "k", {})
+            return tx.add(CounterName("n"), 2), tx.append(ROOT, "k", {})
 
         assert store.transact(work) == (2, Event(ROOT, 1, "k", {}))
 
@@ -529,7 +529,7 @@ class StoreContract:
         store.transact(populate)
 
         def work(tx: WriteTxn) -> Event:
-            tx.add("kept", 1)
+            tx.add(CounterName("kept"), 1)
             with pytest.raises(Boom), tx.savepoint() as sp:
                 mutate_everything(sp)
                 sp.append(CHILD, "undone", {})
@@ -545,7 +545,7 @@ class StoreContract:
         expected["events"][CHILD].append(after)
         assert after.seq == 2  # the undone append gave its number back
         with store.read() as tx:
-            assert tx.count("kept") == 1
+            assert tx.count(CounterName("kept")) == 1
         assert self.read(store) == expected
 
     def read_after(self, store: Store, work: Any) -> dict[str, Any]:
@@ -557,16 +557,16 @@ class StoreContract:
     def test_nested_savepoint_failure_keeps_the_enclosing_savepoint(self, store: Store) -> None:
         def work(tx: WriteTxn) -> None:
             with tx.savepoint() as outer:
-                outer.add("outer", 1)
+                outer.add(CounterName("outer"), 1)
                 with pytest.raises(Boom), outer.savepoint() as inner:
-                    inner.add("inner", 1)
-                    inner.add("outer", 10)
+                    inner.add(CounterName("inner"), 1)
+                    inner.add(CounterName("outer"), 10)
                     raise Boom
-                outer.add("outer", 1)
+                outer.add(CounterName("outer"), 1)
 
         store.transact(work)
         with store.read() as tx:
-            assert (tx.count("outer"), tx.count("inner")) == (2, 0)
+            assert (tx.count(CounterName("outer")), tx.count(CounterName("inner"))) == (2, 0)
 
     def test_a_savepoint_reads_its_own_writes_in_ranges_and_undoes_them(
             self, store: Store) -> None:
@@ -606,45 +606,45 @@ class StoreContract:
         # A counter changed by the transaction, a savepoint and one inside it, with range
         # reads forcing writes out mid-savepoint: each undo goes back exactly one level.
         def work(tx: WriteTxn) -> tuple[int, int, int]:
-            tx.add("n", 1)
+            tx.add(CounterName("n"), 1)
             with tx.savepoint() as outer:
-                outer.add("n", 10)
+                outer.add(CounterName("n"), 10)
                 with pytest.raises(Boom), outer.savepoint() as inner:
-                    inner.add("n", 100)
+                    inner.add(CounterName("n"), 100)
                     inner.put_message(message(MESSAGE_IDS[4], CHILD, 9))
                     assert [m.seq for m in inner.pending(CHILD)] == [9]
-                    assert inner.count("n") == 111
+                    assert inner.count(CounterName("n")) == 111
                     raise Boom
-                after_inner = outer.count("n")
-                outer.add("n", 1000)
-            after_outer = tx.count("n")
-            tx.add("m", 7)  # before the last savepoint, untouched by it
+                after_inner = outer.count(CounterName("n"))
+                outer.add(CounterName("n"), 1000)
+            after_outer = tx.count(CounterName("n"))
+            tx.add(CounterName("m"), 7)  # before the last savepoint, untouched by it
             with pytest.raises(Boom), tx.savepoint() as last:
-                last.add("n", 5)
+                last.add(CounterName("n"), 5)
                 assert list(last.pending(CHILD)) == []
                 raise Boom
-            return after_inner, after_outer, tx.count("n") + tx.count("m")
+            return after_inner, after_outer, tx.count(CounterName("n")) + tx.count(CounterName("m"))
 
         assert store.transact(work) == (11, 1011, 1018)
         with store.read() as tx:
-            assert (tx.count("n"), tx.count("m")) == (1011, 7)
+            assert (tx.count(CounterName("n")), tx.count(CounterName("m"))) == (1011, 7)
             assert tx.message(MESSAGE_IDS[4]) is None and list(tx.pending(CHILD)) == []
 
     def test_outer_txn_stays_usable_inside_a_savepoint(self, store: Store) -> None:
         # MemoryStore's savepoint yields the transaction itself; code written against it may
         # keep using the outer name, so every store must accept that.
         def work(tx: WriteTxn) -> None:
-            tx.add("n", 1)
+            tx.add(CounterName("n"), 1)
             with tx.savepoint() as sp:
-                tx.add("n", 1)
-                assert sp.count("n") == 2
+                tx.add(CounterName("n"), 1)
+                assert sp.count(CounterName("n")) == 2
             with pytest.raises(Boom), tx.savepoint():
-                tx.add("n", 100)
+                tx.add(CounterName("n"), 100)
                 raise Boom
 
         store.transact(work)
         with store.read() as tx:
-            assert tx.count("n") == 2
+            assert tx.count(CounterName("n")) == 2
 
     def test_savepoint_failure_rolls_back_then_transact_failure_rolls_back_all(
         self, store: Store
@@ -666,7 +666,7 @@ class StoreContract:
         with pytest.raises(StoreClosed, match="is closed"), store.read():
             pass
         with pytest.raises(StoreClosed, match="is closed"):
-            store.transact(lambda tx: tx.add("n", 1))
+            store.transact(lambda tx: tx.add(CounterName("n"), 1))
 
     @pytest.mark.parametrize("name", ["a\x00b", "x" * (MAX_KEY + 1), "\U0001f600" * 130])
     def test_unstorable_key_is_refused_alike_and_changes_nothing(
@@ -675,7 +675,7 @@ class StoreContract:
         store.transact(populate)
         before = self.read(store)
         with pytest.raises(StorageError, match=r"NUL|at most"):
-            store.transact(lambda tx: tx.add(name, 1))
+            store.transact(lambda tx: tx.add(CounterName(name), 1))
         with pytest.raises(StorageError, match=r"NUL|at most"):
             store.transact(lambda tx: tx.remember(IdempotencyKey(ROOT, RUN_IDS[0], name),
                                                   SendResult("m", Mode.QUEUE,

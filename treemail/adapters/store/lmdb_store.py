@@ -1,8 +1,9 @@
 """``LmdbStore``: the Store port on one LMDB environment, durable on every commit by default.
 
-Each ``Table`` is a named LMDB database keyed by ``treemail.core.keys``; LMDB's key order is
-then the order the port promises, and every read is a point lookup or a prefix range over one
-owner's rows: nothing scans history. The port itself (reads, writes, index upkeep) is the
+Every ``Table`` lives in one LMDB database, in the one key space of ``keys.stored_key``: a
+send's rows are neighbours there, so a commit writes few pages. Within a table LMDB's key
+order is the order the port promises, and every read is a point lookup or a prefix range
+over one owner's rows: nothing scans history. The port itself (reads, writes, index upkeep) is the
 shared ``Indexed``; ``lmdb_txn`` supplies its primitives and savepoints, this module the
 environment, its transactions and their commit.
 
@@ -30,9 +31,15 @@ from treemail.adapters.store.lmdb_files import (
     OwnerLock,
     check_data_file,
 )
-from treemail.adapters.store.lmdb_format import EXTRA_DBS, META_DB, check_readable, settle_format
+from treemail.adapters.store.lmdb_format import (
+    MAX_DBS,
+    META_DB,
+    ROWS_DB,
+    check_readable,
+    settle_format,
+)
 from treemail.adapters.store.lmdb_txn import (
-    Dbs,
+    Db,
     LmdbTables,
     LmdbTxn,
     Txn,
@@ -48,7 +55,7 @@ from treemail.core.errors import (
     StoreDamaged,
     StoreFull,
 )
-from treemail.core.keys import Table
+from treemail.core.keys import OWNED, Table, logical_key, stored_key, stored_prefix, table_of
 from treemail.core.store import ReadTxn, WriteTxn
 
 __all__ = ["LmdbStore"]
@@ -60,19 +67,19 @@ MiB = 1 << 20
 
 def _lmdb_open(directory: Path, **options: object) -> lmdb.Environment:
     try:
-        return lmdb.open(str(directory), max_dbs=len(Table) + EXTRA_DBS, subdir=True, create=False,
+        return lmdb.open(str(directory), max_dbs=MAX_DBS, subdir=True, create=False,
                          **options)  # type: ignore[arg-type]
     except lmdb.Error as exc:
         raise StorageError(f"cannot open the store at {str(directory)!r}: {exc}",
                            path=str(directory)) from exc
 
 
-def _open_tables(env: lmdb.Environment, directory: Path, *, write: bool) -> dict[Table, Any]:
+def _open_tables(env: lmdb.Environment, directory: Path, *, write: bool) -> Any:
     try:
         if not write:  # handles opened by py-lmdb's own read txn outlive it
-            return {table: env.open_db(table.encode(), create=False) for table in Table}
+            return env.open_db(ROWS_DB, create=False)
         with env.begin(write=True) as txn:
-            return {table: env.open_db(table.encode(), txn=txn) for table in Table}
+            return env.open_db(ROWS_DB, txn=txn)
     except lmdb.NotFoundError:
         env.close()
         raise StoreDamaged(f"{str(directory)!r} holds an LMDB file but not a treemail store "
@@ -81,6 +88,23 @@ def _open_tables(env: lmdb.Environment, directory: Path, *, write: bool) -> dict
         env.close()
         raise StorageError(f"cannot open the store at {str(directory)!r}: {exc}",
                            path=str(directory)) from exc
+
+
+def _table_rows(txn: Txn, db: Db, table: Table) -> Iterator[tuple[bytes, bytes]]:
+    """A table's (key, stored bytes) in key order. A table of rows by id or number is one
+    range; a session's rows are spread over every session's range, so those are picked out
+    of the whole key space (verify and audits only: no hot path lists every owner's rows)."""
+    cursor = txn.cursor(db=db)
+    if table not in OWNED:
+        head = stored_prefix(table, b"")
+        if cursor.set_range(head):
+            for key, raw in cursor:
+                if not key.startswith(head):
+                    break
+                yield key[len(head):], raw
+        return
+    found = sorted((logical_key(key)[1], raw) for key, raw in cursor if table_of(key) is table)
+    yield from found
 
 
 def _commit_durably(txn: Txn) -> None:
@@ -148,11 +172,11 @@ class _ReadGate:
 class LmdbStore:
     """The Store port on LMDB. Open with ``LmdbStore.open(path)``."""
 
-    def __init__(self, env: lmdb.Environment, dbs: Dbs, max_map_size: int, *,
+    def __init__(self, env: lmdb.Environment, db: Db, max_map_size: int, *,
                  owner: OwnerLock | None = None) -> None:
         self._env = env
         self._owner = owner  # None: opened read-only
-        self._dbs = dbs
+        self._db = db
         self._max_map_size = max_map_size
         self._path = env.path()
         self._closed = False
@@ -202,12 +226,12 @@ class LmdbStore:
             # A process killed while another kept the store open leaves reader slots that
             # pin old pages; clear them so the file does not grow behind dead readers.
             env.reader_check()
-            dbs = _open_tables(env, directory, write=True)
-            settle_format(env, dbs, env.open_db(META_DB), directory, max_map_size=max_map_size)
+            db = _open_tables(env, directory, write=True)
+            settle_format(env, db, env.open_db(META_DB), directory, max_map_size=max_map_size)
         except BaseException:
             owner.release()
             raise
-        return cls(env, dbs, max_map_size, owner=owner)
+        return cls(env, db, max_map_size, owner=owner)
 
     @classmethod
     def _open_readonly(cls, directory: Path) -> LmdbStore:
@@ -222,8 +246,8 @@ class LmdbStore:
         except BaseException:
             env.close()
             raise
-        dbs = _open_tables(env, directory, write=False)
-        return cls(env, dbs, header.map_size)
+        db = _open_tables(env, directory, write=False)
+        return cls(env, db, header.map_size)
 
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
@@ -231,7 +255,7 @@ class LmdbStore:
         with self._gate.reading():
             txn = self._begin_read()
             try:
-                yield LmdbTxn(self._env, txn, self._dbs)
+                yield LmdbTxn(self._env, txn, self._db)
             finally:
                 abort(txn)
 
@@ -258,7 +282,7 @@ class LmdbStore:
 
             def rows(table: Table) -> Iterator[tuple[bytes, bytes]]:
                 try:
-                    yield from txn.cursor(db=self._dbs[table])
+                    yield from _table_rows(txn, self._db, table)
                 except lmdb.Error as exc:
                     raise failure(exc, f"scan {table}") from exc
 
@@ -266,6 +290,17 @@ class LmdbStore:
                 yield rows
             finally:
                 abort(txn)
+
+    def write_raw(self, table: Table, key: bytes, raw: bytes | None) -> None:
+        """Store ``raw`` bytes (None deletes) as row ``key`` of ``table``, unchecked: for tests
+        and tools that must make a store damaged in a precise way."""
+        self._check_open()
+        with self._write_lock, self._env.begin(write=True) as txn:
+            stored = stored_key(table, key)
+            if raw is None:
+                txn.delete(stored, db=self._db)
+            else:
+                txn.put(stored, raw, db=self._db)
 
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
         """Run ``work`` in one write transaction; re-run it from scratch on a larger map
@@ -291,7 +326,7 @@ class LmdbStore:
             txn = self._env.begin(write=True)
         except lmdb.Error as exc:
             raise failure(exc, "begin a write transaction") from exc
-        writes = LmdbTxn(self._env, txn, self._dbs)
+        writes = LmdbTxn(self._env, txn, self._db)
         try:
             result = work(writes)
             writes.tables.flush()

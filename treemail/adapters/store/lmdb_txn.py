@@ -23,7 +23,7 @@ savepoint's edge were a fifth of a batched send's cost.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, TypeAlias
 
@@ -32,13 +32,13 @@ import lmdb
 
 from treemail.adapters.store.codec import decode, encode
 from treemail.core.errors import StorageError, StoreFull
-from treemail.core.keys import VALUE_KINDS, Table
+from treemail.core.keys import VALUE_KINDS, Table, stored_key, stored_prefix
 from treemail.core.store import Indexed, WriteTxn
 
-__all__ = ["LmdbTables", "LmdbTxn", "abort", "disk_full", "failure"]
+__all__ = ["Db", "LmdbTables", "LmdbTxn", "abort", "disk_full", "failure"]
 
 Txn: TypeAlias = "lmdb.Transaction[bytes]"
-Dbs: TypeAlias = "Mapping[Table, lmdb._Database]"
+Db: TypeAlias = "lmdb._Database"
 
 _UNSEEN: Any = object()
 
@@ -88,10 +88,10 @@ class LmdbTables:
 
     map_full = False
 
-    def __init__(self, env: lmdb.Environment, txn: Txn, dbs: Dbs) -> None:
+    def __init__(self, env: lmdb.Environment, txn: Txn, db: Db) -> None:
         self.env = env
         self.stack = [txn]
-        self.dbs = dbs
+        self.db = db  # every table, in the one key space of ``keys.stored_key``
         self.seen: dict[tuple[Table, bytes], Any] = {}
         self.dirty: dict[Table, dict[bytes, None]] = {}  # per table, the unflushed keys
         self.inserted: dict[Table, set[bytes]] = {}  # the unflushed keys that are new
@@ -114,7 +114,7 @@ class LmdbTables:
     def _fetch(self, table: Table, key: bytes) -> bytes | None:
         """One point read from LMDB: every read of a row not seen yet, and only those."""
         try:
-            raw: bytes | None = self.stack[-1].get(key, db=self.dbs[table])
+            raw: bytes | None = self.stack[-1].get(stored_key(table, key), db=self.db)
         except lmdb.Error as exc:
             raise failure(exc, f"read {table}") from exc
         return raw
@@ -123,13 +123,16 @@ class LmdbTables:
         self._flush_table(table)
         rows: list[tuple[bytes, Any]] = []
         kind = VALUE_KINDS[table]
+        stored = stored_prefix(table, prefix)
+        # Past the stored prefix, a stored key and its table's key are the same bytes.
         try:
-            with self.stack[-1].cursor(db=self.dbs[table]) as cursor:
-                if not cursor.set_range(prefix + start):
+            with self.stack[-1].cursor(db=self.db) as cursor:
+                if not cursor.set_range(stored + start):
                     return rows
                 for key, raw in cursor:
-                    if not key.startswith(prefix):
+                    if not key.startswith(stored):
                         break
+                    key = prefix + key[len(stored):]
                     rows.append((key, decode(kind, raw, db=table, key=key)))
         except lmdb.Error as exc:
             raise failure(exc, f"scan {table}") from exc
@@ -139,19 +142,38 @@ class LmdbTables:
         if len(self.dirty.get(table, ())) != len(self.inserted.get(table, ())):
             self._flush_table(table)  # changes other than inserts: LMDB counts them
         try:
-            entries: int = self.stack[-1].stat(self.dbs[table])["entries"]
+            entries = self._count(table)
         except lmdb.Error as exc:
             raise failure(exc, f"count {table}") from exc
         return entries + len(self.inserted.get(table, ()))
+
+    def _count(self, table: Table) -> int:
+        """The rows of ``table`` in LMDB. The feed is dense from 1 (see ``Indexed.feed_end``),
+        so its count is its last number: one seek to its range's end, however long it is."""
+        stored = stored_prefix(table, b"")
+        with self.stack[-1].cursor(db=self.db) as cursor:
+            if table is Table.FEED:
+                found = cursor.set_range(stored + b"\xff" * 9)
+                found = cursor.prev() if found else cursor.last()
+                key = cursor.key()
+                return int.from_bytes(key[len(stored):], "big") if (
+                    found and key.startswith(stored)) else 0
+            count = 0
+            if cursor.set_range(stored):
+                for key in cursor.iternext(values=False):
+                    if not key.startswith(stored):
+                        break
+                    count += 1
+            return count
 
     def put(self, table: Table, key: bytes, value: object) -> None:
         if self.savepoints:
             self._touch(table, key)
         self.seen[(table, key)] = value
-        rows = self.dirty.get(table)
-        if rows is None:
-            rows = self.dirty[table] = {}
-        rows[key] = None
+        try:  # no call on the path every write takes
+            self.dirty[table][key] = None
+        except KeyError:
+            self.dirty[table] = {key: None}
 
     def insert(self, table: Table, key: bytes, value: object) -> None:
         self.put(table, key, value)
@@ -169,22 +191,32 @@ class LmdbTables:
                            key in self.inserted.get(table, ()))
 
     def flush(self) -> None:
-        """Write every changed row to LMDB."""
-        for table in list(self.dirty):
-            self._flush_table(table)
+        """Write every changed row to LMDB (one pass over every table's rows: a send
+        changes six tables, and a pass per table cost more calls than its writes)."""
+        if not self.dirty:
+            return
+        if self.savepoints and not self.savepoints[-1].nested:
+            self._nest()  # the rows go where the open savepoints can undo them
+        dirty, self.dirty, self.inserted = self.dirty, {}, {}
+        self._write(dirty)
 
     def _flush_table(self, table: Table) -> None:
         if not self.dirty.get(table):
             return
         if self.savepoints and not self.savepoints[-1].nested:
             self._nest()  # the rows go where the open savepoints can undo them
-        keys = self.dirty.pop(table, {})
+        rows = self.dirty.pop(table, {})  # _nest may have written them all below it
         self.inserted.pop(table, None)
+        self._write({table: rows})
+
+    def _write(self, dirty: dict[Table, dict[bytes, None]]) -> None:
+        seen, table = self.seen, None
         try:
-            for key in keys:
-                self._store(table, key, self.seen[(table, key)])
+            for table, rows in dirty.items():
+                for key in rows:
+                    self._store(table, key, seen[(table, key)])
         except lmdb.Error as exc:
-            raise self._write_error(exc, table)  # noqa: B904 - it chains to exc implicitly
+            raise self._write_error(exc, table or "")  # noqa: B904 - it chains to exc
 
     def _write_error(self, exc: lmdb.Error, table: Table | str) -> Exception:
         """What a failed LMDB write raises (a plain try, not a context manager: this wraps
@@ -198,11 +230,11 @@ class LmdbTables:
 
     def _store(self, table: Table, key: bytes, value: object) -> None:
         """One write to LMDB (None deletes): at most one per changed row and flush."""
-        txn, db = self.stack[-1], self.dbs[table]
+        txn, stored = self.stack[-1], stored_key(table, key)
         if value is None:
-            txn.delete(key, db=db)
+            txn.delete(stored, db=self.db)
         else:
-            txn.put(key, encode(value, key), db=db)
+            txn.put(stored, encode(value, key), db=self.db)
 
     def _nest(self) -> None:
         """Give every open savepoint without one its nested LMDB transaction, outermost
@@ -284,8 +316,8 @@ class LmdbTxn(Indexed):
     """A transaction of the port: ``Indexed`` over ``LmdbTables``, plus savepoints. Both the
     savepoint's yielded txn and the outer name keep working, exactly as with MemoryStore."""
 
-    def __init__(self, env: lmdb.Environment, txn: Txn, dbs: Dbs) -> None:
-        self.tables = LmdbTables(env, txn, dbs)
+    def __init__(self, env: lmdb.Environment, txn: Txn, db: Db) -> None:
+        self.tables = LmdbTables(env, txn, db)
         super().__init__(self.tables)
 
     @contextmanager
