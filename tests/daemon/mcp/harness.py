@@ -106,16 +106,20 @@ def token_file(directory: Path, token: str, name: str = "session.token") -> Path
     return path
 
 
-def _program(*args: str) -> list[str]:
-    return [sys.executable, "-m", "treemail", "mcp", *args]
+def _program(daemon: DaemonProcess, socket: Path | None, *args: str) -> list[str]:
+    """``treemail mcp`` for ``daemon``, through ``socket`` when given (a test's relay)."""
+    where = ("--socket", str(socket)) if socket is not None else ()
+    return [sys.executable, "-m", "treemail", "mcp", "--data-dir", str(daemon.data_dir),
+            *where, *args]
 
 
 @contextlib.asynccontextmanager
 async def stdio_session(daemon: DaemonProcess, token_path: Path,
-                        heard: list[str] | None = None) -> AsyncIterator[ClientSession]:
+                        heard: list[str] | None = None,
+                        socket: Path | None = None) -> AsyncIterator[ClientSession]:
     """An MCP client that launched ``treemail mcp --token-file`` as its host would;
     ``heard`` collects the URIs of the resource updates it is sent."""
-    program = _program("--data-dir", str(daemon.data_dir), "--token-file", str(token_path))
+    program = _program(daemon, socket, "--token-file", str(token_path))
     params = StdioServerParameters(command=program[0], args=program[1:], cwd=str(ROOT))
     with open(os.devnull, "w") as quiet:
         async with stdio_client(params, errlog=quiet) as (read, write), \
@@ -135,9 +139,9 @@ def _hearing(heard: list[str] | None) -> Any:
 class HttpServer:
     """``treemail mcp --http 127.0.0.1:0`` in a subprocess; ``url`` is where it listens."""
 
-    def __init__(self, daemon: DaemonProcess) -> None:
+    def __init__(self, daemon: DaemonProcess, socket: Path | None = None) -> None:
         self.proc = subprocess.Popen(
-            _program("--data-dir", str(daemon.data_dir), "--http", "127.0.0.1:0"),
+            _program(daemon, socket, "--http", "127.0.0.1:0"),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, cwd=ROOT)
         assert self.proc.stderr is not None
