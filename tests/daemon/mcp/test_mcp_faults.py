@@ -193,3 +193,41 @@ def test_a_daemon_killed_under_mcp_traffic_loses_nothing_acknowledged(
     finally:
         code, err = holder["daemon"].terminate()
     assert code == 0, err
+
+
+def test_an_http_mcp_session_that_ends_releases_its_claim_and_no_other(
+    daemon: DaemonProcess, http: HttpServer,
+) -> None:
+    """Two MCP sessions of one ``treemail mcp --http``, for two external agents, each hold
+    the mail their check_mail claimed. The first one ends (the client's DELETE): its mail is
+    released and comes again on its next session; the second one's stays claimed, and its
+    next call consumes it."""
+
+    async def go() -> None:
+        client = await daemon.client()
+        try:
+            tree = await make_tree(client)
+            a, b = tree.members
+            to_a = await sent_by(daemon, b.token, a.handle, "for a, claimed by a dropped session")
+            to_b = await sent_by(daemon, a.token, b.handle, "for b, claimed by a live session")
+            async with http_session(http.url, b.token) as sb:
+                assert [one["message_id"] for one in
+                        mail_of(await sb.call_tool("check_mail", {}))] == [to_b]
+                async with http_session(http.url, a.token) as sa:
+                    assert [one["message_id"] for one in
+                            mail_of(await sa.call_tool("check_mail", {}))] == [to_a]
+                    assert await state_of(client, to_a) == "claimed"
+                # a's MCP session ended; the server process and b's session go on
+                await until_state(client, to_a, "released")
+                assert await state_of(client, to_b) == "claimed"
+                async with http_session(http.url, a.token) as again:
+                    assert [one["message_id"] for one in
+                            mail_of(await again.call_tool("check_mail", {}))] == [to_a]
+                    assert mail_of(await again.call_tool("check_mail", {})) == []
+                assert mail_of(await sb.call_tool("check_mail", {})) == []
+            assert await state_of(client, to_a) == "consumed"
+            assert await state_of(client, to_b) == "consumed"
+        finally:
+            await client.close()
+
+    run(go(), timeout=120)
