@@ -22,11 +22,9 @@ from tests.daemon.mcp.harness import (
     HttpServer,
     answer,
     data_dir,
-    http_session,
     mail_of,
     make_tree,
-    stdio_session,
-    token_file,
+    mcp_client,
 )
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
@@ -64,38 +62,40 @@ class Relay:
         except OSError:
             client_w.close()
             return
-        calls: set[object] = set()
-        up = asyncio.ensure_future(self._up(client_r, daemon_w, calls))
+        calls: set[object] = set()  # ids of this connection's external.call requests
+
+        async def asked(frame: dict[str, Any]) -> bool:
+            if frame.get("method") == m.EXTERNAL_CALL.name:
+                calls.add(frame.get("id"))
+            return False
+
+        async def answered(frame: dict[str, Any]) -> bool:
+            if self.trip is None or frame.get("id") not in calls or "result" not in frame:
+                return False
+            trip, self.trip = self.trip, None
+            self.lost.append(frame)
+            await trip()
+            return True  # held back: the connection ends without it
+
+        up = asyncio.ensure_future(_pump(client_r, daemon_w, asked))
         try:
-            while line := await daemon_r.readline():
-                frame = json.loads(line)
-                if self.trip is not None and frame.get("id") in calls and "result" in frame:
-                    trip, self.trip = self.trip, None
-                    self.lost.append(frame)
-                    await trip()
-                    break
-                client_w.write(line)
-                await client_w.drain()
-        except (ConnectionError, ValueError):
-            pass
+            await _pump(daemon_r, client_w, answered)
         finally:
             up.cancel()
-            for writer in (client_w, daemon_w):
-                writer.close()
+            client_w.close()
 
-    async def _up(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                  calls: set[object]) -> None:
-        try:
-            while line := await reader.readline():
-                frame = json.loads(line)
-                if frame.get("method") == m.EXTERNAL_CALL.name:
-                    calls.add(frame.get("id"))
-                writer.write(line)
-                await writer.drain()
-        except (ConnectionError, ValueError):
-            pass
-        finally:
-            writer.close()
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                hold: Callable[[dict[str, Any]], Awaitable[bool]]) -> None:
+    """Relay each frame until ``hold`` keeps one back or either side closes."""
+    try:
+        while (line := await reader.readline()) and not await hold(json.loads(line)):
+            writer.write(line)
+            await writer.drain()
+    except (ConnectionError, ValueError):
+        pass
+    finally:
+        writer.close()
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -118,18 +118,15 @@ def test_a_send_whose_answer_was_lost_is_sent_again_and_stored_once(
         a, b = tree.members
         async with Relay(tmp_path / "relay.sock", lambda: holder["daemon"].socket) as relay:
             relay.arm(restart)
-            if transport == "stdio":
-                async with stdio_session(holder["daemon"], token_file(tmp_path, a.token),
-                                         socket=relay.path) as session:
+            server = (HttpServer(holder["daemon"], socket=relay.path) if transport == "http"
+                      else None)
+            try:
+                async with mcp_client(transport, holder["daemon"], a.token, tmp_path,
+                                      http=server, socket=relay.path) as session:
                     result = await session.call_tool("send_message",
                                                      {"to": b.handle, "body": "once only"})
-            else:
-                server = HttpServer(holder["daemon"], socket=relay.path)
-                try:
-                    async with http_session(server.url, a.token) as session:
-                        result = await session.call_tool(
-                            "send_message", {"to": b.handle, "body": "once only"})
-                finally:
+            finally:
+                if server is not None:
                     server.stop()
         assert len(relay.lost) == 1  # the fault did happen: the first answer never arrived
         assert not result.is_error, answer(result)
@@ -144,8 +141,7 @@ def test_a_send_whose_answer_was_lost_is_sent_again_and_stored_once(
                     if one.sender == a.session_id] == [(sent, "once only")]
         finally:
             await client.close()
-        async with stdio_session(holder["daemon"], token_file(tmp_path, b.token, "b.token")
-                                 ) as reader:
+        async with mcp_client("stdio", holder["daemon"], b.token, tmp_path) as reader:
             got = mail_of(await reader.call_tool("check_mail", {}))
             assert [one["message_id"] for one in got] == [sent]
             assert mail_of(await reader.call_tool("check_mail", {})) == []
