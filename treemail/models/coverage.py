@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from treemail.core.errors import ExternalBusy
 from treemail.core.lifecycle import MESSAGE, REQUEST, RUN, SESSION, Lifecycle
 from treemail.core.sending import GUARDS
 
@@ -55,7 +56,7 @@ def boundary_step(kind: str, args: tuple[Any, ...], answer: tuple[Any, ...]) -> 
     if kind == "external_check":
         if ok:
             return BOUNDARY[0] if answer[1] is not None else None
-        return BOUNDARY[1] if answer[1] == "external:busy" else None
+        return BOUNDARY[1] if answer[1] == ExternalBusy.code else None
     if kind == "external_settle" and ok and answer[1] is True:
         return BOUNDARY[2] if args[-1] else BOUNDARY[3]
     if kind == "external_turn_run" and ok:
