@@ -89,9 +89,10 @@ def run(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
     return asyncio.run(bounded())
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    process = DaemonProcess(tmp_path_factory.mktemp("daemon"))
+def served(data_dir: Path) -> Iterator[DaemonProcess]:
+    """A fixture's daemon over ``data_dir``: started, yielded, and at the end stopped, which
+    it must do cleanly (status 0)."""
+    process = DaemonProcess(data_dir)
     yield process
     code, err = process.terminate()
     assert code == 0, err
@@ -102,3 +103,8 @@ def configured(data_dir: Path, config: str) -> DaemonProcess:
     data_dir.mkdir(mode=0o700)
     (data_dir / "config.toml").write_text(config, encoding="utf-8")
     return DaemonProcess(data_dir)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    yield from served(tmp_path_factory.mktemp("daemon"))

@@ -47,7 +47,7 @@ from treemail.models.checker import (
     CopyableWorld,
     canonical,
 )
-from treemail.models.coverage import ALL_GUARDS
+from treemail.models.coverage import ALL_GUARDS, BOUNDARY
 from treemail.models.explore import outcome
 from treemail.models.invariants import Ledger, settled
 from treemail.models.parallel import check
@@ -305,6 +305,9 @@ CHECKER_HUNTED: dict[str, tuple[Bounds, int, str]] = {
     "revert-spares-descendants": (attrs.evolve(ONE_TREE, depth=4), 4, "revert(#2)"),
     "cousin-as-sibling": (attrs.evolve(ONE_TREE, sessions=4, messages=4, depth=6), 6,
                           " steer)"),
+    # create, attach an external child, mail to it, its check_mail (which consumed)
+    "consume-at-claim": (attrs.evolve(ONE_TREE, external=1, depth=4), 4,
+                         "external_check(#2)"),
 }
 
 
@@ -383,3 +386,15 @@ def test_the_lmdb_mode_runs_the_engine_on_lmdb(monkeypatch: pytest.MonkeyPatch) 
     assert check(WINDOWED, LMDB_BOUNDS).counterexample is None
     found = check(WINDOWED, LMDB_BOUNDS, store=_scratch_lmdb).counterexample
     assert found is not None and found.invariant == "AGREE", found
+
+
+def test_the_external_boundary_is_searched_and_reported() -> None:
+    """With an external session in the bounds, the search takes every step of its boundary
+    (check_mail claims or is refused while claimed; the next call consumes; a connection's
+    end releases; a call opens a turn) against the model, and the coverage line says so."""
+    result = check(WINDOWED, attrs.evolve(ONE_TREE, external=1, depth=5))
+    assert result.counterexample is None
+    assert result.coverage.boundary == set(BOUNDARY)
+    assert f"external boundary {len(BOUNDARY)}/{len(BOUNDARY)}" in result.coverage.line()
+    # Without one (the default), the line has no external part.
+    assert "external" not in check(WINDOWED, attrs.evolve(ONE_TREE, depth=3)).coverage.line()

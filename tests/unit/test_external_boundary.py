@@ -128,3 +128,29 @@ def test_mail_claimed_by_a_dropped_call_comes_again_then_is_consumed_once() -> N
     assert pair.check() == []  # this call consumed it
     assert [pair.engine.message(m).state for m in first] == [MessageState.CONSUMED]
     assert pair.check() == []  # never a third time
+
+
+def test_an_external_call_retried_in_another_run_is_answered_not_sent_again() -> None:
+    """A restart interrupts the turn's run between a send and its retry: the retry comes in
+    a new run, and finds the first result under the session's replay slot."""
+    pair = Pair()
+    args = {"to": pair.root, "body": "once", "mode": "queue"}
+
+    def call() -> str:
+        run_id = pair.tx(lambda tx: external.turn_run(tx, pair.engine.ids, pair.ext))
+        ctx = ToolContext(pair.ext, run_id, "mcp-call-1", replay_slot=external.CALL_SLOT)
+        return pair.engine.send_message(ctx, args).message_id
+
+    first = call()
+    first_run = pair.engine.session(pair.ext).run_id
+    pair.engine = Engine(pair.engine.store, pair.engine.ids)  # the daemon restarted...
+    assert pair.engine.recover() == 1  # ...and interrupted the turn's run
+    assert call() == first
+    assert pair.engine.session(pair.ext).run_id != first_run  # the retry came in a new run
+    sent = [m for m in pair.engine.pending(pair.root) if m.sender == pair.ext]
+    assert [m.message_id for m in sent] == [first]
+    # Under the run's own slot (a hosted agent's call) the same retry would be a new send.
+    run_id = pair.engine.session(pair.ext).run_id
+    assert run_id is not None
+    again = pair.engine.send_message(ToolContext(pair.ext, run_id, "mcp-call-1"), args)
+    assert again.message_id != first

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from treemail.core import events
+from treemail.core import events, external
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import (
@@ -245,6 +245,27 @@ def _cousin() -> object:
     return tree.send(grandkid, run_id, cousin.session_id)
 
 
+def _claim_then_drop() -> object:
+    """An external session checks its mail, and its connection ends before its next call:
+    how many messages each of two check_mail calls returns (the mail comes again)."""
+    engine = Engine(MemoryStore(), CountingIds())
+    root = engine.create_root(OPEN)
+    child, _ = engine.attach(root.session_id, OPEN, "s" * 43)
+    sid = child.session_id
+    engine.accept(sid, "read me", Owner.USER)
+
+    def check() -> int:
+        request = engine.store.transact(
+            lambda tx: external.check_mail(tx, engine.ids, sid, engine.agents))
+        if request is None:
+            return 0
+        engine.store.transact(lambda tx: external.settle(
+            tx, sid, request.run_id, request.request_id, committed=False))  # dropped
+        return len(request.deliveries)
+
+    return check(), check()
+
+
 # plant -> (probe, what the unplanted engine answers)
 PROBES: dict[str, tuple[Callable[[], object], object]] = {
     "pair-window": (_pair_window, ["sent", InflightFull.code]),
@@ -268,6 +289,7 @@ PROBES: dict[str, tuple[Callable[[], object], object]] = {
     "session-grant-for-tree": (_session_grant, ApprovalRequired.code),
     "revert-spares-descendants": (_revert_a_branch, True),
     "cousin-as-sibling": (_cousin, PermissionDenied.code),
+    "consume-at-claim": (_claim_then_drop, (1, 1)),
 }
 
 

@@ -52,6 +52,7 @@ from treemail.core.store import ReadTxn, WriteTxn
 from treemail.core.transitions import admit_accepted, step_session
 
 __all__ = [
+    "CALL_SLOT",
     "TURN_ENDED",
     "TokenInfo",
     "check_mail",
@@ -71,6 +72,12 @@ TOKEN_ID_DIGITS = 16
 
 # The reason a turn's run ends when the client opens the next one with check_mail.
 TURN_ENDED = "turn ended: the client checked its mail again"
+
+# The replay slot of an external session's tool calls (``ToolContext.replay_slot``): a retry
+# of a call finds its first result whatever run it comes in. Its turn's run may have ended in
+# between (a daemon restart interrupts it; another check_mail ends it), and a send answered
+# from the old run's slot would be stored twice. Run ids are minted UUIDs: never this text.
+CALL_SLOT = "external-calls"
 
 
 @attrs.frozen

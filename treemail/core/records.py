@@ -185,6 +185,11 @@ class ToolContext:
     session_id: str
     run_id: str
     tool_call_id: str
+    # Where a retry of the call finds its first result: under its run, unless the caller
+    # names a wider slot. An external session's calls are kept under one slot of the
+    # session, since its runs are the client's turns, which a daemon restart (or another
+    # check_mail) ends between a call and its retry.
+    replay_slot: str | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen
@@ -195,7 +200,7 @@ class IdempotencyKey:
 
     @classmethod
     def of(cls, ctx: ToolContext) -> IdempotencyKey:
-        return cls(ctx.session_id, ctx.run_id, ctx.tool_call_id)
+        return cls(ctx.session_id, ctx.replay_slot or ctx.run_id, ctx.tool_call_id)
 
 
 @attrs.frozen

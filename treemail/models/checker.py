@@ -56,7 +56,7 @@ from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
 from treemail.core.records import Owner
 from treemail.core.store import MemoryStore
-from treemail.models.coverage import REPLAY, Coverage, guard_of, recording
+from treemail.models.coverage import REPLAY, Coverage, boundary_step, guard_of, recording
 from treemail.models.explore import (
     Action,
     Bounds,
@@ -293,6 +293,8 @@ class Checker:
         self.outcomes["ok" if answer[0] == "ok" else str(answer[1])] += 1
         if action.kind == "send_message":
             self._reached(action, answer)
+        elif (step := boundary_step(action.kind, action.args, answer)) is not None:
+            self.coverage.boundary.add(step)
 
     def _reached(self, action: Action, answer: tuple[Any, ...]) -> None:
         guard = REPLAY if answer[0] == "ok" and action.label.endswith(" retry)") else (

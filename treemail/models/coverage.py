@@ -16,10 +16,11 @@ from typing import Any
 
 import attrs
 
+from treemail.core.errors import ExternalBusy
 from treemail.core.lifecycle import MESSAGE, REQUEST, RUN, SESSION, Lifecycle
 from treemail.core.sending import GUARDS
 
-__all__ = ["ALL_TRANSITIONS", "Coverage", "guard_of", "recording"]
+__all__ = ["ALL_TRANSITIONS", "BOUNDARY", "Coverage", "boundary_step", "guard_of", "recording"]
 
 Transition = tuple[str, str, str]  # (machine, from state, trigger)
 
@@ -41,10 +42,33 @@ def guard_of(code: str) -> str | None:
     return _GUARD_OF_CODE.get(code)
 
 
+# The external boundary's steps (spec/external.md), reached when the bounds attach an
+# external session. They take the lifecycle's own transitions (claim, consume, release), so
+# the transitions alone cannot tell that the boundary took them.
+BOUNDARY: tuple[str, ...] = (
+    "check_mail claims", "check_mail refused while claimed", "next call consumes",
+    "connection end releases", "a call opens a turn")
+
+
+def boundary_step(kind: str, args: tuple[Any, ...], answer: tuple[Any, ...]) -> str | None:
+    """The boundary step an accepted (or refused) external action took, if any."""
+    ok = answer[0] == "ok"
+    if kind == "external_check":
+        if ok:
+            return BOUNDARY[0] if answer[1] is not None else None
+        return BOUNDARY[1] if answer[1] == ExternalBusy.code else None
+    if kind == "external_settle" and ok and answer[1] is True:
+        return BOUNDARY[2] if args[-1] else BOUNDARY[3]
+    if kind == "external_turn_run" and ok:
+        return BOUNDARY[4]
+    return None
+
+
 @attrs.define
 class Coverage:
     guards: set[str] = attrs.Factory(set)
     transitions: set[Transition] = attrs.Factory(set)
+    boundary: set[str] = attrs.Factory(set)  # empty: the search attached no external session
 
     def missing_guards(self) -> list[str]:
         return [name for name in ALL_GUARDS if name not in self.guards]
@@ -52,9 +76,13 @@ class Coverage:
     def missing_transitions(self) -> list[Transition]:
         return sorted(ALL_TRANSITIONS - self.transitions)
 
+    def missing_boundary(self) -> list[str]:
+        return [step for step in BOUNDARY if step not in self.boundary]
+
     @property
     def complete(self) -> bool:
-        return not self.missing_guards() and not self.missing_transitions()
+        return (not self.missing_guards() and not self.missing_transitions()
+                and not (self.boundary and self.missing_boundary()))
 
     def line(self) -> str:
         guards = f"guards {len(self.guards & set(ALL_GUARDS))}/{len(ALL_GUARDS)}"
@@ -62,8 +90,12 @@ class Coverage:
         gaps = [*self.missing_guards(),
                 *(f"{machine}.{state}--{trigger}" for machine, state, trigger
                   in self.missing_transitions())]
-        return f"{guards} reached, {taken} taken" + (f"; not reached: {', '.join(gaps)}"
-                                                      if gaps else "")
+        boundary = ""
+        if self.boundary:
+            boundary = f", external boundary {len(self.boundary)}/{len(BOUNDARY)}"
+            gaps += [f"external: {step}" for step in self.missing_boundary()]
+        return f"{guards} reached, {taken} taken{boundary}" + (
+            f"; not reached: {', '.join(gaps)}" if gaps else "")
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from treemail.core import external
 from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.lifecycle import ApprovalState, MessageState, RunState, SessionState
@@ -88,6 +89,10 @@ class Bounds:
     # default depth stays 8 (328 CPU s in one process: under three minutes for each of two
     # workers, plus the exchange's few per cent).
     trees: int = 1
+    # External sessions attached (MCP clients' sessions, spec/external.md): check_mail
+    # claims, the client's next call consumes, its connection's end releases, a call opens a
+    # turn. 0 by default, so the default search is the hosted one whose size is pinned.
+    external: int = 0
 
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(Bounds):
@@ -163,6 +168,46 @@ _CALLS: dict[str, Callable[..., Any]] = {
 }
 
 
+# A token's random part: the model keeps no tokens, the engine's are not compared.
+_SECRET = "s" * 43
+
+
+def _attach(target: Any, parent: str, agent: AgentSpec) -> Any:
+    if isinstance(target, Reference):
+        return target.attach(parent, agent)
+    session, _ = target.attach(parent, agent, _SECRET)
+    return session
+
+
+# The external boundary on the engine's side is the core's, run in one transaction as the
+# daemon runs it (``adapters/daemon/external.py``); the model has a method for each.
+def _external_check(target: Any, sid: str) -> Any:
+    if isinstance(target, Reference):
+        return target.external_check(sid)
+    return target.store.transact(
+        lambda tx: external.check_mail(tx, target.ids, sid, target.agents))
+
+
+def _external_settle(target: Any, sid: str, rid: str, req: str, committed: bool) -> Any:
+    if isinstance(target, Reference):
+        return target.external_settle(sid, rid, req, committed)
+    return target.store.transact(lambda tx: external.settle(tx, sid, rid, req, committed))
+
+
+def _external_turn_run(target: Any, sid: str) -> Any:
+    if isinstance(target, Reference):
+        return target.external_turn_run(sid)
+    return target.store.transact(lambda tx: external.turn_run(tx, target.ids, sid))
+
+
+_CALLS.update({
+    "attach": _attach,
+    "external_check": _external_check,
+    "external_settle": _external_settle,
+    "external_turn_run": _external_turn_run,
+})
+
+
 def perform(action: Action, target: Engine | Reference) -> Any:
     return _CALLS[action.kind](target, *action.args)
 
@@ -209,7 +254,9 @@ def alphabet(model: Reference, bounds: Bounds, restarts: int) -> list[Action]:
     for session in world.sessions.values():
         actions += _outside(world, session, bounds)
         actions += _keyed(world, session, bounds)
-        actions += _run_actions(world, session)
+        actions += (_boundary(world, session) if session.external
+                    else _run_actions(world, session))
+        actions += _attach_actions(world, session, bounds)
         actions += _sends(world, session)
         actions += _ended_sends(world, session)
         actions += _revert(world, session)
@@ -265,7 +312,7 @@ def _outside(world: World, session: SessionRecord, bounds: Bounds) -> list[Actio
     # third child is one more sibling, and four sessions would spend most of the space on
     # the star of three.
     children = sum(1 for s in world.sessions.values() if s.parent_session_id == sid)
-    if len(world.sessions) < bounds.sessions and children < 2:
+    if len(world.sessions) < bounds.sessions and children < 2 and not session.external:
         actions.append(Action("delegate", (sid, bounds.agent_below(session)),
                               f"delegate(parent={short(sid)})"))
     actions.append(_accept(session))
@@ -326,6 +373,34 @@ def _run_actions(world: World, session: SessionRecord) -> list[Action]:
         req = f"{at}, request {short(request)}"
         actions[:0] = [Action("commit_request", (sid, rid, request), f"commit_request({req})"),
                        Action("abort_request", (sid, rid, request), f"abort_request({req})")]
+    return actions
+
+
+def _attach_actions(world: World, parent: SessionRecord, bounds: Bounds) -> list[Action]:
+    """An external child of a root, while the bounds allow one more."""
+    attached = sum(1 for s in world.sessions.values() if s.external)
+    if (parent.parent_session_id is not None or attached >= bounds.external
+            or len(world.sessions) >= bounds.sessions):
+        return []
+    sid = parent.session_id
+    return [Action("attach", (sid, bounds.agent), f"attach(external, parent={short(sid)})")]
+
+
+def _boundary(world: World, session: SessionRecord) -> list[Action]:
+    """An external session's client: it checks its mail (claims; refused while a claim is
+    held, as from a second connection); holding a claim, its next call consumes it or its
+    connection ends and releases it; without a turn, a tool call opens one."""
+    sid, rid = session.session_id, session.run_id
+    actions = [Action("external_check", (sid,), f"external_check({short(sid)})")]
+    request = world.runs[rid].open_request if rid is not None else None
+    if rid is not None and request is not None:
+        at = f"{short(sid)}, run {short(rid)}, request {short(request)}"
+        actions += [Action("external_settle", (sid, rid, request, True),
+                           f"external_settle({at}, next call: consumed)"),
+                    Action("external_settle", (sid, rid, request, False),
+                           f"external_settle({at}, connection ended: released)")]
+    if session.state != SessionState.RUNNING:
+        actions.append(Action("external_turn_run", (sid,), f"external_turn_run({short(sid)})"))
     return actions
 
 

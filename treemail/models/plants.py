@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from treemail.core import approvals, engine, events, producers, runs, sending, transitions
+from treemail.core import approvals, engine, events, external, producers, runs, sending, transitions
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import InvalidToolContext, UnknownSubagentReference
 from treemail.core.keys import inbox_counter
@@ -261,6 +261,19 @@ def _cousin_as_sibling(original: Callable[..., Any]) -> Callable[..., Any]:
     return relationship
 
 
+def _consume_at_claim(original: Callable[..., Any]) -> Callable[..., Any]:
+    """An external session's check_mail consumes the mail it claims at once, not at the
+    client's next call: a connection that ends before that call loses the mail."""
+
+    def check_mail(tx: WriteTxn, ids: Any, session_id: str, agents: Any = None) -> Any:
+        request = original(tx, ids, session_id, agents)
+        if request is not None:
+            runs.close(tx, session_id, request.run_id, request.request_id, True)
+        return request
+
+    return check_mail
+
+
 # name -> (module, attribute, wrong version of it)
 PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = {
     "pair-window": (sending, "check_inflight", _pair_window),
@@ -282,6 +295,7 @@ PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., A
     "session-grant-for-tree": (approvals, "_grant", _session_grant_for_tree),
     "revert-spares-descendants": (engine.Engine, "revert", _revert_spares_descendants),
     "cousin-as-sibling": (sending, "relationship", _cousin_as_sibling),
+    "consume-at-claim": (external, "check_mail", _consume_at_claim),
 }
 
 

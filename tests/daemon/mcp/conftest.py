@@ -7,17 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.daemon.conftest import DaemonProcess
+from tests.daemon.conftest import DaemonProcess, served
 from tests.daemon.mcp.harness import HttpServer, data_dir
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     """One daemon per test module that imports this fixture, with the MCP tests' agents."""
-    process = DaemonProcess(data_dir(tmp_path_factory.mktemp("mcp")))
-    yield process
-    code, err = process.terminate()
-    assert code == 0, err
+    yield from served(data_dir(tmp_path_factory.mktemp("mcp")))
 
 
 @pytest.fixture(scope="module")

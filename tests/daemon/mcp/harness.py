@@ -8,6 +8,7 @@ with ``external.attach``; every external agent may message its parent and its si
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -98,6 +99,42 @@ async def make_tree(client: DaemonClient, externals: int = 2, agent: str = "work
     return Tree(lead.session_id, lead.handle or "", tuple(members))
 
 
+@contextlib.asynccontextmanager
+async def user_tree(daemon: DaemonProcess, externals: int = 2,
+                    agent: str = "worker") -> AsyncIterator[tuple[DaemonClient, Tree]]:
+    """The user's connection to ``daemon`` and a new tree made over it (``make_tree``);
+    the connection is closed afterwards."""
+    client = await daemon.client()
+    try:
+        yield client, await make_tree(client, externals, agent)
+    finally:
+        await client.close()
+
+
+async def state_of(client: DaemonClient, message_id: str) -> str:
+    receipt = await client.request(m.MESSAGE_GET, t.MessageGetParams(message_id=message_id))
+    return str(receipt.message.state)
+
+
+async def until_state(client: DaemonClient, message_id: str, wanted: str) -> None:
+    async with asyncio.timeout(30):
+        while await state_of(client, message_id) != wanted:
+            await asyncio.sleep(0.05)
+
+
+async def sent_by(daemon: DaemonProcess, token: str, to: str, body: str) -> str:
+    """Agent mail from the session ``token`` binds, over a bound daemon connection."""
+    bound = await daemon.client()
+    try:
+        await bound.request(m.EXTERNAL_BIND, x.ExternalBindParams(token=token))
+        done = await bound.request(m.EXTERNAL_CALL, x.ExternalCallParams(
+            tool_call_id=f"t-{body}", name="send_message", arguments={"to": to, "body": body}))
+        message_id: str = decoded(done.content)["message_id"]
+        return message_id
+    finally:
+        await bound.close()
+
+
 def token_file(directory: Path, token: str, name: str = "session.token") -> Path:
     path = directory / name
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -106,16 +143,20 @@ def token_file(directory: Path, token: str, name: str = "session.token") -> Path
     return path
 
 
-def _program(*args: str) -> list[str]:
-    return [sys.executable, "-m", "treemail", "mcp", *args]
+def _program(daemon: DaemonProcess, socket: Path | None, *args: str) -> list[str]:
+    """``treemail mcp`` for ``daemon``, through ``socket`` when given (a test's relay)."""
+    where = ("--socket", str(socket)) if socket is not None else ()
+    return [sys.executable, "-m", "treemail", "mcp", "--data-dir", str(daemon.data_dir),
+            *where, *args]
 
 
 @contextlib.asynccontextmanager
 async def stdio_session(daemon: DaemonProcess, token_path: Path,
-                        heard: list[str] | None = None) -> AsyncIterator[ClientSession]:
+                        heard: list[str] | None = None,
+                        socket: Path | None = None) -> AsyncIterator[ClientSession]:
     """An MCP client that launched ``treemail mcp --token-file`` as its host would;
     ``heard`` collects the URIs of the resource updates it is sent."""
-    program = _program("--data-dir", str(daemon.data_dir), "--token-file", str(token_path))
+    program = _program(daemon, socket, "--token-file", str(token_path))
     params = StdioServerParameters(command=program[0], args=program[1:], cwd=str(ROOT))
     with open(os.devnull, "w") as quiet:
         async with stdio_client(params, errlog=quiet) as (read, write), \
@@ -135,9 +176,9 @@ def _hearing(heard: list[str] | None) -> Any:
 class HttpServer:
     """``treemail mcp --http 127.0.0.1:0`` in a subprocess; ``url`` is where it listens."""
 
-    def __init__(self, daemon: DaemonProcess) -> None:
+    def __init__(self, daemon: DaemonProcess, socket: Path | None = None) -> None:
         self.proc = subprocess.Popen(
-            _program("--data-dir", str(daemon.data_dir), "--http", "127.0.0.1:0"),
+            _program(daemon, socket, "--http", "127.0.0.1:0"),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, cwd=ROOT)
         assert self.proc.stderr is not None
@@ -173,13 +214,36 @@ async def http_session(url: str, token: str | None,
         yield session
 
 
+@contextlib.asynccontextmanager
+async def mcp_client(transport: str, daemon: DaemonProcess, token: str, where: Path, *,
+                     http: HttpServer | None = None, heard: list[str] | None = None,
+                     socket: Path | None = None) -> AsyncIterator[ClientSession]:
+    """An MCP client acting with ``token``: over stdio (a server of its own, launched with a
+    token file in ``where``, through ``socket`` when given) or over HTTP (to ``http``)."""
+    if transport == "stdio":
+        path = where / f"{token[-12:]}.token"
+        if not path.exists():  # a second client of the same token launches with it again
+            token_file(where, token, path.name)
+        async with stdio_session(daemon, path, heard, socket) as session:
+            yield session
+    else:
+        assert http is not None, "an HTTP client needs the server it talks to"
+        async with http_session(http.url, token, heard) as session:
+            yield session
+
+
 def text(result: CallToolResult) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
 
 
 def answer(result: CallToolResult) -> dict[str, Any]:
     """A send_message's (or a refusal's) JSON object."""
-    value = json.loads(text(result))
+    return decoded(text(result))
+
+
+def decoded(content: str) -> dict[str, Any]:
+    """A tool result's JSON object, from its text."""
+    value = json.loads(content)
     assert isinstance(value, dict)
     return value
 

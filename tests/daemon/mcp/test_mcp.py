@@ -6,8 +6,6 @@ what check_mail returned is consumed by the agent's next call, once."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,31 +16,18 @@ from tests.daemon.conftest import DaemonProcess, run
 from tests.daemon.mcp.harness import (
     HttpServer,
     answer,
-    http_session,
     mail_of,
-    make_tree,
+    mcp_client,
+    state_of,
     stdio_session,
     text,
     token_file,
+    user_tree,
 )
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.core.errors import InvalidToolArguments, UnknownTool
 from treemail.core.lifecycle import MessageState
 from treemail.core.tools import function_parameters
-from treemail.protocol import methods as m
-from treemail.protocol import types as t
-
-
-@contextlib.asynccontextmanager
-async def agent(transport: str, daemon: DaemonProcess, http: HttpServer, token: str,
-                where: Path, heard: list[str] | None = None) -> AsyncIterator[ClientSession]:
-    if transport == "stdio":
-        path = token_file(where, token, f"{token[-12:]}.token")
-        async with stdio_session(daemon, path, heard) as session:
-            yield session
-    else:
-        async with http_session(http.url, token, heard) as session:
-            yield session
 
 
 async def mail_until(session: ClientSession, count: int,
@@ -58,8 +43,7 @@ async def mail_until(session: ClientSession, count: int,
 
 
 async def states(client: DaemonClient, ids: list[str]) -> list[str]:
-    return [str((await client.request(m.MESSAGE_GET, t.MessageGetParams(message_id=i)))
-                .message.state) for i in ids]
+    return [await state_of(client, i) for i in ids]
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -67,13 +51,12 @@ def test_two_external_agents_and_a_hosted_one_exchange_mail(
     daemon: DaemonProcess, http: HttpServer, tmp_path: Path, transport: str,
 ) -> None:
     async def go() -> None:
-        client = await daemon.client()
-        try:
-            tree = await make_tree(client)
+        async with user_tree(daemon) as (client, tree):
             a, b = tree.members
             heard: list[str] = []
-            async with agent(transport, daemon, http, a.token, tmp_path, heard) as sa, \
-                    agent(transport, daemon, http, b.token, tmp_path) as sb:
+            async with mcp_client(transport, daemon, a.token, tmp_path, http=http,
+                                  heard=heard) as sa, \
+                    mcp_client(transport, daemon, b.token, tmp_path, http=http) as sb:
                 listed = {t.name: t for t in (await sa.list_tools()).tools}
                 assert set(listed) == {"check_mail", "send_message", "get_subagent_result"}
                 assert listed["send_message"].input_schema == function_parameters(
@@ -108,8 +91,6 @@ def test_two_external_agents_and_a_hosted_one_exchange_mail(
                     while f"treemail://mail/{a.session_id}" not in heard:
                         await asyncio.sleep(0.05)
                 assert set(heard) == {f"treemail://mail/{a.session_id}"}  # never B's
-        finally:
-            await client.close()
 
     run(go(), timeout=120)
 
@@ -118,9 +99,7 @@ def test_without_a_message_rule_send_message_is_not_listed_nor_callable(
     daemon: DaemonProcess, tmp_path: Path,
 ) -> None:
     async def go() -> None:
-        client = await daemon.client()
-        try:
-            tree = await make_tree(client, externals=1, agent="mute")
+        async with user_tree(daemon, externals=1, agent="mute") as (_, tree):
             path = token_file(tmp_path, tree.members[0].token)
             async with stdio_session(daemon, path) as session:
                 names = [t.name for t in (await session.list_tools()).tools]
@@ -129,8 +108,6 @@ def test_without_a_message_rule_send_message_is_not_listed_nor_callable(
                                                   {"to": tree.lead, "body": "hi"})
                 assert refused.is_error
                 assert answer(refused)["error"] == UnknownTool.code
-        finally:
-            await client.close()
 
     run(go(), timeout=60)
 
@@ -138,17 +115,13 @@ def test_without_a_message_rule_send_message_is_not_listed_nor_callable(
 def test_check_mail_takes_no_arguments_and_says_so(daemon: DaemonProcess,
                                                    tmp_path: Path) -> None:
     async def go() -> None:
-        client = await daemon.client()
-        try:
-            tree = await make_tree(client, externals=1)
+        async with user_tree(daemon, externals=1) as (_, tree):
             path = token_file(tmp_path, tree.members[0].token)
             async with stdio_session(daemon, path) as session:
                 refused = await session.call_tool("check_mail", {"as": tree.lead})
                 assert refused.is_error
                 assert answer(refused)["error"] == InvalidToolArguments.code
                 assert "no arguments" in text(refused)
-        finally:
-            await client.close()
 
     run(go(), timeout=60)
 

@@ -22,46 +22,18 @@ from tests.daemon.mcp.harness import (
     http_session,
     mail_of,
     make_tree,
+    mcp_client,
+    sent_by,
+    state_of,
     stdio_session,
     token_file,
+    until_state,
+    user_tree,
 )
-from treemail.adapters.daemon.client import DaemonClient
 from treemail.adapters.daemon.errors import ExternalDaemonGone
 from treemail.core.lifecycle import MessageState
-from treemail.protocol import external as x
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
-
-
-async def state_of(client: DaemonClient, message_id: str) -> str:
-    receipt = await client.request(m.MESSAGE_GET, t.MessageGetParams(message_id=message_id))
-    return str(receipt.message.state)
-
-
-async def until_state(client: DaemonClient, message_id: str, wanted: str) -> None:
-    async with asyncio.timeout(30):
-        while await state_of(client, message_id) != wanted:
-            await asyncio.sleep(0.05)
-
-
-async def sent_by(daemon: DaemonProcess, token: str, to: str, body: str) -> str:
-    """Agent mail from the session ``token`` binds, over a bound daemon connection."""
-    bound = await daemon.client()
-    try:
-        await bound.request(m.EXTERNAL_BIND, x.ExternalBindParams(token=token))
-        done = await bound.request(m.EXTERNAL_CALL, x.ExternalCallParams(
-            tool_call_id=f"t-{body}", name="send_message", arguments={"to": to, "body": body}))
-        message_id: str = answer_text(done.content)["message_id"]
-        return message_id
-    finally:
-        await bound.close()
-
-
-def answer_text(content: str) -> dict[str, Any]:
-    import json
-
-    value: dict[str, Any] = json.loads(content)
-    return value
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -69,23 +41,19 @@ def test_mail_read_by_a_killed_mcp_server_comes_again_and_is_consumed_once(
     daemon: DaemonProcess, tmp_path: Path, transport: str,
 ) -> None:
     async def go() -> None:
-        client = await daemon.client()
-        try:
-            tree = await make_tree(client)
+        async with user_tree(daemon) as (client, tree):
             a, b = tree.members
             mid = await sent_by(daemon, b.token, a.handle, "read me once")
-            path = token_file(tmp_path, a.token)
             server = HttpServer(daemon) if transport == "http" else None
             first: list[dict[str, Any]] = []
             try:
-                if server is None:
-                    async with stdio_session(daemon, path) as session:
-                        first = mail_of(await session.call_tool("check_mail", {}))
-                        for pid in children_running(str(path)):
+                async with mcp_client(transport, daemon, a.token, tmp_path,
+                                      http=server) as session:
+                    first = mail_of(await session.call_tool("check_mail", {}))
+                    if server is None:  # the stdio server this client launched
+                        for pid in children_running(str(tmp_path)):
                             os.kill(pid, signal.SIGKILL)
-                else:
-                    async with http_session(server.url, a.token) as session:
-                        first = mail_of(await session.call_tool("check_mail", {}))
+                    else:
                         server.kill()
             except Exception:
                 if not first:  # it failed before the kill: that is the test's failure
@@ -101,14 +69,10 @@ def test_mail_read_by_a_killed_mcp_server_comes_again_and_is_consumed_once(
             later: list[dict[str, Any]] = []
             server = HttpServer(daemon) if transport == "http" else None
             try:
-                if server is None:
-                    async with stdio_session(daemon, path) as session:
-                        again = mail_of(await session.call_tool("check_mail", {}))
-                        later = mail_of(await session.call_tool("check_mail", {}))
-                else:
-                    async with http_session(server.url, a.token) as session:
-                        again = mail_of(await session.call_tool("check_mail", {}))
-                        later = mail_of(await session.call_tool("check_mail", {}))
+                async with mcp_client(transport, daemon, a.token, tmp_path,
+                                      http=server) as session:
+                    again = mail_of(await session.call_tool("check_mail", {}))
+                    later = mail_of(await session.call_tool("check_mail", {}))
             finally:
                 if server is not None:
                     server.stop()
@@ -116,8 +80,6 @@ def test_mail_read_by_a_killed_mcp_server_comes_again_and_is_consumed_once(
             assert again[0]["text"] == first[0]["text"]
             assert later == []  # the second call consumed it: never a third delivery
             assert await state_of(client, mid) == MessageState.CONSUMED
-        finally:
-            await client.close()
 
     run(go(), timeout=120)
 
@@ -195,3 +157,37 @@ def test_a_daemon_killed_under_mcp_traffic_loses_nothing_acknowledged(
     finally:
         code, err = holder["daemon"].terminate()
     assert code == 0, err
+
+
+def test_an_http_mcp_session_that_ends_releases_its_claim_and_no_other(
+    daemon: DaemonProcess, http: HttpServer,
+) -> None:
+    """Two MCP sessions of one ``treemail mcp --http``, for two external agents, each hold
+    the mail their check_mail claimed. The first one ends (the client's DELETE): its mail is
+    released and comes again on its next session; the second one's stays claimed, and its
+    next call consumes it."""
+
+    async def go() -> None:
+        async with user_tree(daemon) as (client, tree):
+            a, b = tree.members
+            to_a = await sent_by(daemon, b.token, a.handle, "for a, claimed by a dropped session")
+            to_b = await sent_by(daemon, a.token, b.handle, "for b, claimed by a live session")
+            async with http_session(http.url, b.token) as sb:
+                assert [one["message_id"] for one in
+                        mail_of(await sb.call_tool("check_mail", {}))] == [to_b]
+                async with http_session(http.url, a.token) as sa:
+                    assert [one["message_id"] for one in
+                            mail_of(await sa.call_tool("check_mail", {}))] == [to_a]
+                    assert await state_of(client, to_a) == MessageState.CLAIMED
+                # a's MCP session ended; the server process and b's session go on
+                await until_state(client, to_a, "released")
+                assert await state_of(client, to_b) == MessageState.CLAIMED
+                async with http_session(http.url, a.token) as again:
+                    assert [one["message_id"] for one in
+                            mail_of(await again.call_tool("check_mail", {}))] == [to_a]
+                    assert mail_of(await again.call_tool("check_mail", {})) == []
+                assert mail_of(await sb.call_tool("check_mail", {})) == []
+            assert await state_of(client, to_a) == MessageState.CONSUMED
+            assert await state_of(client, to_b) == MessageState.CONSUMED
+
+    run(go(), timeout=120)

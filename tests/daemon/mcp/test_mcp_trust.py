@@ -24,6 +24,7 @@ from tests.daemon.mcp.harness import (
     make_tree,
     stdio_session,
     token_file,
+    user_tree,
 )
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.adapters.daemon.errors import ExternalScope
@@ -57,9 +58,7 @@ def test_a_forged_sender_argument_is_refused_and_sends_nothing(
     daemon: DaemonProcess, tmp_path: Path, forged: str,
 ) -> None:
     async def go() -> None:
-        client = await daemon.client()
-        try:
-            tree = await make_tree(client)
+        async with user_tree(daemon) as (client, tree):
             a, b = tree.members
             async with stdio_session(daemon, token_file(tmp_path, a.token)) as session:
                 refused = await session.call_tool("send_message", {
@@ -67,8 +66,6 @@ def test_a_forged_sender_argument_is_refused_and_sends_nothing(
                 assert refused.is_error
                 assert answer(refused)["error"] == InvalidArguments.code
             assert await agent_mail(client, tree.lead_id) == []
-        finally:
-            await client.close()
 
     run(go(), timeout=60)
 
@@ -77,9 +74,7 @@ def test_another_sessions_token_on_an_mcp_session_is_refused(
     daemon: DaemonProcess, http: HttpServer,
 ) -> None:
     async def go() -> None:
-        client = await daemon.client()
-        try:
-            tree = await make_tree(client)
+        async with user_tree(daemon) as (client, tree):
             a, b = tree.members
             bearer = {"Authorization": f"Bearer {a.token}"}
             async with httpx2.AsyncClient(headers=bearer, timeout=60) as web, \
@@ -95,8 +90,6 @@ def test_another_sessions_token_on_an_mcp_session_is_refused(
                     await session.call_tool("send_message",
                                             {"to": tree.lead, "body": "as B?"})
             assert await agent_mail(client, tree.lead_id) == []
-        finally:
-            await client.close()
 
     run(go(), timeout=60)
 
@@ -105,9 +98,7 @@ def test_a_revoked_token_is_refused_at_launch_mid_session_and_over_http(
     daemon: DaemonProcess, http: HttpServer, tmp_path: Path,
 ) -> None:
     async def go() -> None:
-        client = await daemon.client()
-        try:
-            tree = await make_tree(client)
+        async with user_tree(daemon) as (client, tree):
             a, b = tree.members
             async with stdio_session(daemon, token_file(tmp_path, a.token)) as session:
                 sent = answer(await session.call_tool("send_message",
@@ -133,8 +124,6 @@ def test_a_revoked_token_is_refused_at_launch_mid_session_and_over_http(
                     "jsonrpc": "2.0", "id": 1, "method": "tools/list"})
             assert answered.status_code == 401
             assert "invalid_token" in answered.headers.get("www-authenticate", "")
-        finally:
-            await client.close()
 
     run(go(), timeout=60)
 
@@ -143,15 +132,11 @@ def test_launching_with_a_revoked_or_unknown_token_fails_before_any_mcp(
     daemon: DaemonProcess, tmp_path: Path,
 ) -> None:
     async def tree_tokens() -> tuple[str, str]:
-        client = await daemon.client()
-        try:
-            tree = await make_tree(client, externals=1)
+        async with user_tree(daemon, externals=1) as (client, tree):
             member = tree.members[0]
             await client.request(m.EXTERNAL_TOKENS_REVOKE,
                                  x.ExternalTokenRevokeParams(token_id=member.token_id))
             return member.token, tree.lead_id
-        finally:
-            await client.close()
 
     revoked, lead = run(tree_tokens())
     code, err = launch(daemon, token_file(tmp_path, revoked, "revoked"))

@@ -182,8 +182,10 @@ class External:
         run_id: str = await self._write(
             lambda tx: external.turn_run(tx, self.engine.ids, session.session_id))
         current: Session = await self.rt.writer.quiet(self.engine.session, session.session_id)
+        # Kept by session, not run: a retry after the daemon restarted comes in another run.
         outcome = await self.rt.tools.execute(current, run_id,
-                                              ToolCall(p.tool_call_id, p.name, p.arguments))
+                                              ToolCall(p.tool_call_id, p.name, p.arguments),
+                                              replay_slot=external.CALL_SLOT)
         for target in outcome.poke:
             self.rt.poke(target)
         if outcome.approval is not None:

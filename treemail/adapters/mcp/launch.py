@@ -117,7 +117,7 @@ def serve_http(socket_path: Path, host: str, port: int) -> int:
     links = Links(_connector(socket_path))
     from pydantic import AnyHttpUrl
 
-    server = TreemailMCP(links, token_verifier=Bearer(links), auth=AuthSettings(
+    server = TreemailMCP(links, per_session=True, token_verifier=Bearer(links), auth=AuthSettings(
         issuer_url=AnyHttpUrl(f"http://{where}"),
         resource_server_url=AnyHttpUrl(f"http://{where}/mcp"),
         # Tokens are the daemon's session tokens, checked by the daemon (Bearer), not

@@ -1,13 +1,21 @@
-"""The MCP server's connections to the daemon: one per session token, bound to its session.
+"""The MCP server's connections to the daemon: one per session token and MCP session, bound
+to its external session.
 
-Each token gets its own daemon connection, bound by ``external.bind``: the daemon, not this
-server, decides which session a call acts as, and checks the token again at every call. A
-connection that broke (the daemon restarted) is dropped and opened again at the next call;
-the mail its last ``check_mail`` claimed was released by the daemon's recovery, so it comes
-again, never twice.
+Each gets its own daemon connection, bound by ``external.bind``: the daemon, not this server,
+decides which session a call acts as, and checks the token again at every call. The claim a
+``check_mail`` makes is held by the daemon connection it came on, so a connection per MCP
+session (over HTTP, where one server serves many) lets an MCP session that ends release its
+own claim, and only its own (``forget_scope``); over stdio the process is the one MCP session.
 
-New mail reaches a bound connection as an ``external/mail`` notification; the link hands it
-to ``on_mail``, which the MCP server sets to announce it to its clients.
+A connection that broke (the daemon restarted) is dropped and opened again at the next call;
+the mail its last ``check_mail`` claimed was released by the daemon, so it comes again, never
+twice. A tool call lost with its connection is sent again (``resend``) under the same
+``tool_call_id``, which the daemon answers with the first result if the first one took
+effect: a send is stored once however often it is repeated.
+
+New mail reaches a bound connection as an ``external/mail`` notification; the token's own
+link (scope None) hands it to ``on_mail``, which the MCP server sets to announce it to its
+clients, so each mail is announced once however many MCP sessions a token has.
 """
 
 from __future__ import annotations
@@ -26,21 +34,33 @@ from treemail.protocol import methods as m
 from treemail.protocol import types as t
 from treemail.protocol.methods import Method
 
-__all__ = ["Connect", "Link", "Links", "OnMail"]
+__all__ = ["RESEND_SECONDS", "Connect", "Link", "Links", "OnMail"]
 
 Connect = Callable[[], Awaitable[DaemonClient]]
 OnMail = Callable[[str], Awaitable[None]]  # announces new mail for a session id
 P = TypeVar("P", bound=msgspec.Struct)
 R = TypeVar("R", bound=msgspec.Struct)
 
+# How long a tool call lost with its daemon connection is sent again, waiting for the daemon
+# to come back (a restart under load takes seconds), before the call is answered with
+# ``client:daemon_gone``.
+RESEND_SECONDS = 60.0
+
+# A link's key: its token, and the MCP session it serves (None: the token's own link, which
+# checks tokens, lists tools and announces mail; over stdio, the process's one MCP session).
+Key = tuple[str, str | None]
+
 
 class Link:
     """A daemon connection bound to one external session."""
 
-    def __init__(self, client: DaemonClient, session: t.SessionView, on_mail: OnMail) -> None:
+    def __init__(self, key: Key, client: DaemonClient, session: t.SessionView,
+                 on_mail: OnMail) -> None:
+        self.key = key
         self.client = client
         self.session = session
         self.on_mail = on_mail
+        self._lost = False
         self._watch = asyncio.get_running_loop().create_task(self._forward(),
                                                              name="external/mail")
 
@@ -50,14 +70,14 @@ class Link:
 
     @property
     def broken(self) -> bool:
-        return self._watch.done()
+        return self._lost or self._watch.done()
 
     async def request(self, method: Method[P, R], params: P) -> R:
         try:
             return await self.client.request(method, params)
         except ConnectionError:
-            raise _gone(f"{method.name} may or may not have taken effect before it went away (a "
-                        "send_message may have been accepted: ask before sending it again)"
+            self._lost = True
+            raise _gone(f"{method.name} may or may not have taken effect before it went away"
                         ) from None
 
     async def _forward(self) -> None:
@@ -73,24 +93,26 @@ class Link:
 
 
 class Links:
-    """The bound daemon connections of this server, by token."""
+    """The bound daemon connections of this server, by token and MCP session."""
 
-    def __init__(self, connect: Connect) -> None:
+    def __init__(self, connect: Connect, resend_seconds: float = RESEND_SECONDS) -> None:
         self._connect = connect
+        self.resend_seconds = resend_seconds
         self.on_mail: OnMail = _nobody  # the server that announces mail sets it
-        self._links: dict[str, Link] = {}
+        self._links: dict[Key, Link] = {}
         self._lock = asyncio.Lock()
 
-    async def get(self, token: str) -> Link:
-        """The link bound by ``token``; an ``RpcFailure`` (unknown or revoked token) or
-        ``ExternalDaemonGone`` when there can be none."""
+    async def get(self, token: str, scope: str | None = None) -> Link:
+        """The link bound by ``token`` for the MCP session ``scope``; an ``RpcFailure``
+        (unknown or revoked token) or ``ExternalDaemonGone`` when there can be none."""
+        key = (token, scope)
         async with self._lock:
-            link = self._links.get(token)
+            link = self._links.get(key)
             if link is not None and not link.broken:
                 return link
             if link is not None:
                 await link.close()
-                del self._links[token]
+                del self._links[key]
             try:
                 client = await self._connect()
             except (OSError, ConnectionError):
@@ -100,14 +122,39 @@ class Links:
             except BaseException:
                 await client.close()
                 raise
-            link = self._links[token] = Link(client, bound.session, self._announce)
+            link = self._links[key] = Link(
+                key, client, bound.session, self._announce if scope is None else _nobody)
             return link
+
+    async def resend(self, key: Key, params: x.ExternalCallParams) -> x.ExternalCallResult:
+        """A tool call, sent again over a new connection each time the daemon connection it
+        went out on is lost before its answer, until the daemon answers it or
+        ``resend_seconds`` have passed. Safe because the daemon answers a repeat of a
+        ``tool_call_id`` with the call's first result: a send that took effect before the
+        connection went is not made twice."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.resend_seconds
+        pause = 0.05
+        while True:
+            try:
+                link = await self.get(*key)
+                return await link.request(m.EXTERNAL_CALL, params)
+            except ExternalDaemonGone:
+                if loop.time() >= deadline:
+                    raise _gone(
+                        f"{params.name} was sent again for {self.resend_seconds:g}s without an "
+                        "answer, and may have taken effect (a send_message may have been "
+                        "accepted). A new call is a new message: make sure it did not arrive "
+                        "before you send it again") from None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     async def _announce(self, session_id: str) -> None:
         await self.on_mail(session_id)  # read at each mail: set after the links were made
 
     async def verify(self, token: str) -> Link | None:
-        """The link, its token checked by the daemon now; None for a token it refuses."""
+        """The token's link, its token checked by the daemon now; None for a token it
+        refuses."""
         try:
             link = await self.get(token)
             await link.request(m.EXTERNAL_TOOLS, t.Empty())
@@ -117,14 +164,22 @@ class Links:
         return link
 
     async def forget(self, token: str) -> None:
+        """Close every link of ``token`` (the daemon refused it)."""
+        await self._close(lambda key: key[0] == token)
+
+    async def forget_scope(self, scope: str) -> None:
+        """Close the links of the MCP session ``scope``, which ended: the daemon releases
+        the mail their last check_mail claimed, and no other session's."""
+        await self._close(lambda key: key[1] == scope)
+
+    async def _close(self, which: Callable[[Key], bool]) -> None:
         async with self._lock:
-            link = self._links.pop(token, None)
-        if link is not None:
+            links = [self._links.pop(key) for key in list(self._links) if which(key)]
+        for link in links:
             await link.close()
 
     async def close(self) -> None:
-        for token in list(self._links):
-            await self.forget(token)
+        await self._close(lambda key: True)
 
 
 async def _nobody(session_id: str) -> None:

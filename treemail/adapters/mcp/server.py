@@ -12,6 +12,16 @@ rules offer them now (asked of the daemon at each listing). Their schemas are th
 agents' own (``treemail.core.tools``), and so are their errors, results and guards: the daemon
 runs them through the same tool box as a hosted agent's calls.
 
+Over HTTP, each MCP session gets a daemon connection of its own (``Links``), closed when the
+MCP session ends (the client's DELETE, the SDK's idle timeout, a crash): the mail that
+session's last check_mail claimed is released then, and another MCP session's is not touched.
+
+A tool call has an id of its own, derived from the MCP call (``call_id``): the request id,
+which a client numbers per MCP session, with a random nonce of that MCP session and the
+external session. The daemon remembers a send under it, so when the daemon connection is lost
+before the answer and the call is sent again, a send that took effect is answered, not made
+twice.
+
 Wake-up: new mail for the session updates its resource ``treemail://mail/<session id>``,
 published to the clients that listen for it (``subscriptions/listen``) and sent as a
 ``notifications/resources/updated`` to clients on earlier protocol versions, so a client need
@@ -21,6 +31,7 @@ not poll; ``check_mail`` works without it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import uuid
 import weakref
@@ -42,7 +53,8 @@ from treemail.protocol import external as x
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
 
-__all__ = ["CHECK_MAIL", "MAIL_URI", "Bearer", "TreemailMCP", "mail_uri", "tool_schema"]
+__all__ = ["CHECK_MAIL", "MAIL_URI", "Bearer", "TreemailMCP", "call_id", "mail_uri",
+           "tool_schema"]
 
 CHECK_MAIL = "check_mail"
 MAIL_URI = "treemail://mail"
@@ -80,6 +92,14 @@ def _error(code: str | None, message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
+def call_id(nonce: str, session_id: str, request_id: object) -> str:
+    """The daemon's id of one MCP tool call: the client's request id is unique only within
+    its MCP session (a new session, or a restarted server, counts from the start again), so
+    it is bound to a random nonce of that MCP session and to the external session."""
+    made = hashlib.sha256(f"{nonce}\x00{session_id}\x00{request_id}".encode()).hexdigest()
+    return f"mcp-{made[:32]}"
+
+
 def mail_uri(session_id: str) -> str:
     """The resource whose update announces new mail for the session."""
     return f"{MAIL_URI}/{session_id}"
@@ -102,11 +122,20 @@ class Bearer(TokenVerifier):
                            subject=link.session_id)
 
 
+# Keys of this server in an MCP connection's ``state``.
+_NONCE = "treemail.nonce"
+_SCOPED = "treemail.scoped"
+
+
 class TreemailMCP(MCPServer[Any]):
-    def __init__(self, links: Links, **options: Any) -> None:
+    """``per_session``: each MCP session (over HTTP) gets its own daemon connections, closed
+    when it ends; without it (stdio) the process is the one MCP session."""
+
+    def __init__(self, links: Links, per_session: bool = False, **options: Any) -> None:
         super().__init__(name="treemail", instructions=_INSTRUCTIONS, log_level="WARNING",
                          **options)
         self.links = links
+        self.per_session = per_session
         self._opened: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         links.on_mail = self.mail_arrived
         # Clients on protocols before subscriptions/listen hear of mail on their connection:
@@ -140,13 +169,24 @@ class TreemailMCP(MCPServer[Any]):
             if not hmac.compare_digest(opened.encode(), access.token.encode()):
                 raise ExternalScope("this MCP session was opened with another session token; "
                                     "open a session of your own with your token")
-        link = await self.links.get(access.token)
-        # The request's session object lives as long as its request; its connection lives
-        # as long as the client's (the SDK names it only privately).
-        connection = getattr(listener, "_connection", None)
+        connection = _connection(listener)
+        link = await self.links.get(access.token, self._scope(connection))
         if connection is not None:
             self._heard.setdefault(link.session_id, weakref.WeakSet()).add(connection)
         return link
+
+    def _scope(self, connection: Any) -> str | None:
+        """The MCP session whose daemon connections serve this request; None for the
+        token's own (stdio, or a request that belongs to no MCP session)."""
+        scope = getattr(connection, "session_id", None) if self.per_session else None
+        if scope is None:
+            return None
+        if not connection.state.get(_SCOPED):
+            connection.state[_SCOPED] = True
+            # Run by the SDK when the MCP session ends, however it ends: its connections
+            # close, and the daemon releases what their last check_mail claimed.
+            connection.exit_stack.push_async_callback(self.links.forget_scope, scope)
+        return str(scope)
 
     async def _handle_list_tools(self, ctx: Any, params: Any) -> ListToolsResult:
         await self._link(ctx.session)  # a client that lists its tools hears of its mail
@@ -167,8 +207,14 @@ class TreemailMCP(MCPServer[Any]):
             link = await self._link(listener)
             if name == CHECK_MAIL:
                 return await self._check_mail(link, arguments)
-            answer = await link.request(m.EXTERNAL_CALL, x.ExternalCallParams(
-                tool_call_id=f"mcp-{uuid.uuid4()}", name=name, arguments=arguments))
+            connection = _connection(listener)
+            # A request with no MCP connection of its own gets a nonce of its own.
+            nonce = (connection.state.setdefault(_NONCE, uuid.uuid4().hex)
+                     if connection is not None else uuid.uuid4().hex)
+            request_id = context.request_context.request_id if context is not None else None
+            answer = await self.links.resend(link.key, x.ExternalCallParams(
+                tool_call_id=call_id(nonce, link.session_id, request_id), name=name,
+                arguments=arguments))
         except RpcFailure as failure:
             return _error(failure.data_code, failure.error.message)
         except TreemailError as error:
@@ -189,3 +235,10 @@ class TreemailMCP(MCPServer[Any]):
             structured_content={"messages": [
                 {"message_id": one.message_id, "owner": one.owner, "text": one.text}
                 for one in mail]})
+
+
+def _connection(listener: Any) -> Any:
+    """The MCP connection of a request (one MCP session, over stdio the process's). The
+    request's session object lives as long as its request; its connection as long as the
+    client's, and the SDK names it only privately."""
+    return getattr(listener, "_connection", None)

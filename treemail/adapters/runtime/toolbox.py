@@ -93,12 +93,15 @@ class ToolBox:
             names.append("send_message")
         return names
 
-    async def execute(self, session: Session, run_id: str, call: ToolCall) -> ToolOutcome:
+    async def execute(self, session: Session, run_id: str, call: ToolCall,
+                      replay_slot: str | None = None) -> ToolOutcome:
+        """``replay_slot``: where a retry of the call finds its first result, when not
+        under ``run_id`` (``ToolContext.replay_slot``)."""
         try:
             lookup_tool(call.name, self.visible(session))
             if self.hooks is not None:
                 await self.hooks.tool_before_call(session, call)
-            return await self._dispatch(session, run_id, call)
+            return await self._dispatch(session, run_id, call, replay_slot)
         except ApprovalRequired as waiting:
             return attrs.evolve(_error(call, waiting), approval=waiting)
         except Refusal as refused:
@@ -109,8 +112,9 @@ class ToolBox:
                                 "nothing; retrying the same call may fail the same way")
             return attrs.evolve(_error(call, failed), failure=error)
 
-    async def _dispatch(self, session: Session, run_id: str, call: ToolCall) -> ToolOutcome:
-        ctx = ToolContext(session.session_id, run_id, call.id)
+    async def _dispatch(self, session: Session, run_id: str, call: ToolCall,
+                        replay_slot: str | None = None) -> ToolOutcome:
+        ctx = ToolContext(session.session_id, run_id, call.id, replay_slot=replay_slot)
         if call.name == "send_message":
             result, recipient = await self.call(self._send, ctx, call.arguments)
             return _ok(call, result.as_tool_result(), recipient)
