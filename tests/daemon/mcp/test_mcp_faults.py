@@ -180,7 +180,7 @@ def test_an_http_mcp_session_that_ends_releases_its_claim_and_no_other(
                             mail_of(await sa.call_tool("check_mail", {}))] == [to_a]
                     assert await state_of(client, to_a) == MessageState.CLAIMED
                 # a's MCP session ended; the server process and b's session go on
-                await until_state(client, to_a, "released")
+                await until_state(client, to_a, MessageState.RELEASED)
                 assert await state_of(client, to_b) == MessageState.CLAIMED
                 async with http_session(http.url, a.token) as again:
                     assert [one["message_id"] for one in
