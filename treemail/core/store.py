@@ -361,7 +361,9 @@ class _DictTables:
         if not prefix and not start:
             return sorted(rows.items())
         low = prefix + start
-        return sorted((k, v) for k, v in rows.items() if k.startswith(prefix) and k >= low)
+        found = [row for row in rows.items() if row[0] >= low and row[0].startswith(prefix)]
+        found.sort()
+        return found
 
     def size(self, table: Table) -> int:
         return len(self.data[table])
