@@ -293,6 +293,8 @@ class Checker:
         self.outcomes["ok" if answer[0] == "ok" else str(answer[1])] += 1
         if action.kind == "send_message":
             self._reached(action, answer)
+        elif action.kind == "answer_approval" and answer[0] == "ok" and action.args[1]:
+            self.coverage.scopes.add(str(action.args[2]))  # (approval id, approve, scope)
 
     def _reached(self, action: Action, answer: tuple[Any, ...]) -> None:
         guard = REPLAY if answer[0] == "ok" and action.label.endswith(" retry)") else (
