@@ -35,8 +35,9 @@ each message exactly once (INV7, INV1). A drain's
 first step is usually a transition the search takes anyway: then the state's drain is that
 step plus its successor's drain, and is not run again (``Checker.successors``).
 
-Coverage (``coverage``): the send guards that answered and the lifecycle transitions the
-engine took, printed beside the state count.
+Coverage (``coverage``): the send guards that answered, the transitions the engine took of
+every lifecycle the core declares (approvals too), and the grant scopes held calls were
+approved in, printed beside the state count.
 """
 
 from __future__ import annotations
