@@ -25,6 +25,7 @@ from treemail.core import engine, guards, runs, sending, transitions
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import (
+    ApprovalRequired,
     IdempotencyConflict,
     IllegalTransition,
     InflightFull,
@@ -47,7 +48,7 @@ from treemail.models.checker import (
     CopyableWorld,
     canonical,
 )
-from treemail.models.coverage import ALL_GUARDS, BOUNDARY
+from treemail.models.coverage import ALL_GUARDS, ALL_SCOPES, ALL_TRANSITIONS, BOUNDARY
 from treemail.models.explore import outcome
 from treemail.models.invariants import Ledger, settled
 from treemail.models.parallel import check
@@ -61,6 +62,8 @@ SMALL = Bounds(sessions=2, messages=2, restarts=1, depth=20, disabled=0, trees=1
 # A pair window below the inbox cap, so the window is the guard that answers.
 WINDOWED = MessagingConfig(max_pending_per_session=2, max_inflight_per_pair=1, max_hops=1)
 SPEC = Path(__file__).resolve().parents[2] / "spec" / "invariants.json"
+APPROVAL_STEPS = [("ApprovalLifecycle", "pending", "approve"),
+                  ("ApprovalLifecycle", "pending", "deny")]
 
 
 def test_the_engine_passes_and_the_search_is_real() -> None:
@@ -206,6 +209,27 @@ def test_coverage_names_what_was_reached_and_what_was_not() -> None:
     assert f"guards {len(coverage.guards)}/{len(ALL_GUARDS)} reached" in line
     assert "inbox_full" in line
     assert ("MessageLifecycle", MessageState.CLAIMED, "consume") in coverage.transitions
+    # Parent and child never ask, so no call is held: the approval machine's transitions are
+    # counted in the whole, and named as not taken, as are the scopes never granted.
+    assert set(APPROVAL_STEPS) <= ALL_TRANSITIONS
+    assert not set(APPROVAL_STEPS) & coverage.transitions
+    assert f"transitions {len(coverage.transitions)}/{len(ALL_TRANSITIONS)} taken" in line
+    assert "ApprovalLifecycle.pending--approve" in line and "approve tree" in line
+    assert not coverage.complete
+
+
+def test_approvals_are_answered_in_every_scope_and_counted() -> None:
+    """Two siblings ask before writing to each other: their held calls are approved in every
+    grant scope and denied, and the approval machine's transitions are counted with the
+    others (``tests/deep/test_check_coverage.py``: everything, at the default bounds)."""
+    bounds = Bounds(sessions=3, messages=2, restarts=0, depth=6, disabled=0, trees=1)
+    result = check(checker.DEFAULT_CONFIG, bounds)
+    assert result.counterexample is None
+    coverage = result.coverage
+    assert set(APPROVAL_STEPS) <= coverage.transitions
+    assert coverage.scopes == set(ALL_SCOPES)
+    assert "approval scopes 3/3 granted" in coverage.line()
+    assert result.outcomes[ApprovalRequired.code] > 0  # calls held, then answered
 
 
 def test_a_reused_call_id_with_other_arguments_is_caught() -> None:

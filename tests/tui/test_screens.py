@@ -32,6 +32,10 @@ def test_the_main_screen_of_a_replay(demo_store: Path) -> None:  # noqa: F811 - 
             await until(app.ready.is_set, pilot.pause, "the replay loaded")
             await until(lambda: "run 4 finished" in pane_text(app, "#transcript"),
                         pilot.pause, "the newest rows in view")
+            # The footer too: on a busy machine the transcript can be drawn a frame before
+            # it, and a screenshot whose last line is still blank has one line fewer.
+            await until(lambda: "^p palette" in screen_text(app).split("\n")[-1],
+                        pilot.pause, "the footer drawn")
             return svg_lines(app.export_screenshot()), screen_text(app), app
 
     shot, text, app = asyncio.run(scenario())

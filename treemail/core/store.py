@@ -13,7 +13,7 @@ share one durable commit (group commit) without one refusal undoing the others.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from treemail.core import keys
@@ -358,7 +358,9 @@ class _DictTables:
         if not prefix and not start:
             return sorted(rows.items())
         low = prefix + start
-        return sorted((k, v) for k, v in rows.items() if k.startswith(prefix) and k >= low)
+        found = [row for row in rows.items() if row[0] >= low and row[0].startswith(prefix)]
+        found.sort()
+        return found
 
     def size(self, table: Table) -> int:
         return len(self.data[table])
@@ -378,14 +380,34 @@ class _MemoryTxn(Indexed):
         super().__init__(tables)
         self._dicts = tables
 
-    @contextmanager
-    def savepoint(self) -> Iterator[WriteTxn]:
-        mark = len(self._dicts.undo)
-        try:
-            yield self
-        except BaseException:
-            self._dicts.rollback_to(mark)
-            raise
+    def savepoint(self) -> _Savepoint:
+        return _Savepoint(self)
+
+    # Entered and left by hand rather than through ``contextmanager``: the model checker opens
+    # one transaction and a read or two per step, and a generator-based manager cost more
+    # than the store's own dict work for most of them.
+    def __enter__(self) -> _MemoryTxn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _Savepoint:
+    """A nested transaction of a memory store: its writes are undone if its block raises."""
+
+    __slots__ = ("_mark", "_txn")
+
+    def __init__(self, txn: _MemoryTxn) -> None:
+        self._txn = txn
+        self._mark = len(txn._dicts.undo)
+
+    def __enter__(self) -> WriteTxn:
+        return self._txn
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is not None:
+            self._txn._dicts.rollback_to(self._mark)
 
 
 class MemoryStore:
@@ -394,17 +416,20 @@ class MemoryStore:
     def __init__(self) -> None:
         self._tables = _DictTables()
 
-    @contextmanager
-    def read(self) -> Iterator[ReadTxn]:
+    def read(self) -> AbstractContextManager[ReadTxn]:
         self._check_open()
-        yield _MemoryTxn(self._tables)
+        return _MemoryTxn(self._tables)
 
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
         self._check_open()
-        txn = _MemoryTxn(self._tables)
-        with txn.savepoint():
-            result = work(txn)
-        self._tables.undo.clear()
+        tables = self._tables
+        mark = len(tables.undo)
+        try:
+            result = work(_MemoryTxn(tables))
+        except BaseException:
+            tables.rollback_to(mark)
+            raise
+        tables.undo.clear()
         return result
 
     def fork(self) -> MemoryStore:

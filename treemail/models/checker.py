@@ -35,8 +35,9 @@ each message exactly once (INV7, INV1). A drain's
 first step is usually a transition the search takes anyway: then the state's drain is that
 step plus its successor's drain, and is not run again (``Checker.successors``).
 
-Coverage (``coverage``): the send guards that answered and the lifecycle transitions the
-engine took, printed beside the state count.
+Coverage (``coverage``): the send guards that answered, the transitions the engine took of
+every lifecycle the core declares (approvals too), and the grant scopes held calls were
+approved in, printed beside the state count.
 """
 
 from __future__ import annotations
@@ -293,6 +294,8 @@ class Checker:
         self.outcomes["ok" if answer[0] == "ok" else str(answer[1])] += 1
         if action.kind == "send_message":
             self._reached(action, answer)
+        elif action.kind == "answer_approval" and answer[0] == "ok" and action.args[1]:
+            self.coverage.scopes.add(str(action.args[2]))  # (approval id, approve, scope)
         elif (step := boundary_step(action.kind, action.args, answer)) is not None:
             self.coverage.boundary.add(step)
 

@@ -1,11 +1,13 @@
-"""What a model-checker run reached: the send guards that answered, and the lifecycle
-transitions the engine took, beside the whole of each.
+"""What a model-checker run reached: the send guards that answered, the lifecycle
+transitions the engine took (of every machine ``lifecycle`` declares, approvals too), and the
+grant scopes held calls were approved for, beside the whole of each.
 
 Transitions are read where the engine takes them: while a search runs, ``recording`` wraps
 ``Lifecycle.step`` (the one function every engine state change goes through) to note each
 (machine, state, trigger) it allows. Guards are read from the answers: a guard is reached when
 a send is refused with a code only it raises, or, for the idempotent replay, when a retried
-call is answered with its original result.
+call is answered with its original result. Scopes are read from the answers too: an approval
+answered ``ok`` with approve in that scope.
 """
 
 from __future__ import annotations
@@ -16,17 +18,25 @@ from typing import Any
 
 import attrs
 
+from treemail.core import lifecycle
 from treemail.core.errors import ExternalBusy
-from treemail.core.lifecycle import MESSAGE, REQUEST, RUN, SESSION, Lifecycle
+from treemail.core.lifecycle import Lifecycle
+from treemail.core.records import GrantScope
 from treemail.core.sending import GUARDS
 
-__all__ = ["ALL_TRANSITIONS", "BOUNDARY", "Coverage", "boundary_step", "guard_of", "recording"]
+__all__ = ["ALL_SCOPES", "ALL_TRANSITIONS", "BOUNDARY", "MACHINES", "Coverage", "boundary_step",
+           "guard_of", "recording"]
 
 Transition = tuple[str, str, str]  # (machine, from state, trigger)
 
+# Every machine the lifecycle module declares, found rather than listed: a machine added
+# there is counted here without anyone remembering to.
+MACHINES: tuple[Lifecycle[Any, Any], ...] = tuple(
+    table for table in vars(lifecycle).values() if isinstance(table, Lifecycle))
 ALL_TRANSITIONS: frozenset[Transition] = frozenset(
     (table.name, str(state), str(trigger))
-    for table in (MESSAGE, SESSION, RUN, REQUEST) for state, trigger in table.transitions)
+    for table in MACHINES for state, trigger in table.transitions)
+ALL_SCOPES: tuple[str, ...] = tuple(scope.value for scope in GrantScope)
 ALL_GUARDS: tuple[str, ...] = tuple(guard.name for guard in GUARDS)
 REPLAY = "idempotent_replay"
 
@@ -69,9 +79,20 @@ class Coverage:
     guards: set[str] = attrs.Factory(set)
     transitions: set[Transition] = attrs.Factory(set)
     boundary: set[str] = attrs.Factory(set)  # empty: the search attached no external session
+    scopes: set[str] = attrs.Factory(set)  # grant scopes of approvals answered approve, ok
+
+    def merge(self, other: Coverage) -> None:
+        """What ``other`` reached, added to this (a worker's share of the search)."""
+        self.guards |= other.guards
+        self.transitions |= other.transitions
+        self.boundary |= other.boundary
+        self.scopes |= other.scopes
 
     def missing_guards(self) -> list[str]:
         return [name for name in ALL_GUARDS if name not in self.guards]
+
+    def missing_scopes(self) -> list[str]:
+        return [scope for scope in ALL_SCOPES if scope not in self.scopes]
 
     def missing_transitions(self) -> list[Transition]:
         return sorted(ALL_TRANSITIONS - self.transitions)
@@ -81,20 +102,22 @@ class Coverage:
 
     @property
     def complete(self) -> bool:
-        return (not self.missing_guards() and not self.missing_transitions()
-                and not (self.boundary and self.missing_boundary()))
+        return not (self.missing_guards() or self.missing_transitions()
+                    or self.missing_scopes() or (self.boundary and self.missing_boundary()))
 
     def line(self) -> str:
         guards = f"guards {len(self.guards & set(ALL_GUARDS))}/{len(ALL_GUARDS)}"
         taken = f"transitions {len(self.transitions & ALL_TRANSITIONS)}/{len(ALL_TRANSITIONS)}"
+        scopes = f"approval scopes {len(self.scopes & set(ALL_SCOPES))}/{len(ALL_SCOPES)}"
         gaps = [*self.missing_guards(),
                 *(f"{machine}.{state}--{trigger}" for machine, state, trigger
-                  in self.missing_transitions())]
+                  in self.missing_transitions()),
+                *(f"approve {scope}" for scope in self.missing_scopes())]
         boundary = ""
         if self.boundary:
             boundary = f", external boundary {len(self.boundary)}/{len(BOUNDARY)}"
             gaps += [f"external: {step}" for step in self.missing_boundary()]
-        return f"{guards} reached, {taken} taken{boundary}" + (
+        return f"{guards} reached, {taken} taken, {scopes} granted{boundary}" + (
             f"; not reached: {', '.join(gaps)}" if gaps else "")
 
 

@@ -491,9 +491,12 @@ def drain_step(tx: ReadTxn) -> Action | None:
     parents first)."""
     sessions = list(tx.sessions())
     for session in reversed(sessions):
+        # The state first: most sessions are at rest, and then their run is not read.
+        if session.state not in (SessionState.QUEUED, SessionState.RUNNING):
+            continue
         sid, rid = session.session_id, session.run_id
         run = tx.run(rid) if rid is not None else None
-        if run is None or session.state not in (SessionState.QUEUED, SessionState.RUNNING):
+        if run is None:
             continue
         at = f"{short(sid)}, run {short(rid)}"
         if session.state == SessionState.QUEUED:

@@ -310,8 +310,7 @@ def _merge(totals: list[tuple[int, Result]],
     """The workers' counts summed (their CPU time too), their coverage united."""
     coverage, outcomes = Coverage(), Counter[str]()
     for _, part in totals:
-        coverage.guards |= part.coverage.guards
-        coverage.transitions |= part.coverage.transitions
+        coverage.merge(part.coverage)
         outcomes.update(part.outcomes)
     parts = [part for _, part in totals]
     if progress is not None:
