@@ -37,7 +37,13 @@ from treemail.core.errors import (
 )
 from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
-from treemail.core.lifecycle import MessageState, MessageTrigger, RunTrigger, SessionState
+from treemail.core.lifecycle import (
+    ApprovalState,
+    MessageState,
+    MessageTrigger,
+    RunTrigger,
+    SessionState,
+)
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Message, Owner, ToolContext
 from treemail.core.store import MemoryStore
@@ -62,8 +68,8 @@ SMALL = Bounds(sessions=2, messages=2, restarts=1, depth=20, disabled=0, trees=1
 # A pair window below the inbox cap, so the window is the guard that answers.
 WINDOWED = MessagingConfig(max_pending_per_session=2, max_inflight_per_pair=1, max_hops=1)
 SPEC = Path(__file__).resolve().parents[2] / "spec" / "invariants.json"
-APPROVAL_STEPS = [("ApprovalLifecycle", "pending", "approve"),
-                  ("ApprovalLifecycle", "pending", "deny")]
+APPROVAL_STEPS = [("ApprovalLifecycle", ApprovalState.PENDING, "approve"),
+                  ("ApprovalLifecycle", ApprovalState.PENDING, "deny")]
 
 
 def test_the_engine_passes_and_the_search_is_real() -> None:
