@@ -69,12 +69,17 @@ class Ownership:
         self.shared = not isinstance(leases, SoleLeases)
         self.notified = self.shared and wakeups == "notify"
         self._poke = asyncio.Event()  # a beat now: another daemon gave trees up
+        self._chore = asyncio.Event()  # a renewal done: drop, take over, recover
+        self._lost: set[str] = set()  # trees a renewal found lost, not dropped yet
         # A third of the lease renews it in time; at most a second, so that trees given up
         # or run out are taken within a second even when nothing is heard (polling).
         self.interval = min(duration / 3, 1.0)
         self.taken_over = 0  # trees claimed from a dead daemon, for tests and the log
         self._beat: asyncio.Task[None] | None = None
         self._adopting = asyncio.Lock()
+        # Trees claimed whose recovery failed (the store refused it, or went away): held,
+        # so no other daemon recovers them, hence recovered again at each beat until done.
+        self._unrecovered: set[str] = set()
 
     async def start(self) -> Collection[str] | None:
         """Join the store's members and claim the trees nobody holds live; returns the
@@ -123,35 +128,85 @@ class Ownership:
                 _log.warning("could not give the trees up on the way out: %s", exc)
 
     async def _heartbeat(self) -> None:
+        """Renew on time, whatever else is going on: the renewal runs on its own, and the
+        chores it finds (trees to drop, to take over, to recover) run beside it. A beat that
+        waited for a takeover's recovery (seconds, under load) let this daemon's own leases
+        lapse, and its trees change hands for nothing."""
+        chores = asyncio.create_task(self._chores(), name="lease chores")
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.interval):
+                        await self._poke.wait()
+                self._poke.clear()
+                try:
+                    self._lost.update(await self._renew())
+                except TreemailError as exc:  # the server away: the next beat tries again
+                    _log.warning("lease heartbeat failed: %s", exc)
+                    continue
+                self._chore.set()
+        finally:
+            chores.cancel()
+            await asyncio.gather(chores, return_exceptions=True)
+
+    async def _chores(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.interval):
-                    await self._poke.wait()
-            self._poke.clear()
+            await self._chore.wait()
+            self._chore.clear()
             try:
-                await self.beat()
-            except TreemailError as exc:  # the server away: the next beat tries again
+                await self._settle()
+            except TreemailError as exc:  # tried again at the next beat
                 _log.warning("lease heartbeat failed: %s", exc)
 
     async def beat(self) -> None:
         """Renew our leases, stop driving the trees lost, take over the trees whose lease
-        ran out."""
-        lost = await asyncio.to_thread(self.leases.renew)
-        if lost:
-            _log.warning("lost trees %s to another daemon: stopped driving them",
-                         ", ".join(lost))
-            await self.runtime.drop(lost)
+        ran out (one heartbeat, all in turn)."""
+        self._lost.update(await self._renew())
+        await self._settle()
+
+    async def _renew(self) -> list[str]:
+        lost: list[str] = await asyncio.to_thread(self.leases.renew)
+        return lost
+
+    async def _settle(self) -> None:
+        """Stop driving the trees lost, take over those whose lease ran out, and recover
+        those claimed but not recovered yet."""
+        async with self._adopting:
+            # A tree claimed back since (a request found its lease run out) is driven by
+            # the actors its recovery spawned: those are not dropped.
+            held = self.leases.held()
+            lost, self._lost = sorted(t for t in self._lost if t not in held), set()
+            if lost:
+                _log.warning("lost trees %s to another daemon: stopped driving them",
+                             ", ".join(lost))
+                await self.runtime.drop(lost)
+            self._unrecovered -= set(lost)
         expired = await asyncio.to_thread(self.leases.expired)
         if expired:
             await self._adopt(expired)
+        if self._unrecovered:
+            await self._adopt(())
 
     async def _adopt(self, trees: Collection[str]) -> set[str]:
+        """Claim ``trees`` (those whose lease ran out) and recover the ones claimed, with
+        any claimed before whose recovery failed. A tree is recovered once claimed, or
+        again at the next beat: a claimed tree left unrecovered (its dead run in flight, its
+        mail claimed) would be stuck for good, since its live lease keeps others out."""
         async with self._adopting:
-            taken = await asyncio.to_thread(self._claim_all, trees)
-            if taken:
-                dead = await self.runtime.adopt(taken)
-                self.taken_over += len(taken)
-                _log.info("took over trees %s (%d runs found dead)", ", ".join(sorted(taken)),
+            taken = await asyncio.to_thread(self._claim_all, trees) if trees else set()
+            # Only the trees still held: one lost meanwhile is its new owner's to recover.
+            due = (self._unrecovered | taken) & set(self.leases.held())
+            self._unrecovered = set(due)
+            if due:
+                try:
+                    dead = await self.runtime.adopt(due)
+                except TreemailError as exc:
+                    _log.warning("could not recover trees %s yet (%s); trying again at the "
+                                 "next beat", ", ".join(sorted(due)), exc)
+                    raise
+                self._unrecovered.clear()
+                self.taken_over += len(due)
+                _log.info("took over trees %s (%d runs found dead)", ", ".join(sorted(due)),
                           dead)
             return taken
 
@@ -183,9 +238,11 @@ class Ownership:
                     f"new trees go to the daemon with the fewest live trees, at "
                     f"{target.address}; send session.create there", owner=target.address,
                     method="session.create")
+            # The tree's lease is taken by the transaction that creates it (the store's
+            # fence leases a tree nobody leased before), so no daemon ever sees the tree
+            # without its owner.
             view = await handler(conn, params)
             assert isinstance(view, t.SessionView)
-            await asyncio.to_thread(self.leases.claim, view.root_session_id)
             return view
 
         return placed
