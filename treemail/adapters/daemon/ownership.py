@@ -31,11 +31,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from treemail.adapters.daemon.errors import NotOwner
 from treemail.adapters.store.leases import Leases, SoleLeases, place
+from treemail.core import external
 from treemail.core.errors import TreemailError
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
@@ -54,7 +55,13 @@ _log = logging.getLogger("treemail.daemon")
 _TREE_WRITES: dict[Method[Any, Any], str] = {
     m.RUN_SUBMIT: "session_id", m.RUN_STEER: "session_id", m.RUN_CANCEL: "session_id",
     m.TOOL_CALL: "session_id", m.PLUGIN_PRODUCER_SEND: "session_id",
-    m.SESSION_DELEGATE: "parent_session_id"}
+    m.SESSION_DELEGATE: "parent_session_id", m.EXTERNAL_ATTACH: "parent_session_id",
+    m.EXTERNAL_TOKENS_ISSUE: "session_id"}
+# A bound connection's methods: each acts as (and writes into the tree of) its session.
+# external.bind is checked too, so that a connection is bound where its session's tree is.
+_BOUND = (m.EXTERNAL_CALL, m.EXTERNAL_CHECK_MAIL)
+
+Finder = Callable[[Any, Any], Awaitable[str | None]]
 
 
 class Ownership:
@@ -213,21 +220,56 @@ class Ownership:
     # -- requests --------------------------------------------------------------------------
 
     def guard(self, daemon: Daemon) -> None:
-        """Wrap the handlers that need the tree's owner: writes into a tree, and
-        ``session.create`` (placement); reads stay open to any daemon."""
+        """Wrap the handlers that need the tree's owner: writes into a tree (an external
+        session's included), and ``session.create`` (placement); reads stay open to any
+        daemon."""
         if not self.shared:
             return
         for method, field in _TREE_WRITES.items():
-            daemon.handlers[method.name] = self._owned(daemon.handlers[method.name], field)
+            daemon.handlers[method.name] = self._owned(
+                daemon.handlers[method.name], _param(field))
+        gate = daemon.external
+
+        async def bound(conn: Any, params: Any) -> str | None:
+            return None if gate is None else gate.session_of(conn)
+
+        for method in _BOUND:
+            daemon.handlers[method.name] = self._owned(daemon.handlers[method.name], bound)
+        for method, find in ((m.EXTERNAL_BIND, self._of_token),
+                             (m.EXTERNAL_TOKENS_REVOKE, self._of_token_id)):
+            daemon.handlers[method.name] = self._owned(daemon.handlers[method.name], find)
         create = m.SESSION_CREATE.name
         daemon.handlers[create] = self._placed(daemon.handlers[create])
 
-    def _owned(self, handler: Handler, field: str) -> Handler:
+    def _owned(self, handler: Handler, find: Finder) -> Handler:
         async def owned(conn: Any, params: Any) -> Any:
-            await self.check(str(getattr(params, field)))
+            session_id = await find(conn, params)
+            if session_id is not None:
+                await self.check(session_id)
             return await handler(conn, params)
 
         return owned
+
+    async def _of_token(self, conn: Any, params: Any) -> str | None:
+        """The session a token binds (None for a token the handler refuses anyway)."""
+        def read() -> str:
+            with self.runtime.engine.store.read() as tx:
+                return external.resolve(tx, str(params.token)).session_id
+
+        try:
+            found: str = await self.runtime.writer.quiet(read)
+        except TreemailError:
+            return None
+        return found
+
+    async def _of_token_id(self, conn: Any, params: Any) -> str | None:
+        def read() -> str | None:
+            with self.runtime.engine.store.read() as tx:
+                return next((info.session.session_id for info in external.tokens(tx)
+                             if info.token_id == params.token_id), None)
+
+        found: str | None = await self.runtime.writer.quiet(read)
+        return found
 
     def _placed(self, handler: Handler) -> Handler:
         async def placed(conn: Any, params: Any) -> Any:
@@ -266,3 +308,11 @@ class Ownership:
         if lease is not None and lease.holder != self.leases.holder:
             raise NotOwner(f"tree {root} is owned by the daemon at {lease.address}; send "
                            "the request there", owner=lease.address, tree=root)
+
+
+def _param(field: str) -> Finder:
+    """The session a request names in ``field`` of its params."""
+    async def find(conn: Any, params: Any) -> str | None:
+        return str(getattr(params, field))
+
+    return find

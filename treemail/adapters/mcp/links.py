@@ -20,7 +20,7 @@ from typing import TypeVar
 import msgspec
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
-from treemail.adapters.daemon.errors import ExternalDaemonGone
+from treemail.adapters.daemon.errors import ExternalDaemonGone, NotOwner
 from treemail.protocol import external as x
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
@@ -41,6 +41,7 @@ class Link:
         self.client = client
         self.session = session
         self.on_mail = on_mail
+        self.moved = False  # its session's tree is another daemon's now
         self._watch = asyncio.get_running_loop().create_task(self._forward(),
                                                              name="external/mail")
 
@@ -50,11 +51,16 @@ class Link:
 
     @property
     def broken(self) -> bool:
-        return self._watch.done()
+        return self.moved or self._watch.done()
 
     async def request(self, method: Method[P, R], params: P) -> R:
         try:
-            return await self.client.request(method, params)
+            # Not followed: another daemon's connection is not bound to this session.
+            return await self.client.request(method, params, follow=False)
+        except RpcFailure as failure:
+            if _not_owner(failure):  # the tree moved: the next call binds where it is now
+                self.moved = True
+            raise
         except ConnectionError:
             raise _gone(f"{method.name} may or may not have taken effect before it went away (a "
                         "send_message may have been accepted: ask before sending it again)"
@@ -96,7 +102,7 @@ class Links:
             except (OSError, ConnectionError):
                 raise _gone("nothing was done") from None
             try:
-                bound = await client.request(m.EXTERNAL_BIND, x.ExternalBindParams(token=token))
+                bound, client = await _bind(client, token)
             except BaseException:
                 await client.close()
                 raise
@@ -125,6 +131,30 @@ class Links:
     async def close(self) -> None:
         for token in list(self._links):
             await self.forget(token)
+
+
+async def _bind(client: DaemonClient, token: str) -> tuple[x.ExternalBindResult, DaemonClient]:
+    """Bind a connection by ``token``: this one, or, when daemons share the store and
+    another owns the session's tree (``daemon:not_owner``), a new one to that daemon (the
+    first is closed then). Returns the result and the bound connection."""
+    try:
+        return await client.request(m.EXTERNAL_BIND, x.ExternalBindParams(token=token),
+                                    follow=False), client
+    except RpcFailure as failure:
+        owner = await client.at_owner(failure)
+        if owner is None:
+            raise
+    await client.close()
+    try:
+        return await owner.request(m.EXTERNAL_BIND, x.ExternalBindParams(token=token),
+                                   follow=False), owner
+    except BaseException:
+        await owner.close()
+        raise
+
+
+def _not_owner(failure: RpcFailure) -> bool:
+    return failure.error.data is not None and failure.error.data.code == NotOwner.code
 
 
 async def _nobody(session_id: str) -> None:
