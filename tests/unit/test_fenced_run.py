@@ -67,7 +67,8 @@ def test_a_fenced_run_is_left_to_the_owners_recovery_and_its_mail_is_consumed_on
         task = await rt.accept(root.session_id, "go")
         while "its run is left to the tree's owner" not in caplog.text:
             await asyncio.sleep(0.01)
-        left = [rt.engine.message(task).state, rt.engine.session(root.session_id).state]
+        left: list[object] = [rt.engine.message(task).state,
+                              rt.engine.session(root.session_id).state]
         await rt.adopt([root.session_id])  # the tree claimed (back): recovered, then run
         await rt.quiesce(timeout=20)
         await rt.shutdown()
