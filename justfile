@@ -62,6 +62,11 @@ check *ARGS:
 deep:
     HYPOTHESIS_PROFILE=deep {{python}} -m pytest tests/deep tests/property -q
 
+# The differential suite on PostgreSQL at the whole ci profile (`just test` runs a quarter of
+# it, and an eighth with group commit: the whole one takes minutes, every step a round trip).
+diff-pg:
+    HYPOTHESIS_PROFILE=ci TREEMAIL_PG_DIFF_FULL=1 {{python}} -m pytest tests/property/test_differential_postgres.py -q -p no:randomly
+
 # SIGKILLs under mixed load: KILLS (default 500) of an engine worker and as many of the daemon,
 # each followed by the no-loss, no-duplicate and caps checks (tests/crash/harness.py).
 soak KILLS="500":

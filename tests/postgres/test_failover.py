@@ -70,14 +70,6 @@ async def _send(client: DaemonClient, tree: str, n: int) -> str:
             await asyncio.sleep(0.05)  # its owner is dead and the lease not yet run out
 
 
-
-# A known, open bug, not a flaky test: in about half of the clean-clone CI runs under load,
-# all six messages of one tree stay claimed (the first) or admitted (the rest): that tree's
-# first run never ends and no daemon recovers it. Every other assertion of the test holds in
-# those runs. Marked so that it is reported on every run (XFAIL, or XPASS when it passes)
-# while the cause is found; the note tracks it. Remove the mark with the fix.
-@pytest.mark.xfail(strict=False, reason="known bug under load: one tree's first run can stay "
-                   "in flight after a takeover, its mail claimed; see the module comment")
 def test_two_daemons_own_disjoint_trees_and_the_survivor_takes_over_a_killed_one(
     pair: tuple[str, DaemonProcess, DaemonProcess],
 ) -> None:

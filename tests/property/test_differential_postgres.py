@@ -45,7 +45,7 @@ TestDifferentialPostgres = PostgresMachine.TestCase
 # A quarter of the profile's examples, each of its full length: every step is a round trip
 # or several to a server, and the whole profile (200 examples) took 7.5 minutes on a loaded
 # 2-core machine, three times `just test`'s budget. `just deep` runs a quarter of the deep
-# profile's (625), and HYPOTHESIS_PROFILE=ci with TREEMAIL_PG_DIFF_FULL=1 the whole ci one.
+# profile's (625), and `just diff-pg` (TREEMAIL_PG_DIFF_FULL=1) the whole ci one.
 if not os.environ.get("TREEMAIL_PG_DIFF_FULL"):
     TestDifferentialPostgres.settings = settings(
         TestDifferentialPostgres.settings,

@@ -140,9 +140,8 @@ class DaemonClient(Channel):
         ``daemon:not_owner`` (daemons sharing a store: the tree is another's), it is sent
         once to the daemon named, over a connection of its own, unless ``follow`` is False."""
         (outcome,) = await self.request_many(method, [params], timeout=timeout)
-        if isinstance(outcome, RpcFailure) and follow and (owner := _owner(outcome)):
-            other = await DaemonClient.connect(owner, token=self._token,
-                                               timeout=self.timeout)
+        if follow and isinstance(outcome, BaseException) and (
+                other := await self.at_owner(outcome)) is not None:
             try:
                 return await other.request(method, params, timeout=timeout, follow=False)
             finally:
@@ -150,6 +149,15 @@ class DaemonClient(Channel):
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
+
+    async def at_owner(self, failure: BaseException) -> DaemonClient | None:
+        """A connection of its own (this client's token and timeout) to the daemon that a
+        ``daemon:not_owner`` failure names; None for any other failure. For what must be
+        sent there on a connection that stays open (``external.bind``)."""
+        owner = _owner(failure) if isinstance(failure, RpcFailure) else None
+        if owner is None:
+            return None
+        return await DaemonClient.connect(owner, token=self._token, timeout=self.timeout)
 
     async def request_many(self, method: Method[P, R], params: list[P], *,
                            timeout: float | None = None) -> list[R | BaseException]:

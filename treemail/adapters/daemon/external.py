@@ -93,6 +93,11 @@ class External:
         if binding is not None and binding.claim is not None and not self.rt.closing:
             await self._settle(binding, committed=False)
 
+    def session_of(self, conn: Connection) -> str | None:
+        """The session ``conn`` is bound to (the daemon's owner check of its calls)."""
+        binding = self.bound.get(conn)
+        return None if binding is None else binding.session_id
+
     def wake(self, session_id: str) -> None:
         """New mail for an external session: tell the connections bound to it."""
         note = encode_notice(m.EXTERNAL_MAIL, x.ExternalMailNotification(session_id=session_id))

@@ -31,11 +31,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from treemail.adapters.daemon.errors import NotOwner
 from treemail.adapters.store.leases import Leases, SoleLeases, place
+from treemail.core import external
 from treemail.core.errors import TreemailError
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
@@ -54,7 +55,13 @@ _log = logging.getLogger("treemail.daemon")
 _TREE_WRITES: dict[Method[Any, Any], str] = {
     m.RUN_SUBMIT: "session_id", m.RUN_STEER: "session_id", m.RUN_CANCEL: "session_id",
     m.TOOL_CALL: "session_id", m.PLUGIN_PRODUCER_SEND: "session_id",
-    m.SESSION_DELEGATE: "parent_session_id"}
+    m.SESSION_DELEGATE: "parent_session_id", m.EXTERNAL_ATTACH: "parent_session_id",
+    m.EXTERNAL_TOKENS_ISSUE: "session_id"}
+# A bound connection's methods: each acts as (and writes into the tree of) its session.
+# external.bind is checked too, so that a connection is bound where its session's tree is.
+_BOUND = (m.EXTERNAL_CALL, m.EXTERNAL_CHECK_MAIL)
+
+Finder = Callable[[Any, Any], Awaitable[str | None]]
 
 
 class Ownership:
@@ -69,12 +76,17 @@ class Ownership:
         self.shared = not isinstance(leases, SoleLeases)
         self.notified = self.shared and wakeups == "notify"
         self._poke = asyncio.Event()  # a beat now: another daemon gave trees up
+        self._chore = asyncio.Event()  # a renewal done: drop, take over, recover
+        self._lost: set[str] = set()  # trees a renewal found lost, not dropped yet
         # A third of the lease renews it in time; at most a second, so that trees given up
         # or run out are taken within a second even when nothing is heard (polling).
         self.interval = min(duration / 3, 1.0)
         self.taken_over = 0  # trees claimed from a dead daemon, for tests and the log
         self._beat: asyncio.Task[None] | None = None
         self._adopting = asyncio.Lock()
+        # Trees claimed whose recovery failed (the store refused it, or went away): held,
+        # so no other daemon recovers them, hence recovered again at each beat until done.
+        self._unrecovered: set[str] = set()
 
     async def start(self) -> Collection[str] | None:
         """Join the store's members and claim the trees nobody holds live; returns the
@@ -123,56 +135,141 @@ class Ownership:
                 _log.warning("could not give the trees up on the way out: %s", exc)
 
     async def _heartbeat(self) -> None:
+        """Renew on time, whatever else is going on: the renewal runs on its own, and the
+        chores it finds (trees to drop, to take over, to recover) run beside it. A beat that
+        waited for a takeover's recovery (seconds, under load) let this daemon's own leases
+        lapse, and its trees change hands for nothing."""
+        chores = asyncio.create_task(self._chores(), name="lease chores")
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.interval):
+                        await self._poke.wait()
+                self._poke.clear()
+                try:
+                    self._lost.update(await self._renew())
+                except TreemailError as exc:  # the server away: the next beat tries again
+                    _log.warning("lease heartbeat failed: %s", exc)
+                    continue
+                self._chore.set()
+        finally:
+            chores.cancel()
+            await asyncio.gather(chores, return_exceptions=True)
+
+    async def _chores(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.interval):
-                    await self._poke.wait()
-            self._poke.clear()
+            await self._chore.wait()
+            self._chore.clear()
             try:
-                await self.beat()
-            except TreemailError as exc:  # the server away: the next beat tries again
+                await self._settle()
+            except TreemailError as exc:  # tried again at the next beat
                 _log.warning("lease heartbeat failed: %s", exc)
 
     async def beat(self) -> None:
         """Renew our leases, stop driving the trees lost, take over the trees whose lease
-        ran out."""
-        lost = await asyncio.to_thread(self.leases.renew)
-        if lost:
-            _log.warning("lost trees %s to another daemon: stopped driving them",
-                         ", ".join(lost))
-            await self.runtime.drop(lost)
+        ran out (one heartbeat, all in turn)."""
+        self._lost.update(await self._renew())
+        await self._settle()
+
+    async def _renew(self) -> list[str]:
+        lost: list[str] = await asyncio.to_thread(self.leases.renew)
+        return lost
+
+    async def _settle(self) -> None:
+        """Stop driving the trees lost, take over those whose lease ran out, and recover
+        those claimed but not recovered yet."""
+        async with self._adopting:
+            # A tree claimed back since (a request found its lease run out) is driven by
+            # the actors its recovery spawned: those are not dropped.
+            held = self.leases.held()
+            lost, self._lost = sorted(t for t in self._lost if t not in held), set()
+            if lost:
+                _log.warning("lost trees %s to another daemon: stopped driving them",
+                             ", ".join(lost))
+                await self.runtime.drop(lost)
+            self._unrecovered -= set(lost)
         expired = await asyncio.to_thread(self.leases.expired)
         if expired:
             await self._adopt(expired)
+        if self._unrecovered:
+            await self._adopt(())
 
     async def _adopt(self, trees: Collection[str]) -> set[str]:
+        """Claim ``trees`` (those whose lease ran out) and recover the ones claimed, with
+        any claimed before whose recovery failed. A tree is recovered once claimed, or
+        again at the next beat: a claimed tree left unrecovered (its dead run in flight, its
+        mail claimed) would be stuck for good, since its live lease keeps others out."""
         async with self._adopting:
-            taken = await asyncio.to_thread(self._claim_all, trees)
-            if taken:
-                dead = await self.runtime.adopt(taken)
-                self.taken_over += len(taken)
-                _log.info("took over trees %s (%d runs found dead)", ", ".join(sorted(taken)),
+            taken = await asyncio.to_thread(self._claim_all, trees) if trees else set()
+            # Only the trees still held: one lost meanwhile is its new owner's to recover.
+            due = (self._unrecovered | taken) & set(self.leases.held())
+            self._unrecovered = set(due)
+            if due:
+                try:
+                    dead = await self.runtime.adopt(due)
+                except TreemailError as exc:
+                    _log.warning("could not recover trees %s yet (%s); trying again at the "
+                                 "next beat", ", ".join(sorted(due)), exc)
+                    raise
+                self._unrecovered.clear()
+                self.taken_over += len(due)
+                _log.info("took over trees %s (%d runs found dead)", ", ".join(sorted(due)),
                           dead)
             return taken
 
     # -- requests --------------------------------------------------------------------------
 
     def guard(self, daemon: Daemon) -> None:
-        """Wrap the handlers that need the tree's owner: writes into a tree, and
-        ``session.create`` (placement); reads stay open to any daemon."""
+        """Wrap the handlers that need the tree's owner: writes into a tree (an external
+        session's included), and ``session.create`` (placement); reads stay open to any
+        daemon."""
         if not self.shared:
             return
         for method, field in _TREE_WRITES.items():
-            daemon.handlers[method.name] = self._owned(daemon.handlers[method.name], field)
+            daemon.handlers[method.name] = self._owned(
+                daemon.handlers[method.name], _param(field))
+        gate = daemon.external
+
+        async def bound(conn: Any, params: Any) -> str | None:
+            return None if gate is None else gate.session_of(conn)
+
+        for method in _BOUND:
+            daemon.handlers[method.name] = self._owned(daemon.handlers[method.name], bound)
+        for method, find in ((m.EXTERNAL_BIND, self._of_token),
+                             (m.EXTERNAL_TOKENS_REVOKE, self._of_token_id)):
+            daemon.handlers[method.name] = self._owned(daemon.handlers[method.name], find)
         create = m.SESSION_CREATE.name
         daemon.handlers[create] = self._placed(daemon.handlers[create])
 
-    def _owned(self, handler: Handler, field: str) -> Handler:
+    def _owned(self, handler: Handler, find: Finder) -> Handler:
         async def owned(conn: Any, params: Any) -> Any:
-            await self.check(str(getattr(params, field)))
+            session_id = await find(conn, params)
+            if session_id is not None:
+                await self.check(session_id)
             return await handler(conn, params)
 
         return owned
+
+    async def _of_token(self, conn: Any, params: Any) -> str | None:
+        """The session a token binds (None for a token the handler refuses anyway)."""
+        def read() -> str:
+            with self.runtime.engine.store.read() as tx:
+                return external.resolve(tx, str(params.token)).session_id
+
+        try:
+            found: str = await self.runtime.writer.quiet(read)
+        except TreemailError:
+            return None
+        return found
+
+    async def _of_token_id(self, conn: Any, params: Any) -> str | None:
+        def read() -> str | None:
+            with self.runtime.engine.store.read() as tx:
+                return next((info.session.session_id for info in external.tokens(tx)
+                             if info.token_id == params.token_id), None)
+
+        found: str | None = await self.runtime.writer.quiet(read)
+        return found
 
     def _placed(self, handler: Handler) -> Handler:
         async def placed(conn: Any, params: Any) -> Any:
@@ -183,9 +280,11 @@ class Ownership:
                     f"new trees go to the daemon with the fewest live trees, at "
                     f"{target.address}; send session.create there", owner=target.address,
                     method="session.create")
+            # The tree's lease is taken by the transaction that creates it (the store's
+            # fence leases a tree nobody leased before), so no daemon ever sees the tree
+            # without its owner.
             view = await handler(conn, params)
             assert isinstance(view, t.SessionView)
-            await asyncio.to_thread(self.leases.claim, view.root_session_id)
             return view
 
         return placed
@@ -209,3 +308,11 @@ class Ownership:
         if lease is not None and lease.holder != self.leases.holder:
             raise NotOwner(f"tree {root} is owned by the daemon at {lease.address}; send "
                            "the request there", owner=lease.address, tree=root)
+
+
+def _param(field: str) -> Finder:
+    """The session a request names in ``field`` of its params."""
+    async def find(conn: Any, params: Any) -> str | None:
+        return str(getattr(params, field))
+
+    return find

@@ -84,6 +84,9 @@ class SessionGate(Protocol):
     async def closed(self, conn: Connection) -> None:
         """``conn`` ended: release what it held."""
 
+    def session_of(self, conn: Connection) -> str | None:
+        """The session a bound connection acts as; None for a connection not bound."""
+
 
 class Daemon:
     def __init__(self, runtime: Runtime, store: Store, model_for: ModelFor,

@@ -28,7 +28,7 @@ from typing import TypeVar
 import msgspec
 
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
-from treemail.adapters.daemon.errors import ExternalDaemonGone
+from treemail.adapters.daemon.errors import ExternalDaemonGone, NotOwner
 from treemail.protocol import external as x
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
@@ -61,6 +61,7 @@ class Link:
         self.session = session
         self.on_mail = on_mail
         self._lost = False
+        self.moved = False  # its session's tree is another daemon's now
         self._watch = asyncio.get_running_loop().create_task(self._forward(),
                                                              name="external/mail")
 
@@ -70,11 +71,16 @@ class Link:
 
     @property
     def broken(self) -> bool:
-        return self._lost or self._watch.done()
+        return self._lost or self.moved or self._watch.done()
 
     async def request(self, method: Method[P, R], params: P) -> R:
         try:
-            return await self.client.request(method, params)
+            # Not followed: another daemon's connection is not bound to this session.
+            return await self.client.request(method, params, follow=False)
+        except RpcFailure as failure:
+            if _not_owner(failure):  # the tree moved: the next call binds where it is now
+                self.moved = True
+            raise
         except ConnectionError:
             self._lost = True
             raise _gone(f"{method.name} may or may not have taken effect before it went away"
@@ -118,7 +124,7 @@ class Links:
             except (OSError, ConnectionError):
                 raise _gone("nothing was done") from None
             try:
-                bound = await client.request(m.EXTERNAL_BIND, x.ExternalBindParams(token=token))
+                bound, client = await _bind(client, token)
             except BaseException:
                 await client.close()
                 raise
@@ -136,9 +142,15 @@ class Links:
         deadline = loop.time() + self.resend_seconds
         pause = 0.05
         while True:
+            link: Link | None = None
             try:
                 link = await self.get(*key)
                 return await link.request(m.EXTERNAL_CALL, params)
+            except RpcFailure:
+                # The tree moved to another daemon sharing the store: the next turn of the
+                # loop binds there, and the store's replay slot answers a repeat as before.
+                if link is None or not link.moved or loop.time() >= deadline:
+                    raise
             except ExternalDaemonGone:
                 if loop.time() >= deadline:
                     raise _gone(
@@ -180,6 +192,30 @@ class Links:
 
     async def close(self) -> None:
         await self._close(lambda key: True)
+
+
+async def _bind(client: DaemonClient, token: str) -> tuple[x.ExternalBindResult, DaemonClient]:
+    """Bind a connection by ``token``: this one, or, when daemons share the store and
+    another owns the session's tree (``daemon:not_owner``), a new one to that daemon (the
+    first is closed then). Returns the result and the bound connection."""
+    try:
+        return await client.request(m.EXTERNAL_BIND, x.ExternalBindParams(token=token),
+                                    follow=False), client
+    except RpcFailure as failure:
+        owner = await client.at_owner(failure)
+        if owner is None:
+            raise
+    await client.close()
+    try:
+        return await owner.request(m.EXTERNAL_BIND, x.ExternalBindParams(token=token),
+                                   follow=False), owner
+    except BaseException:
+        await owner.close()
+        raise
+
+
+def _not_owner(failure: RpcFailure) -> bool:
+    return failure.error.data is not None and failure.error.data.code == NotOwner.code
 
 
 async def _nobody(session_id: str) -> None:

@@ -41,7 +41,7 @@ from treemail.adapters.runtime.llm import (
 from treemail.adapters.runtime.replies import normalise
 from treemail.adapters.runtime.toolbox import ToolBox
 from treemail.core.engine import Engine, Request
-from treemail.core.errors import ApprovalRequired, StorageError, TreemailError
+from treemail.core.errors import ApprovalRequired, StorageError, StoreFenced, TreemailError
 from treemail.core.events import Fault, RecordedCall, RecordedResult, Reply
 from treemail.core.lifecycle import SessionState
 from treemail.core.prompts import system_prompt
@@ -168,22 +168,26 @@ class Actor:
         """Run; an unexpected error interrupts the run instead of killing the actor."""
         try:
             await self._run(session)
-        except StorageError as error:  # the store went away (a restart), or refused (fenced)
+        except StoreFenced as error:
+            self._fenced(error)
+        except StorageError as error:  # the store went away (a restart)
             await self._outlast(session, error)
         except Exception as error:  # every error must end the run, logged
             await self._give_up(session, f"actor error: {_describe(error)}", error)
 
+    def _fenced(self, error: StoreFenced) -> None:
+        """The store refused a write into this session's tree: the tree is not this
+        daemon's (taken over, its lease lapsed, or dropped). Nothing more is written into
+        it from here; the run, as it stands, is the tree's next owner's to recover (this
+        daemon again, once it claims the tree back), as after a crash."""
+        _log.warning("session %s: its tree is not this daemon's now (%s); its run is left "
+                     "to the tree's owner to recover", self.session_id, error)
+
     async def _outlast(self, session: Session, error: StorageError) -> None:
         """The store failed under the run: once it answers again, interrupt the run as a
         restart would (claimed mail released, the session queued again if mail waits), so
-        nothing stays claimed by a run that can no longer finish.
-
-        A fenced write is waited out the same way. The fence refuses every write of a daemon
-        one of whose leases lapsed, so this tree may well be still this daemon's (its lease
-        renewed, or claimed again when the heartbeat finds it expired): giving the run up
-        here would leave its mail claimed with nobody to recover it. If another daemon took
-        the tree, the heartbeat drops it and cancels this actor, and the new owner's
-        recovery interrupts the run instead."""
+        nothing stays claimed by a run that can no longer finish. If the tree turns out
+        to be another's meanwhile (fenced), its owner's recovery interrupts the run."""
         host, pause = self.host, 0.05
         _log.warning("session %s: the store failed under its run (%s); interrupting it once "
                      "the store answers", self.session_id, error)
@@ -195,7 +199,10 @@ class Actor:
                     await host.writer(host.engine.cancel_run, self.session_id,
                                       current.run_id, f"the store failed: {error.code}")
                 return
-            except StorageError:  # fenced included: see above
+            except StoreFenced as fenced:
+                self._fenced(fenced)
+                return
+            except StorageError:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 1.0)
 

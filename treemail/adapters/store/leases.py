@@ -4,10 +4,13 @@ A store served by several daemons (PostgreSQL) gives each tree to exactly one of
 time through a lease: a row naming the holder, where clients reach it, a token and an expiry.
 The holder renews its leases on a heartbeat; a lease not renewed within its duration is
 expired, and any live daemon may then claim the tree, which raises the tree's token by one.
-Every write transaction of a holder checks, inside the transaction, that each lease it holds
-still carries its token and has not run out: a daemon that lost a tree (it stalled, or was
-cut off, and another took over) is refused with ``store:fenced`` and stores nothing, so two
-daemons never both write one tree.
+Every write transaction of a holder checks, inside the transaction, that each tree it writes
+is leased to it, under the token it holds, and had not run out when the transaction began: a
+daemon that lost a tree (it stalled, or was cut off, and another took over), or dropped it,
+is refused with ``store:fenced`` and stores nothing into it, so two daemons never both write
+one tree. Only the trees written count: a lapsed lease refuses no write into another tree.
+A tree nobody ever leased (one the transaction creates) is leased to the writer by that very
+transaction, so no daemon ever sees a tree without its owner.
 
 A store one process holds whole (LMDB, whose flock keeps every other writer out; memory)
 has ``SoleLeases``: the same operations, in the process, where every claim succeeds. So the

@@ -31,7 +31,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 import psycopg
@@ -42,7 +42,7 @@ from treemail.adapters.store.postgres_schema import lock_key
 from treemail.adapters.store.postgres_txn import RETRYABLE, lost
 from treemail.core.errors import StorageError
 
-__all__ = ["PgLeases", "fence_query"]
+__all__ = ["PgLeases", "birth_query", "fence_query"]
 
 T = TypeVar("T")
 
@@ -50,12 +50,23 @@ _ATTEMPTS = 10
 
 
 def fence_query(schema: str) -> sql.Composed:
-    """The trees among those held (tree and token arrays, holder) whose lease is still this
-    holder's, with that token, and live: a write checks it finds every one it holds."""
+    """The stored lease of each tree named (an array): its holder, token, and whether it was
+    live when the transaction began. Read in the writer's SERIALIZABLE transaction, whose
+    snapshot may predate a renewal or a claim made since on the lease connection: hence the
+    transaction's start time (a lease live then and renewed since is live), and a token
+    lower than the one held means a claim this snapshot does not see yet (run again)."""
     return sql.SQL(
-        "SELECT l.tree FROM {s}.leases l JOIN unnest(%s::text[], %s::bigint[]) AS h(tree, "
-        "token) ON l.tree = h.tree AND l.token = h.token WHERE l.holder = %s "
-        "AND l.expires > clock_timestamp()").format(s=sql.Identifier(schema))
+        "SELECT tree, holder, token, expires > transaction_timestamp() FROM {s}.leases "
+        "WHERE tree = ANY(%s::text[])").format(s=sql.Identifier(schema))
+
+
+def birth_query(schema: str) -> sql.Composed:
+    """Leases (token 1) for the trees a write transaction creates, inserted by that very
+    transaction: a tree never exists without its owner's lease (holder, address, seconds,
+    trees)."""
+    return sql.SQL(
+        "INSERT INTO {s}.leases SELECT t, %s, %s, 1, clock_timestamp() + make_interval(secs "
+        "=> %s) FROM unnest(%s::text[]) AS t").format(s=sql.Identifier(schema))
 
 
 class PgLeases:
@@ -243,6 +254,17 @@ class PgLeases:
     def held(self) -> dict[str, int]:
         with self._held_lock:
             return dict(self._held)
+
+    def terms(self) -> tuple[str, str, float] | None:
+        """What a lease of a tree born in a write transaction says: holder, address,
+        duration; None before ``join`` (a store not joined owns no tree)."""
+        return (self._holder, self._address, self._duration) if self._duration > 0 else None
+
+    def born(self, trees: Collection[str]) -> None:
+        """Trees a committed write transaction created, with their leases (token 1)."""
+        with self._held_lock:
+            for tree in trees:
+                self._held[tree] = 1
 
     def lease(self, tree: str) -> Lease | None:
         row = self._run(lambda conn: conn.execute(self._q(

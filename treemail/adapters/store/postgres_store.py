@@ -23,11 +23,12 @@ Ownership. A writer holds a session-level advisory lock of the server, keyed by 
 on the very connection it writes through, for as long as the store is open. Opened
 ``shared`` (what a daemon does), it holds the lock shared: any number of daemons serve the
 store together, each owning its trees through leases with fencing tokens
-(``postgres_leases``), and every write transaction checks, inside itself, that each lease its
-writer holds is still its own and live, else it is refused with ``store:fenced`` and stores
-nothing. Opened alone (an embedded writer, a tool), it holds the lock exclusively: it owns
-every tree, and is refused with ``store:locked`` while daemons share the store, as they are
-while it holds it. The server drops the lock with the connection, however the holder dies;
+(``postgres_leases``), and every write transaction checks, inside itself, that each tree it
+writes is leased to its writer (``_check_fence``), else it is refused with ``store:fenced``
+and stores nothing; in a group commit, only the operations that wrote such a tree fail.
+Opened alone (an embedded writer, a tool), it holds the lock exclusively: it owns every
+tree, and is refused with ``store:locked`` while daemons share the store, as they are while
+it holds it. The server drops the lock with the connection, however the holder dies;
 after a lost connection the store takes it again before it writes anything.
 
 Failures. A serialization failure or deadlock, or a connection lost before the commit was
@@ -43,7 +44,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -54,7 +55,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from treemail.adapters.store.errors import StoreUrlUnknown
-from treemail.adapters.store.postgres_leases import PgLeases, fence_query
+from treemail.adapters.store.postgres_leases import PgLeases, birth_query, fence_query
 from treemail.adapters.store.postgres_schema import LOCK_SPACE, WRITE_SPACE, lock_key, settle
 from treemail.adapters.store.postgres_txn import RETRYABLE, PgTables, PgTxn, Queries, lost
 from treemail.core.errors import (
@@ -107,6 +108,16 @@ class _Retry(Exception):
         self.lost = lost
 
 
+class _Refuse(Exception):
+    """The fence refused trees a batch wrote: run it again, refusing each write into them
+    where it is made, so that only the operations that wrote them fail (each is undone by
+    its own savepoint) and the rest of the batch commits."""
+
+    def __init__(self, trees: Collection[str]) -> None:
+        super().__init__(", ".join(sorted(trees)))
+        self.trees = frozenset(trees)
+
+
 class PostgresStore:
     """The Store port on PostgreSQL. Open with ``PostgresStore.open(url)``."""
 
@@ -132,6 +143,7 @@ class PostgresStore:
         # The leases of trees, when daemons share the store (``leases.leases_of``).
         self.tree_leases = PgLeases(conninfo, schema, where) if self._shared else None
         self._fence = fence_query(schema)
+        self._birth = birth_query(schema)
 
     @classmethod
     def open(cls, url: str, *, readonly: bool = False, durability: str = "fsync",
@@ -306,9 +318,13 @@ class PostgresStore:
                 self._writer = None
 
     def _transact(self, work: Callable[[WriteTxn], T]) -> T:
+        refused: frozenset[str] = frozenset()
         for attempt in range(ATTEMPTS):
             try:
-                return self._attempt(work)
+                return self._attempt(work, refused)
+            except _Refuse as fenced:
+                refused |= fenced.trees
+                continue  # no pause: nothing conflicted, the next attempt refuses them
             except _Retry as again:
                 if again.lost:
                     self._drop_connection()
@@ -318,12 +334,14 @@ class PostgresStore:
                         f"times ({again.cause}); nothing of this operation was stored: retry "
                         "it later", path=self._where) from again.cause
                 time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** attempt)))
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise StorageError(f"the store at {self._where!r} fenced the transaction {ATTEMPTS} "
+                           "times; nothing of this operation was stored: retry it later",
+                           path=self._where)
 
-    def _attempt(self, work: Callable[[WriteTxn], T]) -> T:
+    def _attempt(self, work: Callable[[WriteTxn], T], refused: frozenset[str]) -> T:
         conn = self._writer_connection()
         if not self._shared:
-            return self._attempt_on(conn, work)
+            return self._attempt_on(conn, work, refused)
         # Shared: every daemon's transaction touches the row counts and the feed's end, so
         # two at once would conflict and one run again (often, under load, past ATTEMPTS).
         # They queue on a lock instead, taken in a transaction of its own so that the write
@@ -335,7 +353,7 @@ class PostgresStore:
             self._rollback(conn)
             raise _Retry(exc, lost=conn.closed or conn.broken) from None
         try:
-            return self._attempt_on(conn, work)
+            return self._attempt_on(conn, work, refused)
         finally:
             if not (conn.closed or conn.broken):  # else the server dropped it with the session
                 try:
@@ -345,14 +363,17 @@ class PostgresStore:
                 except psycopg.Error:  # never keep the others waiting: end the session
                     self._drop_connection()
 
-    def _attempt_on(self, conn: psycopg.Connection[Any], work: Callable[[WriteTxn], T]) -> T:
+    def _attempt_on(self, conn: psycopg.Connection[Any], work: Callable[[WriteTxn], T],
+                    refused: frozenset[str]) -> T:
         tables = PgTables(conn, self._q(), write=True)
+        tables.refused = refused
+        born: set[str] = set()
         try:
             try:
                 result = work(PgTxn(tables))
                 if not tables.retry:
                     self._wake_listeners(tables)
-                    self._check_fence(tables)
+                    born = self._check_fence(tables)
                     tables.finish()
             finally:
                 tables.done = True
@@ -366,6 +387,8 @@ class PostgresStore:
             raise _Retry(StorageError("a failure inside the work was swallowed"),
                          lost=conn.closed or conn.broken)
         self._commit(conn)
+        if born and self.tree_leases is not None:
+            self.tree_leases.born(born)
         return result
 
     def _wake_listeners(self, tables: PgTables) -> None:
@@ -375,25 +398,49 @@ class PostgresStore:
                 Table.FEED, 0) > 0:
             tables.also(self.tree_leases.notify("w"))
 
-    def _check_fence(self, tables: PgTables) -> None:
-        """Refuse the transaction unless every lease its writer holds is still its own, with
-        its token, and live: read in this very SERIALIZABLE transaction, so a takeover that
-        raised a token is ordered after this write, or this write is refused."""
+    def _check_fence(self, tables: PgTables) -> set[str]:
+        """Refuse the transaction unless each tree it writes is this writer's, under the
+        token it holds, with a lease live when the transaction began; a tree nobody ever
+        leased (one this transaction creates) gets this writer's lease, in this transaction.
+        Read in this very SERIALIZABLE transaction, so a takeover that raised a token is
+        ordered after this write, or this write is refused. Only the trees written count:
+        a lapsed lease on one tree refuses no write to another, and a tree this writer does
+        not hold (dropped, or another's) refuses every write into it. Returns the trees
+        leased here."""
         if self.tree_leases is None:
-            return
-        held = self.tree_leases.held()
-        if not held:
-            return
-        found = tables.query(self._fence, (list(held), list(held.values()),
-                                           self.tree_leases.holder), "check the tree leases")
-        lost_trees = sorted(set(held) - {str(tree) for (tree,) in found})
+            return set()
+        trees = sorted(tables.trees())
+        if not trees:
+            return set()
+        rows = {str(tree): (str(holder), int(token), bool(live)) for tree, holder, token, live
+                in tables.query(self._fence, (trees,), "check the tree leases")}
+        born, stale, lost_trees = _sorted_trees(trees, rows, self.tree_leases.held(),
+                                                self.tree_leases.holder)
         if lost_trees:
-            raise StoreFenced(
-                f"this daemon's lease on tree {', '.join(lost_trees)} was taken over by "
-                f"another daemon, or ran out: nothing of this operation was stored in "
-                f"{self._where!r}; send it again, to the tree's owner (a request to this "
-                "daemon is answered with daemon:not_owner naming it)", path=self._where,
-                trees=lost_trees)
+            if not set(lost_trees) <= tables.refused:
+                raise _Refuse(lost_trees)
+            raise self._fenced(lost_trees)
+        if stale:
+            tables.retry = True
+            raise StorageError(f"the leases of tree {', '.join(stale)} were claimed after "
+                               "this transaction began")
+        if born:
+            terms = self.tree_leases.terms()
+            if terms is None:
+                raise StorageError("a daemon sharing the store joins its members before it "
+                                   "creates a tree", path=self._where)
+            # Another writer leasing the same new tree at once conflicts with this insert
+            # (a serialization failure: run again, then refused as its tree).
+            tables.query(self._birth, (*terms, sorted(born)), "lease the new trees")
+        return born
+
+    def _fenced(self, trees: Collection[str]) -> StoreFenced:
+        return StoreFenced(
+            f"this daemon does not own tree {', '.join(sorted(trees))} (its lease was taken "
+            f"over by another daemon, ran out, or was never this daemon's): nothing of this "
+            f"operation was stored in {self._where!r}; send it again, to the tree's owner (a "
+            "request to this daemon is answered with daemon:not_owner naming it)",
+            path=self._where, trees=sorted(trees))
 
     def _commit(self, conn: psycopg.Connection[Any]) -> None:
         try:
@@ -490,6 +537,26 @@ class PostgresStore:
         if self._closed:
             raise StoreClosed(f"the store at {self._where!r} is closed; open it again",
                               path=self._where)
+
+
+def _sorted_trees(trees: Iterable[str], stored: Mapping[str, tuple[str, int, bool]],
+                  held: Mapping[str, int], holder: str) -> tuple[set[str], list[str], list[str]]:
+    """The trees a write transaction writes, by what the fence makes of each: born (nobody
+    ever leased it: this transaction leases it), stale (held under a token this snapshot
+    does not show yet: claimed since it was taken, so run again) and lost (another's, run
+    out, or not held). The rest are this holder's, live: written as they are."""
+    born: set[str] = set()
+    stale: list[str] = []
+    lost_trees: list[str] = []
+    for tree in trees:
+        token, lease = held.get(tree), stored.get(tree)
+        if token is not None and (lease is None or lease[1] < token):
+            stale.append(tree)
+        elif lease is None:
+            born.add(tree)
+        elif token is None or lease != (holder, token, True):
+            lost_trees.append(tree)
+    return born, stale, lost_trees
 
 
 def _reader(conn: psycopg.Connection[Any]) -> None:

@@ -21,6 +21,13 @@ read is sent as ``INSERT ... RETURNING (xmax = 0)`` (or ``DELETE ... RETURNING``
 tells an insert from an update, and counts when its answer comes. The deltas go to ``sizes``
 in one statement before the commit; ``size`` is the stored count plus them.
 
+Trees written: each write of a row that belongs to one session (its record, a run, a
+message, an event, an approval, its tally) names that session in ``touched``; a savepoint
+undone forgets what it named. A store shared by daemons fences on these alone
+(``PostgresStore``): a transaction is checked against the leases of the trees it writes,
+not of every tree its daemon holds. Every other row (indexes, counters, the feed) is
+written beside one of those in the same operation, so naming these misses no tree.
+
 Failures: a serialization failure, a deadlock or a lost connection mark the transaction
 ``retry`` before they propagate, even if the work swallows them, so that ``transact``
 rolls back and runs the work again instead of committing part of it (as LMDB's ``map_full``).
@@ -41,8 +48,9 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from treemail.adapters.store.codec import decode, encode
-from treemail.core.errors import StorageError
-from treemail.core.keys import VALUE_KINDS, Table
+from treemail.core.errors import StorageError, StoreFenced
+from treemail.core.keys import VALUE_KINDS, Table, identity
+from treemail.core.records import Session
 from treemail.core.store import Indexed, WriteTxn
 
 __all__ = ["RETRYABLE", "PgTables", "PgTxn", "Queries", "lost", "upper_bound"]
@@ -54,6 +62,16 @@ _UNSEEN: Any = object()
 # LMDB a page lookup but a server a round trip, so a scan of these tables also fetches the
 # rows its entries name, in one query, into the cache the reads that follow hit.
 _FOLLOWS = {Table.PENDING: Table.MESSAGES, Table.TREE: Table.SESSIONS, Table.FEED: Table.EVENTS}
+
+# The tables whose rows each belong to one session, and how a row names it.
+_SESSION_OF: dict[Table, Any] = {
+    Table.SESSIONS: lambda key, value: value.session_id,
+    Table.RUNS: lambda key, value: value.session_id,
+    Table.MESSAGES: lambda key, value: value.recipient,
+    Table.EVENTS: lambda key, value: value.session_id,
+    Table.APPROVALS: lambda key, value: value.session_id,
+    Table.TALLY: lambda key, value: key.decode(),
+}
 
 # Errors after which the whole transaction may run again from scratch: nothing of it was
 # committed, and running it again on a fresh snapshot is what the server asks for.
@@ -140,6 +158,7 @@ class _Open:
     index: int
     before: dict[tuple[Table, bytes], Any] = attrs.Factory(dict)
     deltas: dict[Table, int] = attrs.Factory(dict)
+    touched: int = 0  # how many sessions were named when it began
 
 
 def _known_delta(existed: bool | None, value: Any) -> int:
@@ -173,6 +192,9 @@ class PgTables:
         self.latest: dict[tuple[Table, bytes], _Write] = {}  # this depth's queued rows
         self.unknown: dict[Table, int] = {}  # queued writes whose count the server gives
         self.epoch = 0
+        self.touched: list[str] = []  # the sessions written (repeats kept: undo truncates)
+        # Trees a fence refused in an earlier attempt: a write into one raises at once.
+        self.refused: frozenset[str] = frozenset()
 
     def _check(self) -> None:
         if self.done:
@@ -289,6 +311,28 @@ class PgTables:
             queued.value = value
         self._count(table, _known_delta(queued.existed, value))
         self.seen[row] = value
+        if value is not None and (named := _SESSION_OF.get(table)) is not None:
+            self._touch(named(key, value))
+
+    def _touch(self, session_id: str) -> None:
+        touched = self.touched
+        if not touched or touched[-1] != session_id:
+            touched.append(session_id)
+        if self.refused and (tree := self.root(session_id)) in self.refused:
+            raise StoreFenced(
+                f"this daemon does not own tree {tree} (its lease was taken over by another "
+                "daemon, ran out, or was never this daemon's): nothing of this operation was "
+                "stored; send it to the tree's owner", trees=[tree])
+
+    def root(self, session_id: str) -> str:
+        """The tree of a session this transaction wrote. A session without a record (the
+        port used raw, as its own tests do) counts as a tree of its own."""
+        session: Session | None = self.get(Table.SESSIONS, identity(session_id))
+        return session_id if session is None else session.root_session_id
+
+    def trees(self) -> set[str]:
+        """The trees this transaction writes."""
+        return {self.root(s) for s in set(self.touched)}
 
     def _count(self, table: Table, delta: int) -> None:
         if delta:
@@ -368,7 +412,7 @@ class PgTables:
     @contextmanager
     def savepoint(self) -> Iterator[None]:
         opened = _Open(f"sp{len(self.savepoints) + 1}", self.epoch, len(self.queue),
-                       deltas=dict(self.deltas))
+                       deltas=dict(self.deltas), touched=len(self.touched))
         self._mark(f"SAVEPOINT {opened.name}")
         self.savepoints.append(opened)
         try:
@@ -391,6 +435,7 @@ class PgTables:
             else:
                 self.seen[row] = was
         self.deltas = undone.deltas
+        del self.touched[undone.touched:]
         if self.retry or self.broken or self.done:
             return  # the transaction is lost anyway: transact rolls it all back
         if undone.epoch == self.epoch:  # its SAVEPOINT was never sent: unsay it all
