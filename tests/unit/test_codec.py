@@ -83,7 +83,8 @@ WRITTEN_BEFORE: list[tuple[Table, bytes, object, bytes]] = [
 
 # Fields added to a record since its bytes above were captured, with the default that an
 # earlier record reads as: the earlier bytes still decode, and now carry them when rewritten.
-ADDED_SINCE: dict[Table, dict[str, object]] = {Table.SESSIONS: {"description": ""}}
+ADDED_SINCE: dict[Table, dict[str, object]] = {Table.SESSIONS: {"description": ""},
+                                               Table.MESSAGES: {"aged": None}}
 
 
 @pytest.mark.parametrize(("table", "key", "value", "before"), WRITTEN_BEFORE,

@@ -183,8 +183,8 @@ def test_config_unknown_keys_name_the_first_in_order_with_the_valid_ones() -> No
     assert caught.value.code == "config:unknown_key"
     assert caught.value.message == (
         "unknown key `aa` in [messaging] (known: `enabled`, `max_hops`, `max_body_bytes`, "
-        "`max_pending_per_session`, `max_inflight_per_pair`; every key is documented in "
-        "spec/config.md)"
+        "`max_pending_per_session`, `max_inflight_per_pair`, `message_ttl_seconds`; every key is "
+        "documented in spec/config.md)"
     )
     assert caught.value.details == {"table": "messaging", "key": "aa", "suggestion": None}
 
@@ -225,7 +225,7 @@ def test_lifecycle_tables_derived_at_call_time() -> None:
         initial=M.ACCEPTED,
         states=(M.ACCEPTED, M.ADMITTED, M.CLAIMED, M.RELEASED, M.CONSUMED, M.DISCARDED),
         final=frozenset({M.CONSUMED, M.DISCARDED}),
-        triggers=(MT.ADMIT, MT.CLAIM, MT.RELEASE, MT.CONSUME, MT.DISCARD),
+        triggers=(MT.ADMIT, MT.CLAIM, MT.RELEASE, MT.CONSUME, MT.DISCARD, MT.CANCEL, MT.EXPIRE),
         meanings=message.meanings,
         transitions={
             (M.ACCEPTED, MT.ADMIT): M.ADMITTED,
@@ -236,6 +236,8 @@ def test_lifecycle_tables_derived_at_call_time() -> None:
             (M.CLAIMED, MT.CONSUME): M.CONSUMED,
             (M.RELEASED, MT.CLAIM): M.CLAIMED,
             (M.RELEASED, MT.DISCARD): M.DISCARDED,
+            **{(state, trigger): M.DISCARDED for state in (M.ACCEPTED, M.ADMITTED, M.RELEASED)
+               for trigger in (MT.CANCEL, MT.EXPIRE)},
         },
     )
     session = Lifecycle.derive(SessionLifecycle, SessionState, SessionTrigger)

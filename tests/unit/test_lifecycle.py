@@ -74,6 +74,12 @@ def test_message_lifecycle_matches_the_design_table() -> None:
         ("accepted", "discard"): "discarded",
         ("admitted", "discard"): "discarded",
         ("released", "discard"): "discarded",
+        ("accepted", "cancel"): "discarded",
+        ("admitted", "cancel"): "discarded",
+        ("released", "cancel"): "discarded",
+        ("accepted", "expire"): "discarded",
+        ("admitted", "expire"): "discarded",
+        ("released", "expire"): "discarded",
     }
     assert MESSAGE.final == {"consumed", "discarded"}
     assert MESSAGE.initial == "accepted"

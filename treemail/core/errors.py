@@ -31,6 +31,7 @@ __all__ = [
     "AgentDocError",
     "ApprovalPending",
     "ApprovalRequired",
+    "CancelTooLate",
     "ConfigError",
     "ConfigExists",
     "ConfigUnknownKey",
@@ -84,6 +85,7 @@ __all__ = [
     "TreemailError",
     "UnknownAgent",
     "UnknownApproval",
+    "UnknownSentMessage",
     "UnknownSession",
     "UnknownSubagent",
     "UnknownSubagentReference",
@@ -554,6 +556,21 @@ class ExternalBusy(Refusal):
     not yet consumed; it is released when that connection ends."""
 
     code = "external:busy"
+
+
+class UnknownSentMessage(Refusal):
+    """The session sent no agent message by that id. Said alike of a message that does not
+    exist and of another session's, so a receipt never tells one session about another's
+    mail."""
+
+    code = "receipt:unknown_message"
+
+
+class CancelTooLate(Refusal):
+    """The message can no longer be cancelled: a model request claimed it (or it is already
+    consumed or discarded); ``details`` carry its ``state``."""
+
+    code = "receipt:too_late"
 
 
 class ExternalOnly(Refusal):

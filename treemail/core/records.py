@@ -161,6 +161,9 @@ class Message:
     run_id: str | None = None
     request_id: str | None = None
     reason: str | None = None
+    # Expiry's clock (``expiry``), None while expiry is off: in an unclaimed state the instant
+    # from which the message's age counts, while claimed the age it had reached.
+    aged: float | None = None
 
     @property
     def pending(self) -> bool:
