@@ -124,7 +124,7 @@ def _doc_error(text: str) -> AgentDocError:
             "---\nname: x\nzeta: 1\ncolour: red\n---\n",
             "colour",
             "a.md: colour is not a known field; expected description, messaging_prompt, model, "
-            "name, permissions",
+            "name, permissions, receipts",
         ),
         ("---\ndescription: d\n---\n", "name", "a.md: name must be a non-empty string"),
         ("---\nname: 7\n---\n", "name", "a.md: name must be a non-empty string"),
@@ -624,7 +624,8 @@ def test_unknown_tool_messages() -> None:
         lookup_tool("send_mesage")
     assert caught.value.message == (
         "there is no tool 'send_mesage': check the spelling. Available tools: "
-        "delegate_subagent, get_subagent_result, cancel_subagent, send_message"
+        "delegate_subagent, get_subagent_result, cancel_subagent, send_message, "
+        "message_status, cancel_message"
     )
     assert caught.value.details == {"tool": "send_mesage", "available": TOOL_NAMES}
     with pytest.raises(UnknownTool) as caught:

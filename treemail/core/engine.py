@@ -77,7 +77,8 @@ class Engine:
     def ttl(self) -> int:
         return self.config.message_ttl_seconds
 
-    def _now(self) -> float | None:
+    @property
+    def instant(self) -> float | None:
         """The instant expiry reads, once per operation; None while expiry is off, so no
         clock is read and no mail is stamped."""
         return self.clock.now() if self.ttl > 0 else None
@@ -185,7 +186,7 @@ class Engine:
         """The send_message tool: durably accepted on return, or a typed refusal."""
         if self._shut:
             raise EngineShutdown("the engine is shutting down; nothing was sent")
-        now = self._now()
+        now = self.instant
 
         def work(tx: WriteTxn) -> SendResult:
             sent = send(tx, self.config, self.ids, ctx, arguments, agents=self.agents, now=now)
@@ -300,7 +301,7 @@ class Engine:
     def reconcile(self, session_id: str) -> None:
         """Expire stale mail, admit accepted mail, and give a session with deliverable mail
         and no run a run."""
-        now = self._now()
+        now = self.instant
         self._transact(lambda tx: runs.reconcile(tx, self.ids, session_id, now, self.ttl))
 
     def start_run(self, session_id: str) -> Run:
@@ -309,7 +310,7 @@ class Engine:
 
     def begin_request(self, session_id: str, run_id: str) -> Request:
         """A safe boundary: claim the run's deliverable mail into a new model request."""
-        now = self._now()
+        now = self.instant
         return self._transact(lambda tx: runs.begin(tx, self.ids, session_id, run_id,
                                                      self.agents, now, self.ttl))
 
@@ -333,7 +334,7 @@ class Engine:
 
     def abort_request(self, session_id: str, run_id: str, request_id: str) -> None:
         """The request did not commit: its mail is released for the next boundary."""
-        now = self._now()
+        now = self.instant
         self._transact(
             lambda tx: runs.close(tx, session_id, run_id, request_id, committed=False, now=now))
 
@@ -367,7 +368,7 @@ class Engine:
                    fault: events.Fault | None = None) -> None:
         """Interrupt a queued or running run; an open request is aborted first. ``fault``
         records what a failed model call knew beside the reason."""
-        now = self._now()
+        now = self.instant
         self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id,
                                            RunTrigger.INTERRUPT, reason, fault, now=now))
 
@@ -376,7 +377,7 @@ class Engine:
         """Interrupt the run and leave the session idle, its mail kept until new input wakes
         it; a delegated session's parent is told why. Returns whether a parent was told."""
 
-        now = self._now()
+        now = self.instant
 
         def work(tx: WriteTxn) -> bool:
             session = runs.end(tx, self.ids, session_id, run_id, RunTrigger.INTERRUPT, reason,
@@ -412,7 +413,7 @@ class Engine:
     def expire_mail(self, session_id: str) -> list[str]:
         """Discard the session's agent mail that waited unclaimed past the TTL, at the
         clock's now; the ids expired. Nothing while expiry is off."""
-        now = self._now()
+        now = self.instant
 
         def work(tx: WriteTxn) -> list[str]:
             need_session(tx, session_id)
@@ -425,7 +426,7 @@ class Engine:
         only in ``trees`` (roots) when given: those taken over from a dead daemon.
 
         Returns how many runs were found dead."""
-        now = self._now()
+        now = self.instant
         return self._transact(lambda tx: runs.recover(tx, self.ids, trees, now, self.ttl))
 
     def shutdown(self) -> None:
