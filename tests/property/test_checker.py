@@ -84,10 +84,11 @@ def test_pair_window_off_by_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
 def test_claims_kept_at_recovery_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     original = runs._end
 
-    def _end(tx: Any, session: Any, run: Any, event: RunTrigger, reason: str) -> None:
+    def _end(tx: Any, session: Any, run: Any, event: RunTrigger, reason: str,
+             **rest: Any) -> None:
         if reason == "crash found at restart":  # forget the open request: no release
             run = attrs.evolve(run, open_request=None)
-        original(tx, session, run, event, reason)
+        original(tx, session, run, event, reason, **rest)
 
     monkeypatch.setattr(runs, "_end", _end)
     found = check(WINDOWED, SMALL).counterexample
@@ -220,9 +221,9 @@ def test_a_give_up_that_wakes_the_session_is_caught(monkeypatch: pytest.MonkeyPa
     give-up that wakes it like a cancel answers alike but leaves another state."""
     original = runs.end
 
-    def end(*args: Any, wake: bool = True) -> Any:
+    def end(*args: Any, wake: bool = True, **rest: Any) -> Any:
         del wake
-        return original(*args, wake=True)
+        return original(*args, wake=True, **rest)
 
     monkeypatch.setattr(runs, "end", end)
     found = check(WINDOWED, SMALL).counterexample
