@@ -294,6 +294,8 @@ CHECKER_HUNTED: dict[str, tuple[Bounds, int, str]] = {
     "revert-spares-descendants": (attrs.evolve(ONE_TREE, depth=4), 4, "revert(#2)"),
     "cousin-as-sibling": (attrs.evolve(ONE_TREE, sessions=4, messages=4, depth=6), 6,
                           " steer)"),
+    # The child sends to the root, whose run starts and claims it; the child recalls it.
+    "cancel-claimed": (SMALL, 7, "claimed)"),
 }
 
 
@@ -372,3 +374,14 @@ def test_the_lmdb_mode_runs_the_engine_on_lmdb(monkeypatch: pytest.MonkeyPatch) 
     assert check(WINDOWED, LMDB_BOUNDS).counterexample is None
     found = check(WINDOWED, LMDB_BOUNDS, store=_scratch_lmdb).counterexample
     assert found is not None and found.invariant == "AGREE", found
+
+
+def test_the_checker_takes_the_recall_and_expiry_transitions() -> None:
+    """With expiry on (the default config's TTL), the sender's cancel and the late sweep's
+    expiry are among the transitions the search takes, and the engine agrees throughout."""
+    result = check(checker.DEFAULT_CONFIG,
+                   Bounds(sessions=2, messages=2, restarts=1, depth=6, trees=1))
+    assert result.counterexample is None
+    assert {("MessageLifecycle", "admitted", "cancel"),
+            ("MessageLifecycle", "admitted", "expire")} <= result.coverage.transitions
+    assert "MessageLifecycle.accepted--cancel" in result.coverage.line()  # not yet reached

@@ -175,7 +175,7 @@ AGENT_DOC_PROBLEMS: Final = (
     "no_directory", "unreadable", "not_utf8", "duplicate_name",  # the docs directory
     "no_frontmatter", "unclosed_frontmatter", "too_large", "yaml_syntax", "bad_value",
     "alias", "too_deep", "bad_key", "duplicate_key", "not_mapping",  # the YAML
-    "unknown_field", "bad_name", "bad_text",  # the fields
+    "unknown_field", "bad_name", "bad_text", "bad_flag",  # the fields
     "bad_permissions", "unknown_action", "bad_rules", "bad_label", "bad_rule_action",
     "unknown_label", "ask_not_allowed",  # the permissions
 )
@@ -186,8 +186,8 @@ class AgentDocError(DefinitionError):
     ``problem`` detail names the cause, one of ``AGENT_DOC_PROBLEMS``: no_directory,
     unreadable, not_utf8, duplicate_name, no_frontmatter, unclosed_frontmatter, too_large,
     yaml_syntax, bad_value, alias, too_deep, bad_key, duplicate_key, not_mapping,
-    unknown_field, bad_name, bad_text, bad_permissions, unknown_action, bad_rules, bad_label,
-    bad_rule_action, unknown_label, ask_not_allowed."""
+    unknown_field, bad_name, bad_text, bad_flag, bad_permissions, unknown_action, bad_rules,
+    bad_label, bad_rule_action, unknown_label, ask_not_allowed."""
 
     code = "agent_doc:invalid"
 
