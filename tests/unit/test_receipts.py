@@ -70,7 +70,7 @@ def test_a_receipt_follows_the_mail_until_it_is_consumed() -> None:
     assert tree.status(message_id) == ("accepted", None)  # the kid's run is queued
     run_id, request_id = tree.kid_claims()
     assert tree.status(message_id) == ("claimed", None)
-    tree.engine.commit_request(tree.kid.session_id, run_id, request_id, events.Reply("ok"))
+    tree.engine.commit_request(tree.kid.session_id, run_id, request_id, events.Reply(text="ok"))
     receipt = tree.engine.message_status(tree.root.session_id, message_id)
     assert (receipt.state, receipt.final, receipt.recipient) == (
         MessageState.CONSUMED, True, tree.kid.session_id)
