@@ -12,18 +12,18 @@ clock forgets one; expiry checks start the clock of agent mail that has none.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from treemail.core import errors
 from treemail.core.lifecycle import MessageState, MessageTrigger
 from treemail.core.records import Owner
 from treemail.models.world import FINAL, MessageRecord
 
-if TYPE_CHECKING:
-    from treemail.models.reference import Reference
+# The reference model these read and step (``Reference``; not imported: it imports this).
+Reference = Any
 
-__all__ = ["CANCELLED", "EXPIRED", "Status", "cancel", "claimed", "expire", "now_of",
-           "released", "stamp", "status"]
+__all__ = ["CANCELLED", "EXPIRED", "Status", "expire_due", "now_of", "on_claim", "on_release",
+           "recall", "stamp", "status"]
 
 CANCELLED = "cancelled by sender"
 EXPIRED = "expired"
@@ -42,7 +42,7 @@ def status(model: Reference, session_id: str, message_id: str) -> Status:
     return _status(_own(model, session_id, message_id))
 
 
-def cancel(model: Reference, session_id: str, message_id: str) -> Status:
+def recall(model: Reference, session_id: str, message_id: str) -> Status:
     """The sender's recall: only from accepted, admitted or released."""
     message = _own(model, session_id, message_id)
     if message.state not in _RECALLABLE:
@@ -52,7 +52,7 @@ def cancel(model: Reference, session_id: str, message_id: str) -> Status:
     return _status(message)
 
 
-def expire(model: Reference, session_id: str, now: float | None) -> list[str]:
+def expire_due(model: Reference, session_id: str, now: float | None) -> list[str]:
     """Agent mail of the recipient that waited unclaimed the TTL or longer is discarded as
     expired; agent mail without a clock gets one now."""
     ttl = model.config.message_ttl_seconds
@@ -77,7 +77,7 @@ def stamp(message: MessageRecord, now: float | None) -> None:
         message.waited, message.since = 0.0, now
 
 
-def claimed(message: MessageRecord, now: float | None) -> None:
+def on_claim(message: MessageRecord, now: float | None) -> None:
     """A request took the message: its unclaimed span ends."""
     if message.waited is None:
         return
@@ -87,7 +87,7 @@ def claimed(message: MessageRecord, now: float | None) -> None:
     message.waited, message.since = message.waited + max(0.0, now - message.since), None
 
 
-def released(message: MessageRecord, now: float | None) -> None:
+def on_release(message: MessageRecord, now: float | None) -> None:
     """The request aborted: a new unclaimed span begins."""
     if message.waited is None:
         return
@@ -102,7 +102,7 @@ def _age(message: MessageRecord, now: float) -> float:
 
 
 def _own(model: Reference, session_id: str, message_id: str) -> MessageRecord:
-    message = model.world.messages.get(message_id)
+    message: MessageRecord | None = model.world.messages.get(message_id)
     if message is None or message.owner is not Owner.AGENT or message.sender != session_id:
         raise errors.UnknownSentMessage(f"{session_id} sent no message {message_id}")
     return message

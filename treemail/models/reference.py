@@ -420,7 +420,7 @@ class Reference:
         claimed = self.world.waiting_for(session_id, run_id)
         for message in claimed:
             self._step_message(message, MessageTrigger.CLAIM)
-            receipts.claimed(message, now)
+            receipts.on_claim(message, now)
             message.request_id = request_id
         run.open_request = request_id
         texts = tuple((m.message_id, m.owner, self.world.text_for(session, m, self.agents))
@@ -448,7 +448,7 @@ class Reference:
                     message, MessageTrigger.CONSUME if committed else MessageTrigger.RELEASE)
                 if not committed:
                     message.request_id = None
-                    receipts.released(message, self._now())
+                    receipts.on_release(message, self._now())
         step(REQUEST_STEPS, f"run {run.run_id}", run.request,
              RequestTrigger.COMMIT_REQUEST if committed else RequestTrigger.ABORT_REQUEST)
         run.open_request = None
@@ -533,14 +533,14 @@ class Reference:
         return receipts.status(self, session_id, message_id)
 
     def cancel_message(self, session_id: str, message_id: str) -> receipts.Status:
-        return self._atomic(lambda: receipts.cancel(self, session_id, message_id))
+        return self._atomic(lambda: receipts.recall(self, session_id, message_id))
 
     def expire_mail(self, session_id: str) -> list[str]:
         now = self._now()
         return self._atomic(lambda: (self._session(session_id), self._expire(session_id, now))[1])
 
     def _expire(self, session_id: str, now: float | None) -> list[str]:
-        return receipts.expire(self, session_id, now)
+        return receipts.expire_due(self, session_id, now)
 
     def _now(self) -> float | None:
         return receipts.now_of(self)
