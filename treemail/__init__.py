@@ -49,9 +49,10 @@ def open_engine(url: str | os.PathLike[str], config: MessagingConfig | None = No
     """Open the store ``url`` names (as ``open_store``) and an engine on it, recovered: runs
     that died with the last process are interrupted, their claimed mail released, and every
     session with pending mail made deliverable again."""
+    from treemail.adapters.runtime.clock import WallClock
     from treemail.adapters.runtime.ids import UuidIds
     from treemail.core.engine import Engine
 
-    engine = Engine(open_store(url, sync=sync), UuidIds(), config)
+    engine = Engine(open_store(url, sync=sync), UuidIds(), config, clock=WallClock())
     engine.recover()
     return engine

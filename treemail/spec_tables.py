@@ -122,6 +122,9 @@ _MEANINGS: Mapping[str, Mapping[str, str]] = {
         "max_body_bytes": "largest body, in UTF-8 bytes",
         "max_pending_per_session": "pending agent mail a recipient may hold; more is refused",
         "max_inflight_per_pair": "pending mail per directed sender-recipient pair; 0 disables",
+        "message_ttl_seconds": "agent mail left unclaimed this many seconds is discarded as "
+        "expired at its recipient's next boundary or reconcile (claimed time never counts); "
+        "0 disables",
     },
     "limits": {
         "max_frame_bytes": "largest JSON-RPC frame a client may send, in bytes",

@@ -169,6 +169,8 @@ export type ErrorCode =
   | "plugin:load_failed"
   | "plugin:refused"
   | "producer:idempotency_conflict"
+  | "receipt:too_late"
+  | "receipt:unknown_message"
   | "rpc:answer_failed"
   | "rpc:error"
   | "rpc:frame_too_large"
@@ -705,6 +707,21 @@ export interface RunView {
   base_hop: number;
 }
 
+/** The sender asking (``session_id``) and the ``message_id`` its send_message returned. */
+export interface SentMessageParams {
+  session_id: string;
+  message_id: string;
+}
+
+/** A sent message as its sender sees it: ``state`` is its lifecycle state, ``final`` once consumed or discarded; ``reason`` only for a discard (``cancelled by sender``, ``expired``, or an operator's). */
+export interface SentMessageStatus {
+  message_id: string;
+  recipient_session_id: string;
+  state: string;
+  final: boolean;
+  reason?: string | null;
+}
+
 export interface ServerCapabilities {
   methods: Array<string>;
   notifications: Array<string>;
@@ -847,6 +864,8 @@ export interface Methods {
   "run.list": { params: RunListParams; result: RunListResult };
   "message.get": { params: MessageGetParams; result: MessageReceipt };
   "message.list": { params: MessageListParams; result: MessageListResult };
+  "message.status": { params: SentMessageParams; result: SentMessageStatus };
+  "message.cancel": { params: SentMessageParams; result: SentMessageStatus };
   "tool.call": { params: ToolCallParams; result: ToolCallResult };
   "approval.list": { params: ApprovalListParams; result: ApprovalListResult };
   "approval.answer": { params: ApprovalAnswerParams; result: ApprovalView };

@@ -52,6 +52,9 @@ AIMED = {
         {"agent": st.sampled_from(("kid", "root", "nobody")), "task": BODY}),
     "get_subagent_result": st.fixed_dictionaries({"to": PEER}),
     "cancel_subagent": st.fixed_dictionaries({"to": PEER}),
+    # Any message id: the sender's own, another's or none; refused alike unless its own.
+    "message_status": st.fixed_dictionaries({"message_id": TEXT}),
+    "cancel_message": st.fixed_dictionaries({"message_id": TEXT}),
 }
 
 

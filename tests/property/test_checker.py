@@ -104,10 +104,11 @@ def test_pair_window_off_by_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
 def test_claims_kept_at_recovery_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     original = runs._end
 
-    def _end(tx: Any, session: Any, run: Any, event: RunTrigger, reason: str) -> None:
+    def _end(tx: Any, session: Any, run: Any, event: RunTrigger, reason: str,
+             **rest: Any) -> None:
         if reason == "crash found at restart":  # forget the open request: no release
             run = attrs.evolve(run, open_request=None)
-        original(tx, session, run, event, reason)
+        original(tx, session, run, event, reason, **rest)
 
     monkeypatch.setattr(runs, "_end", _end)
     found = check(WINDOWED, SMALL).counterexample
@@ -262,9 +263,9 @@ def test_a_give_up_that_wakes_the_session_is_caught(monkeypatch: pytest.MonkeyPa
     give-up that wakes it like a cancel answers alike but leaves another state."""
     original = runs.end
 
-    def end(*args: Any, wake: bool = True) -> Any:
+    def end(*args: Any, wake: bool = True, **rest: Any) -> Any:
         del wake
-        return original(*args, wake=True)
+        return original(*args, wake=True, **rest)
 
     monkeypatch.setattr(runs, "end", end)
     found = check(WINDOWED, SMALL).counterexample
@@ -338,6 +339,8 @@ CHECKER_HUNTED: dict[str, tuple[Bounds, int, str]] = {
     # create, attach an external child, mail to it, its check_mail (which consumed)
     "consume-at-claim": (attrs.evolve(ONE_TREE, external=1, depth=4), 4,
                          "external_check(#2)"),
+    # The child sends to the root, whose run starts and claims it; the child recalls it.
+    "cancel-claimed": (SMALL, 7, "claimed)"),
 }
 
 
@@ -428,3 +431,14 @@ def test_the_external_boundary_is_searched_and_reported() -> None:
     assert f"external boundary {len(BOUNDARY)}/{len(BOUNDARY)}" in result.coverage.line()
     # Without one (the default), the line has no external part.
     assert "external" not in check(WINDOWED, attrs.evolve(ONE_TREE, depth=3)).coverage.line()
+
+
+def test_the_checker_takes_the_recall_and_expiry_transitions() -> None:
+    """With expiry on (the default config's TTL), the sender's cancel and the late sweep's
+    expiry are among the transitions the search takes, and the engine agrees throughout."""
+    result = check(checker.DEFAULT_CONFIG,
+                   Bounds(sessions=2, messages=2, restarts=1, depth=6, trees=1))
+    assert result.counterexample is None
+    assert {("MessageLifecycle", MessageState.ADMITTED, "cancel"),
+            ("MessageLifecycle", MessageState.ADMITTED, "expire")} <= result.coverage.transitions
+    assert "MessageLifecycle.accepted--cancel" in result.coverage.line()  # not yet reached

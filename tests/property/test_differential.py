@@ -34,13 +34,16 @@ from hypothesis.stateful import (
     rule,
 )
 
+from treemail.core.clock import ManualClock
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError, UnknownSubagentReference
+from treemail.core.expiry import age
 from treemail.core.ids import CountingIds
 from treemail.core.keys import inbox_counter, pair_counter
 from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.permissions import LABELS, Action, Rule, Rules
+from treemail.core.receipts import Receipt
 from treemail.core.records import AgentSpec, Mode, Owner, Run, Session, ToolContext
 from treemail.core.store import MemoryStore, Store
 from treemail.models.reference import Reference
@@ -91,6 +94,8 @@ configs = st.builds(
     max_body_bytes=st.integers(8, 40),
     max_pending_per_session=st.integers(1, 3),
     max_inflight_per_pair=st.integers(0, 2),
+    # Expiry on in half the runs: the clock both sides read moves by ``tick`` only.
+    message_ttl_seconds=st.sampled_from((0, 3)),
 )
 bodies = st.one_of(
     st.sampled_from(("hi", "status?", "done: 3 files changed", "é€😀 ok")),
@@ -173,11 +178,12 @@ class DifferentialMachine(RuleBasedStateMachine):
     ) -> None:
         self.config = config
         self.ids = CountingIds()
-        self.model = Reference(config, CountingIds())
+        self.clock = ManualClock(1000)  # one clock for both: time moves only by ``tick``
+        self.model = Reference(config, CountingIds(), clock=self.clock)
         if STORE_KIND == "lmdb":
             self.directory = tempfile.mkdtemp(prefix="treemail-diff-")
         self.store = self._open_store()
-        self.engine = Engine(self.store, self.ids, config)
+        self.engine = Engine(self.store, self.ids, config, clock=self.clock)
         # A first tree with a run, so every rule is enabled from the first step on.
         root = self.both(lambda e: e.create_root(agent, legacy=legacy),
                          lambda m: m.create_root(agent, legacy=legacy), _session_id)[1]
@@ -323,6 +329,9 @@ class DifferentialMachine(RuleBasedStateMachine):
             assert not set(ids) & set(self.final), "final mail was delivered again"
             self.delivered[request_id] = ids
             self.requests.append((sid, rid, request_id))
+            # Composite rules (a relay reads its mail, a drain) claim and commit within one
+            # step: the ages are compared at each claim too, not only between steps.
+            self.ages_agree()
 
     @precondition(lambda self: self._current(SessionState.RUNNING, request=True))
     @rule(data=st.data(), commit=st.booleans())
@@ -433,8 +442,86 @@ class DifferentialMachine(RuleBasedStateMachine):
             self.e.store.close()
             self.store = self._open_store()
         assert self.store is not None
-        self.engine = Engine(self.store, self.ids, self.config)
+        self.engine = Engine(self.store, self.ids, self.config, clock=self.clock)
         self.both(lambda e: e.recover(), lambda m: m.restart())
+
+    # -- receipts, recall and expiry -----------------------------------------------------------
+
+    @rule(kind=st.sampled_from(("tick", "status", "cancel", "expire")), data=st.data())
+    def receipts(self, kind: str, data: st.DataObject) -> None:
+        """The receipt steps, folded into one rule (as ``disrupt`` folds its own) so that
+        the older rules keep their share of the steps: time passes for both (unclaimed mail
+        ages, claimed mail does not), a receipt, a recall, an expiry check."""
+        if kind == "tick":
+            self.clock.advance(data.draw(st.integers(1, 4), label="seconds"))
+        elif kind == "status":
+            self.message_status(data)
+        elif kind == "cancel":
+            self.cancel_message(data)
+        else:
+            self.expire(data, data.draw(st.booleans(), label="sweep"))
+
+    def _receipt_target(self, data: st.DataObject) -> tuple[str, str]:
+        """(asker, message id): mostly a sender and its own mail (in any state, claimed and
+        final ones too), sometimes another session or an id that names nothing."""
+        sent = [m for m in self.model.world.messages.values() if m.owner is Owner.AGENT]
+        if sent and data.draw(st.integers(0, 3), label="own") > 0:
+            message = data.draw(st.sampled_from(sent), label="sent")
+            assert message.sender is not None
+            return message.sender, message.message_id
+        asker = data.draw(st.sampled_from(self.sessions()), label="asker").session_id
+        ids = [*self.model.world.messages, UNKNOWN, *UNSTORABLE]
+        return asker, data.draw(st.sampled_from(ids), label="message")
+
+    def message_status(self, data: st.DataObject) -> None:
+        asker, message_id = self._receipt_target(data)
+        self.both(lambda e: e.message_status(asker, message_id),
+                  lambda m: m.message_status(asker, message_id), _receipt)
+
+    def cancel_message(self, data: st.DataObject) -> None:
+        """The sender recalls its mail; claimed or final mail is too late, alike on both."""
+        asker, message_id = self._receipt_target(data)
+        self.both(lambda e: e.cancel_message(asker, message_id),
+                  lambda m: m.cancel_message(asker, message_id), _receipt)
+
+    def _claimed_agent_mail(self) -> list[Any]:
+        return [m for m in self.model.world.messages.values()
+                if m.owner is Owner.AGENT and m.state == "claimed"]
+
+    @precondition(lambda self: self._claimed_agent_mail())
+    @rule(data=st.data())
+    def cancel_racing_a_claim(self, data: st.DataObject) -> None:
+        """The sender's cancel arrives just after the recipient's request claimed the mail:
+        the claim won, so the cancel is too late and the mail stays claimed."""
+        message = data.draw(st.sampled_from(self._claimed_agent_mail()), label="claimed")
+        sender, message_id = message.sender, message.message_id
+        self.both(lambda e: e.cancel_message(sender, message_id),
+                  lambda m: m.cancel_message(sender, message_id), _receipt)
+
+    @precondition(lambda self: self._claimed_agent_mail())
+    @rule(data=st.data(), seconds=st.integers(2, 8))
+    def slow_failed_request(self, data: st.DataObject, seconds: int) -> None:
+        """A request holding agent mail takes long and fails: time passes while the mail is
+        claimed, the request aborts, and the next boundary comes at once. Claimed time never
+        ages mail, so the next request gets it unless it was old before the claim."""
+        message = data.draw(st.sampled_from(self._claimed_agent_mail()), label="claimed")
+        sid, rid = message.recipient, message.run_id
+        request_id = message.request_id
+        assert rid is not None and request_id is not None
+        self.clock.advance(seconds)
+        self._close(sid, rid, request_id, commit=False)
+        self._begin(sid, rid)
+
+    def expire(self, data: st.DataObject, sweep: bool) -> None:
+        """An expiry check: the sweep alone, or the reconcile that runs it first."""
+        sid = data.draw(st.sampled_from([*self.sessions(), None]), label="session")
+        target = sid.session_id if sid is not None else UNKNOWN
+        if sweep:
+            done = self.both(lambda e: e.expire_mail(target), lambda m: m.expire_mail(target))
+            if done[0] == "ok" and done[1]:
+                event("expire: mail expired")
+        else:
+            self.both(lambda e: e.reconcile(target), lambda m: m.reconcile(target))
 
     # -- send_message --------------------------------------------------------------------------
 
@@ -677,6 +764,19 @@ class DifferentialMachine(RuleBasedStateMachine):
         self.limits_hold_and_counters_match()
         self.final_mail_stays_final()
         self.approvals_agree()
+        self.ages_agree()
+
+    def ages_agree(self) -> None:
+        """The engine's one number and the model's two say the same age, or both no clock."""
+        now = self.clock.now()
+        for message in self.model.world.messages.values():
+            if not message.pending:
+                continue
+            want = None
+            if message.waited is not None:
+                running = 0.0 if message.since is None else max(0.0, now - message.since)
+                want = message.waited + running
+            assert age(self.e.message(message.message_id), now) == want, message.message_id
 
     def sessions_agree(self) -> None:
         got = [_session_row(s) for s in self.e.sessions()]
@@ -728,6 +828,10 @@ class DifferentialMachine(RuleBasedStateMachine):
 def _utf8(size: int) -> str:
     """A body of exactly ``size`` UTF-8 bytes, mostly two-byte characters."""
     return "é" * (size // 2) + "a" * (size % 2)
+
+
+def _receipt(receipt: Receipt) -> tuple[str, str, str, str | None]:
+    return receipt.message_id, receipt.recipient, str(receipt.state), receipt.reason
 
 
 def _run_id(run: Run) -> str:

@@ -39,6 +39,8 @@ HUNTED = (
     "rule-before-liveness",
     "revert-spares-descendants",
     "cousin-as-sibling",
+    "cancel-claimed",
+    "expiry-counts-claimed-time",
 )
 # Registered plants the differential suite is not asked to catch, and why. Each is caught by
 # `treemail check` (tests/property/test_checker.py) and by its own direct probe.

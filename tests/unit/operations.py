@@ -26,6 +26,7 @@ import attrs
 
 from tests.unit.conftest import World, agent, arguments
 from treemail.core import events, runs
+from treemail.core.clock import ManualClock
 from treemail.core.engine import Engine
 from treemail.core.records import Mode, Owner, Session
 from treemail.core.store import ReadTxn, Store, WriteTxn
@@ -305,6 +306,35 @@ def _discard(w: World) -> Op:
     return lambda e: e.discard(message_id, "the operator dropped it")
 
 
+def _sent(w: World) -> tuple[Session, Session, str]:
+    root, kid = _tree(w)
+    return root, kid, w.send(root, kid, "maybe later").message_id
+
+
+def _status(w: World) -> Op:
+    root, _, message_id = _sent(w)
+    return lambda e: e.message_status(root.session_id, message_id)
+
+
+def _cancel_message(w: World) -> Op:
+    root, _, message_id = _sent(w)
+    return lambda e: e.cancel_message(root.session_id, message_id)
+
+
+def _expire(w: World) -> Op:
+    clock = ManualClock()
+    w.configure(message_ttl_seconds=5)
+    w.engine.clock = clock
+    _, kid, _ = _sent(w)
+    clock.advance(5)
+
+    def op(e: Engine) -> object:
+        e.clock = clock  # the case's engine is new: it reads the same clock
+        return e.expire_mail(kid.session_id)
+
+    return op
+
+
 def _recover(w: World) -> Op:
     _open_request(w)  # a run that dies with its request open
     return lambda e: e.recover()
@@ -356,6 +386,9 @@ CASES: tuple[Case, ...] = (
     Case("give_up_run", "tells the parent", _give_up),
     Case("discard", "pending mail", _discard),
     Case("recover", "a run that died mid-request", _recover),
+    Case("message_status", "its sender asks", _status, writes=0),
+    Case("cancel_message", "pending mail its sender recalls", _cancel_message),
+    Case("expire_mail", "mail past the TTL", _expire),
     Case("shutdown", "refuses sends from now on", lambda w: lambda e: e.shutdown(), writes=0),
     Case("approvals", "pending", _reading(lambda e, k, r: e.approvals()), writes=0),
     Case("stranded_delegations", "none", _reading(lambda e, k, r: e.stranded_delegations()),

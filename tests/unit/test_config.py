@@ -15,9 +15,12 @@ CONTRACT_DEFAULTS = {
     "max_body_bytes": 32768,
     "max_pending_per_session": 32,
     "max_inflight_per_pair": 4,
+    # Not the contract's: treemail's opt-in expiry, off by default so the contract holds.
+    "message_ttl_seconds": 0,
 }
 
-INT_KEYS = ("max_hops", "max_body_bytes", "max_pending_per_session", "max_inflight_per_pair")
+INT_KEYS = ("max_hops", "max_body_bytes", "max_pending_per_session", "max_inflight_per_pair",
+            "message_ttl_seconds")
 
 
 def _refused(settings: dict[str, Any]) -> ConfigError:

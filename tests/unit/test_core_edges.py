@@ -127,7 +127,7 @@ def _doc_error(text: str) -> AgentDocError:
             "---\nname: x\nzeta: 1\ncolour: red\n---\n",
             "colour",
             "a.md: colour is not a known field; expected description, messaging_prompt, model, "
-            "name, permissions",
+            "name, permissions, receipts",
         ),
         ("---\ndescription: d\n---\n", "name", "a.md: name must be a non-empty string"),
         ("---\nname: 7\n---\n", "name", "a.md: name must be a non-empty string"),
@@ -186,8 +186,8 @@ def test_config_unknown_keys_name_the_first_in_order_with_the_valid_ones() -> No
     assert caught.value.code == ConfigUnknownKey.code
     assert caught.value.message == (
         "unknown key `aa` in [messaging] (known: `enabled`, `max_hops`, `max_body_bytes`, "
-        "`max_pending_per_session`, `max_inflight_per_pair`; every key is documented in "
-        "spec/config.md)"
+        "`max_pending_per_session`, `max_inflight_per_pair`, `message_ttl_seconds`; every key is "
+        "documented in spec/config.md)"
     )
     assert caught.value.details == {"table": "messaging", "key": "aa", "suggestion": None}
 
@@ -228,7 +228,7 @@ def test_lifecycle_tables_derived_at_call_time() -> None:
         initial=M.ACCEPTED,
         states=(M.ACCEPTED, M.ADMITTED, M.CLAIMED, M.RELEASED, M.CONSUMED, M.DISCARDED),
         final=frozenset({M.CONSUMED, M.DISCARDED}),
-        triggers=(MT.ADMIT, MT.CLAIM, MT.RELEASE, MT.CONSUME, MT.DISCARD),
+        triggers=(MT.ADMIT, MT.CLAIM, MT.RELEASE, MT.CONSUME, MT.DISCARD, MT.CANCEL, MT.EXPIRE),
         meanings=message.meanings,
         transitions={
             (M.ACCEPTED, MT.ADMIT): M.ADMITTED,
@@ -239,6 +239,8 @@ def test_lifecycle_tables_derived_at_call_time() -> None:
             (M.CLAIMED, MT.CONSUME): M.CONSUMED,
             (M.RELEASED, MT.CLAIM): M.CLAIMED,
             (M.RELEASED, MT.DISCARD): M.DISCARDED,
+            **{(state, trigger): M.DISCARDED for state in (M.ACCEPTED, M.ADMITTED, M.RELEASED)
+               for trigger in (MT.CANCEL, MT.EXPIRE)},
         },
     )
     session = Lifecycle.derive(SessionLifecycle, SessionState, SessionTrigger)
@@ -627,7 +629,8 @@ def test_unknown_tool_messages() -> None:
         lookup_tool("send_mesage")
     assert caught.value.message == (
         "there is no tool 'send_mesage': check the spelling. Available tools: "
-        "delegate_subagent, get_subagent_result, cancel_subagent, send_message"
+        "delegate_subagent, get_subagent_result, cancel_subagent, send_message, "
+        "message_status, cancel_message"
     )
     assert caught.value.details == {"tool": "send_mesage", "available": TOOL_NAMES}
     with pytest.raises(UnknownTool) as caught:

@@ -74,6 +74,12 @@ def test_message_lifecycle_matches_the_design_table() -> None:
         (MessageState.ACCEPTED, "discard"): MessageState.DISCARDED,
         (MessageState.ADMITTED, "discard"): MessageState.DISCARDED,
         (MessageState.RELEASED, "discard"): MessageState.DISCARDED,
+        (MessageState.ACCEPTED, "cancel"): MessageState.DISCARDED,
+        (MessageState.ADMITTED, "cancel"): MessageState.DISCARDED,
+        (MessageState.RELEASED, "cancel"): MessageState.DISCARDED,
+        (MessageState.ACCEPTED, "expire"): MessageState.DISCARDED,
+        (MessageState.ADMITTED, "expire"): MessageState.DISCARDED,
+        (MessageState.RELEASED, "expire"): MessageState.DISCARDED,
     }
     assert MESSAGE.final == {MessageState.CONSUMED, MessageState.DISCARDED}
     assert MESSAGE.initial == MessageState.ACCEPTED

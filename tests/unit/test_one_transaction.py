@@ -65,7 +65,8 @@ def test_every_operation_has_a_case() -> None:
 
 def test_the_read_only_operations_are_these() -> None:
     # Stated, so that an operation moving between reading and writing is a visible change.
-    assert READ_ONLY == ["approvals", "events", "feed", "feed_end", "message", "pending",
+    assert READ_ONLY == ["approvals", "events", "feed", "feed_end", "message", "message_status",
+                         "pending",
                          "rules_of", "run", "session", "sessions", "shutdown",
                          "stranded_delegations", "tool_visible"]
 

@@ -13,10 +13,12 @@ from collections.abc import Callable
 import pytest
 
 from treemail.core import events, external
+from treemail.core.clock import ManualClock
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.errors import (
     ApprovalRequired,
+    CancelTooLate,
     IdempotencyConflict,
     IllegalTransition,
     InflightFull,
@@ -116,6 +118,35 @@ def _discard_claimed() -> object:
     except TreemailError as refused:
         return refused.code
     return tree.engine.message(message_id).state
+
+
+def _cancel_claimed() -> object:
+    """The root recalls its mail after the kid's request claimed it: too late."""
+    tree = Tree()
+    message_id = _claimed_kid_mail(tree)
+    try:
+        return tree.engine.cancel_message(tree.root.session_id, message_id).state
+    except TreemailError as refused:
+        return refused.code, tree.engine.message(message_id).state
+
+
+def _expiry_counts_claimed_time() -> object:
+    """Mail that waited 1 s, then sat 100 s in a request that aborted, then 1 s more, has
+    waited 2 s unclaimed: under a 10 s TTL the kid's next request still gets it."""
+    clock = ManualClock()
+    tree = Tree(MessagingConfig(message_ttl_seconds=10))
+    tree.engine.clock = clock
+    tree.send(tree.root, tree.root_run, tree.kid.session_id)
+    sid = tree.kid.session_id
+    run_id = tree.engine.start_run(sid).run_id
+    clock.advance(1)
+    request = tree.engine.begin_request(sid, run_id)
+    clock.advance(100)
+    tree.engine.abort_request(sid, run_id, request.request_id)
+    clock.advance(1)
+    again = tree.engine.begin_request(sid, run_id)
+    return [d.owner for d in again.deliveries], [
+        (m.state, m.reason) for m in tree.engine.pending(sid)]
 
 
 def _recover_keeps_claims() -> object:
@@ -290,6 +321,10 @@ PROBES: dict[str, tuple[Callable[[], object], object]] = {
     "revert-spares-descendants": (_revert_a_branch, True),
     "cousin-as-sibling": (_cousin, PermissionDenied.code),
     "consume-at-claim": (_claim_then_drop, (1, 1)),
+    "cancel-claimed": (_cancel_claimed, (CancelTooLate.code, MessageState.CLAIMED)),
+    "expiry-counts-claimed-time": (_expiry_counts_claimed_time, (
+        [Owner.DELEGATION, Owner.AGENT],
+        [(MessageState.CLAIMED, None), (MessageState.CLAIMED, None)])),
 }
 
 

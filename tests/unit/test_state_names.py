@@ -44,6 +44,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     # Function names listed in ``__all__``: runs.start and runs.end step the lifecycles.
     ("core/runs.py", "start"): "the function runs.start, in __all__",
     ("core/runs.py", "end"): "the function runs.end, in __all__",
+    ("core/receipts.py", "cancel"): "the function receipts.cancel, in __all__",
+    # ``cancel`` is also the CLI command that cancels a session's run (not a message).
+    ("adapters/ui/run_cmd.py", "cancel"): "the `treemail cancel` command, a run's cancel",
     # The model checker's actions are named after the engine methods they call.
     ("models/explore.py", "begin_request"): "the action calling Engine.begin_request",
     ("models/explore.py", "commit_request"): "the action calling Engine.commit_request",

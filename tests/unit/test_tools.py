@@ -72,7 +72,7 @@ def walk(schema: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def test_tool_names_are_the_surface_without_steer_subagent() -> None:
     assert TOOL_NAMES == ("delegate_subagent", "get_subagent_result", "cancel_subagent",
-                          "send_message")
+                          "send_message", "message_status", "cancel_message")
     assert tuple(TOOLS) == TOOL_NAMES
     assert "steer_subagent" not in TOOLS
 

@@ -5,6 +5,7 @@
 name: explore
 description: Reads code and reports
 model: scripted
+receipts: true
 permissions:
   message:
     parent: allow
@@ -31,7 +32,8 @@ from treemail.core.records import AgentSpec
 
 __all__ = ["BUILTIN_AGENTS", "AgentDoc", "parse_agent_doc"]
 
-_FIELDS = frozenset({"name", "description", "model", "permissions", "messaging_prompt"})
+_FIELDS = frozenset({"name", "description", "model", "permissions", "messaging_prompt",
+                     "receipts"})
 _PERMISSION_ACTIONS = frozenset({"message", "delegate"})
 
 
@@ -67,6 +69,7 @@ def parse_agent_doc(text: str, source: str = "<agent doc>") -> AgentDoc:
         description=_text(meta, "description", source) or "",
         rules=_message_rules(permissions, source),
         delegate_rules=_delegate_rules(permissions, source),
+        receipts=_flag(meta, "receipts", source),
     )
     return AgentDoc(spec=spec, model=_text(meta, "model", source), prompt=prompt.strip(),
                     source=source, messaging=_messaging(meta, source))
@@ -82,6 +85,14 @@ def _messaging(meta: Mapping[object, object], source: str) -> str | None:
         raise _field_error(source, "messaging_prompt", "must be a non-empty string (a "
                            "template; {handle} is the session's handle) or false (no "
                            "messaging section)", "bad_text") from None
+
+
+def _flag(meta: Mapping[object, object], field: str, source: str) -> bool:
+    """An opt-in switch: absent is off; anything but true or false is refused."""
+    value = meta.get(field, False)
+    if not isinstance(value, bool):
+        raise _field_error(source, field, "must be true or false", "bad_flag")
+    return value
 
 
 def _split(text: str, source: str) -> tuple[str, str]:

@@ -23,11 +23,14 @@ class MessagingConfig:
     max_body_bytes: int = 32768
     max_pending_per_session: int = 32
     max_inflight_per_pair: int = 4
+    # Agent mail left unclaimed longer than this many seconds is discarded as expired; 0 (the
+    # default) turns expiry off, and with it every timestamp.
+    message_ttl_seconds: int = 0
 
     def __attrs_post_init__(self) -> None:
         _check_type("enabled", self.enabled, bool)
         for name in ("max_hops", "max_body_bytes", "max_pending_per_session",
-                     "max_inflight_per_pair"):
+                     "max_inflight_per_pair", "message_ttl_seconds"):
             _check_type(name, getattr(self, name), int)
         for name, low in RANGES.items():
             value = getattr(self, name)
@@ -106,4 +109,5 @@ RANGES: Final[Mapping[str, int]] = {
     "max_body_bytes": 1,
     "max_pending_per_session": 1,
     "max_inflight_per_pair": 0,
+    "message_ttl_seconds": 0,
 }

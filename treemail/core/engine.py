@@ -12,7 +12,8 @@ At open, ``recover`` treats every run still marked running as dead: its open req
 aborted (claimed mail released), the run is interrupted, and every session with pending mail
 is made deliverable again. Nothing accepted is lost; nothing consumed is delivered again.
 
-The engine owns no I/O: storage comes in as a ``Store`` and ids as an ``IdSource``.
+The engine owns no I/O: storage comes in as a ``Store``, ids as an ``IdSource`` and time
+(read only while message expiry is on, see ``expiry``) as a ``Clock``.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from typing import TypeVar
 
 import attrs
 
-from treemail.core import approvals, events, external, runs
+from treemail.core import approvals, events, external, receipts, runs
+from treemail.core.clock import Clock, ManualClock
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import EngineShutdown, InvalidRequest, UnknownTarget
+from treemail.core.expiry import expire_due
 from treemail.core.ids import IdSource, make_handle
 from treemail.core.keys import SESSIONS_COUNTER, delegation_counter
 from treemail.core.lifecycle import MessageTrigger, RunTrigger, SessionState
@@ -56,16 +59,29 @@ T = TypeVar("T")
 class Engine:
     def __init__(
         self, store: Store, ids: IdSource, config: MessagingConfig | None = None,
-        agents: AgentCatalogue | None = None,
+        agents: AgentCatalogue | None = None, clock: Clock | None = None,
     ) -> None:
         """``agents`` is the agent catalogue (current spec by agent name): permissions are
         read through it at each visibility check and send, so an edited doc reaches live
-        sessions. Without one, the rules stored with each session at creation apply."""
+        sessions. Without one, the rules stored with each session at creation apply.
+        ``clock`` is read only while ``message_ttl_seconds`` is on; without one, time stands
+        still (nothing expires)."""
         self.store = store
         self.ids = ids
         self.config = config if config is not None else MessagingConfig()
         self.agents = agents
+        self.clock: Clock = clock if clock is not None else ManualClock()
         self._shut = False
+
+    @property
+    def ttl(self) -> int:
+        return self.config.message_ttl_seconds
+
+    @property
+    def instant(self) -> float | None:
+        """The instant expiry reads, once per operation; None while expiry is off, so no
+        clock is read and no mail is stamped."""
+        return self.clock.now() if self.ttl > 0 else None
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -183,9 +199,10 @@ class Engine:
         """The send_message tool: durably accepted on return, or a typed refusal."""
         if self._shut:
             raise EngineShutdown("the engine is shutting down; nothing was sent")
+        now = self.instant
 
         def work(tx: WriteTxn) -> SendResult:
-            sent = send(tx, self.config, self.ids, ctx, arguments, agents=self.agents)
+            sent = send(tx, self.config, self.ids, ctx, arguments, agents=self.agents, now=now)
             # A running or queued recipient takes its mail in itself, at its run's start or
             # next boundary; only a session without a run needs the reconcile that wakes it.
             # It runs in the send's transaction: a send answered with an error must have
@@ -295,8 +312,10 @@ class Engine:
     # -- runs and requests -------------------------------------------------------------------
 
     def reconcile(self, session_id: str) -> None:
-        """Admit accepted mail, and give a session with deliverable mail and no run a run."""
-        self._transact(lambda tx: runs.reconcile(tx, self.ids, session_id))
+        """Expire stale mail, admit accepted mail, and give a session with deliverable mail
+        and no run a run."""
+        now = self.instant
+        self._transact(lambda tx: runs.reconcile(tx, self.ids, session_id, now, self.ttl))
 
     def start_run(self, session_id: str) -> Run:
         """Start the session's queued run; mail waiting for the next run is bound to it."""
@@ -304,7 +323,9 @@ class Engine:
 
     def begin_request(self, session_id: str, run_id: str) -> Request:
         """A safe boundary: claim the run's deliverable mail into a new model request."""
-        return self._transact(lambda tx: runs.begin(tx, self.ids, session_id, run_id, self.agents))
+        now = self.instant
+        return self._transact(lambda tx: runs.begin(tx, self.ids, session_id, run_id,
+                                                     self.agents, now, self.ttl))
 
     def commit_request(
         self, session_id: str, run_id: str, request_id: str,
@@ -326,8 +347,9 @@ class Engine:
 
     def abort_request(self, session_id: str, run_id: str, request_id: str) -> None:
         """The request did not commit: its mail is released for the next boundary."""
+        now = self.instant
         self._transact(
-            lambda tx: runs.close(tx, session_id, run_id, request_id, committed=False))
+            lambda tx: runs.close(tx, session_id, run_id, request_id, committed=False, now=now))
 
     def record_tool_results(
         self, session_id: str, run_id: str, results: Sequence[events.RecordedResult]
@@ -359,17 +381,20 @@ class Engine:
                    fault: events.Fault | None = None) -> None:
         """Interrupt a queued or running run; an open request is aborted first. ``fault``
         records what a failed model call knew beside the reason."""
+        now = self.instant
         self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id,
-                                           RunTrigger.INTERRUPT, reason, fault))
+                                           RunTrigger.INTERRUPT, reason, fault, now=now))
 
     def give_up_run(self, session_id: str, run_id: str, reason: str,
                     fault: events.Fault | None = None) -> bool:
         """Interrupt the run and leave the session idle, its mail kept until new input wakes
         it; a delegated session's parent is told why. Returns whether a parent was told."""
 
+        now = self.instant
+
         def work(tx: WriteTxn) -> bool:
             session = runs.end(tx, self.ids, session_id, run_id, RunTrigger.INTERRUPT, reason,
-                               fault, wake=False)
+                               fault, wake=False, now=now)
             return runs.report_interruption(tx, self.ids, session, reason)
 
         return self._transact(work)
@@ -387,12 +412,35 @@ class Engine:
 
         self._transact(work)
 
+    # -- receipts, recall and expiry (``receipts``, ``expiry``) ------------------------------
+
+    def message_status(self, session_id: str, message_id: str) -> receipts.Receipt:
+        """The receipt of agent mail ``session_id`` sent: only its sender may ask."""
+        with self.store.read() as tx:
+            return receipts.status(tx, session_id, message_id)
+
+    def cancel_message(self, session_id: str, message_id: str) -> receipts.Receipt:
+        """The sender recalls its own mail before a request claimed it; ``too_late`` after."""
+        return self._transact(lambda tx: receipts.cancel(tx, session_id, message_id))
+
+    def expire_mail(self, session_id: str) -> list[str]:
+        """Discard the session's agent mail that waited unclaimed past the TTL, at the
+        clock's now; the ids expired. Nothing while expiry is off."""
+        now = self.instant
+
+        def work(tx: WriteTxn) -> list[str]:
+            need_session(tx, session_id)
+            return expire_due(tx, session_id, now, self.ttl)
+
+        return self._transact(work)
+
     def recover(self, trees: Collection[str] | None = None) -> int:
         """At open: interrupt runs that died with the process, then make all mail deliverable;
         only in ``trees`` (roots) when given: those taken over from a dead daemon.
 
         Returns how many runs were found dead."""
-        return self._transact(lambda tx: runs.recover(tx, self.ids, trees))
+        now = self.instant
+        return self._transact(lambda tx: runs.recover(tx, self.ids, trees, now, self.ttl))
 
     def shutdown(self) -> None:
         """Refuse new sends from now on; what was accepted stays durable."""

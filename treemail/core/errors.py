@@ -32,6 +32,7 @@ __all__ = [
     "AgentDocError",
     "ApprovalPending",
     "ApprovalRequired",
+    "CancelTooLate",
     "ConfigError",
     "ConfigExists",
     "ConfigUnknownKey",
@@ -84,6 +85,7 @@ __all__ = [
     "TreemailError",
     "UnknownAgent",
     "UnknownApproval",
+    "UnknownSentMessage",
     "UnknownSession",
     "UnknownSubagent",
     "UnknownSubagentReference",
@@ -173,7 +175,7 @@ AGENT_DOC_PROBLEMS: Final = (
     "no_directory", "unreadable", "not_utf8", "duplicate_name",  # the docs directory
     "no_frontmatter", "unclosed_frontmatter", "too_large", "yaml_syntax", "bad_value",
     "alias", "too_deep", "bad_key", "duplicate_key", "not_mapping",  # the YAML
-    "unknown_field", "bad_name", "bad_text",  # the fields
+    "unknown_field", "bad_name", "bad_text", "bad_flag",  # the fields
     "bad_permissions", "unknown_action", "bad_rules", "bad_label", "bad_rule_action",
     "unknown_label", "ask_not_allowed",  # the permissions
 )
@@ -184,8 +186,8 @@ class AgentDocError(DefinitionError):
     ``problem`` detail names the cause, one of ``AGENT_DOC_PROBLEMS``: no_directory,
     unreadable, not_utf8, duplicate_name, no_frontmatter, unclosed_frontmatter, too_large,
     yaml_syntax, bad_value, alias, too_deep, bad_key, duplicate_key, not_mapping,
-    unknown_field, bad_name, bad_text, bad_permissions, unknown_action, bad_rules, bad_label,
-    bad_rule_action, unknown_label, ask_not_allowed."""
+    unknown_field, bad_name, bad_text, bad_flag, bad_permissions, unknown_action, bad_rules,
+    bad_label, bad_rule_action, unknown_label, ask_not_allowed."""
 
     code = "agent_doc:invalid"
 
@@ -549,6 +551,21 @@ class ExternalBusy(Refusal):
     not yet consumed; it is released when that connection ends."""
 
     code = "external:busy"
+
+
+class UnknownSentMessage(Refusal):
+    """The session sent no agent message by that id. Said alike of a message that does not
+    exist and of another session's, so a receipt never tells one session about another's
+    mail."""
+
+    code = "receipt:unknown_message"
+
+
+class CancelTooLate(Refusal):
+    """The message can no longer be cancelled: a model request claimed it (or it is already
+    consumed or discarded); ``details`` carry its ``state``."""
+
+    code = "receipt:too_late"
 
 
 class ExternalOnly(Refusal):

@@ -36,6 +36,7 @@ from treemail.core.errors import (
     SessionTokenUnknown,
     UnknownTarget,
 )
+from treemail.core.expiry import expire_due
 from treemail.core.ids import IdSource, storable
 from treemail.core.keys import external_session_counter, external_token_counter, runs_counter
 from treemail.core.lifecycle import (
@@ -190,7 +191,8 @@ def _external(tx: ReadTxn, session_id: str) -> Session:
 
 
 def check_mail(tx: WriteTxn, ids: IdSource, session_id: str,
-               agents: AgentCatalogue | None = None) -> Request | None:
+               agents: AgentCatalogue | None = None, now: float | None = None,
+               ttl: int = 0) -> Request | None:
     """Open a turn that claims every deliverable message; None when there is none (the run
     in flight, if any, goes on). Refused while another request of the session is open."""
     session = _external(tx, session_id)
@@ -201,19 +203,20 @@ def check_mail(tx: WriteTxn, ids: IdSource, session_id: str,
             f"another connection holds the mail of {session.reference} (its check_mail "
             "claimed it and has not made its next call); it is released when that "
             "connection ends", session_id=session_id)
+    expire_due(tx, session_id, now, ttl)  # the client's boundary: stale mail goes first
     admit_accepted(tx, session, running)
     if not any(m.state is not MessageState.CLAIMED for m in tx.pending(session_id)):
         return None
     if running is not None:  # ends the turn; mail it never claimed waits for the next run
-        runs.end(tx, ids, session_id, running.run_id, RunTrigger.FINISH, TURN_ENDED)
+        runs.end(tx, ids, session_id, running.run_id, RunTrigger.FINISH, TURN_ENDED, now=now)
     else:
         runs.reconcile(tx, ids, session_id)
     run = runs.start(tx, session_id)
-    return runs.begin(tx, ids, session_id, run.run_id, agents)
+    return runs.begin(tx, ids, session_id, run.run_id, agents, now)
 
 
 def settle(tx: WriteTxn, session_id: str, run_id: str, request_id: str,
-           committed: bool) -> bool:
+           committed: bool, now: float | None = None) -> bool:
     """Commit (consume) or abort (release) the request a check_mail opened. False when it is
     no longer open: recovery after a restart released it already."""
     session = need_session(tx, session_id)
@@ -221,7 +224,7 @@ def settle(tx: WriteTxn, session_id: str, run_id: str, request_id: str,
     if (session.run_id != run_id or run is None or run.status is not RunState.RUNNING
             or run.open_request != request_id):
         return False
-    runs.close(tx, session_id, run_id, request_id, committed)
+    runs.close(tx, session_id, run_id, request_id, committed, now)
     return True
 
 

@@ -116,6 +116,8 @@ class MessageTrigger(enum.StrEnum):
     RELEASE = "release"
     CONSUME = "consume"
     DISCARD = "discard"
+    CANCEL = "cancel"
+    EXPIRE = "expire"
 
 
 class SessionTrigger(enum.StrEnum):
@@ -180,6 +182,18 @@ class MessageLifecycle(StateMachine):
         s.ACCEPTED.to(s.DISCARDED) | s.ADMITTED.to(s.DISCARDED) | s.RELEASED.to(s.DISCARDED),
         id=MessageTrigger.DISCARD,
         name="an explicit decision drops unclaimed mail (session deleted, operator)")
+    # Both are discards with a fixed reason, kept as triggers of their own so that the
+    # tables, the checker's coverage and the refusal name them. Neither leaves claimed: mail
+    # in an open request is past recall, and the time it spends claimed never ages it.
+    cancel = Event(
+        s.ACCEPTED.to(s.DISCARDED) | s.ADMITTED.to(s.DISCARDED) | s.RELEASED.to(s.DISCARDED),
+        id=MessageTrigger.CANCEL,
+        name="the sender recalls its own agent mail before any request claimed it")
+    expire = Event(
+        s.ACCEPTED.to(s.DISCARDED) | s.ADMITTED.to(s.DISCARDED) | s.RELEASED.to(s.DISCARDED),
+        id=MessageTrigger.EXPIRE,
+        name="agent mail left unclaimed longer than [messaging] message_ttl_seconds is "
+        "dropped at the recipient's next boundary or reconcile")
 
 
 class SessionLifecycle(StateMachine):

@@ -79,6 +79,9 @@ class AgentSpec:
     rules: Rules = attrs.field(factory=Rules)
     # Which agents it may delegate to, by name pattern; None (no rules) means any agent.
     delegate_rules: Rules | None = None
+    # The doc's ``receipts: true``: its sessions are offered message_status and
+    # cancel_message (opt-in, so a doc without it sees the contract's tools only).
+    receipts: bool = False
 
     def may_delegate(self, agent_name: str) -> bool:
         if self.delegate_rules is None:
@@ -161,6 +164,9 @@ class Message:
     run_id: str | None = None
     request_id: str | None = None
     reason: str | None = None
+    # Expiry's clock (``expiry``), None while expiry is off: in an unclaimed state the instant
+    # from which the message's age counts, while claimed the age it had reached.
+    aged: float | None = None
 
     @property
     def pending(self) -> bool:

@@ -20,6 +20,7 @@ import attrs
 from treemail.core import events
 from treemail.core.envelope import interruption_result, render_mail
 from treemail.core.errors import UnknownTarget
+from treemail.core.expiry import expire_due, flip
 from treemail.core.ids import IdSource, storable
 from treemail.core.keys import delegation_counter, runs_counter
 from treemail.core.lifecycle import (
@@ -123,9 +124,11 @@ def live_run(tx: ReadTxn, session_id: str, run_id: str) -> tuple[Session, Run]:
     return session, run
 
 
-def reconcile(tx: WriteTxn, ids: IdSource, session_id: str) -> None:
+def reconcile(tx: WriteTxn, ids: IdSource, session_id: str, now: float | None = None,
+              ttl: int = 0) -> None:
     """Admit accepted mail; a session with deliverable mail and no run gets one (the wake)."""
     session = need_session(tx, session_id)
+    expire_due(tx, session_id, now, ttl)
     current = tx.run(session.run_id) if session.run_id is not None else None
     admit_accepted(tx, session, current)
     if not session.state.has_run and next(bound_to(tx, session_id, None), None):
@@ -151,15 +154,16 @@ def start(tx: WriteTxn, session_id: str) -> Run:
 
 def begin(
     tx: WriteTxn, ids: IdSource, session_id: str, run_id: str,
-    agents: AgentCatalogue | None = None,
+    agents: AgentCatalogue | None = None, now: float | None = None, ttl: int = 0,
 ) -> Request:
     session, run = live_run(tx, session_id, run_id)
     # Refused before the request id is minted.
     REQUEST.step(f"run {run_id}", run.request_state, RequestTrigger.BEGIN_REQUEST)
+    expire_due(tx, session_id, now, ttl)  # a boundary: stale mail goes before the claim
     admit_accepted(tx, session, run)
     request_id = ids.new_id()
     claimed = [
-        step_message(tx, m, MessageTrigger.CLAIM, request_id=request_id)
+        step_message(tx, m, MessageTrigger.CLAIM, request_id=request_id, **flip(m, now))
         for m in list(bound_to(tx, session_id, run_id))
     ]
     _step_request(tx, run, RequestTrigger.BEGIN_REQUEST, request_id)
@@ -192,11 +196,12 @@ def _sender(tx: ReadTxn, message: Message) -> Session | None:
     return tx.session(message.sender)
 
 
-def close(tx: WriteTxn, session_id: str, run_id: str, request_id: str, committed: bool) -> None:
+def close(tx: WriteTxn, session_id: str, run_id: str, request_id: str, committed: bool,
+          now: float | None = None) -> None:
     _, run = live_run(tx, session_id, run_id)
     if run.open_request != request_id:
         raise UnknownTarget(f"request {request_id} is not the open request of run {run_id}")
-    _settle(tx, run, committed)
+    _settle(tx, run, committed, now)
 
 
 def _step_request(
@@ -211,7 +216,7 @@ def _step_request(
     return updated
 
 
-def _settle(tx: WriteTxn, run: Run, committed: bool) -> Run:
+def _settle(tx: WriteTxn, run: Run, committed: bool, now: float | None = None) -> Run:
     base_hop = run.base_hop
     for message in list(tx.pending(run.session_id)):
         if message.state is not MessageState.CLAIMED or message.request_id != run.open_request:
@@ -221,7 +226,8 @@ def _settle(tx: WriteTxn, run: Run, committed: bool) -> Run:
             if message.owner is Owner.AGENT:
                 base_hop = max(base_hop, message.hop)
         else:
-            step_message(tx, message, MessageTrigger.RELEASE, request_id=None)
+            step_message(tx, message, MessageTrigger.RELEASE, request_id=None,
+                         **flip(message, now))
     trigger = RequestTrigger.COMMIT_REQUEST if committed else RequestTrigger.ABORT_REQUEST
     settled = _step_request(tx, run, trigger, base_hop=base_hop)
     assert run.open_request is not None  # _settle is only called on an open request
@@ -232,7 +238,7 @@ def _settle(tx: WriteTxn, run: Run, committed: bool) -> Run:
 
 def end(
     tx: WriteTxn, ids: IdSource, session_id: str, run_id: str, trigger: RunTrigger, reason: str,
-    fault: events.Fault | None = None, *, wake: bool = True,
+    fault: events.Fault | None = None, *, wake: bool = True, now: float | None = None,
 ) -> Session:
     """Finish (``RunTrigger.FINISH``) or interrupt (``RunTrigger.INTERRUPT``) the session's
     current run.
@@ -244,26 +250,27 @@ def end(
         raise UnknownTarget(f"run {run_id} is not the current run of {session_id}")
     run = need_run(tx, run_id)
     if fault is None:
-        _end(tx, session, run, trigger, reason)
+        _end(tx, session, run, trigger, reason, now=now)
     else:
-        _close(tx, session, run, trigger, reason, fault)
+        _close(tx, session, run, trigger, reason, fault, now)
     if wake:
         reconcile(tx, ids, session_id)
     return session
 
 
-def _end(tx: WriteTxn, session: Session, run: Run, trigger: RunTrigger, reason: str) -> None:
+def _end(tx: WriteTxn, session: Session, run: Run, trigger: RunTrigger, reason: str,
+         *, now: float | None = None) -> None:
     # The seam the model checker's planted bugs replace (treemail.models.plants): its
     # signature stays as they know it; a model fault goes through ``_close`` directly.
-    _close(tx, session, run, trigger, reason, None)
+    _close(tx, session, run, trigger, reason, None, now)
 
 
 def _close(tx: WriteTxn, session: Session, run: Run, trigger: RunTrigger, reason: str,
-           fault: events.Fault | None) -> None:
+           fault: events.Fault | None, now: float | None = None) -> None:
     # An interrupt aborts an open request first; a finish with one open is refused by the
     # table (a run ends only between requests), naming commit_request and abort_request.
     if run.request_state is RequestState.REQUEST_OPEN and trigger is RunTrigger.INTERRUPT:
-        run = _settle(tx, run, committed=False)
+        run = _settle(tx, run, committed=False, now=now)
     REQUEST.step(f"run {run.run_id}", run.request_state, RequestTrigger.END)
     step_session(tx, session, trigger.session, run, reason=reason, fault=fault)
     step_run(tx, run, trigger)
@@ -297,7 +304,8 @@ def report_interruption(tx: WriteTxn, ids: IdSource, child: Session, reason: str
     return True
 
 
-def recover(tx: WriteTxn, ids: IdSource, trees: Collection[str] | None = None) -> int:
+def recover(tx: WriteTxn, ids: IdSource, trees: Collection[str] | None = None,
+            now: float | None = None, ttl: int = 0) -> int:
     """Interrupt every run still marked running (it died with the process), then reconcile
     every session; only those of ``trees`` (roots) when given, the trees a daemon took over
     from a dead one. Returns the number of dead runs."""
@@ -307,7 +315,7 @@ def recover(tx: WriteTxn, ids: IdSource, trees: Collection[str] | None = None) -
             continue
         run = tx.run(session.run_id) if session.run_id is not None else None
         if run is not None and run.status is RunState.RUNNING:
-            _end(tx, session, run, RunTrigger.INTERRUPT, CRASH)
+            _end(tx, session, run, RunTrigger.INTERRUPT, CRASH, now=now)
             dead += 1
-        reconcile(tx, ids, session.session_id)
+        reconcile(tx, ids, session.session_id, now, ttl)
     return dead

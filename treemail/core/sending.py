@@ -297,7 +297,7 @@ def _checks(config: MessagingConfig) -> _Checks:
 
 def send(
     tx: WriteTxn, config: MessagingConfig, ids: IdSource, ctx: ToolContext, arguments: object,
-    *, approved: bool = False, agents: AgentCatalogue | None = None,
+    *, approved: bool = False, agents: AgentCatalogue | None = None, now: float | None = None,
 ) -> Sent:
     """The send path. ``approved`` runs a call the user approved while it waited: its run
     may have ended since (a restart interrupts every run), and it still sends once."""
@@ -310,7 +310,7 @@ def send(
     assert sender is not None and recipient is not None and args is not None
     assert attempt.key is not None
     result = _accept(tx, ids, sender, recipient, args.body, args.mode, attempt.hop,
-                     attempt.digest)
+                     attempt.digest, now)
     tx.remember(attempt.key, result)
     return Sent(result, recipient.session_id, replayed=False, wake=not recipient.state.has_run)
 
@@ -388,9 +388,10 @@ def _recipient_state(recipient: Session) -> RecipientState:
 
 def _accept(
     tx: WriteTxn, ids: IdSource, sender: Session, recipient: Session, body: str, mode: Mode,
-    hop: int, digest: str,
+    hop: int, digest: str, now: float | None = None,
 ) -> SendResult:
     state = _recipient_state(recipient)
     effective = mode if state is RecipientState.RUNNING else Mode.QUEUE
-    message = accept(tx, ids, recipient.session_id, body, Owner.AGENT, sender.session_id, mode, hop)
+    message = accept(tx, ids, recipient.session_id, body, Owner.AGENT, sender.session_id, mode, hop,
+                     now)
     return SendResult(message.message_id, effective, state, digest)

@@ -28,6 +28,7 @@ import attrs
 from treemail.core.errors import InvalidToolArguments, UnknownTool
 
 __all__ = [
+    "RECEIPT_TOOLS",
     "SCHEMA_DIALECT",
     "SCHEMA_VERSION",
     "TOOLS",
@@ -47,7 +48,12 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_VERSION = 1
 
 # Delegation tools first, in the order a parent uses them; send_message last.
-TOOL_NAMES = ("delegate_subagent", "get_subagent_result", "cancel_subagent", "send_message")
+TOOL_NAMES = ("delegate_subagent", "get_subagent_result", "cancel_subagent", "send_message",
+              "message_status", "cancel_message")
+
+# Opt-in (an agent doc's ``receipts: true``; always for an external session's MCP client):
+# a sender's view of its own mail, and its recall before any request claimed it.
+RECEIPT_TOOLS = ("message_status", "cancel_message")
 
 _REMOVED = {
     "steer_subagent": 'it was removed; use send_message(to=<handle>, body=..., mode="steer") '
@@ -84,6 +90,9 @@ _TO = (
     'from="..." attribute of a message you received), or its full session UUID. Handles '
     "resolve only inside your tree; an unknown handle fails with a list of valid ones."
 )
+
+_MESSAGE_ID = ("The message_id your send_message returned. Only mail you sent has a "
+               "receipt.")
 
 _MODE = (
     '"steer" (default): delivered into the recipient\'s current run at its next pause between '
@@ -157,6 +166,30 @@ TOOLS: Mapping[str, Tool] = {
                 {"to": "5f0c6f1e-2b7a-4c1d-9e8f-0a1b2c3d4e5f", "body": "Stop, the plan changed.",
                  "mode": "steer"},
             ),
+        ),
+        Tool(
+            name="message_status",
+            description=(
+                "The receipt of a message you sent: its state (accepted, admitted, claimed, "
+                "released while pending; consumed once the recipient read it; discarded with "
+                "a reason such as \"cancelled by sender\" or \"expired\")."
+            ),
+            properties={"message_id": {"type": "string", "description": _MESSAGE_ID}},
+            required=("message_id",),
+            strict=True,
+            examples=({"message_id": "5f0c6f1e-2b7a-4c1d-9e8f-0a1b2c3d4e5f"},),
+        ),
+        Tool(
+            name="cancel_message",
+            description=(
+                "Recall a message you sent that the recipient has not started reading: it "
+                "is discarded (reason \"cancelled by sender\") and never shown. Once a "
+                "recipient's request holds it, the answer is the error receipt:too_late."
+            ),
+            properties={"message_id": {"type": "string", "description": _MESSAGE_ID}},
+            required=("message_id",),
+            strict=True,
+            examples=({"message_id": "5f0c6f1e-2b7a-4c1d-9e8f-0a1b2c3d4e5f"},),
         ),
     )
 }

@@ -68,11 +68,12 @@ def _track(tx: WriteTxn, message: Message, delta: int) -> None:
 
 def accept(
     tx: WriteTxn, ids: IdSource, recipient: str, body: str, owner: Owner, sender: str | None,
-    mode: Mode = Mode.QUEUE, hop: int = 0,
+    mode: Mode = Mode.QUEUE, hop: int = 0, now: float | None = None,
 ) -> Message:
     """Mail enters ``recipient``: persist it in its initial state, keep the guard counters and
     log ProducerMessageAccepted. Agent mail passed its guards before; here none applies. Only
-    text every store can hold: a lone surrogate is refused, before anything is written."""
+    text every store can hold: a lone surrogate is refused, before anything is written.
+    ``now`` (expiry on) starts the age of agent mail, the only mail that expires."""
     _check_text(body)
     message = Message(
         message_id=ids.new_id(),
@@ -83,6 +84,7 @@ def accept(
         mode=mode,
         hop=hop,
         seq=tx.add(seq_counter(recipient), 1),
+        aged=now if owner is Owner.AGENT else None,
     )
     tx.put_message(message)
     _track(tx, message, +1)

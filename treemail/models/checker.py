@@ -97,7 +97,8 @@ __all__ = [
 # Limits that are reached within the default bounds: the pair window (two sends to one peer),
 # the inbox cap (two children writing to their parent: four messages with their tasks) and
 # the hop limit (a relay of relayed mail).
-DEFAULT_CONFIG = MessagingConfig(max_hops=1, max_pending_per_session=2, max_inflight_per_pair=1)
+DEFAULT_CONFIG = MessagingConfig(max_hops=1, max_pending_per_session=2, max_inflight_per_pair=1,
+                                 message_ttl_seconds=1)  # so expiry is reached too
 DRAIN_LIMIT = 200
 T = TypeVar("T")
 

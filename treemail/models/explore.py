@@ -20,15 +20,17 @@ from typing import Any
 import attrs
 
 from treemail.core import external
+from treemail.core.clock import ManualClock
 from treemail.core.engine import Engine, Request
 from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.lifecycle import ApprovalState, MessageState, RunState, SessionState
 from treemail.core.permissions import Rules
+from treemail.core.receipts import Receipt
 from treemail.core.records import AgentSpec, GrantScope, Mode, Owner, Run, Session, ToolContext
 from treemail.core.results import CallOutcome
 from treemail.core.store import ReadTxn
 from treemail.models.reference import Reference
-from treemail.models.world import FINAL, SessionRecord, World
+from treemail.models.world import FINAL, MessageRecord, SessionRecord, World
 
 __all__ = [
     "ASKING",
@@ -165,7 +167,24 @@ _CALLS: dict[str, Callable[..., Any]] = {
     "answer_approval": lambda t, aid, approve, scope=GrantScope.ONCE: t.answer_approval(
         aid, approve, scope),
     "revert": lambda t, sid: t.revert(sid),
+    "cancel_message": lambda t, sid, mid: t.cancel_message(sid, mid),
+    "expire_mail": lambda t, sid: _late(t, lambda: t.expire_mail(sid)),
 }
+
+# The instant a late sweep reads: past any TTL, for mail stamped at the clock's start (the
+# search's clock stands still, so every stamp is 0 and only this sweep finds mail stale).
+LATE = 1e9
+
+
+def _late(target: Any, sweep: Callable[[], Any]) -> Any:
+    """Run ``sweep`` with the target's clock at ``LATE``, then put the clock back: the
+    engine is made anew for every step, but the model lives on in its state."""
+    kept = target.clock
+    target.clock = ManualClock(LATE)
+    try:
+        return sweep()
+    finally:
+        target.clock = kept
 
 
 # A token's random part: the model keeps no tokens, the engine's are not compared.
@@ -218,6 +237,8 @@ def _normal(value: Any) -> Any:
         return value.session_id
     if isinstance(value, Run):
         return value.run_id
+    if isinstance(value, Receipt):
+        return value.message_id, value.recipient, str(value.state), value.reason
     if isinstance(value, Request):
         return (value.request_id, value.run_id,
                 tuple((d.message_id, d.owner, d.text) for d in value.deliveries))
@@ -264,10 +285,33 @@ def alphabet(model: Reference, bounds: Bounds, restarts: int) -> list[Action]:
         if message.state not in FINAL:  # claimed ones too: the refusal must agree
             mid = message.message_id
             actions.append(Action("discard", (mid,), f"discard({short(mid)}, {message.state})"))
+            actions += _recall(message)
+    actions += _expiries(model)
     if restarts < bounds.restarts:
         actions += _restarts(model, bounds)
     actions += _answers(world)
     return actions
+
+
+def _recall(message: MessageRecord) -> list[Action]:
+    """The sender cancels its pending agent mail; claimed mail too, where it is too late."""
+    if message.owner is not Owner.AGENT or message.sender is None:
+        return []
+    mid = message.message_id
+    return [Action("cancel_message", (message.sender, mid),
+                   f"cancel_message({short(message.sender)}, {short(mid)}, {message.state})")]
+
+
+def _expiries(model: Reference) -> list[Action]:
+    """With expiry on, a late sweep of each session that holds unclaimed agent mail."""
+    if model.config.message_ttl_seconds <= 0:
+        return []
+    due = sorted({m.recipient for m in model.world.messages.values()
+                  if m.owner is Owner.AGENT and m.state in _UNCLAIMED})
+    return [Action("expire_mail", (sid,), f"expire_mail({short(sid)}, late)") for sid in due]
+
+
+_UNCLAIMED = (MessageState.ACCEPTED, MessageState.ADMITTED, MessageState.RELEASED)
 
 
 def _answers(world: World) -> list[Action]:

@@ -15,7 +15,17 @@ from typing import Any
 
 import attrs
 
-from treemail.core import approvals, engine, events, external, producers, runs, sending, transitions
+from treemail.core import (
+    approvals,
+    engine,
+    events,
+    external,
+    producers,
+    receipts,
+    runs,
+    sending,
+    transitions,
+)
 from treemail.core.config import MessagingConfig
 from treemail.core.errors import InvalidToolContext, UnknownSubagentReference
 from treemail.core.keys import inbox_counter
@@ -40,10 +50,11 @@ def _recover_keeps_claims(original: Callable[..., Any]) -> Callable[..., Any]:
     """Recovery interrupts a dead run but forgets its open request: the mail that request
     claimed stays claimed for ever instead of being released."""
 
-    def _end(tx: Any, session: Any, run: Any, trigger: RunTrigger, reason: str) -> None:
+    def _end(tx: Any, session: Any, run: Any, trigger: RunTrigger, reason: str,
+             **rest: Any) -> None:
         if reason == "crash found at restart":
             run = attrs.evolve(run, open_request=None)
-        original(tx, session, run, trigger, reason)
+        original(tx, session, run, trigger, reason, **rest)
 
     return _end
 
@@ -274,6 +285,30 @@ def _consume_at_claim(original: Callable[..., Any]) -> Callable[..., Any]:
     return check_mail
 
 
+def _cancel_claimed(original: Callable[..., Any]) -> Callable[..., Any]:
+    """cancel_message reads a claimed message as released, so the sender recalls mail that
+    is already inside the recipient's model request."""
+
+    def _recall(tx: Any, message: Message) -> Message:
+        if message.state == MessageState.CLAIMED:
+            message = attrs.evolve(message, state=MessageState.RELEASED)
+        recalled: Message = original(tx, message)
+        return recalled
+
+    return _recall
+
+
+def _expiry_counts_claimed_time(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A claim does not stop a message's clock: after a release its age includes the time a
+    request held it, so mail a failed request carried expires early."""
+
+    def flip(message: Message, now: float | None) -> dict[str, Any]:
+        del message, now
+        return {}
+
+    return flip
+
+
 # name -> (module, attribute, wrong version of it)
 PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = {
     "pair-window": (sending, "check_inflight", _pair_window),
@@ -296,6 +331,8 @@ PLANTS: dict[str, tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., A
     "revert-spares-descendants": (engine.Engine, "revert", _revert_spares_descendants),
     "cousin-as-sibling": (sending, "relationship", _cousin_as_sibling),
     "consume-at-claim": (external, "check_mail", _consume_at_claim),
+    "cancel-claimed": (receipts, "_recall", _cancel_claimed),
+    "expiry-counts-claimed-time": (runs, "flip", _expiry_counts_claimed_time),
 }
 
 

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from treemail.core import errors
 from treemail.core.approvals import SCOPES
+from treemail.core.clock import Clock, ManualClock
 from treemail.core.config import MessagingConfig
 from treemail.core.ids import CountingIds, make_handle
 from treemail.core.lifecycle import (
@@ -41,6 +42,7 @@ from treemail.core.records import (
     SendResult,
     ToolContext,
 )
+from treemail.models import receipts
 from treemail.models.world import (
     MESSAGE_STEPS,
     REQUEST_STEPS,
@@ -75,12 +77,13 @@ Delivered = tuple[str, str, tuple[tuple[str, Owner, str], ...]]
 
 class Reference:
     def __init__(self, config: MessagingConfig, ids: CountingIds | None = None,
-                 agents: Catalogue | None = None) -> None:
+                 agents: Catalogue | None = None, clock: Clock | None = None) -> None:
         self.agents = agents  # the agents' current docs; not part of the durable world
         self.config = config
         self.ids = ids if ids is not None else CountingIds()
         self.world = World()
         self.shut = False
+        self.clock = clock if clock is not None else ManualClock()
 
     def _atomic(self, work: Callable[[], T]) -> T:
         before = copy.deepcopy(self.world)
@@ -106,7 +109,7 @@ class Reference:
             return child.session_id
 
         child_id = self._atomic(work)
-        self.reconcile(child_id)
+        self._wake(child_id)
         return child_id
 
     def accept(self, recipient: str, body: str, owner: Owner, *, sender: str | None = None,
@@ -138,7 +141,7 @@ class Reference:
             return message_id
 
         message_id = self._atomic(work)
-        self.reconcile(recipient)
+        self._wake(recipient)
         return message_id
 
     def _new_session(
@@ -194,7 +197,7 @@ class Reference:
         # Only a recipient without a run needs waking; one with a run takes its mail in
         # itself, when that run starts or reaches its next boundary.
         if not replayed and self.world.sessions[recipient].state in _NO_RUN:
-            self.reconcile(recipient)
+            self._wake(recipient)
         return result
 
     def _send(
@@ -211,6 +214,8 @@ class Reference:
         effective = verdict.mode if state is RecipientState.RUNNING else Mode.QUEUE
         message = self._accept(recipient.session_id, verdict.sender.session_id, Owner.AGENT,
                                verdict.body, verdict.mode, verdict.hop)
+        if not approved:  # a held call's send runs without a clock: checks stamp it later
+            receipts.stamp(message, self._now())
         result = SendResult(message.message_id, effective, state)
         call = (ctx.session_id, ctx.run_id, ctx.tool_call_id)
         self.world.results[call] = result
@@ -246,7 +251,7 @@ class Reference:
         call with permission denied."""
         answered, wake = self._atomic(lambda: self._answer(approval_id, approve, scope))
         if wake is not None:
-            self.reconcile(wake)
+            self._wake(wake)
         return answered
 
     def _answer(self, approval_id: str, approve: bool, scope: str
@@ -287,6 +292,17 @@ class Reference:
     # -- runs and requests ---------------------------------------------------------------------
 
     def reconcile(self, session_id: str) -> None:
+        """Expire stale mail first (``receipts``), then reconcile."""
+        now = self._now()
+
+        def work() -> None:
+            self._expire(session_id, now)
+            self._reconcile(session_id)
+
+        self._atomic(work)
+
+    def _wake(self, session_id: str) -> None:
+        """The reconcile inside another operation: it expires nothing."""
         self._atomic(lambda: self._reconcile(session_id))
 
     def _reconcile(self, session_id: str) -> None:
@@ -345,6 +361,7 @@ class Reference:
             running = run if run is not None and run.status == RunState.RUNNING else None
             if running is not None and running.open_request is not None:
                 raise errors.ExternalBusy("another call holds the session's claimed mail")
+            self._expire(session_id, self._now())
             self._admit(session)
             if all(m.state == MessageState.CLAIMED for m in self.world.pending_of(session_id)):
                 return None
@@ -390,16 +407,20 @@ class Reference:
         return session
 
     def begin_request(self, session_id: str, run_id: str) -> Delivered:
-        return self._atomic(lambda: self._begin(session_id, run_id))
+        return self._atomic(lambda: self._begin(session_id, run_id, expire=True))
 
-    def _begin(self, session_id: str, run_id: str) -> Delivered:
+    def _begin(self, session_id: str, run_id: str, expire: bool = False) -> Delivered:
         session, run = self._live_run(session_id, run_id)
         step(REQUEST_STEPS, f"run {run_id}", run.request, RequestTrigger.BEGIN_REQUEST)
+        now = self._now()
+        if expire:  # a boundary; check_mail expired its stale mail before it came here
+            self._expire(session_id, now)
         self._admit(session)
         request_id = self.ids.new_id()
         claimed = self.world.waiting_for(session_id, run_id)
         for message in claimed:
             self._step_message(message, MessageTrigger.CLAIM)
+            receipts.on_claim(message, now)
             message.request_id = request_id
         run.open_request = request_id
         texts = tuple((m.message_id, m.owner, self.world.text_for(session, m, self.agents))
@@ -427,6 +448,7 @@ class Reference:
                     message, MessageTrigger.CONSUME if committed else MessageTrigger.RELEASE)
                 if not committed:
                     message.request_id = None
+                    receipts.on_release(message, self._now())
         step(REQUEST_STEPS, f"run {run.run_id}", run.request,
              RequestTrigger.COMMIT_REQUEST if committed else RequestTrigger.ABORT_REQUEST)
         run.open_request = None
@@ -505,6 +527,24 @@ class Reference:
 
         self._atomic(work)
 
+    # -- receipts, recall and expiry (``receipts``) ---------------------------------------------
+
+    def message_status(self, session_id: str, message_id: str) -> receipts.Status:
+        return receipts.status(self, session_id, message_id)
+
+    def cancel_message(self, session_id: str, message_id: str) -> receipts.Status:
+        return self._atomic(lambda: receipts.recall(self, session_id, message_id))
+
+    def expire_mail(self, session_id: str) -> list[str]:
+        now = self._now()
+        return self._atomic(lambda: (self._session(session_id), self._expire(session_id, now))[1])
+
+    def _expire(self, session_id: str, now: float | None) -> list[str]:
+        return receipts.expire_due(self, session_id, now)
+
+    def _now(self) -> float | None:
+        return receipts.now_of(self)
+
     # -- restart -------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
@@ -519,6 +559,8 @@ class Reference:
         """Runs still running died with the process: interrupt them (an open request is
         aborted, so its mail is released); then reconcile every session."""
 
+        now = self._now()
+
         def work() -> int:
             dead = 0
             for session in list(self.world.sessions.values()):
@@ -526,6 +568,7 @@ class Reference:
                 if run is not None and run.status == RunState.RUNNING:
                     self._end(session, run, RunTrigger.INTERRUPT)
                     dead += 1
+                self._expire(session.session_id, now)
                 self._reconcile(session.session_id)
             return dead
 

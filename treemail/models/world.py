@@ -80,9 +80,17 @@ MESSAGE_STEPS: dict[tuple[str, str], str] = {
     (MessageState.ACCEPTED, MessageTrigger.DISCARD): MessageState.DISCARDED,
     (MessageState.ADMITTED, MessageTrigger.DISCARD): MessageState.DISCARDED,
     (MessageState.RELEASED, MessageTrigger.DISCARD): MessageState.DISCARDED,
+    # The sender's recall and expiry: discards of unclaimed mail, never of claimed.
+    (MessageState.ACCEPTED, MessageTrigger.CANCEL): MessageState.DISCARDED,
+    (MessageState.ADMITTED, MessageTrigger.CANCEL): MessageState.DISCARDED,
+    (MessageState.RELEASED, MessageTrigger.CANCEL): MessageState.DISCARDED,
+    (MessageState.ACCEPTED, MessageTrigger.EXPIRE): MessageState.DISCARDED,
+    (MessageState.ADMITTED, MessageTrigger.EXPIRE): MessageState.DISCARDED,
+    (MessageState.RELEASED, MessageTrigger.EXPIRE): MessageState.DISCARDED,
 }
 MESSAGE_TRIGGERS = (MessageTrigger.ADMIT, MessageTrigger.CLAIM, MessageTrigger.RELEASE,
-                    MessageTrigger.CONSUME, MessageTrigger.DISCARD)
+                    MessageTrigger.CONSUME, MessageTrigger.DISCARD, MessageTrigger.CANCEL,
+                    MessageTrigger.EXPIRE)
 FINAL = (MessageState.CONSUMED, MessageState.DISCARDED)
 
 SESSION_STEPS: dict[tuple[str, str], str] = {
@@ -177,6 +185,9 @@ class MessageRecord:
     run_id: str | None = None  # None: destined for the recipient's next run
     request_id: str | None = None
     reason: str | None = None
+    # Expiry's clock (``models.receipts``): unclaimed time summed, and since when it runs.
+    waited: float | None = None
+    since: float | None = None
 
     @property
     def pending(self) -> bool:

@@ -17,6 +17,7 @@ from typing import Any, Final, Generic, TypeVar
 import msgspec
 
 from treemail.protocol import external as x
+from treemail.protocol import receipts as rc
 from treemail.protocol import types as t
 from treemail.protocol.rules import PATTERNS
 
@@ -39,8 +40,10 @@ __all__ = [
     "EXTERNAL_TOKENS_REVOKE",
     "EXTERNAL_TOOLS",
     "INITIALIZE",
+    "MESSAGE_CANCEL",
     "MESSAGE_GET",
     "MESSAGE_LIST",
+    "MESSAGE_STATUS",
     "METHODS",
     "NOTIFICATIONS",
     "PAGED",
@@ -155,6 +158,12 @@ MESSAGE_GET: Final = Method(
 MESSAGE_LIST: Final[Paged[t.MessageListParams, t.MessageListResult, t.MessageView]] = Paged(
     "message.list", t.MessageListParams, t.MessageListResult,
     "A page of the mail a session received, or of its pending mail.", items="messages")
+MESSAGE_STATUS: Final = Method(
+    "message.status", rc.SentMessageParams, rc.SentMessageStatus,
+    "A sender's receipt of its own agent mail: its state, and a discard's reason.")
+MESSAGE_CANCEL: Final = Method(
+    "message.cancel", rc.SentMessageParams, rc.SentMessageStatus,
+    "The sender recalls its own agent mail before any request claimed it.")
 TOOL_CALL: Final = Method(
     "tool.call", t.ToolCallParams, t.ToolCallResult,
     "Run a tool as the session's in-flight run (the daemon as tool executor).")
@@ -227,8 +236,9 @@ def _table(*methods: Method[Any, Any]) -> dict[str, Method[Any, Any]]:
 METHODS: Final = _table(
     AUTH_CHALLENGE, AUTH_PROVE, INITIALIZE, SHUTDOWN, SESSION_CREATE, SESSION_GET,
     SESSION_LIST, SESSION_DELEGATE, RUN_SUBMIT, RUN_STEER, RUN_CANCEL, RUN_GET, RUN_LIST,
-    MESSAGE_GET, MESSAGE_LIST, TOOL_CALL, APPROVAL_LIST, APPROVAL_ANSWER, EVENTS_SUBSCRIBE,
-    EVENTS_READ, EVENTS_UNSUBSCRIBE, PLUGIN_PRODUCER_SEND, EXTERNAL_ATTACH,
+    MESSAGE_GET, MESSAGE_LIST, MESSAGE_STATUS, MESSAGE_CANCEL, TOOL_CALL, APPROVAL_LIST,
+    APPROVAL_ANSWER, EVENTS_SUBSCRIBE, EVENTS_READ, EVENTS_UNSUBSCRIBE, PLUGIN_PRODUCER_SEND,
+    EXTERNAL_ATTACH,
     EXTERNAL_TOKENS_ISSUE, EXTERNAL_TOKENS_LIST, EXTERNAL_TOKENS_REVOKE, EXTERNAL_BIND,
     EXTERNAL_TOOLS, EXTERNAL_CHECK_MAIL, EXTERNAL_CALL)
 NOTIFICATIONS: Final = _table(EVENTS_EVENT, PLUGIN_EVENT, EXTERNAL_MAIL)

@@ -58,7 +58,8 @@ def test_two_external_agents_and_a_hosted_one_exchange_mail(
                                   heard=heard) as sa, \
                     mcp_client(transport, daemon, b.token, tmp_path, http=http) as sb:
                 listed = {t.name: t for t in (await sa.list_tools()).tools}
-                assert set(listed) == {"check_mail", "send_message", "get_subagent_result"}
+                assert set(listed) == {"check_mail", "send_message", "get_subagent_result",
+                                       "message_status", "cancel_message"}
                 assert listed["send_message"].input_schema == function_parameters(
                     "send_message")  # the hosted agents' own schema
                 sent = answer(await sa.call_tool("send_message",

@@ -51,7 +51,7 @@ _BOUND_ALLOWED = SESSION_METHODS | {m.INITIALIZE.name}
 
 # The tools an external session may call, when its rules offer them. Delegating stays the
 # user's (``treemail attach``): an external agent has no model request to run a child for.
-MCP_TOOLS = ("get_subagent_result", "send_message")
+MCP_TOOLS = ("get_subagent_result", "send_message", "message_status", "cancel_message")
 
 
 handles = ROUTES.handles
@@ -166,7 +166,8 @@ class External:
         await self._consume(binding)
         request: Request | None = await self._write(
             lambda tx: external.check_mail(tx, self.engine.ids, session.session_id,
-                                           self.engine.agents))
+                                           self.engine.agents, self.engine.instant,
+                                           self.engine.ttl))
         if request is None:
             return x.ExternalCheckMailResult(messages=[])
         binding.claim = (request.run_id, request.request_id)
@@ -234,7 +235,8 @@ class External:
         run_id, request_id = binding.claim
         binding.claim = None
         await self._write(lambda tx: external.settle(tx, binding.session_id, run_id,
-                                                     request_id, committed))
+                                                     request_id, committed,
+                                                     self.engine.instant))
 
     async def _write(self, work: Callable[[WriteTxn], Any]) -> Any:
         return await self.rt.writer(lambda: self.engine.store.transact(work))

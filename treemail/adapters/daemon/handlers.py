@@ -18,6 +18,7 @@ from treemail import __name__ as _package
 from treemail.adapters.daemon import pages
 from treemail.adapters.daemon.connection import Connection
 from treemail.adapters.daemon.external import External
+from treemail.adapters.daemon.receipts import Receipts
 from treemail.adapters.daemon.routes import ROUTES
 from treemail.adapters.daemon.views import (
     accepted_view,
@@ -315,6 +316,7 @@ def _proved(conn: Connection, method: m.Method[Any, Any]) -> InvalidRequest:
 
 def install(daemon: Daemon) -> None:
     """Bind every registered handler to the object it is a method of (``Methods`` here, the
-    external sessions' ``External``); a method without one is refused here, at start."""
+    external sessions' ``External``, the senders' ``Receipts``); a method without one is
+    refused here, at start."""
     external = daemon.external = External(daemon)
-    daemon.handlers = ROUTES.bind(Methods(daemon), external)
+    daemon.handlers = ROUTES.bind(Methods(daemon), external, Receipts(daemon))

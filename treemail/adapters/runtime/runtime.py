@@ -26,6 +26,7 @@ import attrs
 
 from treemail.adapters.runtime.actor import Actor, Incident
 from treemail.adapters.runtime.budget import Budget
+from treemail.adapters.runtime.clock import WallClock
 from treemail.adapters.runtime.failures import FailurePolicy
 from treemail.adapters.runtime.llm import Model, ToolCall
 from treemail.adapters.runtime.plugins import FeedFollower, Plugin, PluginHost
@@ -99,7 +100,7 @@ class Runtime:
         group = GroupStore(store)
         self.agents = dict(agents)
         # Rules are read live from the agents' current docs, by name.
-        self.engine = Engine(group, ids, config, agents=self._spec)
+        self.engine = Engine(group, ids, config, agents=self._spec, clock=WallClock())
         self.plugins = PluginHost(plugins)
         # A store whose every statement is a round trip (PostgreSQL) says how long a group
         # commit may keep taking the calls queued behind it: LMDB's 5 ms would close a batch
@@ -128,6 +129,7 @@ class Runtime:
         # External sessions (an MCP client drives them, no actor does): a poke for one is
         # handed to ``on_external`` (the daemon's wake-up notification) instead.
         self.external: set[str] = set()
+        self.tools.external = self.external  # the same set: attached sessions join it
         self.on_external: Callable[[str], None] | None = None
         self._waiting: dict[str, asyncio.Future[Approval]] = {}
         self._follower: FeedFollower | None = None

@@ -7,7 +7,7 @@ its stable code, so a model can react (retry, give up, report) instead of the ru
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -32,7 +32,7 @@ from treemail.core.errors import (
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import AgentSpec, SendResult, Session, ToolContext
 from treemail.core.results import CallOutcome
-from treemail.core.tools import InvalidToolArguments, check_keys, lookup_tool
+from treemail.core.tools import RECEIPT_TOOLS, InvalidToolArguments, check_keys, lookup_tool
 
 __all__ = ["Call", "Hooks", "ToolBox", "ToolOutcome"]
 
@@ -82,6 +82,8 @@ class ToolBox:
         self.call = call
         self.agents = agents
         self.hooks = hooks
+        # External sessions (an MCP client's): offered the receipt tools whatever their doc.
+        self.external: Collection[str] = ()
 
     def visible(self, session: Session) -> list[str]:
         """The tools a session's model is offered: the delegation tools unless its delegate
@@ -91,6 +93,9 @@ class ToolBox:
             names += ["delegate_subagent", "get_subagent_result", "cancel_subagent"]
         if self.engine.rules_of(session).visible:
             names.append("send_message")
+        current = self.agents.get(session.agent.name, session.agent)
+        if current.receipts or session.session_id in self.external:
+            names += RECEIPT_TOOLS
         return names
 
     async def execute(self, session: Session, run_id: str, call: ToolCall,
@@ -122,6 +127,9 @@ class ToolBox:
         check_keys(call.name, arguments)
         if call.name == "delegate_subagent":
             return await self._delegate(session, run_id, call, arguments)
+        if call.name in RECEIPT_TOOLS:
+            return _ok(call, await self.call(self._receipt, session, call.name,
+                                             _string(arguments, "message_id")))
         reference = _string(arguments, "to")
         if call.name == "cancel_subagent":
             answer, stopped = await self.call(self._cancel, session, reference)
@@ -171,6 +179,12 @@ class ToolBox:
             return {"cancelled": False, "status": child.state}, ()
         self.engine.cancel_run(child.session_id, child.run_id, "cancelled by parent")
         return {"cancelled": True}, (child.session_id,)
+
+    def _receipt(self, session: Session, tool: str, message_id: str) -> dict[str, object]:
+        """message_status, or cancel_message: always as the calling session, its sender."""
+        act = (self.engine.cancel_message if tool == "cancel_message"
+               else self.engine.message_status)
+        return act(session.session_id, message_id).as_result()
 
     def _send(self, ctx: ToolContext, arguments: object) -> tuple[SendResult, str]:
         # One writer job, not two: the recipient to poke is read right after the send.
