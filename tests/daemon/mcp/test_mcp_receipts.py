@@ -20,10 +20,11 @@ from tests.daemon.mcp.harness import (
     data_dir,
     mail_of,
     make_tree,
+    mcp_client,
     stdio_session,
     token_file,
 )
-from tests.daemon.mcp.test_mcp import agent, mail_until
+from tests.daemon.mcp.test_mcp import mail_until
 from treemail.adapters.daemon.client import RpcFailure
 from treemail.protocol import external as x
 from treemail.protocol import methods as m
@@ -44,8 +45,8 @@ def test_two_external_agents_and_the_hosted_lead_with_receipts(
         try:
             tree = await make_tree(client)
             a, b = tree.members
-            async with agent(transport, daemon, http, a.token, tmp_path) as sa, \
-                    agent(transport, daemon, http, b.token, tmp_path) as sb:
+            async with mcp_client(transport, daemon, a.token, tmp_path, http=http) as sa, \
+                    mcp_client(transport, daemon, b.token, tmp_path, http=http) as sb:
                 names = {tool.name for tool in (await sa.list_tools()).tools}
                 assert {"message_status", "cancel_message"} <= names
                 # Recalled before anyone read it: B never sees it.
@@ -96,8 +97,8 @@ def test_a_cancel_racing_a_claim_has_one_winner(daemon: DaemonProcess, tmp_path:
             tree = await make_tree(client)
             a, b = tree.members
             winners = set()
-            async with agent("http", daemon, http, a.token, tmp_path) as sa, \
-                    agent("http", daemon, http, b.token, tmp_path) as sb:
+            async with mcp_client("http", daemon, a.token, tmp_path, http=http) as sa, \
+                    mcp_client("http", daemon, b.token, tmp_path, http=http) as sb:
                 for round_ in range(6):
                     sent = answer(await sa.call_tool("send_message", {
                         "to": b.handle, "body": f"race {round_}"}))
