@@ -204,7 +204,7 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
 # no history, no planted bug). The count is exact and stable (the same for any number of
 # workers), so the progress line can say how long is left; a change to the search that
 # changes it shows as a final line past or short of 100%, and this figure is updated.
-DEFAULT_STATES = 177_569
+DEFAULT_STATES = 196_613
 
 
 def eta(visited: int, seconds: float, expected: int | None) -> str:
