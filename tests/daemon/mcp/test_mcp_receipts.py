@@ -21,12 +21,12 @@ from tests.daemon.mcp.harness import (
     mail_of,
     make_tree,
     mcp_client,
+    sent_by,
     stdio_session,
     token_file,
 )
 from tests.daemon.mcp.test_mcp import mail_until
 from treemail.adapters.daemon.client import RpcFailure
-from treemail.protocol import external as x
 from treemail.protocol import methods as m
 from treemail.protocol import receipts as rc
 from treemail.protocol import types as t
@@ -129,7 +129,7 @@ def test_the_user_asks_and_cancels_as_a_sender_over_rpc(daemon: DaemonProcess) -
         try:
             tree = await make_tree(client, externals=2)
             a, b = tree.members
-            sent = await _send(daemon, a.token, b.handle, "over the wire")
+            sent = await sent_by(daemon, a.token, b.handle, "over the wire")
             asked = rc.SentMessageParams(session_id=a.session_id, message_id=sent)
             status = await client.request(m.MESSAGE_STATUS, asked)
             assert (status.state, status.final, status.recipient_session_id) == (
@@ -172,7 +172,7 @@ def test_mail_left_unclaimed_past_the_ttl_expires(tmp_path: Path) -> None:
                 tree = await make_tree(client)
                 a, b = tree.members
                 before = time.time()
-                sent = await _send(daemon, a.token, b.handle, "stale soon")
+                sent = await sent_by(daemon, a.token, b.handle, "stale soon")
                 await _until(lambda: time.time() > before + 1.05)
                 path = token_file(tmp_path, b.token, "b.token")
                 async with stdio_session(daemon, path) as sb:
@@ -197,19 +197,5 @@ async def _until(condition: Any) -> None:
     async with asyncio.timeout(10):
         while not condition():
             await asyncio.sleep(0.02)
-
-
-async def _send(daemon: DaemonProcess, token: str, to: str, body: str) -> str:
-    """A send by the external session ``token`` binds, over a bound daemon connection."""
-    bound = await daemon.client()
-    try:
-        await bound.request(m.EXTERNAL_BIND, x.ExternalBindParams(token=token))
-        done = await bound.request(m.EXTERNAL_CALL, x.ExternalCallParams(
-            tool_call_id="send-1", name="send_message", arguments={"to": to, "body": body}))
-        assert not done.is_error, done.content
-        assert done.accepted is not None
-        return done.accepted.message_id
-    finally:
-        await bound.close()
 
 
