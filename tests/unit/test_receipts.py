@@ -14,7 +14,7 @@ from treemail.core.agents import parse_agent_doc
 from treemail.core.clock import ManualClock
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
-from treemail.core.errors import AgentDocError, TreemailError
+from treemail.core.errors import AgentDocError, ApprovalRequired, TreemailError
 from treemail.core.ids import CountingIds
 from treemail.core.keys import Table
 from treemail.core.lifecycle import MessageState
@@ -148,6 +148,31 @@ def test_unclaimed_mail_expires_at_reconcile_and_recovery_claimed_mail_never() -
     tree.engine.recover()  # as at restart: the check runs before each reconcile
     assert tree.status(stale) == ("discarded", "expired")
     assert tree.status(held) == ("discarded", "expired")
+
+
+def test_an_approved_send_ages_from_its_approval_not_from_a_later_check() -> None:
+    """A held send is accepted when the user approves it: its clock starts then, as any
+    send's does, and not at the first expiry check that happens to see it."""
+    clock = ManualClock(100)
+    asks = AgentSpec("asks", "asks before writing to its kid", Rules.of({"child": "ask"}))
+    engine = Engine(MemoryStore(), CountingIds(), MessagingConfig(message_ttl_seconds=10),
+                    clock=clock)
+    root = engine.create_root(asks)
+    engine.accept(root.session_id, "go", Owner.USER)
+    run_id = engine.start_run(root.session_id).run_id
+    kid = engine.delegate(root.session_id, OPEN, "task")
+    ctx = ToolContext(root.session_id, run_id, "c1")
+    call = {"to": kid.session_id, "body": "hi", "mode": "queue"}
+    with pytest.raises(ApprovalRequired):
+        engine.send_message(ctx, call)
+    held = engine.hold_for_approval(ctx, "send_message", call, "child")  # as the runtime does
+    clock.advance(5)
+    engine.answer_approval(held.approval_id, True)  # accepted at 105
+    [sent] = [m for m in engine.pending(kid.session_id) if m.owner is Owner.AGENT]
+    clock.advance(6)
+    assert engine.expire_mail(kid.session_id) == []  # 6 s unclaimed: kept
+    clock.advance(4)
+    assert engine.expire_mail(kid.session_id) == [sent.message_id]  # 10 s since approval
 
 
 def test_the_agent_doc_opts_its_sessions_into_the_receipt_tools() -> None:

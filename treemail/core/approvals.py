@@ -64,10 +64,12 @@ def hold(
 def answer(
     tx: WriteTxn, config: MessagingConfig, ids: IdSource, approval_id: str, approve: bool,
     scope: str, agents: AgentCatalogue | None = None, reason: str | None = None,
+    now: float | None = None,
 ) -> tuple[Approval, str | None]:
     """Answer a held call. Returns the answered approval and, if the call sent mail to a
     session without a run, that session (the caller wakes it). A deny's ``reason`` is part
-    of the error the agent reads."""
+    of the error the agent reads. ``now`` stamps the mail an approved send accepts, as any
+    send's (None while expiry is off): its age starts when it is accepted, not later."""
     approval = tx.approval(approval_id)
     if approval is None or approval.state is not ApprovalState.PENDING:
         raise UnknownApproval(f"no pending approval {approval_id}; list pending approvals first")
@@ -82,7 +84,7 @@ def answer(
     wake: str | None = None
     if approve:
         _grant(tx, approval, granted)
-        outcome, wake = _run(tx, config, ids, approval, agents)
+        outcome, wake = _run(tx, config, ids, approval, agents, now)
     else:
         why = f"; the user said: {reason}" if reason else ""
         denied = PermissionDenied(f"permission denied: the user did not approve this call{why}")
@@ -110,13 +112,13 @@ def _grant(tx: WriteTxn, approval: Approval, scope: GrantScope) -> None:
 
 def _run(
     tx: WriteTxn, config: MessagingConfig, ids: IdSource, approval: Approval,
-    agents: AgentCatalogue | None,
+    agents: AgentCatalogue | None, now: float | None,
 ) -> tuple[CallOutcome, str | None]:
     """Run the approved call; a refusal by a later guard is its outcome, not a failure."""
     try:
         with tx.savepoint() as inner:
             sent = send(inner, config, ids, approval.context, approval.arguments, approved=True,
-                        agents=agents)
+                        agents=agents, now=now)
     except Refusal as refused:
         return _error(refused), None
     return CallOutcome.ok(sent.result.as_tool_result()), sent.recipient if sent.wake else None

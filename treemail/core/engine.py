@@ -231,10 +231,11 @@ class Engine:
                         reason: str | None = None) -> Approval:
         """The user's answer. Approving grants ``scope`` and runs the held call at once; a
         deny's ``reason`` is told to the agent."""
+        now = self.instant
 
         def work(tx: WriteTxn) -> Approval:
             answered, wake = approvals.answer(tx, self.config, self.ids, approval_id, approve,
-                                              scope, self.agents, reason)
+                                              scope, self.agents, reason, now)
             if wake is not None:
                 runs.reconcile(tx, self.ids, wake)
             return answered

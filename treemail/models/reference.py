@@ -214,8 +214,7 @@ class Reference:
         effective = verdict.mode if state is RecipientState.RUNNING else Mode.QUEUE
         message = self._accept(recipient.session_id, verdict.sender.session_id, Owner.AGENT,
                                verdict.body, verdict.mode, verdict.hop)
-        if not approved:  # a held call's send runs without a clock: checks stamp it later
-            receipts.stamp(message, self._now())
+        receipts.stamp(message, self._now())  # an approved send too: its age starts here
         result = SendResult(message.message_id, effective, state)
         call = (ctx.session_id, ctx.run_id, ctx.tool_call_id)
         self.world.results[call] = result
