@@ -152,8 +152,10 @@ def serving() -> Iterator[FakeServer]:
 
 
 def sse(*chunks: object) -> tuple[bytes, ...]:
-    """Each chunk as one ``data:`` event (a str is sent as it is, e.g. ``[DONE]``)."""
-    return tuple(b"data: " + (c.encode() if isinstance(c, str) else json.dumps(c).encode())
+    """Each chunk as one ``data:`` event (a str is sent as it is, e.g. ``[DONE]``; a lone
+    surrogate in it goes out as the bytes a broken server would send, not UTF-8)."""
+    return tuple(b"data: " + (c.encode("utf-8", "surrogatepass") if isinstance(c, str)
+                              else json.dumps(c).encode())
                  + b"\n\n" for c in chunks)
 
 

@@ -486,14 +486,14 @@ class DifferentialMachine(RuleBasedStateMachine):
 
     def _claimed_agent_mail(self) -> list[Any]:
         return [m for m in self.model.world.messages.values()
-                if m.owner is Owner.AGENT and m.state == "claimed"]
+                if m.owner is Owner.AGENT and m.state == MessageState.CLAIMED]
 
     @precondition(lambda self: self._claimed_agent_mail())
     @rule(data=st.data())
     def cancel_racing_a_claim(self, data: st.DataObject) -> None:
         """The sender's cancel arrives just after the recipient's request claimed the mail:
         the claim won, so the cancel is too late and the mail stays claimed."""
-        message = data.draw(st.sampled_from(self._claimed_agent_mail()), label="claimed")
+        message = data.draw(st.sampled_from(self._claimed_agent_mail()), label="claimed mail")
         sender, message_id = message.sender, message.message_id
         self.both(lambda e: e.cancel_message(sender, message_id),
                   lambda m: m.cancel_message(sender, message_id), _receipt)
@@ -504,7 +504,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         """A request holding agent mail takes long and fails: time passes while the mail is
         claimed, the request aborts, and the next boundary comes at once. Claimed time never
         ages mail, so the next request gets it unless it was old before the claim."""
-        message = data.draw(st.sampled_from(self._claimed_agent_mail()), label="claimed")
+        message = data.draw(st.sampled_from(self._claimed_agent_mail()), label="claimed mail")
         sid, rid = message.recipient, message.run_id
         request_id = message.request_id
         assert rid is not None and request_id is not None

@@ -14,7 +14,13 @@ from treemail.core.agents import parse_agent_doc
 from treemail.core.clock import ManualClock
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
-from treemail.core.errors import AgentDocError, ApprovalRequired, TreemailError
+from treemail.core.errors import (
+    AgentDocError,
+    ApprovalRequired,
+    CancelTooLate,
+    TreemailError,
+    UnknownSentMessage,
+)
 from treemail.core.ids import CountingIds
 from treemail.core.keys import Table
 from treemail.core.lifecycle import MessageState
@@ -67,9 +73,9 @@ def _refused(tree: Tree, code: str, call: object) -> None:
 def test_a_receipt_follows_the_mail_until_it_is_consumed() -> None:
     tree = Tree()
     message_id = tree.send()
-    assert tree.status(message_id) == ("accepted", None)  # the kid's run is queued
+    assert tree.status(message_id) == (MessageState.ACCEPTED, None)  # the kid's run is queued
     run_id, request_id = tree.kid_claims()
-    assert tree.status(message_id) == ("claimed", None)
+    assert tree.status(message_id) == (MessageState.CLAIMED, None)
     tree.engine.commit_request(tree.kid.session_id, run_id, request_id, events.Reply(text="ok"))
     receipt = tree.engine.message_status(tree.root.session_id, message_id)
     assert (receipt.state, receipt.final, receipt.recipient) == (
@@ -85,9 +91,9 @@ def test_only_the_sender_has_a_receipt_and_nothing_else_is_told(asker: str) -> N
     session = tree.kid if asker == "kid" else tree.root
     task = tree.engine.pending(tree.kid.session_id)[0].message_id
     for target in ([message_id] if asker == "kid" else [task, "no-such-id", "\x00"]):
-        _refused(tree, "receipt:unknown_message",
+        _refused(tree, UnknownSentMessage.code,
                  lambda: tree.engine.message_status(session.session_id, target))  # noqa: B023
-        _refused(tree, "receipt:unknown_message",
+        _refused(tree, UnknownSentMessage.code,
                  lambda: tree.engine.cancel_message(session.session_id, target))  # noqa: B023
 
 
@@ -112,9 +118,9 @@ def test_claimed_mail_is_too_late_to_cancel_and_stays_claimed() -> None:
     tree = Tree()
     message_id = tree.send()
     tree.kid_claims()
-    _refused(tree, "receipt:too_late",
+    _refused(tree, CancelTooLate.code,
              lambda: tree.engine.cancel_message(tree.root.session_id, message_id))
-    assert tree.status(message_id) == ("claimed", None)
+    assert tree.status(message_id) == (MessageState.CLAIMED, None)
 
 
 class NoClock:
@@ -137,7 +143,7 @@ def test_unclaimed_mail_expires_at_reconcile_and_recovery_claimed_mail_never() -
     stale, held = tree.send("stale"), tree.send("held")
     clock.advance(9)
     tree.engine.reconcile(tree.kid.session_id)
-    assert tree.status(stale) == ("admitted", None)  # 9 s < 10 s: kept
+    assert tree.status(stale) == (MessageState.ADMITTED, None)  # 9 s < 10 s: kept
     run_id, request_id = tree.kid_claims()  # claims both
     clock.advance(1000)  # a long request: claimed time never counts
     assert tree.engine.expire_mail(tree.kid.session_id) == []
@@ -146,8 +152,8 @@ def test_unclaimed_mail_expires_at_reconcile_and_recovery_claimed_mail_never() -
     clock.advance(1)
     tree.engine.cancel_run(tree.kid.session_id, run_id)
     tree.engine.recover()  # as at restart: the check runs before each reconcile
-    assert tree.status(stale) == ("discarded", "expired")
-    assert tree.status(held) == ("discarded", "expired")
+    assert tree.status(stale) == (MessageState.DISCARDED, "expired")
+    assert tree.status(held) == (MessageState.DISCARDED, "expired")
 
 
 def test_an_approved_send_ages_from_its_approval_not_from_a_later_check() -> None:

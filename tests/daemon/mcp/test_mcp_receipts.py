@@ -27,6 +27,9 @@ from tests.daemon.mcp.harness import (
 )
 from tests.daemon.mcp.test_mcp import mail_until
 from treemail.adapters.daemon.client import RpcFailure
+from treemail.core.errors import CancelTooLate, UnknownSentMessage
+from treemail.core.events import EventKind
+from treemail.core.lifecycle import MessageState
 from treemail.protocol import methods as m
 from treemail.protocol import receipts as rc
 from treemail.protocol import types as t
@@ -53,31 +56,32 @@ def test_two_external_agents_and_the_hosted_lead_with_receipts(
                 early = answer(await sa.call_tool("send_message", {"to": b.handle,
                                                                    "body": "never mind"}))
                 assert (await receipt(sa, early["message_id"]))["state"] in (
-                    "accepted", "admitted")
+                    MessageState.ACCEPTED, MessageState.ADMITTED)
                 cancelled = answer(await sa.call_tool(
                     "cancel_message", {"message_id": early["message_id"]}))
                 assert (cancelled["state"], cancelled["final"], cancelled["reason"]) == (
-                    "discarded", True, "cancelled by sender")
+                    MessageState.DISCARDED, True, "cancelled by sender")
                 assert mail_of(await sb.call_tool("check_mail", {})) == []
                 # Read by B: a claim wins over a later cancel, then B's next call consumes.
                 kept = answer(await sa.call_tool("send_message", {"to": b.handle,
                                                                   "body": "hello B"}))
                 got = await mail_until(sb, 1)
                 assert [one["message_id"] for one in got] == [kept["message_id"]]
-                assert (await receipt(sa, kept["message_id"]))["state"] == "claimed"
+                assert (await receipt(sa, kept["message_id"]))["state"] == MessageState.CLAIMED
                 late = await sa.call_tool("cancel_message", {"message_id": kept["message_id"]})
-                assert late.is_error and answer(late)["error"] == "receipt:too_late"
+                assert late.is_error and answer(late)["error"] == CancelTooLate.code
                 # Only the sender has a receipt: B asking about A's mail learns nothing.
                 foreign = await sb.call_tool("message_status",
                                              {"message_id": kept["message_id"]})
                 assert foreign.is_error
-                assert answer(foreign)["error"] == "receipt:unknown_message"
-                assert (await receipt(sa, kept["message_id"]))["state"] == "consumed"
+                assert answer(foreign)["error"] == UnknownSentMessage.code
+                assert (await receipt(sa, kept["message_id"]))["state"] == MessageState.CONSUMED
                 # The hosted lead reads its mail in a run of its own: followed by receipt.
                 to_lead = answer(await sa.call_tool("send_message", {"to": tree.lead,
                                                                      "body": "status?"}))
                 async with asyncio.timeout(30):
-                    while (await receipt(sa, to_lead["message_id"]))["state"] != "consumed":
+                    while ((await receipt(sa, to_lead["message_id"]))["state"]
+                           != MessageState.CONSUMED):
                         await asyncio.sleep(0.05)
         finally:
             await client.close()
@@ -110,8 +114,8 @@ def test_a_cancel_racing_a_claim_has_one_winner(daemon: DaemonProcess, tmp_path:
                     await sb.call_tool("check_mail", {})  # consumes what B read
                     final = await receipt(sa, mid)
                     if cancel.is_error:
-                        assert answer(cancel)["error"] == "receipt:too_late"
-                        assert read == [mid] and final["state"] == "consumed"
+                        assert answer(cancel)["error"] == CancelTooLate.code
+                        assert read == [mid] and final["state"] == MessageState.CONSUMED
                         winners.add("claim")
                     else:
                         assert read == [] and final["reason"] == "cancelled by sender"
@@ -133,24 +137,24 @@ def test_the_user_asks_and_cancels_as_a_sender_over_rpc(daemon: DaemonProcess) -
             asked = rc.SentMessageParams(session_id=a.session_id, message_id=sent)
             status = await client.request(m.MESSAGE_STATUS, asked)
             assert (status.state, status.final, status.recipient_session_id) == (
-                "admitted", False, b.session_id)
+                MessageState.ADMITTED, False, b.session_id)
             with pytest.raises(RpcFailure) as other:
                 await client.request(m.MESSAGE_STATUS, rc.SentMessageParams(
                     session_id=b.session_id, message_id=sent))
-            assert other.value.data_code == "receipt:unknown_message"
+            assert other.value.data_code == UnknownSentMessage.code
             with pytest.raises(RpcFailure) as nothing:
                 await client.request(m.MESSAGE_CANCEL, rc.SentMessageParams(
                     session_id=a.session_id, message_id="no-such-message"))
-            assert nothing.value.data_code == "receipt:unknown_message"
+            assert nothing.value.data_code == UnknownSentMessage.code
             done = await client.request(m.MESSAGE_CANCEL, asked)
-            assert (done.state, done.reason) == ("discarded", "cancelled by sender")
+            assert (done.state, done.reason) == (MessageState.DISCARDED, "cancelled by sender")
             with pytest.raises(RpcFailure) as again:
                 await client.request(m.MESSAGE_CANCEL, asked)
-            assert again.value.data_code == "receipt:too_late"
+            assert again.value.data_code == CancelTooLate.code
             # The recipient's log records the discard with its reason.
             history = (await client.request(m.MESSAGE_GET, t.MessageGetParams(
                 message_id=sent))).history
-            assert history[-1].kind == "ProducerMessageDiscarded"
+            assert history[-1].kind == EventKind.PRODUCER_MESSAGE_DISCARDED
             assert history[-1].reason == "cancelled by sender"
         finally:
             await client.close()
@@ -179,11 +183,11 @@ def test_mail_left_unclaimed_past_the_ttl_expires(tmp_path: Path) -> None:
                     assert mail_of(await sb.call_tool("check_mail", {})) == []
                 status = await client.request(m.MESSAGE_STATUS, rc.SentMessageParams(
                     session_id=a.session_id, message_id=sent))
-                assert (status.state, status.reason) == ("discarded", "expired")
+                assert (status.state, status.reason) == (MessageState.DISCARDED, "expired")
                 history = (await client.request(m.MESSAGE_GET, t.MessageGetParams(
                     message_id=sent))).history
                 assert (history[-1].kind, history[-1].reason) == (
-                    "ProducerMessageDiscarded", "expired")
+                    EventKind.PRODUCER_MESSAGE_DISCARDED, "expired")
             finally:
                 await client.close()
 
