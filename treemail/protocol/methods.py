@@ -26,6 +26,7 @@ __all__ = [
     "APPROVAL_LIST",
     "AUTH_CHALLENGE",
     "AUTH_PROVE",
+    "BOUND",
     "EVENTS_EVENT",
     "EVENTS_READ",
     "EVENTS_SUBSCRIBE",
@@ -77,14 +78,32 @@ R = TypeVar("R", bound=msgspec.Struct)
 Item = TypeVar("Item", bound=msgspec.Struct)  # a page's item
 
 
+# ``Method.writes`` of a bound connection's methods: they act as (and write into the tree
+# of) the session the connection is bound to, which no param names.
+BOUND: Final = "(bound session)"
+
+
 @dataclass(frozen=True)
 class Method(Generic[P, R]):
-    """One method of the wire: ``name`` takes ``params`` and answers ``result``."""
+    """One method of the wire: ``name`` takes ``params`` and answers ``result``.
+
+    ``writes`` says the method writes into a tree, and what names the tree: a field of
+    ``params`` (a session of it, or an approval or token of one of its sessions) or
+    ``BOUND``. Daemons sharing a store send such a request to the tree's owner
+    (``daemon:not_owner``), so a method that writes a tree must say so here: the owner
+    check is derived from it, not kept as a list beside it."""
 
     name: str
     params: type[P]
     result: type[R]
     summary: str
+    writes: str | None = None
+
+    def __post_init__(self) -> None:
+        # Caught at import: a misspelt field would leave the method unchecked.
+        if self.writes not in (None, BOUND, *self.params.__struct_fields__):
+            raise TypeError(f"{self.name}: writes={self.writes!r} is neither BOUND nor a "
+                            f"field of {self.params.__name__}")
 
 
 @dataclass(frozen=True)
@@ -105,6 +124,7 @@ class Paged(Method[P, R], Generic[P, R, Item]):
     items: str = ""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         # Caught at import: a paged result must hold the field its constant names.
         fields = self.result.__struct_fields__
         if self.items not in fields or "next" not in fields or (
@@ -138,16 +158,20 @@ SESSION_LIST: Final[Paged[t.SessionListParams, t.SessionListResult, t.SessionVie
     "A page of the sessions, or of one tree's, in creation order.", items="sessions")
 SESSION_DELEGATE: Final = Method(
     "session.delegate", t.SessionDelegateParams, t.SessionView,
-    "A child of a session in its tree; the task arrives as delegation mail.")
+    "A child of a session in its tree; the task arrives as delegation mail.",
+    writes="parent_session_id")
 RUN_SUBMIT: Final = Method(
     "run.submit", t.RunSubmitParams, t.ProducerAccepted,
-    "User input for the session's next run (queue mode); it wakes the session.")
+    "User input for the session's next run (queue mode); it wakes the session.",
+    writes="session_id")
 RUN_STEER: Final = Method(
     "run.steer", t.RunSteerParams, t.ProducerAccepted,
-    "User steering: joins the in-flight run at its next safe boundary.")
+    "User steering: joins the in-flight run at its next safe boundary.",
+    writes="session_id")
 RUN_CANCEL: Final = Method(
     "run.cancel", t.RunCancelParams, t.RunCancelResult,
-    "Cancel the session's run in flight as its user; its claimed mail is released.")
+    "Cancel the session's run in flight as its user; its claimed mail is released.",
+    writes="session_id")
 RUN_GET: Final = Method("run.get", t.RunGetParams, t.RunView, "One run.")
 RUN_LIST: Final[Paged[t.RunListParams, t.RunListResult, t.RunView]] = Paged(
     "run.list", t.RunListParams, t.RunListResult, "A page of a session's runs, in order.",
@@ -163,16 +187,19 @@ MESSAGE_STATUS: Final = Method(
     "A sender's receipt of its own agent mail: its state, and a discard's reason.")
 MESSAGE_CANCEL: Final = Method(
     "message.cancel", rc.SentMessageParams, rc.SentMessageStatus,
-    "The sender recalls its own agent mail before any request claimed it.")
+    "The sender recalls its own agent mail before any request claimed it.",
+    writes="session_id")
 TOOL_CALL: Final = Method(
     "tool.call", t.ToolCallParams, t.ToolCallResult,
-    "Run a tool as the session's in-flight run (the daemon as tool executor).")
+    "Run a tool as the session's in-flight run (the daemon as tool executor).",
+    writes="session_id")
 APPROVAL_LIST: Final = Method(
     "approval.list", t.ApprovalListParams, t.ApprovalListResult,
     "Tool calls held by ask rules.")
 APPROVAL_ANSWER: Final = Method(
     "approval.answer", t.ApprovalAnswerParams, t.ApprovalView,
-    "Approve (scope once, session or tree) or deny a held call.")
+    "Approve (scope once, session or tree) or deny a held call.",
+    writes="approval_id")
 EVENTS_SUBSCRIBE: Final = Method(
     "events.subscribe", t.EventsSubscribeParams, t.EventsSubscribeResult,
     "Replay the feed after a number, then stream it live: no gap, no duplicate.")
@@ -184,31 +211,38 @@ EVENTS_UNSUBSCRIBE: Final = Method(
     "End a subscription.")
 EXTERNAL_ATTACH: Final = Method(
     "external.attach", x.ExternalAttachParams, x.ExternalAttachResult,
-    "An external session (an MCP client drives it) in a tree, and its token.")
+    "An external session (an MCP client drives it) in a tree, and its token.",
+    writes="parent_session_id")
 EXTERNAL_TOKENS_ISSUE: Final = Method(
     "external.tokens.issue", x.ExternalTokenIssueParams, x.ExternalTokenIssueResult,
-    "Another token for an external session.")
+    "Another token for an external session.",
+    writes="session_id")
 EXTERNAL_TOKENS_LIST: Final = Method(
     "external.tokens.list", x.ExternalTokensListParams, x.ExternalTokensListResult,
     "The tokens issued, live and revoked, by id (never the tokens).")
 EXTERNAL_TOKENS_REVOKE: Final = Method(
     "external.tokens.revoke", x.ExternalTokenRevokeParams, x.ExternalTokenView,
-    "Revoke a token: connections bound by it are refused from their next call.")
+    "Revoke a token: connections bound by it are refused from their next call.",
+    writes="token_id")
 EXTERNAL_BIND: Final = Method(
     "external.bind", x.ExternalBindParams, x.ExternalBindResult,
-    "Bind this connection to the session a token names, for the connection's life.")
+    "Bind this connection to the session a token names, for the connection's life.",
+    writes="token")
 EXTERNAL_TOOLS: Final = Method(
     "external.tools", t.Empty, x.ExternalToolsResult,
     "Bound: the tools the session's rules offer now.")
 EXTERNAL_CHECK_MAIL: Final = Method(
     "external.check_mail", t.Empty, x.ExternalCheckMailResult,
-    "Bound: claim the session's deliverable mail, as envelopes.")
+    "Bound: claim the session's deliverable mail, as envelopes.",
+    writes=BOUND)
 EXTERNAL_CALL: Final = Method(
     "external.call", x.ExternalCallParams, x.ExternalCallResult,
-    "Bound: run send_message or get_subagent_result as the session.")
+    "Bound: run send_message or get_subagent_result as the session.",
+    writes=BOUND)
 PLUGIN_PRODUCER_SEND: Final = Method(
     "plugin/producer/send", t.ProducerSendParams, t.ProducerAccepted,
-    "Plugin-owned mail into any session, at most 256 KiB of UTF-8.")
+    "Plugin-owned mail into any session, at most 256 KiB of UTF-8.",
+    writes="session_id")
 
 # Server -> client notifications: their params types (a notification has no result).
 EVENTS_EVENT: Final = Method(

@@ -40,26 +40,16 @@ from treemail.core import external
 from treemail.core.errors import TreemailError
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
-from treemail.protocol.methods import Method
+from treemail.protocol.methods import BOUND, METHODS, Method
 
 if TYPE_CHECKING:
     from treemail.adapters.daemon.routes import Handler
     from treemail.adapters.daemon.server import Daemon
     from treemail.adapters.runtime.runtime import Runtime
 
-__all__ = ["Ownership"]
+__all__ = ["Ownership", "tree_writes"]
 
 _log = logging.getLogger("treemail.daemon")
-
-# The methods that write into a tree, and the param naming a session of it.
-_TREE_WRITES: dict[Method[Any, Any], str] = {
-    m.RUN_SUBMIT: "session_id", m.RUN_STEER: "session_id", m.RUN_CANCEL: "session_id",
-    m.TOOL_CALL: "session_id", m.PLUGIN_PRODUCER_SEND: "session_id",
-    m.SESSION_DELEGATE: "parent_session_id", m.EXTERNAL_ATTACH: "parent_session_id",
-    m.EXTERNAL_TOKENS_ISSUE: "session_id"}
-# A bound connection's methods: each acts as (and writes into the tree of) its session.
-# external.bind is checked too, so that a connection is bound where its session's tree is.
-_BOUND = (m.EXTERNAL_CALL, m.EXTERNAL_CHECK_MAIL)
 
 Finder = Callable[[Any, Any], Awaitable[str | None]]
 
@@ -225,21 +215,26 @@ class Ownership:
         daemon."""
         if not self.shared:
             return
-        for method, field in _TREE_WRITES.items():
-            daemon.handlers[method.name] = self._owned(
-                daemon.handlers[method.name], _param(field))
-        gate = daemon.external
-
-        async def bound(conn: Any, params: Any) -> str | None:
-            return None if gate is None else gate.session_of(conn)
-
-        for method in _BOUND:
-            daemon.handlers[method.name] = self._owned(daemon.handlers[method.name], bound)
-        for method, find in ((m.EXTERNAL_BIND, self._of_token),
-                             (m.EXTERNAL_TOKENS_REVOKE, self._of_token_id)):
-            daemon.handlers[method.name] = self._owned(daemon.handlers[method.name], find)
+        for method in tree_writes():
+            daemon.handlers[method.name] = self._owned(daemon.handlers[method.name],
+                                                       self._finder(daemon, str(method.writes)))
         create = m.SESSION_CREATE.name
         daemon.handlers[create] = self._placed(daemon.handlers[create])
+
+    def _finder(self, daemon: Daemon, writes: str) -> Finder:
+        """How a request of a method marked ``writes`` finds the session whose tree it
+        writes. external.bind is checked too (it names a token), so that a connection is
+        bound where its session's tree is, and its calls are served there."""
+        if writes == BOUND:
+            gate = daemon.external
+
+            async def bound(conn: Any, params: Any) -> str | None:
+                return None if gate is None else gate.session_of(conn)
+
+            return bound
+        special: dict[str, Finder] = {"approval_id": self._of_approval, "token": self._of_token,
+                                      "token_id": self._of_token_id}
+        return special.get(writes) or _param(writes)
 
     def _owned(self, handler: Handler, find: Finder) -> Handler:
         async def owned(conn: Any, params: Any) -> Any:
@@ -260,6 +255,17 @@ class Ownership:
             found: str = await self.runtime.writer.quiet(read)
         except TreemailError:
             return None
+        return found
+
+    async def _of_approval(self, conn: Any, params: Any) -> str | None:
+        """The session whose call an approval holds (None for an unknown approval: the
+        handler refuses it as it always does)."""
+        def read() -> str | None:
+            with self.runtime.engine.store.read() as tx:
+                held = tx.approval(str(params.approval_id))
+                return None if held is None else held.session_id
+
+        found: str | None = await self.runtime.writer.quiet(read)
         return found
 
     async def _of_token_id(self, conn: Any, params: Any) -> str | None:
@@ -308,6 +314,12 @@ class Ownership:
         if lease is not None and lease.holder != self.leases.holder:
             raise NotOwner(f"tree {root} is owned by the daemon at {lease.address}; send "
                            "the request there", owner=lease.address, tree=root)
+
+
+def tree_writes() -> list[Method[Any, Any]]:
+    """The methods that write into a tree (``Method.writes``): a daemon sharing its store
+    serves them only for the trees it owns."""
+    return [method for method in METHODS.values() if method.writes is not None]
 
 
 def _param(field: str) -> Finder:
