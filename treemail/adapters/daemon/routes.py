@@ -56,6 +56,11 @@ class Routes:
     def names(self) -> frozenset[str]:
         return frozenset(self._handlers)
 
+    def function(self, name: str) -> Callable[..., Awaitable[msgspec.Struct]]:
+        """The function registered for ``name``, unbound (read by the tests that check
+        what each handler does)."""
+        return self._handlers[name]
+
     def bind(self, *owners: object) -> dict[str, Handler]:
         """Every handler, bound to the one of ``owners`` whose class defines it; a method of
         ``METHODS`` without a handler, or a handler without its owner, is a bug, refused
