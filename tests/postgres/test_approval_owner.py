@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import pytest
@@ -87,13 +87,16 @@ def test_an_answer_at_the_wrong_daemon_is_redirected_and_the_held_call_runs_once
             elsewhere = await other.client()
             refused: list[str] = []
             try:
-                for method, params in (
-                        (m.APPROVAL_ANSWER, t.ApprovalAnswerParams(
-                            approval_id=held.approval_id, approve=True, scope="once")),
-                        (m.MESSAGE_CANCEL, rc.SentMessageParams(
-                            session_id=sender.session_id, message_id="no-such-message"))):
+                calls: list[Awaitable[object]] = [
+                    elsewhere.request(m.APPROVAL_ANSWER, t.ApprovalAnswerParams(
+                        approval_id=held.approval_id, approve=True, scope="once"),
+                        follow=False),
+                    elsewhere.request(m.MESSAGE_CANCEL, rc.SentMessageParams(
+                        session_id=sender.session_id, message_id="no-such-message"),
+                        follow=False)]
+                for call in calls:
                     try:
-                        await elsewhere.request(method, params, follow=False)
+                        await call
                     except RpcFailure as failure:
                         refused.append(_not_owner(failure))
                 # Refused before any write: the call is still held.
