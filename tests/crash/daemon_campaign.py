@@ -49,6 +49,8 @@ from treemail.core.config import MessagingConfig
 from treemail.protocol import types as t
 from treemail.protocol.methods import (
     EVENTS_READ,
+    EVENTS_SUBSCRIBE,
+    INITIALIZE,
     MESSAGE_LIST,
     PLUGIN_PRODUCER_SEND,
     RUN_STEER,
@@ -226,9 +228,9 @@ class Hostile:
             writer.write(b"".join(json.dumps({"jsonrpc": "2.0", "id": id, "method": method,
                                               "params": params}).encode() + b"\n"
                                   for id, method, params in (
-                                      (1, "initialize", {"protocol_version": 19,
+                                      (1, INITIALIZE.name, {"protocol_version": 19,
                                                          "client_info": {"name": f"s{n}"}}),
-                                      (2, "events.subscribe", {"after": 0}))))
+                                      (2, EVENTS_SUBSCRIBE.name, {"after": 0}))))
         argv = self.daemon.proc.args
         assert isinstance(argv, list), argv  # DaemonProcess starts it from an argument list
         address = next(a for a in argv if str(a).startswith("127.0.0.1:"))

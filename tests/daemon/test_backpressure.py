@@ -16,7 +16,10 @@ from treemail.adapters.daemon.connection import Limits
 from treemail.adapters.daemon.host import open_daemon
 from treemail.protocol import types as t
 from treemail.protocol.methods import (
+    EVENTS_EVENT,
     EVENTS_READ,
+    EVENTS_SUBSCRIBE,
+    INITIALIZE,
     PLUGIN_PRODUCER_SEND,
     SESSION_CREATE,
     SESSION_LIST,
@@ -40,9 +43,9 @@ async def _feed(data: Path, socket: Path) -> tuple[list[tuple[int, int]], int, l
         head = (await busy.request(EVENTS_READ, t.EventsReadParams(after=0, limit=1))).head
         # The stalled client: it subscribes from the start, then reads nothing for a while.
         reader, writer = await asyncio.open_unix_connection(str(socket))
-        for id, method, params in ((1, "initialize", {"protocol_version": 19,
+        for id, method, params in ((1, INITIALIZE.name, {"protocol_version": 19,
                                                       "client_info": {"name": "stalled"}}),
-                                   (2, "events.subscribe", {"after": 0})):
+                                   (2, EVENTS_SUBSCRIBE.name, {"after": 0})):
             writer.write(json.dumps({"jsonrpc": "2.0", "id": id, "method": method,
                                      "params": params}).encode() + b"\n")
         await writer.drain()
@@ -67,7 +70,7 @@ async def _read_all(reader: asyncio.StreamReader, head: int) -> list[int]:
     numbers: list[int] = []
     while not numbers or numbers[-1] < head:
         message = json.loads(await reader.readline())
-        if message.get("method") == "events/event":
+        if message.get("method") == EVENTS_EVENT.name:
             numbers.append(message["params"]["event"]["number"])
     return numbers
 

@@ -26,6 +26,7 @@ from treemail.protocol.methods import (
     EVENTS_EVENT,
     EVENTS_SUBSCRIBE,
     EVENTS_UNSUBSCRIBE,
+    INITIALIZE,
     PLUGIN_PRODUCER_SEND,
     RUN_SUBMIT,
     SESSION_CREATE,
@@ -68,7 +69,7 @@ async def _raw(socket: Path, frames: list[dict[str, Any]], limit: int = 64 * MiB
 
 
 def _initialize(name: str, **capabilities: bool) -> dict[str, Any]:
-    return {"id": 0, "method": "initialize", "params": {
+    return {"id": 0, "method": INITIALIZE.name, "params": {
         "protocol_version": 19, "client_info": {"name": name}, "capabilities": capabilities}}
 
 
@@ -169,7 +170,7 @@ def test_an_answer_that_cannot_be_encoded_is_still_answered(tmp_path: Path) -> N
         code, err = daemon.terminate()
     assert code == 0, err
     assert failure.code == -32603 and failure.data_code == AnswerFailed.code
-    assert "approval.list" in str(failure) and "MemoryError" in str(failure)
+    assert APPROVAL_LIST.name in str(failure) and "MemoryError" in str(failure)
     assert created.session_id
 
 

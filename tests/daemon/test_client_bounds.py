@@ -61,7 +61,7 @@ def test_a_request_over_the_daemons_limit_is_refused_before_it_is_sent(
                     RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text="x" * OVER), timeout=STEP)
             assert refused.value.code == RequestTooLarge.code
             assert refused.value.details["limit"] == 1 << 20
-            assert "run.submit" in refused.value.message
+            assert RUN_SUBMIT.name in refused.value.message
             # Nothing reached the daemon: no mail, and the connection serves on.
             assert await client.every(MESSAGE_LIST, t.MessageListParams(session_id=sid)) == []
         finally:
@@ -132,7 +132,7 @@ def test_a_stopped_daemon_times_the_call_out_and_answers_once_continued(
             with pytest.raises(ClientTimeout) as late:
                 await client.request(SESSION_LIST, t.SessionListParams(), timeout=0.3)
             assert late.value.code == ClientTimeout.code
-            assert late.value.details == {"method": "session.list", "timeout": 0.3}
+            assert late.value.details == {"method": SESSION_LIST.name, "timeout": 0.3}
             # A new client's handshake times out the same way (the kernel still accepts).
             with pytest.raises(ClientTimeout):
                 await DaemonClient.connect(stoppable.socket, timeout=0.3)

@@ -10,11 +10,12 @@ import json
 from typing import Any
 
 from tests.daemon.conftest import DaemonProcess, run
+from treemail.protocol import methods as m
 from treemail.protocol import types as t
 from treemail.protocol.methods import MESSAGE_LIST, PROTOCOL_VERSION, SESSION_CREATE
 from treemail.protocol.rpc_errors import NotJsonRpc, Overloaded
 
-INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": m.INITIALIZE.name,
               "params": {"protocol_version": PROTOCOL_VERSION, "client_info": {"name": "raw"}}}
 
 
@@ -56,7 +57,7 @@ async def _texts(daemon: DaemonProcess, sid: str) -> list[str]:
 
 
 def _submit(sid: str, text: str, **frame: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "method": "run.submit",
+    return {"jsonrpc": "2.0", "method": m.RUN_SUBMIT.name,
             "params": {"session_id": sid, "text": text}, **frame}
 
 
@@ -155,6 +156,6 @@ def test_a_notification_over_the_in_flight_cap_is_refused_visibly(
     frames, texts, limit = run(go())
     refused = [f["error"] for f in frames if f["id"] is None]
     assert refused and all(e["data"]["code"] == Overloaded.code
-                           and e["data"]["details"]["method"] == "run.submit" for e in refused)
+                           and e["data"]["details"]["method"] == m.RUN_SUBMIT.name for e in refused)
     assert len(texts) == len(set(texts)) >= limit - 1  # the initialize took one slot
     assert len(texts) + len(refused) == limit * 4

@@ -23,12 +23,16 @@ from treemail.core.errors import UnknownTarget
 from treemail.core.lifecycle import MessageState
 from treemail.protocol import types as t
 from treemail.protocol.methods import (
+    EVENTS_READ,
+    EVENTS_SUBSCRIBE,
+    INITIALIZE,
     MESSAGE_GET,
     MESSAGE_LIST,
     RUN_LIST,
     RUN_SUBMIT,
     SESSION_CREATE,
     SESSION_DELEGATE,
+    SESSION_GET,
     SESSION_LIST,
     Paged,
 )
@@ -117,8 +121,8 @@ def test_limit_and_cursor_are_bounded_by_the_wire_type(
     async def go() -> None:
         client = await daemon.client()
         try:
-            for method in ("session.list", "message.list", "run.list"):
-                extra = {} if method == "session.list" else {
+            for method in (SESSION_LIST.name, MESSAGE_LIST.name, RUN_LIST.name):
+                extra = {} if method == SESSION_LIST.name else {
                     "session_id": "00000000-0000-4000-8000-000000000000"}
                 with pytest.raises(RpcFailure) as bad:  # out of range: not a typed request
                     await client.call_raw(method, {**extra, **params})
@@ -248,5 +252,5 @@ def test_tail_names_new_sessions_from_their_events(tmp_path: Path) -> None:
         finally:
             code, err = process.terminate()
             assert code == 0, err
-    start = Counter({"initialize": 1, "events.read": 1, "events.subscribe": 1})
-    assert [calls - start for calls in counted] == [Counter({"session.get": 2})] * 2
+    start = Counter({INITIALIZE.name: 1, EVENTS_READ.name: 1, EVENTS_SUBSCRIBE.name: 1})
+    assert [calls - start for calls in counted] == [Counter({SESSION_GET.name: 2})] * 2

@@ -15,22 +15,30 @@ from tests.daemon.conftest import DaemonProcess, run
 from treemail.adapters.daemon.client import RpcFailure
 from treemail.protocol import types as t
 from treemail.protocol.errors import INVALID_PARAMS
-from treemail.protocol.methods import SESSION_LIST
+from treemail.protocol.methods import (
+    EVENTS_READ,
+    EVENTS_SUBSCRIBE,
+    PLUGIN_PRODUCER_SEND,
+    RUN_STEER,
+    RUN_SUBMIT,
+    SESSION_CREATE,
+    SESSION_LIST,
+)
 from treemail.protocol.rpc_errors import InvalidParams
 
 BINDINGS = Path(__file__).parents[2] / "spec" / "bindings" / "protocol.schema.json"
 SID = "00000000-0000-4000-8000-000000000000"
 
 CASES: list[tuple[str, dict[str, Any]]] = [
-    ("session.create", {}),
-    ("session.create", {"agent": "lead", "agent_doc": "---\nname: x\n---\nhi"}),
-    ("events.read", {"after": -1}),
-    ("events.subscribe", {"after": -1}),
-    ("run.submit", {"session_id": SID, "text": "  "}),
-    ("run.steer", {"session_id": SID, "text": "hi", "idempotency_key": ""}),
-    ("plugin/producer/send", {"session_id": SID, "body": "\n"}),
-    ("events.read", {"limit": 0}),
-    ("events.read", {"limit": 257}),
+    (SESSION_CREATE.name, {}),
+    (SESSION_CREATE.name, {"agent": "lead", "agent_doc": "---\nname: x\n---\nhi"}),
+    (EVENTS_READ.name, {"after": -1}),
+    (EVENTS_SUBSCRIBE.name, {"after": -1}),
+    (RUN_SUBMIT.name, {"session_id": SID, "text": "  "}),
+    (RUN_STEER.name, {"session_id": SID, "text": "hi", "idempotency_key": ""}),
+    (PLUGIN_PRODUCER_SEND.name, {"session_id": SID, "body": "\n"}),
+    (EVENTS_READ.name, {"limit": 0}),
+    (EVENTS_READ.name, {"limit": 257}),
 ]
 
 

@@ -22,7 +22,7 @@ from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import MessageState
 from treemail.protocol import types as t
 from treemail.protocol.jsonrpc import encode_request
-from treemail.protocol.methods import MESSAGE_GET, MESSAGE_LIST, SESSION_CREATE
+from treemail.protocol.methods import MESSAGE_GET, MESSAGE_LIST, RUN_SUBMIT, SESSION_CREATE
 from treemail.protocol.rpc_errors import InvalidParams
 
 KEY = "3f6c1d0e-8a1b-4c55-9a0e-keyed-submit"
@@ -61,7 +61,7 @@ def test_a_keyed_submit_accepted_before_kill_9_is_answered_again_and_delivered_o
         sid = (await client.request(
             SESSION_CREATE, t.SessionCreateParams(agent="default"))).session_id
         # Sent, and its answer never read: the client is killed with the daemon.
-        await client.send_raw(encode_request(999, "run.submit", {
+        await client.send_raw(encode_request(999, RUN_SUBMIT.name, {
             "session_id": sid, "text": "keyed mail", "idempotency_key": KEY}))
         async with asyncio.timeout(30):
             while not (found := await _mail(watcher, sid, "keyed mail")):

@@ -16,7 +16,7 @@ from treemail.core.errors import EngineShutdown
 from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
 from treemail.protocol import types as t
-from treemail.protocol.methods import RUN_SUBMIT, SESSION_CREATE, SHUTDOWN
+from treemail.protocol.methods import INITIALIZE, RUN_SUBMIT, SESSION_CREATE, SESSION_LIST, SHUTDOWN
 
 
 def _accepted(data_dir: Path) -> set[str]:
@@ -99,9 +99,9 @@ def test_stdio_serves_one_client_and_stops_when_stdin_closes(tmp_path: Path) -> 
     import sys
 
     frames = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        {"jsonrpc": "2.0", "id": 1, "method": INITIALIZE.name,
          "params": {"protocol_version": 19, "client_info": {"name": "pipe"}}},
-        {"jsonrpc": "2.0", "id": 2, "method": "session.list"},
+        {"jsonrpc": "2.0", "id": 2, "method": SESSION_LIST.name},
     ]
     done = subprocess.run(
         [sys.executable, "-m", "treemail", "daemon", "--stdio",

@@ -37,7 +37,13 @@ from treemail.adapters.daemon.tcp import Token
 from treemail.adapters.ui.cli import main
 from treemail.core.errors import InvalidRequest
 from treemail.protocol import types as t
-from treemail.protocol.methods import AUTH_CHALLENGE, AUTH_PROVE, SESSION_CREATE, SESSION_LIST
+from treemail.protocol.methods import (
+    AUTH_CHALLENGE,
+    AUTH_PROVE,
+    INITIALIZE,
+    SESSION_CREATE,
+    SESSION_LIST,
+)
 from treemail.protocol.rpc_errors import ClearToken, Unauthorized
 
 
@@ -101,11 +107,11 @@ async def _first_frames(address: str, *frames: dict[str, Any]) -> tuple[list[Any
 
 
 def _challenge(nonce: bytes) -> dict[str, Any]:
-    return {"method": "auth.challenge", "params": {"client_nonce": nonce.hex()}}
+    return {"method": AUTH_CHALLENGE.name, "params": {"client_nonce": nonce.hex()}}
 
 
 def _prove(proof: bytes) -> dict[str, Any]:
-    return {"method": "auth.prove", "params": {"client_proof": proof.hex()}}
+    return {"method": AUTH_PROVE.name, "params": {"client_proof": proof.hex()}}
 
 
 def test_the_token_file_is_private_and_not_printed(tcp: TcpDaemon) -> None:
@@ -138,12 +144,12 @@ def test_the_daemon_proves_it_holds_the_token_and_admits_a_right_proof(tcp: TcpD
 
 
 @pytest.mark.parametrize(("frame", "code", "why"), [
-    ({"method": "initialize", "params": {"protocol_version": 19, "client_info": {"name": "x"}}},
+    ({"method": INITIALIZE.name, "params": {"protocol_version": 19, "client_info": {"name": "x"}}},
      Unauthorized.code, "expected auth.challenge, got initialize"),
-    ({"method": "session.list", "params": {}}, Unauthorized.code, "got session.list"),
-    ({"method": "auth.prove", "params": {"client_proof": "00" * 32}}, Unauthorized.code,
+    ({"method": SESSION_LIST.name, "params": {}}, Unauthorized.code, "got session.list"),
+    ({"method": AUTH_PROVE.name, "params": {"client_proof": "00" * 32}}, Unauthorized.code,
      "expected auth.challenge, got auth.prove"),
-    ({"method": "auth.challenge", "params": {"client_nonce": "short"}}, Unauthorized.code,
+    ({"method": AUTH_CHALLENGE.name, "params": {"client_nonce": "short"}}, Unauthorized.code,
      "auth.challenge:"),
 ])
 def test_any_other_first_frame_is_refused_and_closed(
@@ -158,7 +164,7 @@ def test_any_other_first_frame_is_refused_and_closed(
 
 
 def test_an_old_client_that_sends_the_token_in_clear_is_told_to_upgrade(tcp: TcpDaemon) -> None:
-    frame = {"method": "initialize", "params": {
+    frame = {"method": INITIALIZE.name, "params": {
         "protocol_version": 19, "client_info": {"name": "old"}, "auth_token": tcp.token}}
     (failure,), closed = run(_first_frames(tcp.address, frame))
     assert isinstance(failure, RpcFailure) and failure.data_code == ClearToken.code
@@ -316,7 +322,7 @@ def test_a_listener_without_the_token_learns_nothing_and_is_refused(
     assert code == 1 and ServerUnproven.code in err and "Traceback" not in err
     # All it heard is one challenge: a random nonce, nothing derived from the token.
     frame = json.loads(heard)
-    assert frame["method"] == "auth.challenge" and set(frame["params"]) == {"client_nonce"}
+    assert frame["method"] == AUTH_CHALLENGE.name and set(frame["params"]) == {"client_nonce"}
     assert heard.count(b"\n") == 1 and b"auth.prove" not in heard
     secret = token.encode()
     for form in (secret, secret.hex().encode(), base64.b64encode(secret),

@@ -175,7 +175,7 @@ def test_error_answer_carries_the_request_id(daemon: DaemonProcess) -> None:
     async def go() -> list[Any]:
         client = await daemon.client()
         try:
-            return await client.call_many_raw([("no.such", {}), ("session.list", {})])
+            return await client.call_many_raw([("no.such", {}), (SESSION_LIST.name, {})])
         finally:
             await client.close()
 
@@ -190,7 +190,7 @@ def test_oversized_frame_is_dropped_with_an_error(daemon: DaemonProcess) -> None
         try:
             limit = client.capabilities.max_frame_bytes
             body = "x" * (limit + 10)
-            frame = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "run.submit",
+            frame = json.dumps({"jsonrpc": "2.0", "id": 9, "method": RUN_SUBMIT.name,
                                 "params": {"session_id": "s", "text": body}}).encode()
             # Written in pieces, as a slow client would: the daemon never holds it whole.
             for start in range(0, len(frame), 50_000):
@@ -234,7 +234,7 @@ def test_wrong_params_are_invalid_params(daemon: DaemonProcess, params: dict[str
     async def go() -> RpcFailure:
         client = await daemon.client()
         try:
-            failure = await _raw_failure(client, "run.submit", params)
+            failure = await _raw_failure(client, RUN_SUBMIT.name, params)
             await _still_serving(client)
             return failure
         finally:
@@ -242,7 +242,7 @@ def test_wrong_params_are_invalid_params(daemon: DaemonProcess, params: dict[str
 
     failure = run(go())
     assert failure.code == -32602 and failure.data_code == InvalidParams.code
-    assert path in failure.error.message and "run.submit" in failure.error.message
+    assert path in failure.error.message and RUN_SUBMIT.name in failure.error.message
 
 
 def test_treemail_errors_keep_their_stable_code(daemon: DaemonProcess) -> None:

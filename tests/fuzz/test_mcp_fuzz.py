@@ -58,7 +58,7 @@ class Driver:
                 while (item := await self.calls.get())[0]:
                     name, args, answer = item
                     try:
-                        if name == "message.get":  # the user's view of a message
+                        if name == m.MESSAGE_GET.name:  # the user's view of a message
                             answer.set_result(msgspec.to_builtins(await user.request(
                                 m.MESSAGE_GET, msgspec.convert(args, t.MessageGetParams))))
                         else:
@@ -162,6 +162,6 @@ def test_mcp_tool_calls_end_in_a_result_or_a_typed_error(
     assert name != CHECK_MAIL
     if name == "send_message":
         assert set(said) == {"message_id", "mode", "recipient_state"}, said
-        stored = driver.call("message.get", {"message_id": said["message_id"]})["message"]
+        stored = driver.call(m.MESSAGE_GET.name, {"message_id": said["message_id"]})["message"]
         assert stored["sender"] == tree.members[0].session_id  # the token's, always
     TALLY["mcp tool calls"][f"{name} ok"] += 1

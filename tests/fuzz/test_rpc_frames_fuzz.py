@@ -24,13 +24,21 @@ from tests.daemon.conftest import DaemonProcess, run
 from tests.fuzz.conftest import TALLY
 from tests.fuzz.schema_values import JSON_VALUES, params_for
 from treemail.protocol import types as t
-from treemail.protocol.methods import METHODS, PROTOCOL_VERSION, SESSION_LIST
+from treemail.protocol.methods import (
+    INITIALIZE,
+    METHODS,
+    PROTOCOL_VERSION,
+    RUN_SUBMIT,
+    SESSION_CREATE,
+    SESSION_LIST,
+    SHUTDOWN,
+)
 from treemail.protocol.rpc_errors import FrameNotJson, InternalError
 
 SURFACE = "json-rpc frames"
 TIMEOUT = 20.0  # seconds without an answer: a hang
 # shutdown would end the daemon under test; every other method is fair game.
-FUZZED = sorted(set(METHODS) - {"shutdown"})
+FUZZED = sorted(set(METHODS) - {SHUTDOWN.name})
 
 
 class Line:
@@ -43,13 +51,13 @@ class Line:
         self.buffer = b""
         self.probes = 0
         self.exchange(json.dumps({
-            "jsonrpc": "2.0", "id": "init", "method": "initialize",
+            "jsonrpc": "2.0", "id": "init", "method": INITIALIZE.name,
             "params": {"protocol_version": PROTOCOL_VERSION,
                        "client_info": {"name": "fuzz"}}}).encode())
         # Real ids, so generated params also reach past the lookups (see ``aim``).
-        [root] = self.exchange(request("root", "session.create", {"agent": "default"}), True)
+        [root] = self.exchange(request("root", SESSION_CREATE.name, {"agent": "default"}), True)
         sid = root["result"]["session_id"]
-        [mail] = self.exchange(request("mail", "run.submit", {"session_id": sid, "text": "hi"}),
+        [mail] = self.exchange(request("mail", RUN_SUBMIT.name, {"session_id": sid, "text": "hi"}),
                                True)
         self.known = [sid, mail["result"]["message_id"]]
 
@@ -70,7 +78,7 @@ class Line:
         self.probes += 1
         probe = f"probe-{self.probes}"
         self.sock.sendall(frame + b"\n" + json.dumps(
-            {"jsonrpc": "2.0", "id": probe, "method": "session.list"}).encode() + b"\n")
+            {"jsonrpc": "2.0", "id": probe, "method": SESSION_LIST.name}).encode() + b"\n")
         answers: list[dict[str, Any]] = []
         probed = False
         while not probed or (request and not answers):

@@ -22,7 +22,7 @@ from treemail.core.keys import CounterName
 from treemail.core.records import Owner
 from treemail.core.store import Store, WriteTxn
 from treemail.testing.postgres import PostgresCluster
-from treemail.testing.store_contract import populate, snapshot
+from treemail.testing.store_sample import populate, snapshot
 
 TREE = "00000001-0000-4000-8000-000000000000"
 OTHER = "00000002-0000-4000-8000-000000000000"

@@ -18,7 +18,24 @@ from hypothesis import strategies as st
 
 from tests.fuzz.schema_values import params_for
 from treemail.protocol.bindings import schema_bundle
-from treemail.protocol.methods import METHODS, ParamsError, decode_params
+from treemail.protocol.methods import (
+    APPROVAL_ANSWER,
+    AUTH_CHALLENGE,
+    AUTH_PROVE,
+    EVENTS_READ,
+    EVENTS_SUBSCRIBE,
+    MESSAGE_LIST,
+    METHODS,
+    PLUGIN_PRODUCER_SEND,
+    RUN_LIST,
+    RUN_STEER,
+    RUN_SUBMIT,
+    SESSION_CREATE,
+    SESSION_DELEGATE,
+    SESSION_LIST,
+    ParamsError,
+    decode_params,
+)
 
 SID = "00000000-0000-4000-8000-000000000000"
 HEX = "ab" * 32
@@ -26,35 +43,35 @@ HEX = "ab" * 32
 # Per method: params its decoding refuses, beyond a missing field, an unknown field and a
 # wrong type (which every method is tried with below).
 REFUSED: dict[str, list[dict[str, Any]]] = {
-    "auth.challenge": [{"client_nonce": "AB" * 32}, {"client_nonce": "ab"}],
-    "auth.prove": [{"client_proof": HEX + "0"}],
-    "session.create": [{}, {"agent": "a", "agent_doc": "d"}, {"agent": None},
+    AUTH_CHALLENGE.name: [{"client_nonce": "AB" * 32}, {"client_nonce": "ab"}],
+    AUTH_PROVE.name: [{"client_proof": HEX + "0"}],
+    SESSION_CREATE.name: [{}, {"agent": "a", "agent_doc": "d"}, {"agent": None},
                        {"agent": None, "agent_doc": None, "agent_docs": []}],
-    "session.list": [{"after": -1}, {"limit": 0}, {"limit": 257}],
-    "run.list": [{"session_id": SID, "after": -1}, {"session_id": SID, "limit": 0}],
-    "message.list": [{"session_id": SID, "limit": 257}],
-    "run.submit": [{"session_id": SID, "text": ""}, {"session_id": SID, "text": " \n\t"},
+    SESSION_LIST.name: [{"after": -1}, {"limit": 0}, {"limit": 257}],
+    RUN_LIST.name: [{"session_id": SID, "after": -1}, {"session_id": SID, "limit": 0}],
+    MESSAGE_LIST.name: [{"session_id": SID, "limit": 257}],
+    RUN_SUBMIT.name: [{"session_id": SID, "text": ""}, {"session_id": SID, "text": " \n\t"},
                    {"session_id": SID, "text": "hi", "idempotency_key": ""},
                    {"session_id": SID, "text": "hi", "idempotency_key": "k" * 257}],
-    "run.steer": [{"session_id": SID, "text": "\u2003"}],
-    "session.delegate": [{"parent_session_id": SID, "agent": "a", "task": " "}],
-    "plugin/producer/send": [{"session_id": SID, "body": "  "},
+    RUN_STEER.name: [{"session_id": SID, "text": "\u2003"}],
+    SESSION_DELEGATE.name: [{"parent_session_id": SID, "agent": "a", "task": " "}],
+    PLUGIN_PRODUCER_SEND.name: [{"session_id": SID, "body": "  "},
                              {"session_id": SID, "body": "b", "idempotency_key": ""}],
-    "events.read": [{"after": -1}],
-    "events.subscribe": [{"after": -1}],
-    "approval.answer": [{"approval_id": "a", "approve": True, "scope": "forever"}],
+    EVENTS_READ.name: [{"after": -1}],
+    EVENTS_SUBSCRIBE.name: [{"after": -1}],
+    APPROVAL_ANSWER.name: [{"approval_id": "a", "approve": True, "scope": "forever"}],
 }
 
 # Per method: params it accepts, at the edges of its bounds.
 ACCEPTED: dict[str, list[dict[str, Any]]] = {
-    "auth.challenge": [{"client_nonce": HEX}],
-    "auth.prove": [{"client_proof": HEX}],
-    "session.create": [{"agent": "a"}, {"agent_doc": "d", "agent": None, "agent_docs": ["x"]}],
-    "session.list": [{}, {"after": 0, "limit": 1}, {"limit": 256}],
-    "run.submit": [{"session_id": SID, "text": " x ", "idempotency_key": "k" * 256}],
-    "plugin/producer/send": [{"session_id": SID, "body": "b", "idempotency_key": "k"}],
-    "events.read": [{"after": 0}, {"after": 5, "limit": 3}],
-    "events.subscribe": [{}, {"after": 0, "session_id": SID}],
+    AUTH_CHALLENGE.name: [{"client_nonce": HEX}],
+    AUTH_PROVE.name: [{"client_proof": HEX}],
+    SESSION_CREATE.name: [{"agent": "a"}, {"agent_doc": "d", "agent": None, "agent_docs": ["x"]}],
+    SESSION_LIST.name: [{}, {"after": 0, "limit": 1}, {"limit": 256}],
+    RUN_SUBMIT.name: [{"session_id": SID, "text": " x ", "idempotency_key": "k" * 256}],
+    PLUGIN_PRODUCER_SEND.name: [{"session_id": SID, "body": "b", "idempotency_key": "k"}],
+    EVENTS_READ.name: [{"after": 0}, {"after": 5, "limit": 3}],
+    EVENTS_SUBSCRIBE.name: [{}, {"after": 0, "session_id": SID}],
 }
 
 

@@ -16,7 +16,7 @@ from treemail.adapters.ui.tui.board import Board
 from treemail.adapters.ui.tui.sources import LiveSource
 from treemail.core.store import MemoryStore
 from treemail.protocol import types as t
-from treemail.protocol.methods import SESSION_CREATE
+from treemail.protocol.methods import EVENTS_SUBSCRIBE, SESSION_CREATE, SESSION_GET, SESSION_LIST
 
 
 def test_the_live_flag_folds_from_the_feed_as_the_store_keeps_it() -> None:
@@ -72,5 +72,5 @@ def test_the_tui_shows_new_sessions_without_listing_them(tmp_path: Path) -> None
     finally:
         code, err = process.terminate()
         assert code == 0, err
-    assert calls["session.list"] == 1 and calls["session.get"] == 0, calls
-    assert calls["events.subscribe"] == 1, calls
+    assert calls[SESSION_LIST.name] == 1 and calls[SESSION_GET.name] == 0, calls
+    assert calls[EVENTS_SUBSCRIBE.name] == 1, calls

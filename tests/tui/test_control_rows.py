@@ -18,7 +18,8 @@ from tests.tui.test_pilot import (
     _tree,
     daemon,  # noqa: F401 - the same daemon, one per module
 )
-from treemail.adapters.ui.tui.app import TreemailTui, screen_text
+from treemail.adapters.ui.tui.app import TreemailTui
+from treemail.adapters.ui.tui.screenshot import screen_text
 from treemail.adapters.ui.tui.sources import LiveSource
 from treemail.protocol import types as t
 from treemail.protocol.methods import PLUGIN_PRODUCER_SEND

@@ -20,7 +20,8 @@ from textual.widgets import DataTable
 
 from tests.daemon.conftest import DaemonProcess
 from tests.tui.conftest import reaped, until, wide_approval
-from treemail.adapters.ui.tui.app import TreemailTui, screen_text
+from treemail.adapters.ui.tui.app import TreemailTui
+from treemail.adapters.ui.tui.screenshot import screen_text
 from treemail.adapters.ui.tui.sources import LiveSource, choose
 from treemail.core.lifecycle import MessageState, SessionState
 from treemail.protocol import types as t

@@ -17,7 +17,8 @@ from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import WORKER
 from tests.tui.conftest import reaped, slow_daemon, until, wide_approval
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
-from treemail.adapters.ui.tui.app import ALL, TreemailTui, pane_text
+from treemail.adapters.ui.tui.app import ALL, TreemailTui
+from treemail.adapters.ui.tui.screenshot import pane_text
 from treemail.adapters.ui.tui.sources import LiveSource
 from treemail.core.errors import InvalidToolContext
 from treemail.core.lifecycle import ApprovalState, MessageState, SessionState

@@ -10,7 +10,8 @@ import pytest
 from textual.binding import Binding, BindingType
 
 from tests.unit.test_readme_daemon import _help, commands, spans
-from treemail.adapters.ui.tui.app import Approvals, TreemailTui
+from treemail.adapters.ui.tui.app import TreemailTui
+from treemail.adapters.ui.tui.approvals import Approvals
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,8 @@ from textual.widgets import DataTable, Tree
 
 from tests.tui.conftest import assert_snapshot, until
 from treemail.adapters.ui.cli import main
-from treemail.adapters.ui.tui.app import MATCH, TreemailTui, pane_text
+from treemail.adapters.ui.tui.app import MATCH, TreemailTui
+from treemail.adapters.ui.tui.screenshot import pane_text
 from treemail.adapters.ui.tui.sources import StoreSource, choose
 from treemail.core.errors import InvalidRequest
 from treemail.core.lifecycle import MessageState

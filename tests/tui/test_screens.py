@@ -18,8 +18,9 @@ from tests.tui.test_pilot import (
 )
 from tests.tui.test_replay import demo_store  # noqa: F401 - the demo's store, one per module
 from treemail.adapters.ui.tui import app as app_module
-from treemail.adapters.ui.tui.app import TreemailTui, pane_text, screen_text
+from treemail.adapters.ui.tui.app import TreemailTui
 from treemail.adapters.ui.tui.screens import KEYS, Detail, Help
+from treemail.adapters.ui.tui.screenshot import pane_text, screen_text
 from treemail.adapters.ui.tui.sources import LiveSource, StoreSource
 from treemail.protocol import types as t
 from treemail.protocol.methods import RUN_SUBMIT

@@ -25,9 +25,10 @@ from tests.tui.test_pilot import (
     _tree,
     daemon,  # noqa: F401 - the same daemon, one per module
 )
-from treemail.adapters.ui.tui.app import TreemailTui, pane_text
+from treemail.adapters.ui.tui.app import TreemailTui
 from treemail.adapters.ui.tui.board import WAITING
 from treemail.adapters.ui.tui.screens import Confirm, Deny
+from treemail.adapters.ui.tui.screenshot import pane_text
 from treemail.adapters.ui.tui.sources import LiveSource
 from treemail.core.lifecycle import ApprovalState, SessionState
 from treemail.protocol import types as t

@@ -18,7 +18,7 @@ from treemail.core.errors import (
     UnknownSubagentReference,
 )
 from treemail.core.records import ApprovalState, GrantScope, Session, ToolContext
-from treemail.protocol import types as wire
+from treemail.protocol import structs as wire
 
 ASK_SIBLING = {"sibling": "ask", "parent": "allow"}
 

@@ -1,6 +1,7 @@
-"""One error registry: every code a model, a user or a plugin can see is declared in
-``treemail/core/errors.py`` or in a layer's errors module registered into it (the wire's, the
-daemon's, the model calls'), and listed in ``spec/errors.json`` with its meaning."""
+"""One error registry: every code a model, a user or a plugin can see is declared in the
+core's modules (``treemail/core/errors.py``, ``error_registry.py``, ``refusals.py``) or in a
+layer's errors module registered into it (the wire's, the daemon's, the model calls'), and
+listed in ``spec/errors.json`` with its meaning."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ PACKAGE = Path(treemail.__file__).resolve().parent
 # The modules that declare errors: the core's registry, and each layer's own module, which
 # registers there (spec_tables imports them all).
 REGISTRY = {
+    PACKAGE / "core" / "error_registry.py",
     PACKAGE / "core" / "errors.py",
+    PACKAGE / "core" / "refusals.py",
     PACKAGE / "protocol" / "rpc_errors.py",
     PACKAGE / "adapters" / "daemon" / "errors.py",
     PACKAGE / "adapters" / "runtime" / "model_errors.py",
@@ -73,8 +76,9 @@ def test_the_registry_is_the_core_and_each_layer_module() -> None:
     declared = {PACKAGE.parent.joinpath(*name.split(".")).with_suffix(".py")
                 for name in errors.declaring_modules()}
     assert declared == REGISTRY
-    core = (PACKAGE / "core" / "errors.py").read_text(encoding="utf-8")
-    assert "--tcp" not in core and "--data-dir" not in core and "rpc:" not in core
+    for name in ("error_registry.py", "errors.py", "refusals.py"):
+        core = (PACKAGE / "core" / name).read_text(encoding="utf-8")
+        assert "--tcp" not in core and "--data-dir" not in core and "rpc:" not in core, name
 
 
 def test_the_scan_finds_a_class_code_a_hand_built_result_and_a_wire_code() -> None:

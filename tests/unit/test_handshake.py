@@ -12,6 +12,7 @@ from treemail.adapters.daemon.handshake import Handshake, Stage
 from treemail.adapters.daemon.tcp import Token
 from treemail.protocol.framing import Oversized
 from treemail.protocol.jsonrpc import Request
+from treemail.protocol.methods import AUTH_CHALLENGE, AUTH_PROVE, INITIALIZE
 from treemail.protocol.rpc_errors import ClearToken, Unauthorized
 
 SECRET = "s" * 43
@@ -39,13 +40,13 @@ def test_the_proofs_are_hmac_sha256_over_a_label_and_both_nonces() -> None:
 def test_an_honest_client_is_admitted_in_two_steps() -> None:
     token, nonce = Token(SECRET), secrets.token_bytes(32)
     handshake = Handshake(token)
-    step = handshake.receive(_request("auth.challenge", client_nonce=nonce.hex()))
+    step = handshake.receive(_request(AUTH_CHALLENGE.name, client_nonce=nonce.hex()))
     result = _answer(step.answer)["result"]
     server_nonce = bytes.fromhex(result["server_nonce"])
     assert step.stage is Stage.PROVE and server_nonce == handshake.server_nonce
     assert result["server_proof"] == token.server_proof(nonce, server_nonce).hex()
     step = handshake.receive(_request(
-        "auth.prove", client_proof=token.client_proof(server_nonce, nonce).hex()))
+        AUTH_PROVE.name, client_proof=token.client_proof(server_nonce, nonce).hex()))
     assert step.stage is Stage.PROVED
     assert _answer(step.answer)["result"] == {"authenticated": True}
 
@@ -58,28 +59,28 @@ def test_each_connection_gets_a_fresh_server_nonce() -> None:
 def test_a_proof_under_another_token_is_refused() -> None:
     nonce = secrets.token_bytes(32)
     handshake = Handshake(Token(SECRET))
-    handshake.receive(_request("auth.challenge", client_nonce=nonce.hex()))
+    handshake.receive(_request(AUTH_CHALLENGE.name, client_nonce=nonce.hex()))
     wrong = Token("t" * 43).client_proof(handshake.server_nonce, nonce)
-    step = handshake.receive(_request("auth.prove", client_proof=wrong.hex()))
+    step = handshake.receive(_request(AUTH_PROVE.name, client_proof=wrong.hex()))
     error = _answer(step.answer)["error"]
     assert step.stage is Stage.REFUSED and error["data"]["code"] == Unauthorized.code
 
 
 def test_the_token_in_clear_is_refused_with_its_own_code() -> None:
     step = Handshake(Token(SECRET)).receive(_request(
-        "initialize", protocol_version=19, client_info={"name": "old"}, auth_token=SECRET))
+        INITIALIZE.name, protocol_version=19, client_info={"name": "old"}, auth_token=SECRET))
     error = _answer(step.answer)["error"]
     assert step.stage is Stage.REFUSED and error["data"]["code"] == ClearToken.code
     assert error["code"] == -32004 and SECRET not in error["message"]
 
 
 def test_frames_out_of_order_are_refused() -> None:
-    for first in (_request("auth.prove", client_proof="00" * 32), Oversized(5000),
-                  _request("auth.challenge", client_nonce="00" * 31)):
+    for first in (_request(AUTH_PROVE.name, client_proof="00" * 32), Oversized(5000),
+                  _request(AUTH_CHALLENGE.name, client_nonce="00" * 31)):
         step = Handshake(Token(SECRET)).receive(first)
         assert step.stage is Stage.REFUSED
         assert _answer(step.answer)["error"]["data"]["code"] == Unauthorized.code
     handshake = Handshake(Token(SECRET))
-    handshake.receive(_request("auth.challenge", client_nonce="00" * 32))
-    again = handshake.receive(_request("auth.challenge", client_nonce="00" * 32))
+    handshake.receive(_request(AUTH_CHALLENGE.name, client_nonce="00" * 32))
+    again = handshake.receive(_request(AUTH_CHALLENGE.name, client_nonce="00" * 32))
     assert again.stage is Stage.REFUSED

@@ -13,6 +13,7 @@ from treemail.adapters.daemon import lookup
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.core.errors import InvalidRequest, UnknownTarget
 from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
+from treemail.protocol.methods import APPROVAL_LIST, MESSAGE_LIST, SESSION_LIST
 
 A = "0d0893d3-1111-4111-8111-111111111111"
 B = "0d0893d3-2222-4222-8222-222222222222"
@@ -37,12 +38,12 @@ class Listing:
         return [self.call(method, msgspec.to_builtins(params)) for method, params in calls]
 
     def call(self, method: str, asked: dict[str, Any]) -> dict[str, Any]:
-        if method == "approval.list":
+        if method == APPROVAL_LIST.name:
             return {"approvals": [_approval(a) for a in self.held]}
-        if method == "session.list":
+        if method == SESSION_LIST.name:
             return _page("sessions", [_session(sid, handle)
                                       for sid, handle in self.sessions.items()], asked)
-        assert method == "message.list"
+        assert method == MESSAGE_LIST.name
         return _page("messages", [_message(m, asked["session_id"])
                                   for m in self.messages[asked["session_id"]]], asked)
 

@@ -36,7 +36,7 @@ from treemail.protocol import types as t
 from treemail.protocol.methods import SESSION_CREATE, SESSION_LIST
 from treemail.testing import StoreContract
 from treemail.testing.postgres import PostgresCluster
-from treemail.testing.store_contract import (
+from treemail.testing.store_sample import (
     CHILD,
     KEYS,
     MESSAGE_IDS,

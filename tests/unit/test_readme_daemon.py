@@ -16,7 +16,7 @@ from treemail.adapters.daemon.client import DaemonClient
 from treemail.adapters.daemon.scripted import Plan
 from treemail.adapters.store.lmdb_files import OWNER_FILE
 from treemail.adapters.ui.cli import main
-from treemail.protocol.methods import METHODS
+from treemail.protocol.methods import AUTH_CHALLENGE, AUTH_PROVE, METHODS
 from treemail.spec_tables import errors_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ def test_the_codes_files_and_names_it_mentions_are_the_codes() -> None:
     assert re.search(r"^check-bindings:", (ROOT / "justfile").read_text(), re.MULTILINE)
     assert "token" in inspect.signature(DaemonClient.connect).parameters
     assert "`auth.challenge`, then `auth.prove`" in text
-    assert {"auth.challenge", "auth.prove"} <= set(METHODS)
+    assert {AUTH_CHALLENGE.name, AUTH_PROVE.name} <= set(METHODS)
     assert f"{tcp.AUTH_TIMEOUT:g} seconds, {tcp.AUTH_BYTES // 1024} KiB and one of " \
         f"{tcp.MAX_UNAUTHENTICATED} places" in text
     assert lock.DAEMON_ROLE == "treemail daemon"

@@ -60,11 +60,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     # ``deny`` is also a permission rule's action (Action.DENY).
     ("core/permissions.py", "deny"): "Action.DENY, a rule's action",
     ("models/explore.py", "deny"): "a rule's action, and the trace word of a denial",
-    ("testing/store_contract.py", "deny"): "a rule's action in the contract's agent",
+    ("testing/store_sample.py", "deny"): "a rule's action in the contract's agent",
     ("models/world.py", "denied"): "the reference's PermissionDenied message text",
     # ``pending`` is also the pending-mail index and a message state's flag.
     ("core/keys.py", "pending"): "Table.PENDING and keys.pending, the pending-mail index",
-    ("testing/store_contract.py", "pending"): "the pending-mail index in a store snapshot",
+    ("testing/store_sample.py", "pending"): "the pending-mail index in a store snapshot",
+    ("testing/store_transactions.py", "pending"): "the pending-mail index in a store snapshot",
     ("spec_tables.py", "pending"): "a message state's pending flag",
     # RecipientState is the send result's wire vocabulary, fixed by the contract; two of its
     # values happen to equal session state names. It is declared once, here.

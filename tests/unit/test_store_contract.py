@@ -27,11 +27,11 @@ from treemail.core.errors import StorageError, StoreClosed, StoreDamaged, StoreF
 from treemail.core.keys import CounterName, Table
 from treemail.core.records import Session
 from treemail.core.store import MemoryStore, Store, WriteTxn
-from treemail.testing.store_contract import (
+from treemail.testing.store_contract import StoreContract
+from treemail.testing.store_sample import (
     CHILD,
     MESSAGE_IDS,
     ROOT,
-    StoreContract,
     message,
     mutate_everything,
     populate,

@@ -179,7 +179,7 @@ def test_log_on_an_empty_data_file_reports_it_and_writes_nothing(
 
 
 def test_a_reader_follows_the_writer_past_map_growth(tmp_path: Path) -> None:
-    from treemail.testing.store_contract import message
+    from treemail.testing.store_sample import message
 
     writer = LmdbStore.open(tmp_path / "s", sync=False, map_size=64 * 1024)
     writer.transact(lambda tx: tx.add(CounterName("n"), 1))

@@ -1,12 +1,16 @@
 """The tests name treemail's vocabulary through its types: a state by its enum, an event kind by
-``EventKind``, an error code by its class's ``code``, so that a rename reaches every test and
-mypy refuses a misspelling, as ``test_state_names`` holds the package to.
+``EventKind``, an error code by its class's ``code``, a wire method by its constant in
+``treemail.protocol.methods`` (``SESSION_CREATE.name`` where a raw name is needed), so that a
+rename reaches every test and mypy refuses a misspelling, as ``test_state_names`` holds the
+package to.
 
 This walks the AST of every module of ``tests/`` and fails on a string constant equal to a
-lifecycle or recipient state, an event kind or a registered error code. Left alone: docstrings
-(sentences, never a bare name), and dict literals' keys (a JSON object's or a table's field
-names, which only happen to equal a state: ``{"pending": 3}``). A test that checks the wire's
-or a document's literal spelling keeps its literals, allowed below with the reason.
+lifecycle or recipient state, an event kind, a registered error code or a method's wire name.
+Left alone: docstrings (sentences, never a bare name), and dict literals' keys (a JSON object's
+or a table's field names, which only happen to equal a state: ``{"pending": 3}``), except a
+method's name, which has a dot or a slash and no other meaning (``{"session.get": 1}`` is a
+table by method). A test that checks the wire's or a document's literal spelling keeps its
+literals, allowed below with the reason.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from treemail.core.lifecycle import (
     SessionState,
 )
 from treemail.core.records import RecipientState
+from treemail.protocol.methods import METHODS, NOTIFICATIONS, SERVER_REQUESTS
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -33,10 +38,13 @@ VOCABULARY = frozenset(
     | {str(k) for k in EventKind}
     | {cls.code for cls in spec_tables._error_classes()})
 
+# Every method, notification and server request by its wire name, keys of a dict included.
+METHOD_NAMES = frozenset({*METHODS, *NOTIFICATIONS, *SERVER_REQUESTS})
+
 # Modules whose literals are the point: each checks a spelling as written outside the code.
 ALLOWED_FILES: dict[str, str] = {
-    "unit/test_bindings.py": "checks the schema bundle's and TypeScript's literal enums, kinds "
-                             "and codes, as a client reads them",
+    "unit/test_bindings.py": "checks the schema bundle's and TypeScript's literal enums, kinds, "
+                             "codes and method names, as a client reads them",
     "unit/test_error_registry.py": "probes the registry's scan with codes spelt by hand, and "
                                    "checks tool results' literal JSON",
     "unit/test_event_kinds.py": "probes the event-kind scan with kinds spelt by hand",
@@ -60,17 +68,23 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("unit/test_store_reads.py", "pending"): "a mail body's text",
     ("unit/test_lifecycle.py", "accepted"): "a plain string as decoded, proving the tables "
                                             "take one",
+    ("property/test_differential.py", "shutdown"): "a rule's kind of stop, in the model, "
+                                                   "not the wire method",
+    ("unit/operations.py", "shutdown"): "Engine.shutdown, the operation a case names",
+    ("unit/test_one_transaction.py", "shutdown"): "Engine.shutdown, the operation a case names",
 }
 
 
 def _bare(path: Path) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     skipped = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
-    skipped |= {id(key) for node in ast.walk(tree) if isinstance(node, ast.Dict)
-                for key in node.keys if key is not None}
+    keys = {id(key) for node in ast.walk(tree) if isinstance(node, ast.Dict)
+            for key in node.keys if key is not None}
     return [(node.lineno, node.value) for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and node.value in VOCABULARY and id(node) not in skipped]
+            and id(node) not in skipped
+            and (node.value in METHOD_NAMES
+                 or (node.value in VOCABULARY and id(node) not in keys))]
 
 
 def test_tests_name_the_vocabulary_through_its_types() -> None:
@@ -81,8 +95,9 @@ def test_tests_name_the_vocabulary_through_its_types() -> None:
             continue
         found += [f"{module}:{line}: {value!r}" for line, value in _bare(path)
                   if (module, value) not in ALLOWED]
-    assert found == [], ("name these through MessageState/SessionState/..., EventKind, or "
-                         "the error class's .code:\n" + "\n".join(found))
+    assert found == [], ("name these through MessageState/SessionState/..., EventKind, the "
+                         "error class's .code, or the method's constant (SESSION_CREATE.name):\n"
+                         + "\n".join(found))
 
 
 def test_every_allowance_is_still_needed() -> None:
@@ -93,11 +108,13 @@ def test_every_allowance_is_still_needed() -> None:
         assert value in {v for _, v in _bare(TESTS / module)}, (module, value)
 
 
-def test_the_check_sees_a_state_a_kind_and_a_code(tmp_path: Path) -> None:
+def test_the_check_sees_a_state_a_kind_a_code_and_a_method(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text('"""consumed"""\n'
                      'assert m.state == "claimed" and {"pending": 1}\n'
-                     'assert kind == "RunStarted" and error.code == "engine:unknown_target"\n',
+                     'assert kind == "RunStarted" and error.code == "engine:unknown_target"\n'
+                     'call_raw("session.create", {}) and {"events/event": 1}\n',
                      encoding="utf-8")
     assert sorted(_bare(probe)) == [(2, "claimed"), (3, "RunStarted"),
-                                    (3, "engine:unknown_target")]
+                                    (3, "engine:unknown_target"), (4, "events/event"),
+                                    (4, "session.create")]

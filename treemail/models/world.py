@@ -1,6 +1,8 @@
-"""The reference model's world: plain records, the two lifecycles as literal tables, every
-question the model asks (answered by scanning the whole world each time), and the verdict of
-send_message's guards. Nothing here changes the world; ``reference`` does that.
+"""The reference model's world: plain records, every question the model asks (answered by
+scanning the whole world each time), and the verdict of send_message's guards. Nothing here
+changes the world; ``reference`` does that. The lifecycle tables (``lifecycle_tables``) and
+the addressing, permissions and envelope text (``addressing``) live beside it, re-exported
+here.
 
 This module re-states the contract on purpose instead of importing the core's decisions: the
 differential test runs the engine and this model side by side, so any place where the two
@@ -10,9 +12,6 @@ nothing is cached: the engine keeps O(1) counters and indexes, the model recount
 
 from __future__ import annotations
 
-import fnmatch
-import re
-import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -21,13 +20,9 @@ from treemail.core.config import MessagingConfig
 from treemail.core.lifecycle import (
     ApprovalState,
     MessageState,
-    MessageTrigger,
     RequestState,
-    RequestTrigger,
     RunState,
-    RunTrigger,
     SessionState,
-    SessionTrigger,
 )
 from treemail.core.permissions import Action, Rules
 from treemail.core.records import (
@@ -38,6 +33,24 @@ from treemail.core.records import (
     RecipientState,
     SendResult,
     ToolContext,
+)
+from treemail.models.addressing import (
+    can_send,
+    decide,
+    defuse,
+    envelope,
+    interrupted_notice,
+    looks_like_uuid,
+    one_line,
+    subagent_notice,
+)
+from treemail.models.lifecycle_tables import (
+    FINAL,
+    MESSAGE_STEPS,
+    REQUEST_STEPS,
+    RUN_STEPS,
+    SESSION_STEPS,
+    step,
 )
 
 __all__ = [
@@ -67,72 +80,6 @@ __all__ = [
     "step",
     "subagent_notice",
 ]
-
-# -- the lifecycles, written out by hand from design.md's table --------------------------------
-
-# (state, trigger) -> next state. A pair that is not listed is an illegal step.
-MESSAGE_STEPS: dict[tuple[str, str], str] = {
-    (MessageState.ACCEPTED, MessageTrigger.ADMIT): MessageState.ADMITTED,
-    (MessageState.ADMITTED, MessageTrigger.CLAIM): MessageState.CLAIMED,
-    (MessageState.RELEASED, MessageTrigger.CLAIM): MessageState.CLAIMED,
-    (MessageState.CLAIMED, MessageTrigger.RELEASE): MessageState.RELEASED,
-    (MessageState.CLAIMED, MessageTrigger.CONSUME): MessageState.CONSUMED,
-    (MessageState.ACCEPTED, MessageTrigger.DISCARD): MessageState.DISCARDED,
-    (MessageState.ADMITTED, MessageTrigger.DISCARD): MessageState.DISCARDED,
-    (MessageState.RELEASED, MessageTrigger.DISCARD): MessageState.DISCARDED,
-    # The sender's recall and expiry: discards of unclaimed mail, never of claimed.
-    (MessageState.ACCEPTED, MessageTrigger.CANCEL): MessageState.DISCARDED,
-    (MessageState.ADMITTED, MessageTrigger.CANCEL): MessageState.DISCARDED,
-    (MessageState.RELEASED, MessageTrigger.CANCEL): MessageState.DISCARDED,
-    (MessageState.ACCEPTED, MessageTrigger.EXPIRE): MessageState.DISCARDED,
-    (MessageState.ADMITTED, MessageTrigger.EXPIRE): MessageState.DISCARDED,
-    (MessageState.RELEASED, MessageTrigger.EXPIRE): MessageState.DISCARDED,
-}
-MESSAGE_TRIGGERS = (MessageTrigger.ADMIT, MessageTrigger.CLAIM, MessageTrigger.RELEASE,
-                    MessageTrigger.CONSUME, MessageTrigger.DISCARD, MessageTrigger.CANCEL,
-                    MessageTrigger.EXPIRE)
-FINAL = (MessageState.CONSUMED, MessageState.DISCARDED)
-
-SESSION_STEPS: dict[tuple[str, str], str] = {
-    (SessionState.IDLE, SessionTrigger.ENQUEUE): SessionState.QUEUED,
-    (SessionState.FINISHED, SessionTrigger.ENQUEUE): SessionState.QUEUED,
-    (SessionState.QUEUED, SessionTrigger.START): SessionState.RUNNING,
-    (SessionState.RUNNING, SessionTrigger.FINISH): SessionState.FINISHED,
-    (SessionState.RUNNING, SessionTrigger.INTERRUPT): SessionState.IDLE,
-    (SessionState.QUEUED, SessionTrigger.INTERRUPT): SessionState.IDLE,
-}
-SESSION_TRIGGERS = (SessionTrigger.ENQUEUE, SessionTrigger.START, SessionTrigger.FINISH,
-                    SessionTrigger.INTERRUPT)
-
-RUN_STEPS: dict[tuple[str, str], str] = {
-    (RunState.QUEUED, RunTrigger.START): RunState.RUNNING,
-    (RunState.RUNNING, RunTrigger.FINISH): RunState.FINISHED,
-    (RunState.QUEUED, RunTrigger.INTERRUPT): RunState.INTERRUPTED,
-    (RunState.RUNNING, RunTrigger.INTERRUPT): RunState.INTERRUPTED,
-}
-RUN_TRIGGERS = (RunTrigger.START, RunTrigger.FINISH, RunTrigger.INTERRUPT)
-
-# A run's model request: open or not (the model reads it off ``RunRecord.open_request``).
-REQUEST_STEPS: dict[tuple[str, str], str] = {
-    (RequestState.NO_REQUEST, RequestTrigger.BEGIN_REQUEST): RequestState.REQUEST_OPEN,
-    (RequestState.REQUEST_OPEN, RequestTrigger.COMMIT_REQUEST): RequestState.NO_REQUEST,
-    (RequestState.REQUEST_OPEN, RequestTrigger.ABORT_REQUEST): RequestState.NO_REQUEST,
-    # A run ends between requests.
-    (RequestState.NO_REQUEST, RequestTrigger.END): RequestState.NO_REQUEST,
-}
-REQUEST_TRIGGERS = (RequestTrigger.BEGIN_REQUEST, RequestTrigger.COMMIT_REQUEST,
-                    RequestTrigger.ABORT_REQUEST, RequestTrigger.END)
-
-_TRIGGERS = {id(MESSAGE_STEPS): MESSAGE_TRIGGERS, id(SESSION_STEPS): SESSION_TRIGGERS,
-             id(RUN_STEPS): RUN_TRIGGERS, id(REQUEST_STEPS): REQUEST_TRIGGERS}
-
-
-def step(table: dict[tuple[str, str], str], subject: str, state: str, trigger: str) -> str:
-    """The state after ``trigger``, or ``IllegalTransition`` naming what is allowed instead."""
-    if (state, trigger) in table:
-        return table[(state, trigger)]
-    allowed = tuple(t for t in _TRIGGERS[id(table)] if (state, t) in table)
-    raise errors.IllegalTransition(subject, trigger, state, allowed)
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -403,15 +350,7 @@ def check_body(body: str, config: MessagingConfig) -> None:
         raise errors.InvalidBody("too long")
 
 
-# -- addressing, permissions and the envelope, re-stated from the contract ---------------------
-
-_HEX = "[0-9a-fA-F]"
-_UUID = re.compile(f"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}")
-
-
-def looks_like_uuid(reference: str) -> bool:
-    """Only the whole 8-4-4-4-12 spelling is a session id; anything else is a handle."""
-    return _UUID.fullmatch(reference) is not None
+# -- addressing ---------------------------------------------------------------------------------
 
 
 def label_of(sender: SessionRecord, recipient: SessionRecord) -> str:
@@ -424,125 +363,6 @@ def label_of(sender: SessionRecord, recipient: SessionRecord) -> str:
     if sender.parent_session_id is not None and same_parent:
         return "sibling"
     return "*"
-
-
-_STRICTNESS = {Action.ALLOW: 0, Action.ASK: 1, Action.DENY: 2}
-
-
-def decide(rules: Rules, label: str) -> Action:
-    """Exact label beats wildcard, longer wildcard beats shorter, a tie goes to the strictest
-    action (deny > ask > allow); no matching rule means deny."""
-    exact = [r.action for r in rules.rules if not _is_wildcard(r.pattern) and r.pattern == label]
-    if exact:
-        return _strictest(exact)
-    wild = [r for r in rules.rules
-            if _is_wildcard(r.pattern) and fnmatch.fnmatchcase(label, r.pattern)]
-    if not wild:
-        return Action.DENY
-    longest = max(len(r.pattern) for r in wild)
-    return _strictest([r.action for r in wild if len(r.pattern) == longest])
-
-
-def _is_wildcard(pattern: str) -> bool:
-    return any(c in pattern for c in "*?[")
-
-
-def _strictest(actions: list[Action]) -> Action:
-    return max(actions, key=lambda a: _STRICTNESS[a])
-
-
-def can_send(rules: Rules) -> bool:
-    """send_message is shown only when some rule is allow or ask."""
-    return any(r.action is not Action.DENY for r in rules.rules)
-
-
-def envelope(sender_reference: str, body: str, reply_hint: bool) -> str:
-    """The contract's Message Envelope, byte for byte, with the body's tag-like text defused."""
-    lines = [f'<agent_message from="{sender_reference}">', defuse(body)]
-    if reply_hint:
-        lines += ["", f'[use `send_message(to="{sender_reference}", ...)` to reply]']
-    lines.append("</agent_message>")
-    return "\n".join(lines)
-
-
-def subagent_notice(child_reference: str, result: str) -> str:
-    """What a parent reads when its child's delegation completes."""
-    return "\n".join((f'<subagent_result from="{child_reference}">', defuse(result),
-                      "</subagent_result>"))
-
-
-# spec/envelope.md: a bracket (or a lookalike of it) opens a tag-like token when the text
-# after it, read as case-folded compatibility letters of what a reader can see, begins with
-# one of the token's names; such a bracket is shown as its escape.
-_TOKENS = (("<\ufe64\uff1c\u2039\u2329\u3008\u27e8", "&lt;", ("agentmessage", "subagentresult")),
-           ("[\ufe47\uff3b", "&#91;", ("usesendmessage",)))
-# What a reader sees between brackets and letters: letters, digits, symbols and punctuation,
-# except dashes and connectors (Pd, Pc), the backtick and the slash, and the letters that
-# draw nothing (Hangul fillers, the blank braille cell). Controls, format characters, marks,
-# spaces and code points with no character are passed over.
-_SEEN = ("Lu", "Ll", "Lt", "Lm", "Lo", "Nd", "Nl", "No", "Sm", "Sc", "Sk", "So",
-         "Ps", "Pe", "Pi", "Pf", "Po")
-_PASSED_OVER = "`/\u115f\u1160\u3164\uffa0\u2800"
-
-
-def defuse(body: str) -> str:
-    """The body as a recipient is shown it: honest text unchanged."""
-    folded = [_fold(char) for char in body]
-    out = list(body)
-    for index, char in enumerate(body):
-        for brackets, escape, names in _TOKENS:
-            if char in brackets and _begins_with(folded, index + 1, names):
-                out[index] = escape
-    return "".join(out)
-
-
-def _seen(char: str) -> bool:
-    return unicodedata.category(char) in _SEEN and char not in _PASSED_OVER
-
-
-def _fold(char: str) -> str:
-    """A character's letters as a reader takes them: decomposed, case-folded, decomposed
-    again (folding can compose), and only what is seen kept (accents go)."""
-    if not _seen(char):
-        return ""
-    letters = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", char).casefold())
-    return "".join(c for c in letters if _seen(c))
-
-
-def _begins_with(folded: list[str], start: int, names: tuple[str, ...]) -> bool:
-    seen = ""
-    for letters in folded[start:]:
-        seen += letters
-        if any(seen.startswith(name) for name in names):
-            return True
-        if not any(name.startswith(seen) for name in names):
-            return False
-    return False
-
-
-# A description is shown as a single line of a candidate list, cut at 200 characters.
-_DESCRIPTION_WIDTH = 200
-
-
-def one_line(description: str) -> str:
-    """A peer's description as a candidate list shows it: line breaks and control characters
-    become spaces, format characters vanish, blank runs are one space, the line is defused,
-    and a longer one is cut to 199 characters and an ellipsis."""
-    kept = []
-    for char in description:
-        kind = unicodedata.category(char)
-        if kind == "Cf":
-            continue
-        kept.append(" " if kind in ("Cc", "Zl", "Zp") else char)
-    shown = defuse(" ".join("".join(kept).split()))
-    if len(shown) > _DESCRIPTION_WIDTH:
-        shown = shown[:_DESCRIPTION_WIDTH - 1] + "\u2026"
-    return shown
-
-
-def interrupted_notice(reason: str) -> str:
-    """The result a parent is shown for a child whose run stopped without one."""
-    return "(no result: the run was interrupted: " + reason + ")"
 
 
 # -- send_message's argument object and result ------------------------------------------------

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from treemail.protocol.types import Params, ProducerAccepted, Result, SessionView
+from treemail.protocol.structs import Params, Result
+from treemail.protocol.types import ProducerAccepted, SessionView
 
 __all__ = [
     "ExternalAttachParams",

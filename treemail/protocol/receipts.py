@@ -10,7 +10,7 @@ with ``receipt:too_late``, its ``data.details.state`` saying which; nothing chan
 
 from __future__ import annotations
 
-from treemail.protocol.types import Params, Result
+from treemail.protocol.structs import Params, Result
 
 __all__ = ["SentMessageParams", "SentMessageStatus"]
 

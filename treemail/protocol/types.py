@@ -8,18 +8,45 @@ an added result field is not a breaking change for them (``compat.py`` classifie
 additive). A state is its core enum, so the schema lists its values; the wire carries the
 value, as before. Bounds (``Meta``) and ``EXACTLY_ONE_OF`` groups are checked by decoding
 and stated by the schema alike.
+
+The bases and paging bounds (``structs``) and the connection's types (``connection``: the TCP
+proof, ``initialize``, ``shutdown``) live beside this module, which re-exports them.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Final, Literal
+from typing import Any
 
 import msgspec
 
 from treemail.core.lifecycle import MessageState, RunState, SessionState
 from treemail.core.records import ApprovalState, Mode, Owner, RecipientState
+from treemail.protocol.connection import (
+    AuthChallengeParams,
+    AuthChallengeResult,
+    AuthProveParams,
+    AuthProveResult,
+    ClientCapabilities,
+    ClientInfo,
+    InitializeParams,
+    InitializeResult,
+    ServerCapabilities,
+    ServerInfo,
+    ShutdownResult,
+)
 from treemail.protocol.forward import Unknown
-from treemail.protocol.rules import Hex32, IdempotencyKey, MailText, check_exactly_one_of
+from treemail.protocol.rules import IdempotencyKey, MailText
+from treemail.protocol.structs import (
+    PAGE_BODY_BYTES,
+    PAGE_LIMIT,
+    Cursor,
+    Empty,
+    GroupedParams,
+    Limit,
+    Params,
+    Result,
+    Scope,
+)
 
 __all__ = [
     "PAGE_BODY_BYTES",
@@ -77,121 +104,6 @@ __all__ = [
     "ToolGateParams",
     "ToolGateResult",
 ]
-
-Scope = Literal["once", "session", "tree"]
-
-# The list methods answer in pages: at most this many items (the default, and the most a
-# ``limit`` may ask for), so no answer grows with the store.
-PAGE_LIMIT: Final = 256
-# A page of ``message.list`` also stops once its bodies pass this many UTF-8 bytes (it still
-# holds at least one message), so a page of large bodies stays about a megabyte.
-PAGE_BODY_BYTES: Final = 1 << 20
-Limit = Annotated[int, msgspec.Meta(ge=1, le=PAGE_LIMIT)]
-Cursor = Annotated[int, msgspec.Meta(ge=0)]
-
-
-class Params(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """Base of every params object: strict, so a misspelt field is an error, not a no-op.
-    A field left at its default is not sent: a request carries what its caller set."""
-
-
-class GroupedParams(Params):
-    """Params with ``EXACTLY_ONE_OF``: groups of fields of which exactly one must be given
-    (not null). Decoding refuses params that break a group, and the bindings state each
-    group as a schema ``oneOf``, so both refuse the same params. (A base of its own: the
-    check costs every decode a Python call, so only these pay it.)"""
-
-    EXACTLY_ONE_OF: ClassVar[tuple[tuple[str, ...], ...]] = ()
-
-    def __post_init__(self) -> None:
-        check_exactly_one_of(self, self.EXACTLY_ONE_OF)
-
-
-class Result(msgspec.Struct, kw_only=True):
-    """Base of every result object."""
-
-
-class Empty(Params):
-    """No params."""
-
-
-# -- initialize --------------------------------------------------------------------------
-
-
-class ClientInfo(Params):
-    name: str
-    version: str = ""
-
-
-class ClientCapabilities(Params):
-    """What the client takes part in. A plugin connection asks for ``plugin/event``
-    notifications (every durable event) and/or to gate tool calls (``plugin/tool_before_call``
-    requests from the server, answered before the call runs)."""
-
-    plugin_events: bool = False
-    tool_gate: bool = False
-
-
-class InitializeParams(Params):
-    """``auth_token``: no longer taken. The token never crosses the wire: a TCP connection
-    proves it holds it with ``auth.challenge`` and ``auth.prove`` first; on TCP an
-    ``auth_token`` is refused (``rpc:token_in_clear``), the Unix socket and stdio ignore it."""
-
-    protocol_version: int
-    client_info: ClientInfo
-    capabilities: ClientCapabilities = msgspec.field(default_factory=ClientCapabilities)
-    auth_token: str | None = None
-
-
-# -- authentication over TCP (spec/protocol.md, section 2) --------------------------------
-
-
-class AuthChallengeParams(Params):
-    """A TCP connection's first request: the client's fresh random nonce."""
-
-    client_nonce: Hex32
-
-
-class AuthChallengeResult(Result):
-    """The daemon's fresh nonce, and its proof that it holds the token:
-    HMAC-SHA256(token, "treemail-server" | client_nonce | server_nonce)."""
-
-    server_nonce: Hex32
-    server_proof: Hex32
-
-
-class AuthProveParams(Params):
-    """Sent only once the server's proof checked out:
-    HMAC-SHA256(token, "treemail-client" | server_nonce | client_nonce)."""
-
-    client_proof: Hex32
-
-
-class AuthProveResult(Result):
-    authenticated: bool
-
-
-class ServerInfo(Result):
-    name: str
-    version: str
-
-
-class ServerCapabilities(Result):
-    methods: list[str]
-    notifications: list[str]
-    max_frame_bytes: int
-    max_in_flight: int
-    plugin_body_max_bytes: int
-
-
-class InitializeResult(Result):
-    protocol_version: int
-    server_info: ServerInfo
-    capabilities: ServerCapabilities
-
-
-class ShutdownResult(Result):
-    shutting_down: bool
 
 
 # -- sessions ----------------------------------------------------------------------------

@@ -13,27 +13,23 @@ Every ``test_*`` method then runs against the backend: records round-trip exactl
 indexes (pending, tree, handles, feed) follow every write, counters vanish at 0, a failed
 transaction or savepoint leaves the store exactly as before, and misuse is refused alike.
 ``MemoryStore`` is the reference: where a test needs the expected state, it asks a fresh one.
-The records, ids and the ``populate`` / ``mutate_everything`` worlds are public, so a
-backend's own tests can reuse them.
+The records, ids and the ``populate`` / ``mutate_everything`` worlds are public (in
+``store_sample``, re-exported here), so a backend's own tests can reuse them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import attrs
 import pytest
 
 from treemail.core import keys
 from treemail.core.errors import StorageError, StoreClosed
-from treemail.core.ids import CountingIds
 from treemail.core.keys import MAX_KEY, CounterName
-from treemail.core.lifecycle import MessageState, RunState, SessionState
-from treemail.core.permissions import Action, Rules
+from treemail.core.lifecycle import MessageState, RunState
+from treemail.core.permissions import Action
 from treemail.core.records import (
-    AgentSpec,
     Approval,
     ApprovalState,
     Event,
@@ -45,10 +41,33 @@ from treemail.core.records import (
     RecipientState,
     Run,
     SendResult,
-    Session,
 )
 from treemail.core.results import CallOutcome
-from treemail.core.store import MemoryStore, ReadTxn, Store, WriteTxn
+from treemail.core.store import MemoryStore, Store, WriteTxn
+from treemail.testing.store_sample import (
+    CHILD,
+    COUNTERS,
+    GHOST,
+    HANDLES,
+    KEYS,
+    MESSAGE_IDS,
+    NEWCOMER,
+    OTHER_ROOT,
+    PRODUCER_KEY,
+    ROOT,
+    ROOTS,
+    RUN_IDS,
+    SESSION_IDS,
+    Boom,
+    StoreHarness,
+    failing,
+    message,
+    mutate_everything,
+    populate,
+    session,
+    snapshot,
+)
+from treemail.testing.store_transactions import TransactionContract
 
 __all__ = [
     "CHILD",
@@ -65,6 +84,8 @@ __all__ = [
     "SESSION_IDS",
     "Boom",
     "StoreContract",
+    "StoreHarness",
+    "TransactionContract",
     "failing",
     "message",
     "mutate_everything",
@@ -73,138 +94,10 @@ __all__ = [
     "snapshot",
 ]
 
-_ids = CountingIds()
-ROOT, OTHER_ROOT, CHILD, GHOST, NEWCOMER = (_ids.new_id() for _ in range(5))
-SESSION_IDS = (ROOT, OTHER_ROOT, CHILD, GHOST, NEWCOMER)
-ROOTS = (ROOT, OTHER_ROOT)
-RUN_IDS = tuple(_ids.new_id() for _ in range(3))
-MESSAGE_IDS = tuple(_ids.new_id() for _ in range(6))
-HANDLES = ("main", "worker_1", "worker_2", "scout_1", "scout_2")
-COUNTERS = (keys.SESSIONS_COUNTER, keys.inbox_counter(CHILD), keys.pair_counter(ROOT, CHILD),
-            "fresh")
-KEYS = tuple(IdempotencyKey(ROOT, RUN_IDS[0], f"call-{n}") for n in range(3))
-# A producer's key with a tool call's id for its text: the two layouts share the replay table
-# and must never meet.
-PRODUCER_KEY = ProducerKey(ROOT, Owner.USER, "call-0")
-REPLAY_KEYS: tuple[IdempotencyKey | ProducerKey, ...] = (*KEYS, PRODUCER_KEY)
 
-
-# -- realistic records ---------------------------------------------------------------------
-
-
-def session(sid: str, root: str, handle: str | None, ordinal: int, *, live: bool = True) -> Session:
-    parent = None if sid == root else root
-    agent = AgentSpec("worker", "does the work", Rules.of({"child": "allow", "*": "deny"}))
-    return Session(sid, root, parent, agent, handle, ordinal, state=SessionState.IDLE, live=live)
-
-
-def message(
-    mid: str, recipient: str, seq: int, *, state: str = MessageState.ACCEPTED, body: str = "hello"
-) -> Message:
-    return Message(
-        message_id=mid,
-        recipient=recipient,
-        sender=ROOT,
-        owner=Owner.AGENT,
-        body=body,
-        mode=Mode.QUEUE,
-        hop=1,
-        seq=seq,
-        state=state,
-    )
-
-
-def populate(tx: WriteTxn) -> None:
-    """A small world touching every table."""
-    tx.put_session(session(ROOT, ROOT, "main", 1))
-    tx.put_session(session(CHILD, ROOT, "worker_1", 2))
-    tx.put_session(session(GHOST, ROOT, "scout_1", 3))
-    tx.put_session(session(OTHER_ROOT, OTHER_ROOT, "main", 4))
-    tx.put_run(Run(RUN_IDS[0], ROOT, 1, RunState.RUNNING, base_hop=2))
-    tx.put_message(message(MESSAGE_IDS[0], CHILD, 1))
-    tx.put_message(message(MESSAGE_IDS[1], CHILD, 2, state=MessageState.ADMITTED))
-    tx.put_message(message(MESSAGE_IDS[2], ROOT, 3, state=MessageState.CONSUMED))
-    tx.add(keys.SESSIONS_COUNTER, 4)
-    tx.add(keys.inbox_counter(CHILD), 2)
-    tx.add(keys.pair_counter(ROOT, CHILD), 1)
-    tx.remember(KEYS[0], SendResult(MESSAGE_IDS[0], Mode.QUEUE, RecipientState.QUEUED))
-    tx.remember(PRODUCER_KEY, SendResult(MESSAGE_IDS[2], Mode.STEER, RecipientState.RUNNING))
-    tx.append(ROOT, "created", {"handle": "main"})
-    tx.append(CHILD, "created", {"handle": "worker_1"})
-
-
-def mutate_everything(tx: WriteTxn) -> None:
-    """A change to every table and index that ``populate`` filled."""
-    tx.put_session(session(CHILD, ROOT, "worker_2", 2))
-    tx.put_session(session(GHOST, ROOT, "scout_1", 3, live=False))
-    tx.put_session(session(NEWCOMER, OTHER_ROOT, "scout_2", 5))
-    tx.put_run(Run(RUN_IDS[0], ROOT, 1, RunState.FINISHED, base_hop=2))
-    tx.put_run(Run(RUN_IDS[1], CHILD, 1))
-    tx.put_message(message(MESSAGE_IDS[0], CHILD, 1, state=MessageState.DISCARDED))
-    tx.put_message(message(MESSAGE_IDS[3], CHILD, 4))
-    tx.add(keys.inbox_counter(CHILD), -2)
-    tx.add(CounterName("fresh"), 7)
-    tx.remember(KEYS[0], SendResult(MESSAGE_IDS[3], Mode.STEER, RecipientState.RUNNING))
-    tx.remember(KEYS[1], SendResult(MESSAGE_IDS[3], Mode.QUEUE, RecipientState.QUEUED))
-    tx.append(ROOT, "ended", {"run_id": RUN_IDS[0]})
-    tx.append(NEWCOMER, "created", {"handle": "scout_2"})
-
-
-def snapshot(tx: ReadTxn) -> dict[str, Any]:
-    """Everything the port can show about the ids above."""
-    return {
-        "sessions": list(tx.sessions()),
-        "trees": {r: list(tx.tree(r)) for r in ROOTS},
-        "handles": {(r, h): tx.handle_owner(r, h) for r in ROOTS for h in HANDLES},
-        "runs": {rid: tx.run(rid) for rid in RUN_IDS},
-        "messages": {mid: tx.message(mid) for mid in MESSAGE_IDS},
-        "pending": {sid: list(tx.pending(sid)) for sid in SESSION_IDS},
-        "counts": {name: tx.count(CounterName(name)) for name in COUNTERS},
-        "replay": {key: tx.recall(key) for key in REPLAY_KEYS},
-        "events": {sid: list(tx.events(sid)) for sid in SESSION_IDS},
-    }
-
-
-class Boom(Exception):
-    pass
-
-
-def failing(work: Any) -> Any:
-    def run(tx: WriteTxn) -> None:
-        work(tx)
-        raise Boom
-
-    return run
-
-
-# -- the contract --------------------------------------------------------------------------
-
-
-class StoreContract:
-    def make_store(self, directory: Path) -> Store:
-        raise NotImplementedError
-
-    def reopen(self, store: Store, directory: Path) -> Store:
-        """The store as a restarted process would find it."""
-        raise NotImplementedError
-
-    def counter_names(self, store: Store) -> set[str]:
-        """The names of the counters physically kept."""
-        raise NotImplementedError
-
-    @pytest.fixture
-    def directory(self, tmp_path: Path) -> Path:
-        return tmp_path / "store"
-
-    @pytest.fixture
-    def store(self, directory: Path) -> Iterator[Store]:
-        opened = self.make_store(directory)
-        yield opened
-        opened.close()
-
-    def read(self, store: Store) -> dict[str, Any]:
-        with store.read() as tx:
-            return snapshot(tx)
+class StoreContract(TransactionContract):
+    """The whole contract: records, indexes and misuse here, transactions and savepoints in
+    ``TransactionContract``, the hooks in ``StoreHarness``."""
 
     # -- records round-trip exactly --------------------------------------------------------
 
@@ -489,174 +382,6 @@ class StoreContract:
             assert tx.approval("missing") is None
             assert list(tx.approvals()) == [answered, waiting]
             assert type(next(tx.approvals()).state) is ApprovalState
-
-    # -- transactions ----------------------------------------------------------------------
-
-    def test_transact_returns_the_work_result(self, store: Store) -> None:
-        def work(tx: WriteTxn) -> tuple[int, Event]:
-            return tx.add(CounterName("n"), 2), tx.append(ROOT, "k", {})
-
-        assert store.transact(work) == (2, Event(ROOT, 1, "k", {}))
-
-    def test_raising_work_leaves_the_store_exactly_as_before(self, store: Store) -> None:
-        store.transact(populate)
-        before = self.read(store)
-        seen_inside: list[dict[str, Any]] = []
-
-        def work(tx: WriteTxn) -> None:
-            mutate_everything(tx)
-            seen_inside.append(snapshot(tx))
-
-        with pytest.raises(Boom):
-            store.transact(failing(work))
-        # The work really changed every part of the snapshot before it raised...
-        assert all(seen_inside[0][part] != before[part] for part in before)
-        # ...and none of it was kept.
-        assert self.read(store) == before
-
-    def test_committed_work_is_all_kept(self, store: Store, directory: Path) -> None:
-        store.transact(populate)
-        expected: list[dict[str, Any]] = []
-        def work(tx: WriteTxn) -> None:
-            mutate_everything(tx)
-            expected.append(snapshot(tx))
-
-        store.transact(work)
-        store = self.reopen(store, directory)
-        assert self.read(store) == expected[0]
-
-    def test_failed_savepoint_undoes_only_its_own_writes(self, store: Store) -> None:
-        store.transact(populate)
-
-        def work(tx: WriteTxn) -> Event:
-            tx.add(CounterName("kept"), 1)
-            with pytest.raises(Boom), tx.savepoint() as sp:
-                mutate_everything(sp)
-                sp.append(CHILD, "undone", {})
-                raise Boom
-            with tx.savepoint() as sp:
-                sp.put_message(message(MESSAGE_IDS[4], CHILD, 9))
-            return tx.append(CHILD, "after", {})
-
-        after = store.transact(work)
-        expected = self.read_after(store, populate)
-        expected["pending"][CHILD].append(message(MESSAGE_IDS[4], CHILD, 9))
-        expected["messages"][MESSAGE_IDS[4]] = message(MESSAGE_IDS[4], CHILD, 9)
-        expected["events"][CHILD].append(after)
-        assert after.seq == 2  # the undone append gave its number back
-        with store.read() as tx:
-            assert tx.count(CounterName("kept")) == 1
-        assert self.read(store) == expected
-
-    def read_after(self, store: Store, work: Any) -> dict[str, Any]:
-        """The snapshot a fresh store would show after ``work``."""
-        fresh = MemoryStore()
-        fresh.transact(work)
-        return self.read(fresh)
-
-    def test_nested_savepoint_failure_keeps_the_enclosing_savepoint(self, store: Store) -> None:
-        def work(tx: WriteTxn) -> None:
-            with tx.savepoint() as outer:
-                outer.add(CounterName("outer"), 1)
-                with pytest.raises(Boom), outer.savepoint() as inner:
-                    inner.add(CounterName("inner"), 1)
-                    inner.add(CounterName("outer"), 10)
-                    raise Boom
-                outer.add(CounterName("outer"), 1)
-
-        store.transact(work)
-        with store.read() as tx:
-            assert (tx.count(CounterName("outer")), tx.count(CounterName("inner"))) == (2, 0)
-
-    def test_a_savepoint_reads_its_own_writes_in_ranges_and_undoes_them(
-            self, store: Store) -> None:
-        # Ranges and counts see a savepoint's unfinished writes; undoing it (at any depth)
-        # undoes exactly them, whether or not they were already written out for the range.
-        store.transact(populate)
-        with store.read() as tx:
-            log, feed = [e.kind for e in tx.events(CHILD)], tx.feed_end()
-
-        def work(tx: WriteTxn) -> list[int]:
-            with pytest.raises(Boom), tx.savepoint() as sp:
-                sp.put_message(message(MESSAGE_IDS[4], CHILD, 9))
-                assert [m.seq for m in sp.pending(CHILD)] == [1, 2, 9]
-                sp.append(CHILD, "undone", {})
-                assert [e.kind for e in sp.events(CHILD)] == [*log, "undone"]
-                assert sp.feed_end() == feed + 1
-                raise Boom
-            with tx.savepoint() as outer:
-                outer.put_message(message(MESSAGE_IDS[4], CHILD, 9))
-                with pytest.raises(Boom), outer.savepoint() as inner:
-                    inner.put_message(message(MESSAGE_IDS[3], CHILD, 8))
-                    assert [m.seq for m in inner.pending(CHILD)] == [1, 2, 8, 9]
-                    raise Boom
-                assert [m.seq for m in outer.pending(CHILD)] == [1, 2, 9]
-                with outer.savepoint() as kept:
-                    kept.append(CHILD, "kept", {})
-            return [m.seq for m in tx.pending(CHILD)]
-
-        assert store.transact(work) == [1, 2, 9]
-        with store.read() as tx:
-            assert [m.seq for m in tx.pending(CHILD)] == [1, 2, 9]
-            assert tx.message(MESSAGE_IDS[3]) is None
-            assert [e.kind for e in tx.events(CHILD)] == [*log, "kept"]
-            assert tx.feed_end() == feed + 1
-
-    def test_a_row_changed_at_every_depth_is_undone_to_each_depth(self, store: Store) -> None:
-        # A counter changed by the transaction, a savepoint and one inside it, with range
-        # reads forcing writes out mid-savepoint: each undo goes back exactly one level.
-        def work(tx: WriteTxn) -> tuple[int, int, int]:
-            tx.add(CounterName("n"), 1)
-            with tx.savepoint() as outer:
-                outer.add(CounterName("n"), 10)
-                with pytest.raises(Boom), outer.savepoint() as inner:
-                    inner.add(CounterName("n"), 100)
-                    inner.put_message(message(MESSAGE_IDS[4], CHILD, 9))
-                    assert [m.seq for m in inner.pending(CHILD)] == [9]
-                    assert inner.count(CounterName("n")) == 111
-                    raise Boom
-                after_inner = outer.count(CounterName("n"))
-                outer.add(CounterName("n"), 1000)
-            after_outer = tx.count(CounterName("n"))
-            tx.add(CounterName("m"), 7)  # before the last savepoint, untouched by it
-            with pytest.raises(Boom), tx.savepoint() as last:
-                last.add(CounterName("n"), 5)
-                assert list(last.pending(CHILD)) == []
-                raise Boom
-            return after_inner, after_outer, tx.count(CounterName("n")) + tx.count(CounterName("m"))
-
-        assert store.transact(work) == (11, 1011, 1018)
-        with store.read() as tx:
-            assert (tx.count(CounterName("n")), tx.count(CounterName("m"))) == (1011, 7)
-            assert tx.message(MESSAGE_IDS[4]) is None and list(tx.pending(CHILD)) == []
-
-    def test_outer_txn_stays_usable_inside_a_savepoint(self, store: Store) -> None:
-        # MemoryStore's savepoint yields the transaction itself; code written against it may
-        # keep using the outer name, so every store must accept that.
-        def work(tx: WriteTxn) -> None:
-            tx.add(CounterName("n"), 1)
-            with tx.savepoint() as sp:
-                tx.add(CounterName("n"), 1)
-                assert sp.count(CounterName("n")) == 2
-            with pytest.raises(Boom), tx.savepoint():
-                tx.add(CounterName("n"), 100)
-                raise Boom
-
-        store.transact(work)
-        with store.read() as tx:
-            assert tx.count(CounterName("n")) == 2
-
-    def test_savepoint_failure_rolls_back_then_transact_failure_rolls_back_all(
-        self, store: Store
-    ) -> None:
-        def work(tx: WriteTxn) -> None:
-            with tx.savepoint() as sp:
-                populate(sp)
-            raise Boom
-
-        with pytest.raises(Boom):
-            store.transact(work)
-        assert self.read(store) == self.read(MemoryStore())
 
     # -- misuse ----------------------------------------------------------------------------
 

@@ -202,10 +202,10 @@ def test_a_bound_connection_is_that_session_and_nothing_more(daemon: DaemonProce
             tree = await make_tree(client, externals=1)
             await bound.request(m.EXTERNAL_BIND,
                                 x.ExternalBindParams(token=tree.members[0].token))
-            for method, params in (("session.list", {}),
-                                   ("run.submit", {"session_id": tree.lead_id, "text": "x"}),
-                                   ("approval.list", {}),
-                                   ("external.bind", {"token": tree.members[0].token})):
+            for method, params in ((m.SESSION_LIST.name, {}),
+                                   (m.RUN_SUBMIT.name, {"session_id": tree.lead_id, "text": "x"}),
+                                   (m.APPROVAL_LIST.name, {}),
+                                   (m.EXTERNAL_BIND.name, {"token": tree.members[0].token})):
                 with pytest.raises(RpcFailure) as refused:
                     await bound.call_raw(method, params)  # each refused on purpose
                 assert refused.value.data_code == ExternalScope.code, method

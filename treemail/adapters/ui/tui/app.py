@@ -29,9 +29,11 @@ from treemail.adapters.ui.feed import answer_line
 from treemail.adapters.ui.styles import styled_text
 from treemail.adapters.ui.terminal import visible
 from treemail.adapters.ui.transcript import Row
+from treemail.adapters.ui.tui.approvals import Approvals, question
 from treemail.adapters.ui.tui.board import Board, SessionLine
 from treemail.adapters.ui.tui.detail import detail
 from treemail.adapters.ui.tui.screens import Confirm, Deny, Detail, Help
+from treemail.adapters.ui.tui.screenshot import pane_text, screen_text
 from treemail.adapters.ui.tui.sources import Snapshot, Source, choose
 from treemail.core import events
 from treemail.core.errors import TreemailError
@@ -54,18 +56,6 @@ _RESIDENT_KINDS = (events.RunQueued, events.RunStarted)  # a run's actor is in m
 # the log (the log records mail and runs, not the daemon's memory), so no event puts a dot
 # out: the daemon is asked, for the lit ones only.
 RESIDENCY_POLL = 2.0
-
-
-class Approvals(DataTable[Text]):
-    """The held calls. The keys that answer them work here only, with this pane focused: a
-    letter typed elsewhere (a search word, a stray key) answers nothing."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("a", "app.answer('once')", "Approve once"),
-        Binding("s", "app.answer('session')", "Approve session…"),
-        Binding("t", "app.answer('tree')", "Approve tree…"),
-        Binding("d", "app.deny", "Deny…"),
-    ]
 
 
 class TreemailTui(App[None]):
@@ -457,18 +447,7 @@ class TreemailTui(App[None]):
             else:
                 self._say("not approved: nothing was answered")
 
-        self.push_screen(Confirm(self._question(held, scope)), answered)
-
-    def _question(self, held: dict[str, Any], scope: str) -> str:
-        """What a wide approval grants, said before it is granted."""
-        sender = self._handle(held["session_id"])
-        whom = (f"sent by {sender}" if scope == "session"
-                else f"sent by any session of {sender}'s tree")
-        arguments = held.get("arguments") or {}
-        return visible(
-            f"Approve {held['tool']} to {arguments.get('to', '?')}, and from now on every "
-            f"{held['tool']} to a {held['label']} peer {whom}, without asking ({scope} "
-            "scope)?")
+        self.push_screen(Confirm(question(held, self._handle(held["session_id"]), scope)), answered)
 
     async def action_deny(self) -> None:
         held = self._current()
@@ -498,20 +477,6 @@ class TreemailTui(App[None]):
 
     async def on_unmount(self) -> None:
         await self.source.close()
-
-
-def screen_text(app: App[Any]) -> str:
-    """The whole screen as plain text. Textual exports screenshots only as SVG; this renders
-    the same composition (its compositor's strips) as text instead."""
-    strips = app.screen._compositor.render_strips()
-    return "\n".join(strip.text.rstrip() for strip in strips)
-
-
-def pane_text(app: App[Any], selector: str) -> str:
-    """One pane, border included, as plain text: its region of the screen (for snapshots)."""
-    box = app.query_one(selector).region
-    lines = screen_text(app).split("\n")[box.y: box.y + box.height]
-    return "\n".join(line[box.x: box.x + box.width].rstrip() for line in lines)
 
 
 def main(args: argparse.Namespace) -> int:
