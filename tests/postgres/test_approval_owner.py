@@ -7,16 +7,14 @@ server."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, run
-from tests.daemon.mcp.harness import data_dir, make_tree
-from tests.postgres.test_external_owner import LEASE, _not_owner
+from tests.daemon.mcp.harness import make_tree
+from tests.postgres.test_external_owner import _not_owner, two_daemons
 from tests.postgres.test_failover import _leases
 from treemail.adapters.daemon.client import RpcFailure
 from treemail.adapters.mcp.links import Links
@@ -44,24 +42,12 @@ You ask.
 """
 
 
-def _daemon(base: Path, url: str) -> DaemonProcess:
-    (data_dir(base) / "agents" / "asker.md").write_text(ASKER)
-    base.chmod(0o700)
-    (base / "config.toml").write_text(f"[daemon.cluster]\nlease_seconds = {LEASE}\n")
-    return DaemonProcess(base, "--store", url)
-
-
 @pytest.fixture
 def pair(postgres_cluster: PostgresCluster, tmp_path: Path
          ) -> Iterator[tuple[str, DaemonProcess, DaemonProcess]]:
     url = postgres_cluster.url()
-    first = _daemon(tmp_path / "a", url)
-    second = _daemon(tmp_path / "b", url)
-    yield url, first, second
-    for daemon in (first, second):
-        if daemon.proc.poll() is None:
-            os.kill(daemon.proc.pid, signal.SIGCONT)
-        daemon.kill()
+    with two_daemons(url, tmp_path, {"asker": ASKER}) as (first, second):
+        yield url, first, second
 
 
 def test_an_answer_at_the_wrong_daemon_is_redirected_and_the_held_call_runs_once(

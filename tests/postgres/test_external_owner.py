@@ -6,11 +6,12 @@ takeover. Real daemon subprocesses, a real server."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,24 +35,39 @@ from treemail.testing.postgres import PostgresCluster
 LEASE = 1.5
 
 
-def _daemon(base: Path, url: str) -> DaemonProcess:
+def cluster_daemon(base: Path, url: str, agents: Mapping[str, str] | None = None
+                   ) -> DaemonProcess:
+    """A daemon sharing the store at ``url`` with a short lease, its data dir at ``base``
+    holding ``agents`` (name -> agent doc) beside the defaults."""
     data_dir(base)
+    for name, doc in (agents or {}).items():
+        (base / "agents" / f"{name}.md").write_text(doc)
     base.chmod(0o700)
     (base / "config.toml").write_text(f"[daemon.cluster]\nlease_seconds = {LEASE}\n")
     return DaemonProcess(base, "--store", url)
+
+
+@contextlib.contextmanager
+def two_daemons(url: str, where: Path, agents: Mapping[str, str] | None = None
+                ) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
+    """Two daemons on one store; both killed at the end (a stopped one woken first)."""
+    first = cluster_daemon(where / "a", url, agents)
+    second = cluster_daemon(where / "b", url, agents)
+    try:
+        yield first, second
+    finally:
+        for daemon in (first, second):
+            if daemon.proc.poll() is None:
+                os.kill(daemon.proc.pid, signal.SIGCONT)
+            daemon.kill()
 
 
 @pytest.fixture
 def pair(postgres_cluster: PostgresCluster, tmp_path: Path
          ) -> Iterator[tuple[str, DaemonProcess, DaemonProcess]]:
     url = postgres_cluster.url()
-    first = _daemon(tmp_path / "a", url)
-    second = _daemon(tmp_path / "b", url)
-    yield url, first, second
-    for daemon in (first, second):
-        if daemon.proc.poll() is None:
-            os.kill(daemon.proc.pid, signal.SIGCONT)
-        daemon.kill()
+    with two_daemons(url, tmp_path) as (first, second):
+        yield url, first, second
 
 
 def _send(n: int, to: str) -> x.ExternalCallParams:
