@@ -48,6 +48,7 @@ from bench.rigs import (
     durable_postgres,
     median,
     open_store,
+    released_together,
     run_async,
 )
 
@@ -137,13 +138,7 @@ class _Pg:
         workers = [threading.Thread(target=producer, args=(c,)) for c in self.conns]
         if consume:
             workers.append(threading.Thread(target=consumer))
-        for worker in workers:
-            worker.start()
-        barrier.wait()
-        start = time.perf_counter()
-        for worker in workers:
-            worker.join()
-        return total / (time.perf_counter() - start)
+        return total / released_together(workers, barrier)
 
     def close(self) -> None:
         for conn in [self.conn, *self.conns]:

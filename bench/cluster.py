@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.lines import Line, Scale
-from bench.rigs import Crowd, durable_postgres, run_async
+from bench.rigs import Crowd, durable_postgres, released_together, run_async
 
 if TYPE_CHECKING:
     from treemail.adapters.daemon.client import DaemonClient
@@ -77,13 +77,7 @@ def _bare_queue(url: str, threads: int, each: int) -> float:
             conn.commit()
 
     workers = [threading.Thread(target=put, args=(c,)) for c in conns]
-    for worker in workers:
-        worker.start()
-    start.wait()
-    began = time.perf_counter()
-    for worker in workers:
-        worker.join()
-    elapsed = time.perf_counter() - began
+    elapsed = released_together(workers, start)
     for conn in conns:
         conn.close()
     return threads * each / elapsed
