@@ -57,7 +57,7 @@ from treemail.protocol.methods import (
     Paged,
 )
 
-__all__ = ["DEFAULT_TIMEOUT", "Call", "DaemonClient", "RpcFailure"]
+__all__ = ["DEFAULT_TIMEOUT", "Call", "DaemonClient", "RpcFailure", "not_owner"]
 
 P = TypeVar("P", bound=msgspec.Struct)
 R = TypeVar("R", bound=msgspec.Struct)
@@ -233,10 +233,16 @@ def _decoded(method: Method[Any, R], answer: Any) -> R:
             f"speaks protocol {PROTOCOL_VERSION}", method=method.name) from None
 
 
+def not_owner(failure: RpcFailure) -> bool:
+    """Whether the daemon answered ``daemon:not_owner``: the tree is another daemon's."""
+    data = failure.error.data
+    return data is not None and data.code == NotOwner.code
+
+
 def _owner(failure: RpcFailure) -> str | None:
     """Where a ``daemon:not_owner`` answer says to go; None for any other failure."""
     data = failure.error.data
-    if data is None or data.code != NotOwner.code:
+    if data is None or not not_owner(failure):
         return None
     owner = data.details.get("owner")
     return owner if isinstance(owner, str) and owner else None

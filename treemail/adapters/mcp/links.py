@@ -27,8 +27,8 @@ from typing import TypeVar
 
 import msgspec
 
-from treemail.adapters.daemon.client import DaemonClient, RpcFailure
-from treemail.adapters.daemon.errors import ExternalDaemonGone, NotOwner
+from treemail.adapters.daemon.client import DaemonClient, RpcFailure, not_owner
+from treemail.adapters.daemon.errors import ExternalDaemonGone
 from treemail.protocol import external as x
 from treemail.protocol import methods as m
 from treemail.protocol import types as t
@@ -78,7 +78,7 @@ class Link:
             # Not followed: another daemon's connection is not bound to this session.
             return await self.client.request(method, params, follow=False)
         except RpcFailure as failure:
-            if _not_owner(failure):  # the tree moved: the next call binds where it is now
+            if not_owner(failure):  # the tree moved: the next call binds where it is now
                 self.moved = True
             raise
         except ConnectionError:
@@ -212,10 +212,6 @@ async def _bind(client: DaemonClient, token: str) -> tuple[x.ExternalBindResult,
     except BaseException:
         await owner.close()
         raise
-
-
-def _not_owner(failure: RpcFailure) -> bool:
-    return failure.error.data is not None and failure.error.data.code == NotOwner.code
 
 
 async def _nobody(session_id: str) -> None:
