@@ -30,20 +30,13 @@ from treemail.core.errors import (
     StoreMissing,
 )
 from treemail.core.keys import CounterName
-from treemail.core.records import AgentSpec, Mode, Owner, RecipientState, SendResult
+from treemail.core.records import AgentSpec, Owner
 from treemail.core.store import Store, WriteTxn
 from treemail.protocol import types as t
 from treemail.protocol.methods import SESSION_CREATE, SESSION_LIST
 from treemail.testing import StoreContract
 from treemail.testing.postgres import PostgresCluster
 from treemail.testing.store_sample import (
-    CHILD,
-    KEYS,
-    MESSAGE_IDS,
-    ROOT,
-    Boom,
-    message,
-    mutate_everything,
     populate,
 )
 
@@ -226,38 +219,6 @@ class TestPostgresStore(StoreContract):
         self.server.restart()
         engine.accept(root.session_id, "after", Owner.USER)  # reconnected, lock taken again
         assert [m.body for m in engine.pending(root.session_id)] == ["before", "after"]
-
-    # -- the row counts kept in ``sizes`` ------------------------------------------------
-
-    def test_the_kept_row_counts_match_the_rows_through_savepoints_and_undos(
-        self, directory: Path
-    ) -> None:
-        store = self.make_store(directory)
-        store.transact(populate)
-
-        def work(tx: WriteTxn) -> None:
-            # Writes of rows never read (the server says whether each was new), then
-            # savepoints that read ranges (sending the queue) and fail, or not.
-            tx.remember(KEYS[1], SendResult(MESSAGE_IDS[1], Mode.QUEUE, RecipientState.QUEUED))
-            with pytest.raises(Boom), tx.savepoint() as sp:
-                assert list(sp.pending(CHILD))  # the queue goes out inside the savepoint
-                sp.remember(KEYS[2], SendResult(MESSAGE_IDS[2], Mode.QUEUE,
-                                                RecipientState.QUEUED))
-                mutate_everything(sp)
-                raise Boom
-            with tx.savepoint() as sp:
-                mutate_everything(sp)
-                with pytest.raises(Boom), sp.savepoint() as inner:
-                    inner.put_message(message(MESSAGE_IDS[5], CHILD, 9))
-                    list(inner.pending(CHILD))
-                    raise Boom
-            tx.append(ROOT, "after", {})
-
-        store.transact(work)
-        url = self.url(directory)
-        kept = dict(_sql(url, "SELECT tbl, n FROM {s}.sizes"))
-        counted = dict(_sql(url, "SELECT tbl, count(*) FROM {s}.rows GROUP BY tbl"))
-        assert {t: n for t, n in kept.items() if n} == counted
 
     # -- verify -----------------------------------------------------------------------------
 

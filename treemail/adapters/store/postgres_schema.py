@@ -7,8 +7,8 @@ several stores can share a database and dropping a schema drops a store. It hold
   ``treemail.core.keys`` and holding the codec's bytes (compact JSON and a checksum), as the
   LMDB store does. ``bytea`` compares byte by byte, so the primary key's order is the order
   the port promises, and every read is a point lookup or a range over one owner's keys;
-* ``sizes (tbl, n)``: each table's row count, kept in the same transactions that change it,
-  so that ``size`` (the feed's end, read by every append) is one row, not a count;
+* ``feed (xid, idx, event, n)``: the global feed, numbered in commit order without a row
+  every append bumps (``postgres_feed`` says how, and why);
 * ``owner``: who holds the store as its writer (pid and a description), for a refused
   second writer to be told; the hold itself is a lock of the server (``postgres_store``);
 * ``members (holder, address, expires)``: the daemons sharing the store, each alive while its
@@ -16,6 +16,10 @@ several stores can share a database and dropping a schema drops a store. It hold
 * ``leases (tree, holder, address, token, expires)``: which daemon owns each tree, and the
   fencing token every write of that owner checks (``postgres_leases``);
 * ``meta``: the schema's version.
+
+Version 3 took the feed out of ``rows`` and dropped ``sizes`` (each table's row count, which
+every write transaction bumped): both were rows that every write touched, so no two writes
+could commit at once. Its migration moves the numbered feed as it was, numbers kept.
 
 Versions: ``VERSION`` is what this treemail writes. A writer creates a missing store and
 brings an older one up through ``MIGRATIONS`` (version n to n+1, each in the one transaction
@@ -32,11 +36,12 @@ from collections.abc import Sequence
 import psycopg
 from psycopg import sql
 
+from treemail.adapters.store.postgres_feed import FEED_TABLES
 from treemail.core.errors import StorageError, StoreFormatUnknown, StoreMissing
 
-__all__ = ["LOCK_SPACE", "MIGRATIONS", "VERSION", "WRITE_SPACE", "lock_key", "settle"]
+__all__ = ["FEED_SPACE", "LOCK_SPACE", "MIGRATIONS", "VERSION", "lock_key", "settle"]
 
-VERSION = 2
+VERSION = 3
 
 # The tables of trees owned by many daemons (version 2).
 _LEASES = (
@@ -46,15 +51,28 @@ _LEASES = (
     "address text NOT NULL, token bigint NOT NULL, expires timestamptz NOT NULL)",
 )
 
+# Version 3: the feed in a table of its own (``postgres_feed``), moved out of ``rows`` with
+# its numbers (a feed key is the number's 8 bytes big-endian; a value is the event's key
+# and the codec's 4-byte checksum); the row counts dropped.
+_OWN_FEED = (
+    *FEED_TABLES,
+    "INSERT INTO {s}.feed (xid, idx, event, n) SELECT '0'::xid8, n, event, n FROM ("
+    "SELECT ('x' || encode(key, 'hex'))::bit(64)::bigint AS n, "
+    "substring(value FROM 1 FOR length(value) - 4) AS event FROM {s}.rows "
+    "WHERE tbl = 'feed') old",
+    "DELETE FROM {s}.rows WHERE tbl = 'feed'",
+    "DROP TABLE {s}.sizes",
+)
+
 # Version n -> the statements that make it n + 1 ({s} is the schema).
-MIGRATIONS: dict[int, Sequence[str]] = {1: _LEASES}
+MIGRATIONS: dict[int, Sequence[str]] = {1: _LEASES, 2: _OWN_FEED}
 
 _CREATE = (
     "CREATE SCHEMA IF NOT EXISTS {s}",
     "CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)",
     "CREATE TABLE {s}.rows (tbl text NOT NULL, key bytea NOT NULL, value bytea NOT NULL, "
     "PRIMARY KEY (tbl, key))",
-    "CREATE TABLE {s}.sizes (tbl text PRIMARY KEY, n bigint NOT NULL)",
+    *FEED_TABLES,
     "CREATE TABLE {s}.owner (one boolean PRIMARY KEY DEFAULT true CHECK (one), "
     "pid text NOT NULL, holder text NOT NULL)",
     *_LEASES,
@@ -68,10 +86,10 @@ LOCK_SPACE = zlib.crc32(b"treemail") - (1 << 31)
 # The first key of the lock that serialises creating or upgrading a store: apart from the
 # owner lock, which daemons sharing the store hold shared for as long as they live.
 _SETTLE_SPACE = LOCK_SPACE ^ 1
-# The first key of the lock daemons sharing a store take around each write transaction
-# (``postgres_store``): their writes all touch the row counts and the feed's end, so they
-# would only conflict and run again; queued on the lock, each runs once.
-WRITE_SPACE = LOCK_SPACE ^ 2
+# The first key of the lock that lets one numberer of the feed run at a time
+# (``postgres_feed.number``). Write transactions take no lock of the store's: those of
+# different trees share no row, and commit at once.
+FEED_SPACE = LOCK_SPACE ^ 2
 
 
 def lock_key(schema: str) -> int:

@@ -5,8 +5,13 @@ its versions are in ``postgres_schema``, the primitives and savepoints in ``post
 Records are the codec's bytes (JSON and a checksum) under the key bytes of
 ``treemail.core.keys``, exactly as in LMDB, so ``treemail verify`` checks both alike.
 
-Transactions. One ``transact`` is one PostgreSQL transaction on the writer's connection, run
-at SERIALIZABLE; a savepoint is a SQL ``SAVEPOINT``. Why SERIALIZABLE rather than READ
+Transactions. One ``transact`` is one PostgreSQL transaction on a writer's connection, run
+at SERIALIZABLE; a savepoint is a SQL ``SAVEPOINT``. Several threads may run ``transact`` at
+once, each on a connection of its own (``postgres_writers``: several for daemons sharing
+the store, one for a store held alone). Nothing every write touches is left to serialise
+them: no row counts, and the feed takes its numbers after the commit (``postgres_feed``),
+so transactions of different trees share no row and commit side by side, daemons' alike;
+no lock of the store's is taken around them. Why SERIALIZABLE rather than READ
 COMMITTED with explicit row locks: every guard of a send is a read (the recipient's tally, the
 pair's count, the replay index, the feed's end) followed by writes that depend on it, and
 under READ COMMITTED each of those reads would need its own ``FOR UPDATE`` (and a missing
@@ -15,8 +20,12 @@ predicate lock, which is what SERIALIZABLE takes). SERIALIZABLE makes the engine
 ("I read the count, so I may add one") true as written, for every index ``Indexed`` keeps,
 with no lock list to keep in step with it; a conflict it finds is a serialization failure,
 after which ``transact`` runs the work again from scratch on a fresh snapshot (the port lets
-a store do that). With one owner per store conflicts do not arise in the first place; they
-would if two writers ever overlapped, and then they cost a retry, never an overshoot.
+a store do that). A tree's writes come from its one owner, whose writer runs them one after
+the other (one writer thread per tree), so conflicts between them do not arise; two that
+met anyway (a call that names no tree, a takeover) cost a retry, never an overshoot. Why not
+READ COMMITTED with a lock per tree instead: a transaction learns which trees it writes only
+as it writes them (a session's tree is read from its record), after the reads the lock
+should have covered.
 Readers get REPEATABLE READ READ ONLY: one snapshot, as an LMDB read transaction.
 
 Ownership. A writer holds a session-level advisory lock of the server, keyed by the schema,
@@ -54,10 +63,13 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from treemail.adapters.store.codec import encode
 from treemail.adapters.store.errors import StoreUrlUnknown
+from treemail.adapters.store.postgres_feed import number
 from treemail.adapters.store.postgres_leases import PgLeases, birth_query, fence_query
-from treemail.adapters.store.postgres_schema import LOCK_SPACE, WRITE_SPACE, lock_key, settle
+from treemail.adapters.store.postgres_schema import FEED_SPACE, LOCK_SPACE, lock_key, settle
 from treemail.adapters.store.postgres_txn import RETRYABLE, PgTables, PgTxn, Queries, lost
+from treemail.adapters.store.postgres_writers import Numberer, Slot, Writers
 from treemail.core.errors import (
     OutcomeUnknown,
     StorageError,
@@ -75,6 +87,11 @@ T = TypeVar("T")
 DEFAULT_SCHEMA = "treemail"
 ATTEMPTS = 10
 _READERS = 4  # pooled read connections: readers on several threads at once
+# Write connections of a store shared by daemons: transactions of that many trees at once.
+# Past the server's cores more only queue there; two cores serve this many round trips.
+WRITERS = 4
+# How long a commit that appended to the feed waits for its events to show there.
+VISIBLE_WAIT = 1.0
 
 
 def split_url(url: str) -> tuple[str, str]:
@@ -133,13 +150,17 @@ class PostgresStore:
         self._readonly = readonly
         self._synchronous = synchronous
         self._closed = False
-        self._write_lock = threading.Lock()
-        self._writer: int | None = None
-        self._conn: psycopg.Connection[Any] | None = None
+        self._local = threading.local()  # ``inside``: this thread runs a transaction
         self._holder: dict[str, str] = {}
         self._queries: Queries | None = None
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._shared = shared and not readonly
+        # How many transactions may run at once (the runtime's writer runs that many
+        # threads): an exclusive owner lock is one connection's.
+        self.writers = WRITERS if self._shared else 1
+        self._writers = Writers(self.writers, where, self._release)
+        self._numberer = Numberer(lambda: self._dial(autocommit=True), self._number,
+                                  self._unnumbered)
         # The leases of trees, when daemons share the store (``leases.leases_of``).
         self.tree_leases = PgLeases(conninfo, schema, where) if self._shared else None
         self._fence = fence_query(schema)
@@ -169,7 +190,7 @@ class PostgresStore:
 
     def _start(self) -> None:
         if not self._readonly:
-            self._conn = self._connect_writer()
+            self._writers.add(self._connect_writer())
         else:
             with self._connection() as conn:
                 settle(conn, self._schema, self._where, write=False)
@@ -269,6 +290,13 @@ class PostgresStore:
 
     # -- the port ------------------------------------------------------------------------
 
+    def _number(self, conn: psycopg.Connection[Any]) -> int:
+        return number(conn, self._q().feed, (FEED_SPACE, lock_key(self._schema)))
+
+    def _unnumbered(self, conn: psycopg.Connection[Any]) -> bool:
+        found = conn.execute(self._q().feed.waiting).fetchone()
+        return bool(found and found[0])
+
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
         with self._reading() as conn:
@@ -300,6 +328,10 @@ class PostgresStore:
             query = self._q().all_rows
 
             def rows(table: Table) -> Iterable[tuple[bytes, bytes]]:
+                if table is Table.FEED:  # as a reader numbers it, each entry under its number
+                    numbered = conn.execute(self._q().feed.after, (0, 0)).fetchall()
+                    return [(key := int(n).to_bytes(8, "big"), encode(bytes(event), key))
+                            for n, event, _ in numbered]
                 found = conn.execute(query, (table.value,)).fetchall()
                 return [(bytes(key), bytes(value)) for key, value in found]
 
@@ -308,26 +340,27 @@ class PostgresStore:
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
         """Run ``work`` in one SERIALIZABLE transaction and commit it; run it again from
         scratch after a serialization failure or a connection lost before the commit."""
-        if self._writer == threading.get_ident():
+        if getattr(self._local, "inside", False):
             raise StorageError("transact called from inside transact; use txn.savepoint()")
-        with self._write_lock:
-            self._writer = threading.get_ident()
+        self._check_writable()
+        with self._writers.lend() as slot:
+            self._local.inside = True
             try:
-                return self._transact(work)
+                return self._transact(slot, work)
             finally:
-                self._writer = None
+                self._local.inside = False
 
-    def _transact(self, work: Callable[[WriteTxn], T]) -> T:
+    def _transact(self, slot: Slot, work: Callable[[WriteTxn], T]) -> T:
         refused: frozenset[str] = frozenset()
         for attempt in range(ATTEMPTS):
             try:
-                return self._attempt(work, refused)
+                return self._attempt(slot, work, refused)
             except _Refuse as fenced:
                 refused |= fenced.trees
                 continue  # no pause: nothing conflicted, the next attempt refuses them
             except _Retry as again:
                 if again.lost:
-                    self._drop_connection()
+                    self._writers.drop(slot)
                 if attempt == ATTEMPTS - 1:
                     raise StorageError(
                         f"the store at {self._where!r} refused the transaction {ATTEMPTS} "
@@ -338,34 +371,10 @@ class PostgresStore:
                            "times; nothing of this operation was stored: retry it later",
                            path=self._where)
 
-    def _attempt(self, work: Callable[[WriteTxn], T], refused: frozenset[str]) -> T:
-        conn = self._writer_connection()
-        if not self._shared:
-            return self._attempt_on(conn, work, refused)
-        # Shared: every daemon's transaction touches the row counts and the feed's end, so
-        # two at once would conflict and one run again (often, under load, past ATTEMPTS).
-        # They queue on a lock instead, taken in a transaction of its own so that the write
-        # transaction's snapshot is taken after the wait, not before it.
-        try:
-            conn.execute("SELECT pg_advisory_lock(%s, %s)", (WRITE_SPACE, lock_key(self._schema)))
-            conn.commit()
-        except psycopg.Error as exc:
-            self._rollback(conn)
-            raise _Retry(exc, lost=conn.closed or conn.broken) from None
-        try:
-            return self._attempt_on(conn, work, refused)
-        finally:
-            if not (conn.closed or conn.broken):  # else the server dropped it with the session
-                try:
-                    conn.execute("SELECT pg_advisory_unlock(%s, %s)",
-                                 (WRITE_SPACE, lock_key(self._schema)))
-                    conn.commit()
-                except psycopg.Error:  # never keep the others waiting: end the session
-                    self._drop_connection()
-
-    def _attempt_on(self, conn: psycopg.Connection[Any], work: Callable[[WriteTxn], T],
-                    refused: frozenset[str]) -> T:
-        tables = PgTables(conn, self._q(), write=True)
+    def _attempt(self, slot: Slot, work: Callable[[WriteTxn], T],
+                 refused: frozenset[str]) -> T:
+        conn = self._writer_connection(slot)
+        tables = PgTables(conn, self._q(), write=True, committed=self._committed)
         tables.refused = refused
         born: set[str] = set()
         try:
@@ -378,24 +387,53 @@ class PostgresStore:
             finally:
                 tables.done = True
         except BaseException as exc:
-            self._rollback(conn)
+            self._rollback(slot)
             if tables.retry:
                 raise _Retry(exc, lost=conn.closed or conn.broken) from None
             raise
         if tables.retry:  # the work swallowed a failure: what it did is incomplete
-            self._rollback(conn)
+            self._rollback(slot)
             raise _Retry(StorageError("a failure inside the work was swallowed"),
                          lost=conn.closed or conn.broken)
-        self._commit(conn)
+        self._commit(slot)
         if born and self.tree_leases is not None:
             self.tree_leases.born(born)
+        if tables.xid is not None:
+            self._until_visible(slot, tables.xid)
+            self._numberer.due()
         return result
+
+    def _until_visible(self, slot: Slot, xid: str) -> None:
+        """Return once the feed shows what the transaction ``xid`` appended: once every
+        transaction older than it has ended (``postgres_feed``'s horizon), which takes
+        milliseconds, as treemail's own transactions last that long. So a reader that starts
+        after ``transact`` returned sees its events, as on LMDB. Past ``VISIBLE_WAIT`` (a
+        long transaction of someone else's holds the horizon back) it returns anyway: the
+        events are stored, and show when that transaction ends."""
+        conn = slot.conn
+        deadline = time.monotonic() + VISIBLE_WAIT
+        pause = 0.0005
+        try:
+            while conn is not None:
+                row = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot()) > "
+                                   "%s::xid8", (xid,)).fetchone()
+                conn.rollback()
+                if (row is not None and row[0]) or time.monotonic() > deadline:
+                    return
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)
+        except psycopg.Error:  # committed already: only the wait is cut short
+            self._writers.drop(slot)
+
+    def _committed(self, read: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``read`` on a reader's connection: the committed store, apart from a write."""
+        with self._reading() as conn:
+            return read(conn)
 
     def _wake_listeners(self, tables: PgTables) -> None:
         """Tell the other daemons' listeners the feed grew: a NOTIFY queued with the writes
         (sent in their pipeline, delivered only if this transaction commits)."""
-        if self.tree_leases is not None and self.tree_leases.notifying and tables.deltas.get(
-                Table.FEED, 0) > 0:
+        if self.tree_leases is not None and self.tree_leases.notifying and tables.appended:
             tables.also(self.tree_leases.notify("w"))
 
     def _check_fence(self, tables: PgTables) -> set[str]:
@@ -442,11 +480,13 @@ class PostgresStore:
             "request to this daemon is answered with daemon:not_owner naming it)",
             path=self._where, trees=sorted(trees))
 
-    def _commit(self, conn: psycopg.Connection[Any]) -> None:
+    def _commit(self, slot: Slot) -> None:
+        conn = slot.conn
+        assert conn is not None
         try:
             conn.commit()
         except RETRYABLE as exc:  # SERIALIZABLE checks at commit too: nothing was stored
-            self._rollback(conn)
+            self._rollback(slot)
             raise _Retry(exc, lost=False) from None
         except psycopg.Error as exc:
             if lost(exc):
@@ -455,44 +495,45 @@ class PostgresStore:
                     f"committed ({exc}): the operation may or may not be stored. Retry the "
                     "same tool call with the same tool-call id: a stored send is answered "
                     "with its original result.", path=self._where) from exc
-            self._rollback(conn)
+            self._rollback(slot)
             raise StorageError(f"the store at {self._where!r} refused the commit ({exc}): "
                                "nothing of this operation was stored", path=self._where) from exc
 
-    def _rollback(self, conn: psycopg.Connection[Any]) -> None:
-        if conn.closed or conn.broken:
+    def _rollback(self, slot: Slot) -> None:
+        conn = slot.conn
+        if conn is None or conn.closed or conn.broken:
             return  # the server ended the transaction with the connection
         try:
             conn.rollback()
         except psycopg.Error:
-            self._drop_connection()
+            self._writers.drop(slot)
 
-    def _writer_connection(self) -> psycopg.Connection[Any]:
+    def _check_writable(self) -> None:
         self._check_open()
         if self._readonly:
             raise StorageError(f"the store at {self._where!r} was opened read-only; open it "
                                "without readonly=True to write", path=self._where)
-        if self._conn is None or self._conn.closed or self._conn.broken:
+
+    def _writer_connection(self, slot: Slot) -> psycopg.Connection[Any]:
+        self._check_open()
+        if slot.conn is None or slot.conn.closed or slot.conn.broken:
             # A new connection must win the owner lock again before it writes: if another
             # writer took the store meanwhile, this one is refused (StoreLocked).
-            self._drop_connection()
-            self._conn = self._connect_writer()
-        return self._conn
+            self._writers.drop(slot)
+            slot.conn = self._connect_writer()
+        return slot.conn
 
-    def _drop_connection(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            if not (conn.closed or conn.broken):
-                # Unlock before closing: the server ends a closed connection's backend (and
-                # drops its locks) only after the close returns, and an opener right after
-                # this close must find the store free.
-                with contextlib.suppress(psycopg.Error):
-                    conn.rollback()
-                    how = "pg_advisory_unlock_shared" if self._shared else "pg_advisory_unlock"
-                    conn.execute(f"SELECT {how}(%s, %s)",
-                                 (LOCK_SPACE, lock_key(self._schema)))
-                    conn.commit()
-            conn.close()
+    def _release(self, conn: psycopg.Connection[Any]) -> None:
+        """Unlock and close a write connection. Unlock before closing: the server ends a
+        closed connection's backend (and drops its locks) only after the close returns, and
+        an opener right after this close must find the store free."""
+        if not (conn.closed or conn.broken):
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()
+                how = "pg_advisory_unlock_shared" if self._shared else "pg_advisory_unlock"
+                conn.execute(f"SELECT {how}(%s, %s)", (LOCK_SPACE, lock_key(self._schema)))
+                conn.commit()
+        conn.close()
 
     def _q(self) -> Queries:
         if self._queries is None:
@@ -504,34 +545,35 @@ class PostgresStore:
         """The port's ownership: a writer holds the owner lock since ``open``; record
         ``holder`` in the ``owner`` row, for a refused second opener. Shared, the store is
         owned tree by tree (``tree_leases``), and the members table says who shares it."""
-        if self._writer == threading.get_ident():
+        if getattr(self._local, "inside", False):
             raise StorageError("own called from inside transact; call it outside")
-        with self._write_lock:
-            conn = self._writer_connection()
-            self._holder = dict(holder)
-            if self._shared:
-                return
+        self._check_writable()
+        self._holder = dict(holder)
+        if self._shared:
+            return
+        with self._writers.lend() as slot:
+            conn = self._writer_connection(slot)
             try:
                 self._describe(conn, self._holder)
             except psycopg.Error as exc:
-                self._rollback(conn)
+                self._rollback(slot)
                 raise StorageError(f"cannot record the owner of {self._where!r}: {exc}",
                                    path=self._where) from exc
 
     def close(self) -> None:
         """Close the connections (releasing the owner lock); later use raises."""
-        if self._writer == threading.get_ident():
+        if getattr(self._local, "inside", False):
             raise StorageError("close called from inside transact; close it after transact "
                                "returns")
-        with self._write_lock:  # let a running transaction finish first
-            if self._closed:
-                return
-            self._closed = True
-            self._drop_connection()
-            if self.tree_leases is not None:
-                self.tree_leases.close()
-            if self._pool is not None:
-                self._pool.close()
+        if self._closed:
+            return
+        self._writers.close()  # lets the running transactions finish first
+        self._closed = True
+        self._numberer.close()
+        if self.tree_leases is not None:
+            self.tree_leases.close()
+        if self._pool is not None:
+            self._pool.close()
 
     def _check_open(self) -> None:
         if self._closed:

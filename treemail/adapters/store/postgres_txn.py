@@ -15,11 +15,11 @@ before; undoing it puts that back, and drops its queued statements if its ``SAVE
 never sent (then the server never hears of it), else queues ``ROLLBACK TO``. A send of a
 group-commit batch thus costs no round trip for its savepoint.
 
-Sizes: each table's row count lives in ``sizes``. A write whose effect on the count is known
-from the cache (an insert, a delete of a row read) counts at once; one whose row was never
-read is sent as ``INSERT ... RETURNING (xmax = 0)`` (or ``DELETE ... RETURNING``), which
-tells an insert from an update, and counts when its answer comes. The deltas go to ``sizes``
-in one statement before the commit; ``size`` is the stored count plus them.
+The feed: an append to ``Table.FEED`` is queued as a row of the feed's own table, without a
+number (``postgres_feed``: numbers are given in commit order, after the commit); the
+transaction counts its own appends, so that its ``size`` of the feed is the committed end
+plus them. No row counts are kept: a count every write bumps would be a row every write
+transaction touches. ``size`` of any other table counts its rows (no caller needs it).
 
 Trees written: each write of a row that belongs to one session (its record, a run, a
 message, an event, an approval, its tally) names that session in ``touched``; a savepoint
@@ -38,7 +38,7 @@ only ever rolled back.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -48,20 +48,25 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from treemail.adapters.store.codec import decode, encode
+from treemail.adapters.store.postgres_feed import FeedQueries
 from treemail.core.errors import StorageError, StoreFenced
 from treemail.core.keys import VALUE_KINDS, Table, identity
-from treemail.core.records import Session
+from treemail.core.records import Event, Session
 from treemail.core.store import Indexed, WriteTxn
 
 __all__ = ["RETRYABLE", "PgTables", "PgTxn", "Queries", "lost", "upper_bound"]
 
 _UNSEEN: Any = object()
+# Queued last by a transaction that appended to the feed: its id, which the store then waits
+# to see below the horizon before ``transact`` returns (``PostgresStore``).
+_XID = "SELECT pg_current_xact_id()::text"
 
 # The indexes whose entries name a record of another table, which ``Indexed`` then reads one
 # by one (a pending message, a session of a tree, an event of the feed). A point read costs
 # LMDB a page lookup but a server a round trip, so a scan of these tables also fetches the
 # rows its entries name, in one query, into the cache the reads that follow hit.
-_FOLLOWS = {Table.PENDING: Table.MESSAGES, Table.TREE: Table.SESSIONS, Table.FEED: Table.EVENTS}
+# (The feed's read fetches its events in the same query: ``_feed``.)
+_FOLLOWS = {Table.PENDING: Table.MESSAGES, Table.TREE: Table.SESSIONS}
 
 # The tables whose rows each belong to one session, and how a row names it.
 _SESSION_OF: dict[Table, Any] = {
@@ -104,9 +109,8 @@ class Queries:
     scan_from: str
     scan_range: str
     size: str
-    grow: str
-    grow_many: str
     all_rows: str
+    feed: FeedQueries
 
     @classmethod
     def of(cls, schema: str, conn: psycopg.Connection[Any]) -> Queries:
@@ -119,27 +123,24 @@ class Queries:
             get=q("SELECT value FROM {s}.rows WHERE tbl = %s AND key = %s"),
             get_many=q("SELECT key, value FROM {s}.rows WHERE tbl = %s AND key = ANY(%s)"),
             upsert=q("INSERT INTO {s}.rows VALUES (%s, %s, %s) ON CONFLICT (tbl, key) "
-                     "DO UPDATE SET value = EXCLUDED.value RETURNING (xmax = 0)"),
+                     "DO UPDATE SET value = EXCLUDED.value"),
             update=q("UPDATE {s}.rows SET value = %s WHERE tbl = %s AND key = %s"),
             insert=q("INSERT INTO {s}.rows VALUES (%s, %s, %s)"),
-            delete=q("DELETE FROM {s}.rows WHERE tbl = %s AND key = %s RETURNING 1"),
+            delete=q("DELETE FROM {s}.rows WHERE tbl = %s AND key = %s"),
             scan_from=q("SELECT key, value FROM {s}.rows WHERE tbl = %s AND key >= %s "
                         "ORDER BY key"),
             scan_range=q("SELECT key, value FROM {s}.rows WHERE tbl = %s AND key >= %s "
                          "AND key < %s ORDER BY key"),
-            size=q("SELECT n FROM {s}.sizes WHERE tbl = %s"),
-            grow=q("INSERT INTO {s}.sizes VALUES (%s, %s) ON CONFLICT (tbl) "
-                   "DO UPDATE SET n = {s}.sizes.n + EXCLUDED.n"),
-            grow_many=q("INSERT INTO {s}.sizes SELECT * FROM unnest(%s::text[], %s::bigint[]) "
-                        "ON CONFLICT (tbl) DO UPDATE SET n = {s}.sizes.n + EXCLUDED.n"),
+            size=q("SELECT count(*) FROM {s}.rows WHERE tbl = %s"),
             all_rows=q("SELECT key, value FROM {s}.rows WHERE tbl = %s ORDER BY key"),
+            feed=FeedQueries.of(schema, conn),
         )
 
 
 @attrs.define
 class _Write:
     """A queued write of one row: its value (None deletes), and whether the row existed
-    before it (True, False, or None when the cache never saw it: the server will say)."""
+    before it (True, False, or None when the cache never saw it)."""
 
     table: Table
     key: bytes
@@ -147,27 +148,26 @@ class _Write:
     existed: bool | None
 
 
+@attrs.frozen
+class _Append:
+    """A queued append to the feed: the event's key, and its place in this transaction."""
+
+    idx: int
+    event: bytes
+
+
 @attrs.define
 class _Open:
     """An open savepoint: its SQL name, where its ``SAVEPOINT`` sits in the queue (the
     queue's epoch and index: unsent while the epoch is current), each row it changed as the
-    cache had it before, and the size deltas as they were when it began."""
+    cache had it before, and how many events the transaction had appended when it began."""
 
     name: str
     epoch: int
     index: int
     before: dict[tuple[Table, bytes], Any] = attrs.Factory(dict)
-    deltas: dict[Table, int] = attrs.Factory(dict)
+    appended: int = 0
     touched: int = 0  # how many sessions were named when it began
-
-
-def _known_delta(existed: bool | None, value: Any) -> int:
-    """What a write does to its table's count, as far as the cache knows."""
-    if existed is False and value is not None:
-        return 1
-    if existed is True and value is None:
-        return -1
-    return 0
 
 
 class PgTables:
@@ -180,17 +180,24 @@ class PgTables:
     done = False
 
     def __init__(self, conn: psycopg.Connection[Any], queries: Queries, *,
-                 write: bool) -> None:
+                 write: bool,
+                 committed: Callable[[Callable[[psycopg.Connection[Any]], Any]], Any] | None
+                 = None) -> None:
         self.conn = conn
         self.q = queries
         self.write = write
+        # Where a write transaction reads the committed feed: a reader's connection
+        # (``postgres_feed`` says why not its own); a read transaction reads its own.
+        self.committed = committed
         self.seen: dict[tuple[Table, bytes], Any] = {}
-        self.deltas: dict[Table, int] = {}
-        self.base_sizes: dict[Table, int] = {}
         self.savepoints: list[_Open] = []
-        self.queue: list[_Write | str] = []
+        self.queue: list[_Write | _Append | str] = []
         self.latest: dict[tuple[Table, bytes], _Write] = {}  # this depth's queued rows
-        self.unknown: dict[Table, int] = {}  # queued writes whose count the server gives
+        self.appended = 0  # events appended to the feed (undone with their savepoints)
+        self.feed_base: int | None = None  # the committed feed's end, once read
+        self.next_idx = 0  # never reused, even after an undo: only the order matters
+        self.appending = False  # inside ``PgTxn.append``: its feed number is not wanted
+        self.xid: str | None = None  # this transaction's id, asked for if it appended
         self.epoch = 0
         self.touched: list[str] = []  # the sessions written (repeats kept: undo truncates)
         # Trees a fence refused in an earlier attempt: a write into one raises at once.
@@ -238,6 +245,8 @@ class PgTables:
         return found
 
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
+        if table is Table.FEED:
+            return self._feed(start)
         self.flush()
         bound = upper_bound(prefix)
         if bound is None:
@@ -268,13 +277,40 @@ class PgTables:
         # damage, which ``Indexed`` reports where it follows the entry).
 
     def size(self, table: Table) -> int:
-        if self.unknown.get(table):
-            self.flush()  # the server's answers settle the counts of those writes
-        base = self.base_sizes.get(table)
-        if base is None:
-            rows = self._run(self.q.size, (table.value,), f"count {table}")
-            base = self.base_sizes[table] = int(rows[0][0]) if rows else 0
-        return base + self.deltas.get(table, 0)
+        if table is Table.FEED:
+            if self.appending:
+                return 0  # the number ``append`` makes of it is not kept (``insert``)
+            if self.feed_base is None:
+                self.feed_base = int(self._committed(
+                    lambda conn: conn.execute(self.q.feed.end).fetchall()[0][0],
+                    "count the feed"))
+            return self.feed_base + self.appended
+        self.flush()
+        return int(self._run(self.q.size, (table.value,), f"count {table}")[0][0])
+
+    def _feed(self, start: bytes) -> list[tuple[bytes, Any]]:
+        """The committed feed from the number ``start`` says: (number key, event key)."""
+        after = int.from_bytes(start, "big") - 1 if start else 0
+        rows = self._committed(
+            lambda conn: conn.execute(self.q.feed.after, (after, after)).fetchall(),
+            "read the feed")
+        found, kind = [], VALUE_KINDS[Table.EVENTS]
+        for n, event, value in rows:
+            event = bytes(event)
+            found.append((int(n).to_bytes(8, "big"), event))
+            if value is not None:  # a missing one is damage: ``Indexed`` reports it
+                self.seen[(Table.EVENTS, event)] = decode(kind, bytes(value), db=Table.EVENTS,
+                                                          key=event)
+        return found
+
+    def _committed(self, read: Callable[[psycopg.Connection[Any]], Any], doing: str) -> Any:
+        self._check()
+        if self.committed is not None:
+            return self.committed(read)
+        try:
+            return read(self.conn)
+        except psycopg.Error as exc:
+            raise self._failed(exc, doing) from exc
 
     # -- writes: queued ------------------------------------------------------------------
 
@@ -282,6 +318,9 @@ class PgTables:
         self._queue(table, key, value)
 
     def insert(self, table: Table, key: bytes, value: object) -> None:
+        if table is Table.FEED:  # the number in ``key`` is given at the commit, not here
+            self._append(value)
+            return
         if (table, key) not in self.seen:
             self.seen[(table, key)] = None  # an append: the row is new
         self._queue(table, key, value)
@@ -291,8 +330,18 @@ class PgTables:
             return  # known absent: nothing to delete
         self._queue(table, key, None)
 
+    def _append(self, event: Any) -> None:
+        self._check()
+        if not self.write:
+            raise StorageError("a read transaction cannot append to the feed; use transact")
+        self.queue.append(_Append(self.next_idx, bytes(event)))
+        self.next_idx += 1
+        self.appended += 1
+
     def _queue(self, table: Table, key: bytes, value: Any) -> None:
         self._check()
+        if table is Table.FEED:
+            raise StorageError("the feed is appended to (insert), never rewritten")
         row = (table, key)
         if self.savepoints:
             before = self.savepoints[-1].before
@@ -304,12 +353,8 @@ class PgTables:
             queued = _Write(table, key, value, None if known is _UNSEEN else known is not None)
             self.latest[row] = queued
             self.queue.append(queued)
-            if queued.existed is None:
-                self.unknown[table] = self.unknown.get(table, 0) + 1
         else:  # written again at this depth: one statement for both
-            self._count(table, -_known_delta(queued.existed, queued.value))
             queued.value = value
-        self._count(table, _known_delta(queued.existed, value))
         self.seen[row] = value
         if value is not None and (named := _SESSION_OF.get(table)) is not None:
             self._touch(named(key, value))
@@ -334,11 +379,9 @@ class PgTables:
         """The trees this transaction writes."""
         return {self.root(s) for s in set(self.touched)}
 
-    def _count(self, table: Table, delta: int) -> None:
-        if delta:
-            self.deltas[table] = self.deltas.get(table, 0) + delta
-
-    def _statement(self, write: _Write) -> tuple[str, tuple[Any, ...]] | None:
+    def _statement(self, write: _Write | _Append) -> tuple[str, tuple[Any, ...]] | None:
+        if isinstance(write, _Append):
+            return self.q.feed.append, (write.idx, write.event)
         table, key, value = write.table.value, write.key, write.value
         if value is None:
             return None if write.existed is False else (self.q.delete, (table, key))
@@ -350,52 +393,34 @@ class PgTables:
         return self.q.upsert, (table, key, raw)
 
     def flush(self) -> None:
-        """Send every queued statement in one pipeline, and count what the server answers."""
+        """Send every queued statement in one pipeline (one round trip)."""
         self._check()
         if not self.queue:
             return
         queue, self.queue, self.latest = self.queue, [], {}
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        answers: list[tuple[int, _Write, psycopg.Cursor[Any]]] = []
+        self.epoch += 1
+        asked: psycopg.Cursor[Any] | None = None
         try:
             with self.conn.pipeline():
-                for place, item in enumerate(queue):
-                    if isinstance(item, str):
+                for item in queue:
+                    if item is _XID:
+                        asked = self.conn.execute(item)
+                    elif isinstance(item, str):
                         self.conn.execute(item)
                     elif (statement := self._statement(item)) is not None:
-                        cursor = self.conn.execute(*statement)
-                        if item.existed is None:
-                            answers.append((place, item, cursor))
-            for place, write, cursor in answers:
-                self._answered(epoch, place, write, cursor.fetchone())
+                        self.conn.execute(*statement)
+            if asked is not None:
+                found = asked.fetchone()
+                self.xid = None if found is None else str(found[0])
         except psycopg.Error as exc:
             raise self._failed(exc, "write") from exc
-        finally:
-            self.unknown = {}
-
-    def _answered(self, epoch: int, place: int, write: _Write,
-                  row: tuple[Any, ...] | None) -> None:
-        """Count a write the server said was new (or, for a delete, was there)."""
-        if write.value is None:
-            delta = -1 if row is not None else 0
-        else:
-            delta = 1 if row is not None and row[0] else 0
-        if not delta:
-            return
-        self._count(write.table, delta)
-        # A savepoint opened after this write began with deltas that lacked it: its undo
-        # must keep it, as the write stays.
-        for opened in self.savepoints:
-            if opened.epoch == epoch and opened.index > place:
-                opened.deltas[write.table] = opened.deltas.get(write.table, 0) + delta
 
     def finish(self) -> None:
-        """Send the queue, then the size deltas: the last statements before the commit."""
+        """Send the queue: the last statements before the commit; with them, if the
+        transaction appended to the feed, the question of its id (``xid``)."""
+        if self.appended:
+            self.queue.append(_XID)
         self.flush()
-        changed = sorted((t.value, d) for t, d in self.deltas.items() if d)
-        if changed:
-            self._run(self.q.grow_many, ([t for t, _ in changed], [d for _, d in changed]),
-                      "count rows")
 
     # -- savepoints ----------------------------------------------------------------------
 
@@ -412,7 +437,7 @@ class PgTables:
     @contextmanager
     def savepoint(self) -> Iterator[None]:
         opened = _Open(f"sp{len(self.savepoints) + 1}", self.epoch, len(self.queue),
-                       deltas=dict(self.deltas), touched=len(self.touched))
+                       appended=self.appended, touched=len(self.touched))
         self._mark(f"SAVEPOINT {opened.name}")
         self.savepoints.append(opened)
         try:
@@ -434,21 +459,17 @@ class PgTables:
                 self.seen.pop(row, None)
             else:
                 self.seen[row] = was
-        self.deltas = undone.deltas
+        self.appended = undone.appended
         del self.touched[undone.touched:]
         if self.retry or self.broken or self.done:
             return  # the transaction is lost anyway: transact rolls it all back
         if undone.epoch == self.epoch:  # its SAVEPOINT was never sent: unsay it all
-            dropped = self.queue[undone.index:]
             del self.queue[undone.index:]
-            for item in dropped:
-                if isinstance(item, _Write) and item.existed is None:
-                    self.unknown[item.table] -= 1
             self.latest = {}
             return
         # Everything queued now came after its SAVEPOINT, inside it: drop it, and undo what
         # was sent. ROLLBACK TO keeps the savepoint; RELEASE then drops it, as if it never was.
-        self.queue, self.latest, self.unknown = [], {}, {}
+        self.queue, self.latest = [], {}
         self._mark(f"ROLLBACK TO SAVEPOINT {undone.name}")
         self._mark(f"RELEASE SAVEPOINT {undone.name}")
 
@@ -460,6 +481,15 @@ class PgTxn(Indexed):
     def __init__(self, tables: PgTables) -> None:
         self.tables = tables
         super().__init__(tables)
+
+    def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
+        # ``Indexed.append`` numbers the feed entry from the feed's size; here the number is
+        # given after the commit, so the size, which would cost a read, is not asked for.
+        self.tables.appending = True
+        try:
+            return super().append(session_id, kind, data)
+        finally:
+            self.tables.appending = False
 
     @contextmanager
     def savepoint(self) -> Iterator[WriteTxn]:
