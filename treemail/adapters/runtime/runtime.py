@@ -31,7 +31,7 @@ from treemail.adapters.runtime.failures import FailurePolicy
 from treemail.adapters.runtime.llm import Model, ToolCall
 from treemail.adapters.runtime.plugins import FeedFollower, Plugin, PluginHost
 from treemail.adapters.runtime.toolbox import ToolBox
-from treemail.adapters.runtime.writer import Writer
+from treemail.adapters.runtime.writer import Writer, tree_lanes
 from treemail.adapters.store.group_commit import GroupStore
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
@@ -105,8 +105,12 @@ class Runtime:
         # A store whose every statement is a round trip (PostgreSQL) says how long a group
         # commit may keep taking the calls queued behind it: LMDB's 5 ms would close a batch
         # after a call or two there.
+        # A store with several write connections (PostgreSQL shared by daemons) gets that
+        # many lanes: the trees' transactions commit side by side.
         self.writer = Writer(self._written, group=group,
-                             max_wait=float(getattr(store, "batch_wait", 0.005)))
+                             max_wait=float(getattr(store, "batch_wait", 0.005)),
+                             lanes=int(getattr(store, "writers", 1)),
+                             lane_of=tree_lanes(self.engine))
         # The delegation tools' catalogue: kept beside ``agents`` by ``register``.
         self._specs = {name: a.spec for name, a in agents.items()}
         self.tools = ToolBox(self.engine, self.writer, self._specs,

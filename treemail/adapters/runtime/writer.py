@@ -1,9 +1,15 @@
-"""``Writer``: the one thread every engine call of the runtime runs on, committing in groups.
+"""``Writer``: the threads every engine call of the runtime runs on, committing in groups.
 
 LMDB admits one writer at a time, and an fsync must never block the event loop: so the
 runtime's actors hand each engine call to this thread and await the answer. Under load the
 calls queued behind a commit share the next one (group commit, ``GroupStore``), and a batch's
 answers go back to each caller's loop in one wake-up.
+
+A store whose transactions can run at once (PostgreSQL shared by daemons: several
+connections: the store's ``writers``) gets that many lanes, each a thread with its own
+queue and its own group commit. A call goes to the lane of its tree (``tree_lanes``): the
+calls of one tree keep one thread and their order, as with one lane, and those of different
+trees commit side by side. A call that names no tree takes the first lane.
 """
 
 from __future__ import annotations
@@ -15,14 +21,21 @@ import functools
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+import zlib
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
 from treemail.adapters.store.group_commit import GroupStore
 
-__all__ = ["Writer"]
+if TYPE_CHECKING:
+    from treemail.core.engine import Engine
+
+__all__ = ["Writer", "tree_lanes"]
+
+# What a call's lane is found from: the called function and its positional arguments.
+LaneOf = Callable[[Callable[..., Any], tuple[Any, ...]], Hashable | None]
 
 T = TypeVar("T")
 
@@ -44,20 +57,39 @@ class Writer:
 
     def __init__(self, on_call: Callable[[], None] | None = None, *,
                  group: GroupStore | None = None, max_batch: int = 256,
-                 max_wait: float = 0.005) -> None:
+                 max_wait: float = 0.005, lanes: int = 1,
+                 lane_of: LaneOf | None = None) -> None:
         if max_batch < 1 or max_wait < 0:
             raise ValueError(f"max_batch must be >= 1 and max_wait >= 0, not {max_batch}, "
                              f"{max_wait}")
+        if lanes < 1:
+            raise ValueError(f"lanes must be >= 1, not {lanes}")
         self._on_call = on_call
         self._group = group
         self._max_batch = max_batch
         self._max_wait = max_wait
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lane_of = lane_of if lanes > 1 else None
+        self._queues: list[queue.SimpleQueue[_Job | None]] = [
+            queue.SimpleQueue() for _ in range(lanes)]
+        self._jobs = self._queues[0]  # the first lane's: every call's, with one lane
         self._closed = False
         self.batches = 0  # commits made, for tests and the bench: calls / batches = group size
-        self._thread = threading.Thread(target=self._serve, name="treemail-writer",
-                                        daemon=True)
-        self._thread.start()
+        self._counted = threading.Lock()
+        self._threads = [threading.Thread(target=self._serve, args=(jobs,), daemon=True,
+                                          name=f"treemail-writer-{n}" if n else
+                                          "treemail-writer")
+                         for n, jobs in enumerate(self._queues)]
+        for thread in self._threads:
+            thread.start()
+
+    def _lane(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> queue.SimpleQueue[
+            _Job | None]:
+        if self._lane_of is None:
+            return self._queues[0]
+        key = self._lane_of(fn, args)
+        if key is None:
+            return self._queues[0]
+        return self._queues[zlib.crc32(repr(key).encode()) % len(self._queues)]
 
     async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         result = await self.quiet(fn, *args, **kwargs)
@@ -70,7 +102,7 @@ class Writer:
             raise RuntimeError("the writer is closed; no engine call can be scheduled")
         loop = asyncio.get_running_loop()
         job = _Job(functools.partial(fn, *args, **kwargs), loop, loop.create_future())
-        self._jobs.put(job)
+        self._lane(fn, args).put(job)
         try:
             result: T = await job.future
         except asyncio.CancelledError:
@@ -84,27 +116,29 @@ class Writer:
         """Finish the calls already queued, then stop the thread."""
         if not self._closed:
             self._closed = True
-            self._jobs.put(None)
-        self._thread.join()
+            for jobs in self._queues:
+                jobs.put(None)
+        for thread in self._threads:
+            thread.join()
 
-    def _serve(self) -> None:
+    def _serve(self, jobs: queue.SimpleQueue[_Job | None]) -> None:
         running = True
         while running:
-            job = self._jobs.get()
+            job = jobs.get()
             if job is None:
                 break
             if job.start():
-                running = self._run(job)
+                running = self._run(job, jobs)
         # A call that slipped in beside the close is run rather than left unanswered.
         while True:
             try:
-                job = self._jobs.get_nowait()
+                job = jobs.get_nowait()
             except queue.Empty:
                 return
             if job is not None and job.start():
-                self._run(job)
+                self._run(job, jobs)
 
-    def _run(self, job: _Job) -> bool:
+    def _run(self, job: _Job, queued: queue.SimpleQueue[_Job | None]) -> bool:
         """Run ``job`` (alone, or with those queued behind it in one batch) and answer.
         Returns False when the batch took the close sentinel."""
         if self._group is None:
@@ -120,21 +154,22 @@ class Writer:
                 outcomes.append(jobs[len(outcomes)].run())
                 if (len(outcomes) == len(jobs) < self._max_batch and more[0]
                         and time.monotonic() <= deadline):
-                    more[0] = self._take(jobs)
+                    more[0] = self._take(jobs, queued)
             return outcomes
 
         try:
             outcomes = self._group.batch(work)
         except BaseException as exc:  # nothing of the batch was kept: every call fails alike
             outcomes = [_Outcome(error=exc)] * len(jobs)
-        self.batches += 1
+        with self._counted:
+            self.batches += 1
         _answer(jobs, outcomes)
         return more[0]
 
-    def _take(self, jobs: list[_Job]) -> bool:
+    def _take(self, jobs: list[_Job], queued: queue.SimpleQueue[_Job | None]) -> bool:
         """Add the next queued call to ``jobs``, if one waits; False at the close sentinel."""
         try:
-            job = self._jobs.get_nowait()
+            job = queued.get_nowait()
         except queue.Empty:
             return True
         if job is None:
@@ -218,3 +253,31 @@ def _settle(answers: list[tuple[_Job, _Outcome]]) -> None:
             job.future.set_exception(outcome.error)
         else:
             job.future.set_result(outcome.value)
+
+
+def tree_lanes(engine: Engine) -> LaneOf:
+    """A call's lane: the tree of the session it names first (a session id, or a context
+    with one), learnt once per session from the store; None for a call that names none."""
+    roots: dict[str, str] = {}
+
+    def lane_of(fn: Callable[..., Any], args: tuple[Any, ...]) -> Hashable | None:
+        if not args:
+            return None
+        first = args[0]
+        named = first if isinstance(first, str) else getattr(first, "session_id", None)
+        if not isinstance(named, str):
+            return None
+        root = roots.get(named)
+        if root is None:
+            # One read per session, on the caller's thread (outside any batch): a session's
+            # tree never changes.
+            try:
+                session = engine.session(named)
+            except Exception:  # the call itself will meet the failure and report it
+                return None
+            if session is None:
+                return None
+            root = roots[named] = session.root_session_id
+        return root
+
+    return lane_of

@@ -1,0 +1,70 @@
+"""The writer's lanes (a store with several write connections): a call of one tree runs while
+another tree's call is still running, and the calls of one tree run one at a time, in the
+order they were made; the tree of a call is the tree of the session it names."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from treemail.adapters.runtime.writer import Writer, tree_lanes
+from treemail.core.engine import Engine
+from treemail.core.ids import CountingIds
+from treemail.core.records import AgentSpec
+from treemail.core.store import MemoryStore
+
+# "a" and "b" fall in different lanes of two, "a" and "c" in the same one.
+TREE_A, TREE_B, TREE_C = "a", "b", "c"
+
+
+def _by_first(fn: Callable[..., Any], args: tuple[Any, ...]) -> Hashable | None:
+    return args[0] if args else None
+
+
+def test_another_trees_call_runs_while_one_is_held_and_one_trees_calls_keep_their_order(
+) -> None:
+    writer = Writer(lanes=2, lane_of=_by_first)
+    held, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def slow(tree: str, name: str) -> str:
+        held.set()
+        assert release.wait(30), "never released"
+        order.append(name)
+        return name
+
+    def quick(tree: str, name: str) -> str:
+        order.append(name)
+        return name
+
+    async def main() -> list[str]:
+        first = asyncio.ensure_future(writer(slow, TREE_A, "a1"))
+        assert await asyncio.to_thread(held.wait, 30)
+        same = asyncio.ensure_future(writer(quick, TREE_C, "c1"))  # behind a1, same lane
+        other = await writer(quick, TREE_B, "b1")  # answered while a1 is still held
+        assert other == "b1" and order == ["b1"] and not same.done()
+        release.set()
+        return [await first, await same]
+
+    try:
+        assert asyncio.run(main()) == ["a1", "c1"]
+        assert order == ["b1", "a1", "c1"]
+    finally:
+        writer.close()
+
+
+def test_a_calls_lane_is_its_sessions_tree() -> None:
+    engine = Engine(MemoryStore(), CountingIds())
+    lane_of = tree_lanes(engine)
+    root = engine.create_root(AgentSpec("lead", "plans"))
+    child = engine.delegate(root.session_id, AgentSpec("lead", "plans"), "task")
+
+    class Ctx:
+        session_id = child.session_id
+
+    assert lane_of(engine.accept, (child.session_id, "x")) == root.session_id
+    assert lane_of(engine.send_message, (Ctx(), {})) == root.session_id
+    assert lane_of(engine.sessions, ()) is None
+    assert lane_of(engine.accept, ("no-such-session",)) is None
