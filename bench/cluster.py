@@ -4,6 +4,10 @@
   PostgreSQL store, sends per second, against a bare queue on the same server: 32 threads,
   each on its own connection, one ``INSERT`` per transaction (the least a durable send to a
   PostgreSQL queue costs, with no guard, index or feed);
+* ``n_trees``: 32 concurrent senders as a daemon runs them (the store shared, its writer in
+  one lane per write connection), each in a tree of its own, against the same bare queue:
+  what several connections committing at once give when the senders share no tree (the
+  32 senders of ``n_senders`` share one tree, whose writes one lane runs in order);
 * ``n_daemons``: ``run.submit`` acknowledged per second by two daemons sharing one database
   (four trees, two each, every client on its tree's owner) against one daemon serving the
   same four trees alone: what a second daemon adds on the same server.
@@ -23,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.lines import Line, Scale
-from bench.rigs import Crowd, durable_postgres, released_together, run_async
+from bench.rigs import BODY, SPEC, UNLIMITED, Crowd, durable_postgres, released_together, run_async
 
 if TYPE_CHECKING:
     from treemail.adapters.daemon.client import DaemonClient
@@ -38,7 +42,7 @@ def cluster_lines(root: Path, scale: Scale) -> list[Line]:
     with durable_postgres("n") as server:
         if server is None:
             return []
-        return [_senders(server, scale), _daemons(server, root, scale)]
+        return [_senders(server, scale), _trees(server, scale), _daemons(server, root, scale)]
 
 def _senders(server: Any, scale: Scale) -> Line:
     from treemail import open_store
@@ -55,6 +59,77 @@ def _senders(server: Any, scale: Scale) -> Line:
     return Line("n_senders", f"(n) 32 concurrent senders, PostgreSQL, sends/s "
                 f"({crowd.batch:.0f}/commit)", rate, base, "/s",
                 "bare INSERT-per-txn queue, 32 threads, same server", "-", None)
+
+
+def _trees(server: Any, scale: Scale) -> Line:
+    from treemail.adapters.store.factory import open_store
+    from treemail.adapters.store.leases import leases_of
+
+    store = open_store(server.url(schema="trees"), sync=True, shared=True)
+    leases = leases_of(store)
+    assert leases is not None
+    leases.join("bench", 3600.0)  # a member leases the trees it creates
+    crowd = _TreeCrowd(store, SENDERS)
+    run_async(crowd.setup())
+    each = max(scale.per_sender // 10, 5)
+    ours, bare = [], []
+    for _ in range(3):  # interleaved rounds: a noisy neighbour hits both alike
+        ours.append(run_async(crowd.sends_per_second(each)))
+        bare.append(_bare_queue(server.url(schema="bare_queue"), SENDERS, each))
+    crowd.runtime.writer.close()
+    leases.leave()
+    store.close()
+    rate, base = sorted(ours)[1], sorted(bare)[1]
+    return Line("n_trees", f"(n) 32 senders in 32 trees, shared PostgreSQL store, sends/s "
+                f"({crowd.batch:.0f}/commit)", rate, base, "/s",
+                "bare INSERT-per-txn queue, 32 threads, same server", "-", None)
+
+
+class _TreeCrowd:
+    """``senders`` running sessions, each sending to the root of a tree of its own, through
+    the runtime's writer (one lane per write connection of the store)."""
+
+    def __init__(self, store: Any, senders: int) -> None:
+        from treemail.adapters.runtime.llm import ScriptedModel
+        from treemail.adapters.runtime.runtime import Agent, Runtime
+        from treemail.core.ids import CountingIds
+
+        self.runtime = Runtime(store, CountingIds(), {SPEC.name: Agent(SPEC, ScriptedModel([]))},
+                               UNLIMITED)
+        self.senders = senders
+        self.batch = 0.0
+        self.calls = 0
+        self.contexts: list[tuple[str, str, str]] = []
+
+    async def setup(self) -> None:
+        from treemail.core.records import Owner
+
+        rt, engine = self.runtime, self.runtime.engine
+        for n in range(self.senders):
+            root = await rt.writer(engine.create_root, SPEC)
+            await rt.writer(engine.accept, root.session_id, "go", Owner.USER)
+            await rt.writer(engine.start_run, root.session_id)
+            child = await rt.writer(engine.delegate, root.session_id, SPEC, f"t{n}")
+            run = await rt.writer(engine.start_run, child.session_id)
+            self.contexts.append((child.session_id, run.run_id, root.session_id))
+
+    async def _sender(self, index: int, count: int) -> None:
+        from treemail.core.records import ToolContext
+
+        rt = self.runtime
+        session_id, run_id, root = self.contexts[index]
+        for _ in range(count):
+            self.calls += 1
+            ctx = ToolContext(session_id, run_id, f"s{index}-{self.calls}")
+            await rt.writer(rt.engine.send_message, ctx, {"to": root, "body": BODY})
+
+    async def sends_per_second(self, per_sender: int) -> float:
+        batches = self.runtime.writer.batches
+        start = time.perf_counter()
+        await asyncio.gather(*(self._sender(i, per_sender) for i in range(self.senders)))
+        elapsed = time.perf_counter() - start
+        self.batch = self.senders * per_sender / max(self.runtime.writer.batches - batches, 1)
+        return self.senders * per_sender / elapsed
 
 
 def _bare_queue(url: str, threads: int, each: int) -> float:

@@ -256,8 +256,9 @@ def _settle(answers: list[tuple[_Job, _Outcome]]) -> None:
 
 
 def tree_lanes(engine: Engine) -> LaneOf:
-    """A call's lane: the tree of the session it names first (a session id, or a context
-    with one), learnt once per session from the store; None for a call that names none."""
+    """A call's lane: the tree of the session it names first (a session id, a context with
+    one, or an approval's id), learnt once per name from the store; None for a call that
+    names none."""
     roots: dict[str, str] = {}
 
     def lane_of(fn: Callable[..., Any], args: tuple[Any, ...]) -> Hashable | None:
@@ -272,7 +273,10 @@ def tree_lanes(engine: Engine) -> LaneOf:
             # One read per session, on the caller's thread (outside any batch): a session's
             # tree never changes.
             try:
-                session = engine.session(named)
+                with engine.store.read() as tx:
+                    session = tx.session(named)
+                    if session is None and (approval := tx.approval(named)) is not None:
+                        session = tx.session(approval.session_id)  # an approval's answer
             except Exception:  # the call itself will meet the failure and report it
                 return None
             if session is None:

@@ -37,11 +37,11 @@ What this store does instead (the gap problem every PostgreSQL event store meets
   ``events``, shows it at once). A long transaction anywhere on the server holds the feed
   back while it runs; treemail's own write transactions last milliseconds.
 
-A write transaction reads the feed through a reader's connection, not its own snapshot: a
-SERIALIZABLE transaction that read the feed would conflict with every other appender (each
-inserts into the range the other read), and the rows it appended itself have no number
-until it commits. So inside one, ``feed`` is the committed feed, and ``feed_end`` adds the
-events it appended (what the port promises of a savepoint's end).
+A write transaction reads the feed through a reader's connection, not its own snapshot: the
+rows it appended itself have no number until it commits, and a group commit's reads must
+not hold its transaction's snapshot back on the feed. So inside one, ``feed`` is the
+committed feed, and ``feed_end`` adds the events it appended (what the port promises of a
+savepoint's end).
 """
 
 from __future__ import annotations

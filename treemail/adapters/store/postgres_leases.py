@@ -8,10 +8,11 @@ an expiry.
 Every lease operation is one SERIALIZABLE transaction on a connection of its own, apart from
 the writer's: a heartbeat must never wait behind a long write (its lease would lapse), and
 never the other way round. Why SERIALIZABLE: a claim reads a lease and rewrites it, and the
-fencing check of a write transaction (``fence_query``, run inside the writer's SERIALIZABLE
-transaction) reads the same row; between two SERIALIZABLE transactions the server then
-guarantees that a write checked against the old token is ordered before the takeover that
-raised it, or is refused, never that both take effect as if the write came after.
+fencing check of a write transaction (``fence_query``, run inside the writer's
+transaction) reads the same row and locks it (``FOR SHARE``): a takeover's update of it then
+waits for that write to commit, or that write (whose snapshot predates the takeover) fails
+and runs again, to find the new token; never do both take effect as if the write came
+after.
 
 Tokens only grow: a release expires a lease instead of deleting it, so the next claim raises
 the token the tree had.
@@ -51,13 +52,13 @@ _ATTEMPTS = 10
 
 def fence_query(schema: str) -> sql.Composed:
     """The stored lease of each tree named (an array): its holder, token, and whether it was
-    live when the transaction began. Read in the writer's SERIALIZABLE transaction, whose
+    live when the transaction began. Read (and share-locked) in the writer's transaction, whose
     snapshot may predate a renewal or a claim made since on the lease connection: hence the
     transaction's start time (a lease live then and renewed since is live), and a token
     lower than the one held means a claim this snapshot does not see yet (run again)."""
     return sql.SQL(
         "SELECT tree, holder, token, expires > transaction_timestamp() FROM {s}.leases "
-        "WHERE tree = ANY(%s::text[])").format(s=sql.Identifier(schema))
+        "WHERE tree = ANY(%s::text[]) FOR SHARE").format(s=sql.Identifier(schema))
 
 
 def birth_query(schema: str) -> sql.Composed:

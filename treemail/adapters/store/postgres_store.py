@@ -6,26 +6,32 @@ Records are the codec's bytes (JSON and a checksum) under the key bytes of
 ``treemail.core.keys``, exactly as in LMDB, so ``treemail verify`` checks both alike.
 
 Transactions. One ``transact`` is one PostgreSQL transaction on a writer's connection, run
-at SERIALIZABLE; a savepoint is a SQL ``SAVEPOINT``. Several threads may run ``transact`` at
-once, each on a connection of its own (``postgres_writers``: several for daemons sharing
-the store, one for a store held alone). Nothing every write touches is left to serialise
-them: no row counts, and the feed takes its numbers after the commit (``postgres_feed``),
-so transactions of different trees share no row and commit side by side, daemons' alike;
-no lock of the store's is taken around them. Why SERIALIZABLE rather than READ
-COMMITTED with explicit row locks: every guard of a send is a read (the recipient's tally, the
-pair's count, the replay index, the feed's end) followed by writes that depend on it, and
-under READ COMMITTED each of those reads would need its own ``FOR UPDATE`` (and a missing
-row, such as an idempotency key not yet stored, cannot be locked at all: it needs a
-predicate lock, which is what SERIALIZABLE takes). SERIALIZABLE makes the engine's reasoning
-("I read the count, so I may add one") true as written, for every index ``Indexed`` keeps,
-with no lock list to keep in step with it; a conflict it finds is a serialization failure,
-after which ``transact`` runs the work again from scratch on a fresh snapshot (the port lets
-a store do that). A tree's writes come from its one owner, whose writer runs them one after
-the other (one writer thread per tree), so conflicts between them do not arise; two that
-met anyway (a call that names no tree, a takeover) cost a retry, never an overshoot. Why not
-READ COMMITTED with a lock per tree instead: a transaction learns which trees it writes only
-as it writes them (a session's tree is read from its record), after the reads the lock
-should have covered.
+at REPEATABLE READ (snapshot isolation); a savepoint is a SQL ``SAVEPOINT``. Several threads
+may run ``transact`` at once, each on a connection of its own (``postgres_writers``: several
+for daemons sharing the store, one for a store held alone). Nothing every write touches is
+left to serialise them: no row counts, and the feed takes its numbers after the commit
+(``postgres_feed``), so transactions of different trees share no row and commit side by
+side, daemons' alike; no lock of the store's is taken around them.
+
+Why REPEATABLE READ, and neither SERIALIZABLE (what this store ran when its writes were
+serial anyway) nor READ COMMITTED with row locks. What must not interleave is the work of
+one tree: a guard reads a count and writes it back (a recipient's tally, a pair's count,
+the replay index, a handle), and the tree's state decides what a send may do. Those are
+kept apart before they reach the server: a tree has one owner (its lease, fenced below),
+whose writer runs the tree's calls in one lane, one after the other (``Writer``). What is
+left is rows several trees write (the session counter, new keys), and there snapshot
+isolation is exact: two transactions that update one row, or insert one key, cannot both
+commit (the second fails with a serialization failure or a unique violation, and
+``transact`` runs it again from scratch on a fresh snapshot: the port lets a store do
+that). SERIALIZABLE would also order transactions that share no row through what they read:
+its predicate locks are taken per page of the one ``rows`` table and, past a few dozen in a
+transaction (a group commit reads hundreds of rows), for the whole table, so concurrent
+transactions of different trees kept failing each other (measured: two daemons on four
+trees failed sends after ten attempts). READ COMMITTED would need a lock on every row read
+before it, including rows not there yet (an idempotency key not stored). The fence is the
+one read another transaction's write must not slip past: it locks the lease rows it reads
+(``FOR SHARE``), so a takeover that raises a token waits for this transaction, or this one
+fails and runs again to find the new token.
 Readers get REPEATABLE READ READ ONLY: one snapshot, as an LMDB read transaction.
 
 Ownership. A writer holds a session-level advisory lock of the server, keyed by the schema,
@@ -228,7 +234,7 @@ class PostgresStore:
             conn.autocommit = False
             settle(conn, self._schema, self._where, write=True)
             self._queries = Queries.of(self._schema, conn)
-            conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             if not self._synchronous:
                 conn.execute("SET synchronous_commit = off")
                 conn.commit()
@@ -338,8 +344,9 @@ class PostgresStore:
             yield rows
 
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
-        """Run ``work`` in one SERIALIZABLE transaction and commit it; run it again from
-        scratch after a serialization failure or a connection lost before the commit."""
+        """Run ``work`` in one REPEATABLE READ transaction and commit it; run it again from
+        scratch after a serialization failure, a unique violation (a key another
+        transaction stored first) or a connection lost before the commit."""
         if getattr(self._local, "inside", False):
             raise StorageError("transact called from inside transact; use txn.savepoint()")
         self._check_writable()
@@ -440,8 +447,8 @@ class PostgresStore:
         """Refuse the transaction unless each tree it writes is this writer's, under the
         token it holds, with a lease live when the transaction began; a tree nobody ever
         leased (one this transaction creates) gets this writer's lease, in this transaction.
-        Read in this very SERIALIZABLE transaction, so a takeover that raised a token is
-        ordered after this write, or this write is refused. Only the trees written count:
+        Read and share-locked in this very transaction, so a takeover that raises a token
+        waits for this write, or this write runs again and is refused. Only the trees written count:
         a lapsed lease on one tree refuses no write to another, and a tree this writer does
         not hold (dropped, or another's) refuses every write into it. Returns the trees
         leased here."""
@@ -485,7 +492,7 @@ class PostgresStore:
         assert conn is not None
         try:
             conn.commit()
-        except RETRYABLE as exc:  # SERIALIZABLE checks at commit too: nothing was stored
+        except RETRYABLE as exc:  # a conflict found at the commit: nothing was stored
             self._rollback(slot)
             raise _Retry(exc, lost=False) from None
         except psycopg.Error as exc:

@@ -79,8 +79,11 @@ _SESSION_OF: dict[Table, Any] = {
 }
 
 # Errors after which the whole transaction may run again from scratch: nothing of it was
-# committed, and running it again on a fresh snapshot is what the server asks for.
-RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+# committed, and running it again on a fresh snapshot is what the server asks for. A unique
+# violation is one: a key this snapshot did not show (an idempotency key, a new tree's
+# lease) was stored meanwhile by another transaction, which the next snapshot shows.
+RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected,
+             pg_errors.UniqueViolation)
 
 
 def lost(exc: BaseException) -> bool:

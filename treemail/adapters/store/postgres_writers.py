@@ -7,8 +7,8 @@ store held alone holds that lock exclusively, which only one connection can: its
 one, and its transactions run one after the other as before. A store shared by daemons
 holds it shared, on every connection: transactions of different trees share no row (the
 feed takes no number when written, ``postgres_feed``), so they commit side by side, and
-those of one tree are kept apart by the writer (one thread per tree) and, should two meet
-anyway, by SERIALIZABLE.
+those of one tree are kept apart by the writer (one lane per tree) and, should two meet
+anyway on a row, by snapshot isolation (``PostgresStore``).
 
 ``Numberer`` gives the feed's numbers after commits, on a connection of its own, off every
 write's path: a reader numbers what it finds unnumbered by itself, so a numberer that lags
