@@ -110,16 +110,17 @@ def test_a_version_2_store_is_upgraded_with_its_feed_numbers_kept(
     lead = engine.create_root(AgentSpec("lead", "plans"))
     engine.accept(lead.session_id, "Fix the parser.", Owner.USER)
     want = _feed(engine.store)
+    with engine.store.read() as tx:  # numbered as readers see it, numberer or not
+        rows = [(n, keys.event(e.session_id, e.seq)) for n, e in tx.feed()]
     engine.store.close()
     # The store as version 2 kept it: the feed in rows (number -> the event's key), and
     # each table's row count in sizes.
     conn, schema = _connect(url)
-    rows = conn.execute(f"SELECT n, event FROM {schema}.feed ORDER BY n").fetchall()
     conn.execute(f"DROP TABLE {schema}.feed")
     for n, event in rows:
         key = keys.feed(n)
         conn.execute(f"INSERT INTO {schema}.rows VALUES ('feed', %s, %s)",
-                     (key, encode(bytes(event), key)))
+                     (key, encode(event, key)))
     conn.execute(f"CREATE TABLE {schema}.sizes (tbl text PRIMARY KEY, n bigint NOT NULL)")
     conn.execute(f"INSERT INTO {schema}.sizes SELECT tbl, count(*) FROM {schema}.rows "
                  "GROUP BY tbl")

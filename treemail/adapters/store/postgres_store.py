@@ -418,19 +418,24 @@ class PostgresStore:
         long transaction of someone else's holds the horizon back) it returns anyway: the
         events are stored, and show when that transaction ends."""
         conn = slot.conn
+        if conn is None:
+            return
         deadline = time.monotonic() + VISIBLE_WAIT
         pause = 0.0005
+        conn.autocommit = True  # one round trip a look, no transaction left to end
         try:
-            while conn is not None:
+            while True:
                 row = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot()) > "
                                    "%s::xid8", (xid,)).fetchone()
-                conn.rollback()
                 if (row is not None and row[0]) or time.monotonic() > deadline:
                     return
                 time.sleep(pause)
                 pause = min(pause * 2, 0.02)
         except psycopg.Error:  # committed already: only the wait is cut short
             self._writers.drop(slot)
+        finally:
+            if slot.conn is not None:
+                slot.conn.autocommit = False
 
     def _committed(self, read: Callable[[psycopg.Connection[Any]], T]) -> T:
         """``read`` on a reader's connection: the committed store, apart from a write."""

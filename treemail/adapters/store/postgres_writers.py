@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +33,8 @@ from treemail.core.errors import StoreClosed
 __all__ = ["Numberer", "Slot", "Writers"]
 
 _log = logging.getLogger(__name__)
+
+_GATHER = 0.05  # seconds the numberer lets commits gather before it numbers them
 
 
 @attrs.define
@@ -134,6 +137,9 @@ class Numberer:
         pause = 0.0
         while not self._stop:
             self._due.wait(timeout=pause or None)
+            # Commits close together share one numbering: readers number a short tail
+            # themselves at no cost worth a transaction per commit.
+            time.sleep(_GATHER)
             self._due.clear()
             if self._stop:
                 break
