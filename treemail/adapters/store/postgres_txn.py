@@ -5,9 +5,13 @@ Each row the transaction read or wrote is kept decoded in a cache, so a send tha
 recipient's tally for the guards and rewrites it reads it once, and a row known to be absent
 is neither fetched nor deleted. Writes are queued, not sent: a row written several times at
 one savepoint depth (a send writes its recipient's tally four times) is one statement, and
-the queue goes to the server in one pipeline (one round trip, however many statements) when
-something must see it: a range read, a count that needs an answer only the server has, the
-commit. A point read never waits for the queue: every row in it is in the cache.
+the queue goes to the server in one pipeline (one round trip, however many statements) at
+the commit (or for a count only the server has, which nothing on a hot path asks). A point
+read never waits for the queue: every row in it is in the cache; a range read lays the rows
+the transaction wrote over the server's. Why not send the queue earlier: a transaction gets
+its id at its first write, and the feed shows nothing committed after that id until the
+transaction ends (``postgres_feed``); a group commit gathering calls for 50 ms with an id
+would hold every other writer's events back that long.
 
 Savepoints are PostgreSQL's (``SAVEPOINT``, ``RELEASE``, ``ROLLBACK TO``), queued in order
 with the writes. An open savepoint keeps, for each row it changes, how the cache had it
@@ -196,6 +200,10 @@ class PgTables:
         self.savepoints: list[_Open] = []
         self.queue: list[_Write | _Append | str] = []
         self.latest: dict[tuple[Table, bytes], _Write] = {}  # this depth's queued rows
+        # Each row this transaction wrote, as it wrote it last (None: deleted): a range read
+        # lays these over the server's rows instead of sending the queue first, so that
+        # nothing is written until the commit (``flush``).
+        self.written: dict[Table, dict[bytes, Any]] = {}
         self.appended = 0  # events appended to the feed (undone with their savepoints)
         self.feed_base: int | None = None  # the committed feed's end, once read
         self.next_idx = 0  # never reused, even after an undo: only the order matters
@@ -250,17 +258,22 @@ class PgTables:
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
         if table is Table.FEED:
             return self._feed(start)
-        self.flush()
         bound = upper_bound(prefix)
+        low = prefix + start
         if bound is None:
-            raw = self._run(self.q.scan_from, (table.value, prefix + start), f"scan {table}")
+            raw = self._run(self.q.scan_from, (table.value, low), f"scan {table}")
         else:
-            raw = self._run(self.q.scan_range, (table.value, prefix + start, bound),
-                            f"scan {table}")
+            raw = self._run(self.q.scan_range, (table.value, low, bound), f"scan {table}")
         kind, rows = VALUE_KINDS[table], []
+        mine = self.written.get(table)
         for key, value in raw:
             key = bytes(key)
-            rows.append((key, decode(kind, bytes(value), db=table, key=key)))
+            if mine is None or key not in mine:
+                rows.append((key, decode(kind, bytes(value), db=table, key=key)))
+        if mine:  # what this transaction wrote in the range, not sent yet (or sent: alike)
+            rows += [(key, value) for key, value in mine.items() if value is not None
+                     and key >= low and (bound is None or key < bound)]
+            rows.sort(key=lambda row: row[0])
         if table in _FOLLOWS and rows:
             self._prefetch(_FOLLOWS[table], [v if type(v) is bytes else str(v).encode()
                                              for _, v in rows])
@@ -359,6 +372,7 @@ class PgTables:
         else:  # written again at this depth: one statement for both
             queued.value = value
         self.seen[row] = value
+        self.written.setdefault(table, {})[key] = value
         if value is not None and (named := _SESSION_OF.get(table)) is not None:
             self._touch(named(key, value))
 
@@ -456,6 +470,14 @@ class PgTables:
             for row, was in opened.before.items():
                 enclosing.setdefault(row, was)
 
+    def _rewritten(self) -> None:
+        """After an undo: the rows written are those the queue still holds (what was sent
+        before the undone savepoint, the server holds, and a range read finds there)."""
+        self.written = {}
+        for item in self.queue:
+            if isinstance(item, _Write):
+                self.written.setdefault(item.table, {})[item.key] = item.value
+
     def _undo(self, undone: _Open) -> None:
         for row, was in undone.before.items():
             if was is _UNSEEN:
@@ -469,10 +491,12 @@ class PgTables:
         if undone.epoch == self.epoch:  # its SAVEPOINT was never sent: unsay it all
             del self.queue[undone.index:]
             self.latest = {}
+            self._rewritten()
             return
         # Everything queued now came after its SAVEPOINT, inside it: drop it, and undo what
         # was sent. ROLLBACK TO keeps the savepoint; RELEASE then drops it, as if it never was.
         self.queue, self.latest = [], {}
+        self._rewritten()
         self._mark(f"ROLLBACK TO SAVEPOINT {undone.name}")
         self._mark(f"RELEASE SAVEPOINT {undone.name}")
 
