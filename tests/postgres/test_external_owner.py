@@ -29,6 +29,7 @@ from treemail.core.engine import Engine
 from treemail.core.events import EventKind
 from treemail.protocol import external as x
 from treemail.protocol import methods as m
+from treemail.protocol import types as t
 from treemail.protocol.methods import Call
 from treemail.testing.postgres import PostgresCluster
 
@@ -135,6 +136,9 @@ def test_external_writes_go_to_the_trees_owner_and_follow_it_after_a_takeover(
             log = owner.data_dir / "daemon.log"
             await asyncio.to_thread(_until, lambda: "lost trees" in log.read_text(),
                                     "told of the loss")
+            with pytest.raises(RpcFailure) as caught:  # the tools too: not the owner's now
+                await link.request(m.EXTERNAL_TOOLS, t.Empty())
+            assert _not_owner(caught.value) == str(other.socket)
             with pytest.raises(RpcFailure) as caught:
                 await link.request(m.EXTERNAL_CALL, _send(2, tree.lead))
             assert _not_owner(caught.value) == str(other.socket)

@@ -230,7 +230,10 @@ EXTERNAL_BIND: Final = Method(
     writes="token")
 EXTERNAL_TOOLS: Final = Method(
     "external.tools", t.Empty, x.ExternalToolsResult,
-    "Bound: the tools the session's rules offer now.")
+    "Bound: the tools the session's rules offer now.",
+    # Reads only, but answered where the calls it lists will run: a daemon that lost the
+    # tree says so here rather than at the first call.
+    writes=BOUND)
 EXTERNAL_CHECK_MAIL: Final = Method(
     "external.check_mail", t.Empty, x.ExternalCheckMailResult,
     "Bound: claim the session's deliverable mail, as envelopes.",
