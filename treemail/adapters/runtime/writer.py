@@ -53,7 +53,11 @@ class Writer:
     Without ``group``, each call runs alone.
 
     ``on_call`` runs after each call (the feed follower's cue); ``quiet`` skips it, so the
-    follower's own reads do not wake it again."""
+    follower's own reads do not wake it again.
+
+    With ``lanes`` above one, each lane is such a thread with its own queue and batches, and
+    ``lane_of`` names a call's lane (``tree_lanes``: its tree); one lane is the single
+    writer described above."""
 
     def __init__(self, on_call: Callable[[], None] | None = None, *,
                  group: GroupStore | None = None, max_batch: int = 256,
