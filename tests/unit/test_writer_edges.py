@@ -1,8 +1,9 @@
 """The writer's edges: its settings refused out of range, keyword arguments passed through,
 the after-call cue (``on_call``, skipped by ``quiet``), the commit count, a call after close
-refused, a thread that never holds the interpreter open, and a close taken by a batch (a
+refused, a thread that never holds the interpreter open, a close taken by a batch (a
 close queued while a batch still takes calls ends that batch and stops the thread once the
-calls queued before it are answered)."""
+calls queued before it are answered), batches of at most ``max_batch`` calls, and a caller
+cancelled inside a batch that leaves the rest of the batch answered."""
 
 from __future__ import annotations
 
@@ -146,3 +147,53 @@ def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store)
     closer.join(LONG)
     assert not closer.is_alive()
     assert engine.message(sent).body == "late"
+
+
+def test_a_batch_holds_at_most_max_batch_calls(store: Store) -> None:
+    group, _, _, _ = _setup(store)
+    writer = Writer(group=group, max_batch=4, max_wait=60)  # only the count ends a batch
+    started, gate = threading.Event(), threading.Event()
+
+    def hold() -> int:
+        started.set()
+        gate.wait(LONG)
+        return writer.batches
+
+    async def main() -> list[int]:
+        first = asyncio.ensure_future(writer(hold))
+        # Each call answers the number of commits before its own: its batch's index.
+        rest = [asyncio.ensure_future(writer(lambda: writer.batches)) for _ in range(16)]
+        await _until(started, writer, 16)  # all queued behind the held call
+        gate.set()
+        return list(await asyncio.wait_for(asyncio.gather(first, *rest), LONG))
+
+    batch_of = asyncio.run(main())
+    writer.close()
+    assert [batch_of.count(n) for n in range(max(batch_of) + 1)] == [4, 4, 4, 4, 1]
+
+
+def test_a_caller_cancelled_in_a_batch_leaves_the_others_of_its_batch_answered(
+        store: Store) -> None:
+    group, engine, root, (ctx,) = _setup(store)
+    writer = Writer(group=group, max_wait=60)  # the held call's batch takes the two behind it
+    started, gate = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        gate.wait(LONG)
+
+    async def main() -> list[str]:
+        first = asyncio.ensure_future(writer(hold))
+        rest = [asyncio.ensure_future(writer(engine.send_message, _call(ctx, n),
+                                             {"to": root, "body": f"b{n}"})) for n in range(2)]
+        await _until(started, writer, 2)
+        first.cancel()  # while its call runs: the batch goes on, its answer is dropped
+        await asyncio.gather(first, return_exceptions=True)
+        gate.set()
+        sent = await asyncio.wait_for(asyncio.gather(*rest), LONG)
+        return [result.message_id for result in sent]
+
+    sent = asyncio.run(main())
+    writer.close()
+    assert writer.batches == 1
+    assert [engine.message(mid).body for mid in sent] == ["b0", "b1"]
