@@ -14,6 +14,7 @@ import pytest
 
 from tests.unit.test_group_commit import _call, _setup
 from treemail.adapters.runtime.writer import Writer
+from treemail.core.engine import Engine
 from treemail.core.store import Store
 
 LONG = 30.0  # seconds: a liveness bound for a thread that must stop, never a race
@@ -118,11 +119,14 @@ def test_without_a_group_each_call_runs_alone_and_is_answered(store: Store) -> N
     assert [engine.message(mid).body for mid in sent] == ["b0", "b1", "b2"]
 
 
-def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store) -> None:
-    """A call that found the writer open just as another thread closed it is queued behind
-    the close: the thread runs it before it stops instead of leaving it unanswered."""
+def _beside_the_close(store: Store, *, cancel: bool) -> tuple[Engine, str, int, str | None]:
+    """A call that found the writer open just as another thread closed it, queued behind the
+    close; with ``cancel`` its caller gives up while it still waits. Then the writer drains
+    and stops. The engine, the recipient, its pending mail before, and the call's message id
+    (None when cancelled)."""
     _, engine, root, (ctx,) = _setup(store)
     writer = Writer()
+    before = len(engine.pending(root))
     started, gate = threading.Event(), threading.Event()
     closer = threading.Thread(target=writer.close)
 
@@ -130,7 +134,7 @@ def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store)
         started.set()
         gate.wait(LONG)
 
-    async def main() -> str:
+    async def main() -> str | None:
         first = asyncio.ensure_future(writer(hold))
         await _until(started, writer, 0)
         closer.start()
@@ -139,14 +143,29 @@ def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store)
         late = asyncio.ensure_future(writer(engine.send_message, ctx, {"to": root,
                                                                         "body": "late"}))
         await _until(None, writer, 2)  # queued behind the close
+        if cancel:
+            late.cancel()
+            await asyncio.gather(late, return_exceptions=True)
         gate.set()
         await first
-        return (await asyncio.wait_for(late, LONG)).message_id
+        return None if cancel else (await asyncio.wait_for(late, LONG)).message_id
 
     sent = asyncio.run(main())
     closer.join(LONG)
-    assert not closer.is_alive()
-    assert engine.message(sent).body == "late"
+    assert not closer.is_alive(), "the writer thread never stopped after the close"
+    return engine, root, before, sent
+
+
+def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store) -> None:
+    """A call that found the writer open just as another thread closed it is queued behind
+    the close: the thread runs it before it stops instead of leaving it unanswered."""
+    engine, _, _, sent = _beside_the_close(store, cancel=False)
+    assert sent is not None and engine.message(sent).body == "late"
+
+
+def test_a_call_beside_the_close_whose_caller_was_cancelled_never_runs(store: Store) -> None:
+    engine, root, before, _ = _beside_the_close(store, cancel=True)
+    assert len(engine.pending(root)) == before
 
 
 def test_a_batch_holds_at_most_max_batch_calls(store: Store) -> None:
