@@ -1,0 +1,203 @@
+"""The LMDB store's transactions at their edges: savepoints undone over rows the transaction
+had not read, nested savepoints that both had to reach LMDB, a map that fills while rows are
+written below a savepoint, each LMDB failure reported as a typed error naming the step, a
+record that fails to decode named by its table and key, and the owner lock's description."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, cast
+
+import lmdb
+import pytest
+
+from treemail.adapters.store.codec import decode, encode
+from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.store.lmdb_txn import LmdbTables, LmdbTxn
+from treemail.core.errors import StorageError, StoreDamaged, StoreFull, StoreLocked
+from treemail.core.keys import Table
+from treemail.core.records import (
+    Approval,
+    IdempotencyKey,
+    Mode,
+    RecipientState,
+    SendResult,
+)
+from treemail.core.store import Store, WriteTxn
+
+
+def _approval(approval_id: str, size: int = 0) -> Approval:
+    return Approval(approval_id, "s", "r", approval_id, "send_message", {"body": "x" * size},
+                    "ask")
+
+
+def _ids(txn: WriteTxn) -> list[str]:
+    return [approval.approval_id for approval in txn.approvals()]
+
+
+class _Undone(Exception):
+    """Raised inside a savepoint to undo it."""
+
+
+def test_a_savepoint_undone_over_a_row_not_read_yet_leaves_the_row_as_stored(
+        store: Store) -> None:
+    key = IdempotencyKey("s", "r", "call")
+    first = SendResult("m1", Mode.QUEUE, RecipientState.QUEUED)
+    store.transact(lambda tx: tx.remember(key, first))
+
+    def work(tx: WriteTxn) -> SendResult | None:
+        # The transaction overwrites the row without reading it first, then undoes that.
+        with suppress(_Undone), tx.savepoint() as inner:
+            inner.remember(key, SendResult("m2", Mode.STEER, RecipientState.RUNNING))
+            raise _Undone
+        return tx.recall(key)
+
+    assert store.transact(work) == first
+    with store.read() as txn:
+        assert txn.recall(key) == first
+
+
+def test_an_inner_savepoint_undone_after_both_reached_lmdb_keeps_none_of_its_rows(
+        store: Store) -> None:
+    def work(tx: WriteTxn) -> list[str]:
+        with tx.savepoint() as outer:
+            outer.put_approval(_approval("a1"))
+            assert _ids(outer) == ["a1"]  # a scan: the outer savepoint's rows reach LMDB
+            with suppress(_Undone), outer.savepoint() as inner:
+                inner.put_approval(_approval("a2"))
+                assert _ids(inner) == ["a1", "a2"]  # and so do the inner one's
+                raise _Undone
+            return _ids(outer)
+
+    assert store.transact(work) == ["a1"]
+    with store.read() as txn:
+        assert [approval.approval_id for approval in txn.approvals()] == ["a1"]
+
+
+def test_a_map_that_fills_while_rows_are_written_below_a_savepoint_grows(
+        tmp_path: Path) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False, map_size=1 << 16,
+                           max_map_size=1 << 26)
+
+    def work(tx: WriteTxn) -> list[str]:
+        for n in range(40):  # more than the map holds, not yet written to LMDB
+            tx.put_approval(_approval(f"big{n:02}", 4000))
+        with tx.savepoint() as inner:
+            inner.put_approval(_approval("small"))
+            return _ids(inner)  # the scan writes the 40 below the savepoint: the map fills
+
+    assert store.transact(work) == [*(f"big{n:02}" for n in range(40)), "small"]
+    with store.read() as txn:
+        assert len(list(txn.approvals())) == 41
+    store.close()
+
+
+class _Failing:
+    """An LMDB transaction or environment whose ``method`` raises ``error``."""
+
+    def __init__(self, inner: Any, method: str, error: lmdb.Error) -> None:
+        self._inner, self._method, self._error = inner, method, error
+
+    def __getattr__(self, name: str) -> Any:
+        if name != self._method:
+            return getattr(self._inner, name)
+
+        def fail(*args: object, **kwargs: object) -> None:
+            raise self._error
+
+        return fail
+
+
+def _failing(inner: Any, method: str, error: lmdb.Error) -> Any:
+    return _Failing(inner, method, error)
+
+
+def _read(tables: LmdbTables) -> None:
+    tables.stack[-1] = _failing(tables.stack[-1], "get", lmdb.Error("injected"))
+    tables.get(Table.SESSIONS, b"s")
+
+
+def _write(error: lmdb.Error) -> Callable[[LmdbTables], None]:
+    def write(tables: LmdbTables) -> None:
+        tables.put(Table.RUNS, b"r", "a run")
+        tables.stack[-1] = _failing(tables.stack[-1], "put", error)
+        tables.flush()
+    return write
+
+
+def _below_a_savepoint(tables: LmdbTables) -> None:
+    tables.put(Table.RUNS, b"r", "a run")
+    tables.stack[-1] = _failing(tables.stack[-1], "put", lmdb.Error("injected"))
+    with tables.savepoint():
+        tables.scan(Table.RUNS, b"")  # the run must go below the savepoint first
+
+
+def _open_a_savepoint(tables: LmdbTables) -> None:
+    tables.env = _failing(tables.env, "begin", lmdb.Error("injected"))
+    with tables.savepoint():
+        tables.put(Table.RUNS, b"r", "a run")
+        tables.scan(Table.RUNS, b"")
+
+
+@pytest.mark.parametrize(("step", "error", "said"), [
+    (_read, StorageError, "lmdb failed to read sessions: injected"),
+    (_write(lmdb.Error("injected")), StorageError, "lmdb failed to write runs: injected"),
+    (_write(lmdb.DiskError("injected")), StoreFull,
+     "the disk holding the store is full (injected): nothing of this operation was stored; "
+     "free space, then retry"),
+    (_below_a_savepoint, StorageError, "lmdb failed to write below a savepoint: injected"),
+    (_open_a_savepoint, StorageError, "lmdb failed to open a savepoint: injected"),
+], ids=["read", "write", "full disk", "below a savepoint", "open a savepoint"])
+def test_an_lmdb_failure_is_a_typed_error_naming_the_step_and_the_cause(
+        tmp_path: Path, step: Callable[[LmdbTables], None], error: type[StorageError],
+        said: str) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    with pytest.raises(error) as failed:
+        store.transact(lambda tx: step(cast(LmdbTxn, tx).tables))
+    assert type(failed.value) is error
+    assert failed.value.message == said
+    with store.read() as txn:  # nothing of it was stored
+        assert txn.run("r") is None
+    store.close()
+
+
+@pytest.mark.parametrize("raw", [b'"a string"', b"{not json"], ids=["wrong type", "not json"])
+def test_a_record_that_fails_to_decode_is_named_by_its_table_and_key(raw: bytes) -> None:
+    stored = encode(raw, b"k")  # bytes are stored as they are: a sound checksum over them
+    with pytest.raises(StoreDamaged) as damaged:
+        decode(int, stored, db="counters", key=b"k")
+    assert damaged.value.details == {"db": "counters", "key": b"k"}
+    assert damaged.value.message.startswith(
+        "cannot decode a int in database 'counters' at key b'k': ")
+
+
+@pytest.fixture
+def held(tmp_path: Path) -> Iterator[LmdbStore]:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    yield store
+    store.close()
+
+
+def test_the_owner_s_description_is_what_a_refused_writer_is_told(
+        held: LmdbStore, tmp_path: Path) -> None:
+    held.own({"role": "daemon", "socket": "/run/t.sock"})
+    with pytest.raises(StoreLocked) as refused:
+        LmdbStore.open(tmp_path / "db")
+    assert refused.value.details["holder"] == {"role": "daemon", "socket": "/run/t.sock"}
+    assert "is in use by daemon (pid " in refused.value.message
+    assert refused.value.message.endswith(", socket /run/t.sock); stop it first, or open the "
+                                          "store read-only to look at it")
+
+
+def test_a_reader_cannot_own_the_store(tmp_path: Path) -> None:
+    LmdbStore.open(tmp_path / "db", sync=False).close()
+    reader = LmdbStore.open(tmp_path / "db", readonly=True)
+    with pytest.raises(StorageError) as refused:
+        reader.own({"role": "daemon"})
+    reader.close()
+    path = str(tmp_path / "db")
+    assert refused.value.message == (
+        f"the store at {path!r} was opened read-only; open it without readonly=True to own it")
+    assert refused.value.details == {"path": path}
