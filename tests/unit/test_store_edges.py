@@ -14,10 +14,11 @@ import lmdb
 import pytest
 
 from treemail.adapters.store.codec import decode, encode
+from treemail.adapters.store.lmdb_files import check_data_file
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.store.lmdb_txn import LmdbTables, LmdbTxn
 from treemail.core.errors import StorageError, StoreDamaged, StoreFull, StoreLocked
-from treemail.core.keys import Table
+from treemail.core.keys import CounterName, Table
 from treemail.core.records import (
     Approval,
     IdempotencyKey,
@@ -94,6 +95,68 @@ def test_a_map_that_fills_while_rows_are_written_below_a_savepoint_grows(
     store.close()
 
 
+def test_a_savepoint_scans_the_rows_its_transaction_wrote_before_it(store: Store) -> None:
+    def work(tx: WriteTxn) -> list[str]:
+        tx.put_approval(_approval("a1"))
+        with tx.savepoint() as inner:  # it changed nothing itself: every row is below it
+            return _ids(inner)
+
+    assert store.transact(work) == ["a1"]
+
+
+def test_the_feed_stays_dense_when_read_between_appends_of_one_transaction(
+        store: Store) -> None:
+    def work(tx: WriteTxn) -> list[int]:
+        tx.append("s", "Note", {})
+        assert [number for number, _ in tx.feed()] == [1]  # a read of the unflushed feed
+        assert tx.feed_end() == 1
+        tx.append("s", "Note", {})
+        return [number for number, _ in tx.feed()]
+
+    assert store.transact(work) == [1, 2]
+
+
+def _fill(tx: WriteTxn) -> None:
+    for n in range(40):  # about 160 KB
+        tx.put_approval(_approval(f"a{n}", 4000))
+
+
+def test_a_map_at_its_bound_is_a_store_full_naming_the_store(tmp_path: Path) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False, map_size=1 << 16,
+                           max_map_size=1 << 16)
+    with pytest.raises(StoreFull) as full:
+        store.transact(_fill)
+    store.close()
+    path = str(tmp_path / "db")
+    assert full.value.message == (
+        f"the store at {path!r} is full: its map reached max_map_size (65536 bytes), and "
+        "nothing of this operation was stored; open it with a larger max_map_size")
+    assert full.value.details == {"path": path}
+
+
+def test_the_map_doubles_as_it_grows(tmp_path: Path) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False, map_size=1 << 16,
+                           max_map_size=1 << 26)
+    store.transact(_fill)
+    store.close()
+    grown = check_data_file(tmp_path / "db").map_size >> 16
+    assert grown > 1 and grown & (grown - 1) == 0  # 64 KiB times a power of two
+
+
+def test_a_read_only_store_refuses_even_raw_writes(tmp_path: Path) -> None:
+    LmdbStore.open(tmp_path / "db", sync=False).close()
+    reader = LmdbStore.open(tmp_path / "db", readonly=True)
+    with pytest.raises(lmdb.Error):  # LMDB's own refusal: the environment is read-only
+        reader.write_raw(Table.COUNTERS, b"n", encode(1, b"n"))
+    with reader.read() as txn:
+        assert txn.count(CounterName("n")) == 0
+    reader.close()
+
+
+def test_an_empty_payload_round_trips() -> None:
+    assert decode(bytes, encode(b"", b"k"), db="feed", key=b"k") == b""
+
+
 class _Failing:
     """An LMDB transaction or environment whose ``method`` raises ``error``."""
 
@@ -134,6 +197,11 @@ def _below_a_savepoint(tables: LmdbTables) -> None:
         tables.scan(Table.RUNS, b"")  # the run must go below the savepoint first
 
 
+def _scan(tables: LmdbTables) -> None:
+    tables.stack[-1] = _failing(tables.stack[-1], "cursor", lmdb.Error("injected"))
+    tables.scan(Table.RUNS, b"")
+
+
 def _open_a_savepoint(tables: LmdbTables) -> None:
     tables.env = _failing(tables.env, "begin", lmdb.Error("injected"))
     with tables.savepoint():
@@ -143,13 +211,14 @@ def _open_a_savepoint(tables: LmdbTables) -> None:
 
 @pytest.mark.parametrize(("step", "error", "said"), [
     (_read, StorageError, "lmdb failed to read sessions: injected"),
+    (_scan, StorageError, "lmdb failed to scan runs: injected"),
     (_write(lmdb.Error("injected")), StorageError, "lmdb failed to write runs: injected"),
     (_write(lmdb.DiskError("injected")), StoreFull,
      "the disk holding the store is full (injected): nothing of this operation was stored; "
      "free space, then retry"),
     (_below_a_savepoint, StorageError, "lmdb failed to write below a savepoint: injected"),
     (_open_a_savepoint, StorageError, "lmdb failed to open a savepoint: injected"),
-], ids=["read", "write", "full disk", "below a savepoint", "open a savepoint"])
+], ids=["read", "scan", "write", "full disk", "below a savepoint", "open a savepoint"])
 def test_an_lmdb_failure_is_a_typed_error_naming_the_step_and_the_cause(
         tmp_path: Path, step: Callable[[LmdbTables], None], error: type[StorageError],
         said: str) -> None:
