@@ -5,6 +5,8 @@ record that fails to decode named by its table and key, and the owner lock's des
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 
 from treemail.adapters.store.codec import decode, encode
 from treemail.adapters.store.lmdb_files import check_data_file
-from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.adapters.store.lmdb_store import LmdbStore, _ReadGate
 from treemail.adapters.store.lmdb_txn import LmdbTables, LmdbTxn
 from treemail.core.errors import StorageError, StoreDamaged, StoreFull, StoreLocked
 from treemail.core.keys import CounterName, Table
@@ -157,6 +159,72 @@ def test_an_empty_payload_round_trips() -> None:
     assert decode(bytes, encode(b"", b"k"), db="feed", key=b"k") == b""
 
 
+def test_a_checksum_mismatch_says_what_to_do() -> None:
+    stored = bytearray(encode(7, b"k"))
+    stored[0] ^= 1
+    with pytest.raises(StoreDamaged) as damaged:
+        decode(int, bytes(stored), db="counters", key=b"k")
+    assert damaged.value.message == (
+        "checksum mismatch in database 'counters' at key b'k': the record is damaged; restore "
+        "the store from a copy (treemail verify lists every damaged record)")
+
+
+def test_an_abort_that_fails_does_not_hide_the_work_s_error(tmp_path: Path) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    env = store._env
+
+    class _Env:  # its write transactions fail to abort, as one LMDB already invalidated does
+        def __getattr__(self, name: str) -> Any:
+            return getattr(env, name)
+
+        def begin(self, **options: Any) -> Any:
+            return _failing(env.begin(**options), "abort", lmdb.Error("invalidated"))
+
+    store._env = cast(lmdb.Environment, _Env())
+
+    def work(tx: WriteTxn) -> None:
+        raise _Undone("the work's own error")
+
+    with pytest.raises(_Undone, match="the work's own error"):
+        store.transact(work)
+    store._env = env
+    store.close()
+
+
+LONG = 30.0  # seconds: a liveness bound for a thread that must finish, never a race
+
+
+def test_a_nested_read_does_not_wait_for_a_grower_waiting_on_the_outer_one() -> None:
+    gate = _ReadGate()
+    grown, nested = threading.Event(), threading.Event()
+    outer_open, release = threading.Event(), threading.Event()
+
+    def reader() -> None:
+        with gate.reading():
+            outer_open.set()
+            while not gate._growing:  # the grower now waits for this read to end
+                time.sleep(0.001)
+            with gate.reading():  # must not wait for the grower: it waits for us
+                nested.set()
+            release.wait(LONG)
+
+    def grower() -> None:
+        outer_open.wait(LONG)
+        with gate.exclusive():
+            grown.set()
+
+    threads = [threading.Thread(target=reader, daemon=True),
+               threading.Thread(target=grower, daemon=True)]
+    for thread in threads:
+        thread.start()
+    assert nested.wait(LONG), "the nested read waited for the grower: a deadlock"
+    assert not grown.is_set()  # the grower still waits for the outer read
+    release.set()
+    for thread in threads:
+        thread.join(LONG)
+    assert grown.is_set()
+
+
 class _Failing:
     """An LMDB transaction or environment whose ``method`` raises ``error``."""
 
@@ -202,6 +270,11 @@ def _scan(tables: LmdbTables) -> None:
     tables.scan(Table.RUNS, b"")
 
 
+def _count(tables: LmdbTables) -> None:
+    tables.stack[-1] = _failing(tables.stack[-1], "cursor", lmdb.Error("injected"))
+    tables.size(Table.FEED)
+
+
 def _open_a_savepoint(tables: LmdbTables) -> None:
     tables.env = _failing(tables.env, "begin", lmdb.Error("injected"))
     with tables.savepoint():
@@ -212,13 +285,14 @@ def _open_a_savepoint(tables: LmdbTables) -> None:
 @pytest.mark.parametrize(("step", "error", "said"), [
     (_read, StorageError, "lmdb failed to read sessions: injected"),
     (_scan, StorageError, "lmdb failed to scan runs: injected"),
+    (_count, StorageError, "lmdb failed to count feed: injected"),
     (_write(lmdb.Error("injected")), StorageError, "lmdb failed to write runs: injected"),
     (_write(lmdb.DiskError("injected")), StoreFull,
      "the disk holding the store is full (injected): nothing of this operation was stored; "
      "free space, then retry"),
     (_below_a_savepoint, StorageError, "lmdb failed to write below a savepoint: injected"),
     (_open_a_savepoint, StorageError, "lmdb failed to open a savepoint: injected"),
-], ids=["read", "scan", "write", "full disk", "below a savepoint", "open a savepoint"])
+], ids=["read", "scan", "count", "write", "full disk", "below a savepoint", "open a savepoint"])
 def test_an_lmdb_failure_is_a_typed_error_naming_the_step_and_the_cause(
         tmp_path: Path, step: Callable[[LmdbTables], None], error: type[StorageError],
         said: str) -> None:
