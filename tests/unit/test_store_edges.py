@@ -15,6 +15,7 @@ from typing import Any, cast
 import lmdb
 import pytest
 
+from treemail.adapters.store import lmdb_store
 from treemail.adapters.store.codec import decode, encode
 from treemail.adapters.store.lmdb_files import check_data_file
 from treemail.adapters.store.lmdb_store import LmdbStore, _ReadGate
@@ -29,6 +30,7 @@ from treemail.core.records import (
     SendResult,
 )
 from treemail.core.store import Store, WriteTxn
+from treemail.testing.store_sample import session
 
 
 def _approval(approval_id: str, size: int = 0) -> Approval:
@@ -189,6 +191,52 @@ def test_an_abort_that_fails_does_not_hide_the_work_s_error(tmp_path: Path) -> N
         store.transact(work)
     store._env = env
     store.close()
+
+
+@pytest.mark.parametrize(("failure", "error"), [
+    (lmdb.DiskError("no space"), StoreFull), (lmdb.Error("bad page"), StorageError)],
+    ids=["full disk", "other"])
+def test_a_commit_failing_before_its_commit_point_says_nothing_was_stored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: lmdb.Error,
+        error: type[StorageError]) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+
+    def refuse(txn: Any) -> None:
+        txn.abort()  # the commit point is never reached
+        raise failure
+
+    monkeypatch.setattr(lmdb_store, "_commit_durably", refuse)
+    with pytest.raises(error) as failed:
+        store.transact(lambda tx: tx.put_approval(_approval("a1")))
+    monkeypatch.undo()
+    path = str(tmp_path / "db")
+    assert type(failed.value) is error
+    if error is StoreFull:
+        assert failed.value.message == (
+            "the disk holding the store is full (no space): nothing of this operation was "
+            "stored; free space, then retry")
+    else:
+        assert failed.value.message == (
+            f"the store at {path!r} failed to commit (bad page) before the commit point: "
+            "nothing of this operation was stored; retry it")
+        assert failed.value.details == {"path": path}
+    with store.read() as txn:
+        assert list(txn.approvals()) == []
+    store.close()
+
+
+def test_an_empty_feed_ends_at_0_whatever_other_rows_the_store_holds(store: Store) -> None:
+    def no_events(tx: WriteTxn) -> int:
+        tx.put_approval(_approval("a1"))
+        tx.put_session(session("root", "root", None, 1))
+        return tx.feed_end()
+
+    assert store.transact(no_events) == 0
+    with store.read() as txn:
+        assert txn.feed_end() == 0
+    assert store.transact(lambda tx: tx.append("root", "Note", {})).seq == 1
+    with store.read() as txn:
+        assert [number for number, _ in txn.feed()] == [1]
 
 
 LONG = 30.0  # seconds: a liveness bound for a thread that must finish, never a race
