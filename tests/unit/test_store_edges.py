@@ -20,7 +20,13 @@ from treemail.adapters.store.codec import decode, encode
 from treemail.adapters.store.lmdb_files import check_data_file
 from treemail.adapters.store.lmdb_store import LmdbStore, _ReadGate
 from treemail.adapters.store.lmdb_txn import LmdbTables, LmdbTxn
-from treemail.core.errors import StorageError, StoreDamaged, StoreFull, StoreLocked
+from treemail.core.errors import (
+    OutcomeUnknown,
+    StorageError,
+    StoreDamaged,
+    StoreFull,
+    StoreLocked,
+)
 from treemail.core.keys import CounterName, Table
 from treemail.core.records import (
     Approval,
@@ -222,6 +228,27 @@ def test_a_commit_failing_before_its_commit_point_says_nothing_was_stored(
         assert failed.value.details == {"path": path}
     with store.read() as txn:
         assert list(txn.approvals()) == []
+    store.close()
+
+
+def test_a_commit_failing_after_its_commit_point_is_an_unknown_outcome_naming_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    real = lmdb_store._commit_durably
+
+    def commit_then_fail(txn: Any) -> None:
+        real(txn)
+        raise lmdb.Error("sync failed")
+
+    monkeypatch.setattr(lmdb_store, "_commit_durably", commit_then_fail)
+    with pytest.raises(OutcomeUnknown) as failed:
+        store.transact(lambda tx: tx.put_approval(_approval("a1")))
+    monkeypatch.undo()
+    path = str(tmp_path / "db")
+    assert failed.value.message.startswith(
+        f"the store at {path!r} failed after the commit point (sync failed): the operation "
+        "may or may not be stored.")
+    assert failed.value.details == {"path": path}
     store.close()
 
 
