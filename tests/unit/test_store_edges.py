@@ -181,14 +181,14 @@ def test_an_abort_that_fails_does_not_hide_the_work_s_error(tmp_path: Path) -> N
     store = LmdbStore.open(tmp_path / "db", sync=False)
     env = store._env
 
-    class _Env:  # its write transactions fail to abort, as one LMDB already invalidated does
+    class _Aborting:  # its write transactions fail to abort, as one LMDB already invalidated does
         def __getattr__(self, name: str) -> Any:
             return getattr(env, name)
 
         def begin(self, **options: Any) -> Any:
             return _failing(env.begin(**options), "abort", lmdb.Error("invalidated"))
 
-    store._env = cast(lmdb.Environment, _Env())
+    store._env = cast(lmdb.Environment, _Aborting())
 
     def work(tx: WriteTxn) -> None:
         raise _Undone("the work's own error")
@@ -264,6 +264,49 @@ def test_an_empty_feed_ends_at_0_whatever_other_rows_the_store_holds(store: Stor
     assert store.transact(lambda tx: tx.append("root", "Note", {})).seq == 1
     with store.read() as txn:
         assert [number for number, _ in txn.feed()] == [1]
+
+
+class _Env:
+    """An LMDB environment whose ``method`` raises the next of ``errors`` on each call, then
+    behaves (as LMDB does when another process grew the map: the first begin says so)."""
+
+    def __init__(self, env: lmdb.Environment, method: str, *errors: lmdb.Error) -> None:
+        self._env, self._method, self._errors = env, method, list(errors)
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._env, name)
+        if name != self._method:
+            return real
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._errors:
+                raise self._errors.pop(0)
+            return real(*args, **kwargs)
+
+        return call
+
+
+@pytest.mark.parametrize(("method", "errors", "said"), [
+    ("begin", (lmdb.MapResizedError("grown"), lmdb.Error("injected")),
+     "lmdb failed to begin a read transaction: injected"),
+    ("set_mapsize", (lmdb.Error("injected"),), "lmdb failed to grow the map: injected"),
+], ids=["read after the map grew", "growing the map"])
+def test_an_lmdb_failure_of_the_environment_is_a_typed_error_naming_the_step(
+        tmp_path: Path, method: str, errors: tuple[lmdb.Error, ...], said: str) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False, map_size=1 << 16,
+                           max_map_size=1 << 26)
+    env = store._env
+    store._env = cast(lmdb.Environment, _Env(env, method, *errors))
+    with pytest.raises(StorageError) as failed:
+        if method == "begin":
+            with store.read():
+                pass
+        else:
+            store.transact(_fill)  # more than the map holds: it must grow
+    store._env = env
+    store.close()
+    assert type(failed.value) is StorageError
+    assert failed.value.message == said
 
 
 LONG = 30.0  # seconds: a liveness bound for a thread that must finish, never a race
