@@ -245,9 +245,10 @@ def test_a_commit_failing_after_its_commit_point_is_an_unknown_outcome_naming_th
         store.transact(lambda tx: tx.put_approval(_approval("a1")))
     monkeypatch.undo()
     path = str(tmp_path / "db")
-    assert failed.value.message.startswith(
+    assert failed.value.message == (
         f"the store at {path!r} failed after the commit point (sync failed): the operation "
-        "may or may not be stored.")
+        "may or may not be stored. Retry the same tool call with the same tool-call id: a "
+        "stored send is answered with its original result.")
     assert failed.value.details == {"path": path}
     store.close()
 
