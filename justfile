@@ -87,8 +87,10 @@ bench *ARGS:
 
 # Mutation testing with mutmut (fresh run, one worker): survivors and kill rate, of PACKAGE:
 # core (treemail/core, the settings in pyproject.toml [tool.mutmut]), store (the LMDB store,
-# adapters/store/lmdb_*) or writer (adapters/runtime/writer.py), each judged by the fast tests
-# of its own (tools/mutate/run.py names them); GLOBS (mutant names) narrow it to part of the
-# package. Assumes the dev extras. Results: docs/mutation.md.
+# adapters/store/lmdb_*, codec, durability, verify) or writer (adapters/runtime/writer.py),
+# each judged by the fast tests of its own (tools/mutate/run.py names them), each test of an
+# adapter's run bounded by a deadline (tools/mutate/deadline.py: TREEMAIL_MUTATE_DEADLINE
+# seconds, 10 by default); GLOBS (mutant names) narrow it to part of the package. Assumes the
+# dev extras. Results: docs/mutation.md.
 mutate PACKAGE="core" *GLOBS:
     {{python}} tools/mutate/run.py {{PACKAGE}} {{GLOBS}}

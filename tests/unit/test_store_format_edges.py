@@ -1,6 +1,8 @@
 """The LMDB store's refusals name the store: a store of a format this treemail does not know
 (a newer one) is refused to readers and writers alike, and an older one to a reader, each
-with the store's path in the message and in the error's details."""
+with the store's path in the message and in the error's details. And the corners of the
+upgrade: an LMDB directory with no treemail tables, an empty store from before checksums,
+format 2 sessions with only half of a tally, and a damaged format 2 row."""
 
 from __future__ import annotations
 
@@ -9,10 +11,12 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from tests.unit.test_store_format import as_format_2
-from tests.unit.test_verify import made
+from tests.unit.test_store_format import as_format_2, databases
+from tests.unit.test_verify import contents, made
+from treemail.adapters.store.codec import encode
 from treemail.adapters.store.lmdb_store import LmdbStore
-from treemail.core.errors import StoreFormatUnknown
+from treemail.core.errors import StoreDamaged, StoreFormatUnknown
+from treemail.core.keys import Table, Tally
 
 
 def _mark(directory: Path, marker: bytes) -> None:
@@ -45,3 +49,83 @@ def test_an_older_format_is_refused_to_a_reader_naming_the_store(tmp_path: Path)
         "b'treemail-store 2', older than this treemail's b'treemail-store 4'; open it once for "
         "writing (any treemail command that runs it) to upgrade it in place")
     assert refused.value.details["path"] == str(directory)
+
+
+def test_an_lmdb_directory_without_treemail_tables_is_refused_to_a_reader(
+        tmp_path: Path) -> None:
+    # LMDB's own files, made by another program (or a writer stopped before its first
+    # commit), with no marker and nothing in them: not a store of an older format to upgrade.
+    lmdb.open(str(tmp_path / "s")).close()
+    with pytest.raises(StoreDamaged) as refused:
+        LmdbStore.open(tmp_path / "s", readonly=True)
+    assert "not a treemail store" in str(refused.value)
+    assert refused.value.details["path"] == str(tmp_path / "s")
+
+
+def test_an_empty_pre_checksum_store_is_opened_by_a_writer_as_a_new_one(
+        tmp_path: Path) -> None:
+    # Every table's database and the last_seq table made, nothing in them, no marker.
+    directory = tmp_path / "s"
+    env = lmdb.open(str(directory), max_dbs=16)
+    for name in [*(table.encode() for table in Table), b"last_seq"]:
+        env.open_db(name)
+    env.close()
+    store = LmdbStore.open(directory, sync=False)
+    assert store.transact(lambda tx: tx.append("s", "Note", {})).seq == 1
+    store.close()
+    assert not {table.encode() for table in Table} & databases(directory)
+    rows = contents(directory)  # a reader opens it: the marker was written
+    assert {table: len(found) for table, found in rows.items() if found} == {
+        Table.EVENTS: 1, Table.TALLY: 1, Table.FEED: 1}
+
+
+def _rows_of(directory: Path, name: bytes) -> dict[bytes, bytes]:
+    env = lmdb.open(str(directory), max_dbs=16, readonly=True)
+    with env.begin() as tx:
+        rows = {bytes(k): bytes(v) for k, v in tx.cursor(db=env.open_db(name, txn=tx))}
+    env.close()
+    return rows
+
+
+def _set_rows(directory: Path, name: bytes, rows: dict[bytes, bytes | None]) -> None:
+    env = lmdb.open(str(directory), max_dbs=16)
+    with env.begin(write=True) as tx:
+        db = env.open_db(name, txn=tx)
+        for key, raw in rows.items():
+            if raw is None:
+                tx.delete(key, db=db)
+            else:
+                tx.put(key, raw, db=db)
+    env.close()
+
+
+def test_format_2_owners_with_only_counters_or_only_a_last_seq_get_whole_tally_rows(
+        tmp_path: Path) -> None:
+    # Format 2 kept a session's last event seq and its tallied counters in separate rows;
+    # the upgrade must keep a session that had only one of the two, the other part empty.
+    directory = made(tmp_path / "s")
+    before = contents(directory)[Table.TALLY]
+    with_counters = next(key for key, tally in before.items() if tally.counters)
+    as_format_2(directory)
+    counters_only = with_counters
+    last_seq_only = b"a-session-with-events-but-no-mail"
+    _set_rows(directory, b"last_seq", {counters_only: None,
+                                       last_seq_only: encode(7, last_seq_only)})
+    LmdbStore.open(directory).close()
+    after = contents(directory)[Table.TALLY]
+    assert after[counters_only] == Tally(0, before[counters_only].counters)
+    assert after[last_seq_only] == Tally(7, {})
+    assert {key: after[key] for key in before if key != counters_only} == {
+        key: tally for key, tally in before.items() if key != counters_only}
+    assert databases(directory) == {b"meta", b"rows"}
+
+
+def test_a_damaged_format_2_last_seq_row_is_named_by_its_table_and_key(tmp_path: Path) -> None:
+    directory = made(tmp_path / "s")
+    as_format_2(directory)
+    key = next(iter(_rows_of(directory, b"last_seq")))
+    _set_rows(directory, b"last_seq", {key: b"3\x00\x00\x00\x00"})  # a wrong checksum
+    with pytest.raises(StoreDamaged) as refused:
+        LmdbStore.open(directory)
+    assert refused.value.details == {"db": "last_seq", "key": key}
+    assert f"in database 'last_seq' at key {key!r}" in str(refused.value)

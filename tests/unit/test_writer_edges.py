@@ -1,8 +1,9 @@
 """The writer's edges: its settings refused out of range, keyword arguments passed through,
 the after-call cue (``on_call``, skipped by ``quiet``), the commit count, a call after close
-refused, a thread that never holds the interpreter open, and a close taken by a batch (a
+refused, a thread that never holds the interpreter open, a close taken by a batch (a
 close queued while a batch still takes calls ends that batch and stops the thread once the
-calls queued before it are answered)."""
+calls queued before it are answered), batches of at most ``max_batch`` calls, and a caller
+cancelled inside a batch that leaves the rest of the batch answered."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from tests.unit.test_group_commit import _call, _setup
 from treemail.adapters.runtime.writer import Writer
+from treemail.core.engine import Engine
 from treemail.core.store import Store
 
 LONG = 30.0  # seconds: a liveness bound for a thread that must stop, never a race
@@ -117,11 +119,14 @@ def test_without_a_group_each_call_runs_alone_and_is_answered(store: Store) -> N
     assert [engine.message(mid).body for mid in sent] == ["b0", "b1", "b2"]
 
 
-def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store) -> None:
-    """A call that found the writer open just as another thread closed it is queued behind
-    the close: the thread runs it before it stops instead of leaving it unanswered."""
+def _beside_the_close(store: Store, *, cancel: bool) -> tuple[Engine, str, int, str | None]:
+    """A call that found the writer open just as another thread closed it, queued behind the
+    close; with ``cancel`` its caller gives up while it still waits. Then the writer drains
+    and stops. The engine, the recipient, its pending mail before, and the call's message id
+    (None when cancelled)."""
     _, engine, root, (ctx,) = _setup(store)
     writer = Writer()
+    before = len(engine.pending(root))
     started, gate = threading.Event(), threading.Event()
     closer = threading.Thread(target=writer.close)
 
@@ -129,7 +134,7 @@ def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store)
         started.set()
         gate.wait(LONG)
 
-    async def main() -> str:
+    async def main() -> str | None:
         first = asyncio.ensure_future(writer(hold))
         await _until(started, writer, 0)
         closer.start()
@@ -138,11 +143,76 @@ def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store)
         late = asyncio.ensure_future(writer(engine.send_message, ctx, {"to": root,
                                                                         "body": "late"}))
         await _until(None, writer, 2)  # queued behind the close
+        if cancel:
+            late.cancel()
+            await asyncio.gather(late, return_exceptions=True)
         gate.set()
         await first
-        return (await asyncio.wait_for(late, LONG)).message_id
+        return None if cancel else (await asyncio.wait_for(late, LONG)).message_id
 
     sent = asyncio.run(main())
     closer.join(LONG)
-    assert not closer.is_alive()
-    assert engine.message(sent).body == "late"
+    assert not closer.is_alive(), "the writer thread never stopped after the close"
+    return engine, root, before, sent
+
+
+def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store) -> None:
+    """A call that found the writer open just as another thread closed it is queued behind
+    the close: the thread runs it before it stops instead of leaving it unanswered."""
+    engine, _, _, sent = _beside_the_close(store, cancel=False)
+    assert sent is not None and engine.message(sent).body == "late"
+
+
+def test_a_call_beside_the_close_whose_caller_was_cancelled_never_runs(store: Store) -> None:
+    engine, root, before, _ = _beside_the_close(store, cancel=True)
+    assert len(engine.pending(root)) == before
+
+
+def test_a_batch_holds_at_most_max_batch_calls(store: Store) -> None:
+    group, _, _, _ = _setup(store)
+    writer = Writer(group=group, max_batch=4, max_wait=60)  # only the count ends a batch
+    started, gate = threading.Event(), threading.Event()
+
+    def hold() -> int:
+        started.set()
+        gate.wait(LONG)
+        return writer.batches
+
+    async def main() -> list[int]:
+        first = asyncio.ensure_future(writer(hold))
+        # Each call answers the number of commits before its own: its batch's index.
+        rest = [asyncio.ensure_future(writer(lambda: writer.batches)) for _ in range(16)]
+        await _until(started, writer, 16)  # all queued behind the held call
+        gate.set()
+        return list(await asyncio.wait_for(asyncio.gather(first, *rest), LONG))
+
+    batch_of = asyncio.run(main())
+    writer.close()
+    assert [batch_of.count(n) for n in range(max(batch_of) + 1)] == [4, 4, 4, 4, 1]
+
+
+def test_a_caller_cancelled_in_a_batch_leaves_the_others_of_its_batch_answered(
+        store: Store) -> None:
+    group, engine, root, (ctx,) = _setup(store)
+    writer = Writer(group=group, max_wait=60)  # the held call's batch takes the two behind it
+    started, gate = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        gate.wait(LONG)
+
+    async def main() -> list[str]:
+        first = asyncio.ensure_future(writer(hold))
+        rest = [asyncio.ensure_future(writer(engine.send_message, _call(ctx, n),
+                                             {"to": root, "body": f"b{n}"})) for n in range(2)]
+        await _until(started, writer, 2)
+        first.cancel()  # while its call runs: the batch goes on, its answer is dropped
+        await asyncio.gather(first, return_exceptions=True)
+        gate.set()
+        sent = await asyncio.wait_for(asyncio.gather(*rest), LONG)
+        return [result.message_id for result in sent]
+
+    sent = asyncio.run(main())
+    writer.close()
+    assert writer.batches == 1
+    assert [engine.message(mid).body for mid in sent] == ["b0", "b1"]

@@ -11,6 +11,10 @@ the core's.
 Usage: python tools/mutate/run.py [PACKAGE [MUTANT_GLOB ...]]   (PACKAGE: core, store, writer)
 The globs (mutmut's mutant names, e.g. ``treemail.adapters.store.lmdb_format*``) narrow a run
 to part of the package.
+
+In a package's copy each test has a deadline (``deadline.py``): a mutant that leaves a test
+waiting for ever (a stopped writer thread, a stranded batch) is a timeout within seconds
+instead of mutmut's own bound of minutes.
 """
 
 from __future__ import annotations
@@ -31,13 +35,15 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES: dict[str, tuple[list[str], list[str], str]] = {
     "core": (["treemail/core/*"], ["tests/unit", "--ignore=tests/unit/test_spec.py"], "memory"),
     # The LMDB store: its files (layout, lock, geometry), its record format, its transactions
-    # and the store itself, judged by the store contract and the store's own tests on LMDB.
-    "store": (["treemail/adapters/store/lmdb_*"],
+    # and the store itself, the codec (checksums), the durability modes and verify, judged by
+    # the store contract, the store's own tests and group commit's savepoints on LMDB.
+    "store": (["treemail/adapters/store/lmdb_*", "treemail/adapters/store/codec.py",
+               "treemail/adapters/store/durability.py", "treemail/adapters/store/verify.py"],
               [f"tests/unit/{name}" for name in (
                   "test_store_contract.py", "test_store_files.py", "test_store_format.py",
-                  "test_store_format_edges.py",
+                  "test_store_format_edges.py", "test_store_edges.py", "test_codec.py",
                   "test_store_reads.py", "test_checksum_reads.py", "test_verify.py",
-                  "test_full_disk.py", "test_durability.py")], "lmdb"),
+                  "test_full_disk.py", "test_durability.py", "test_group_commit.py")], "lmdb"),
     # The runtime's single writer: group commit, hand-off, back-pressure.
     "writer": (["treemail/adapters/runtime/writer.py"],
                [f"tests/unit/{name}" for name in (
@@ -46,15 +52,24 @@ PACKAGES: dict[str, tuple[list[str], list[str], str]] = {
                "memory,lmdb"),
 }
 
+# The pytest plugin that ends a test stuck past its deadline as a timeout (deadline.py).
+DEADLINE_PLUGIN = "mutate_deadline"
+
 
 def _settings(only: list[str], tests: list[str]) -> str:
-    """The project's pyproject.toml with its [tool.mutmut] table pointed at one package."""
+    """The project's pyproject.toml with its [tool.mutmut] table pointed at one package, and
+    each test bounded by ``deadline.py`` (copied beside the tests as ``mutate_deadline``)."""
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    text = re.sub(r"^only_mutate = .*$", f"only_mutate = {json.dumps(only)}", text,
-                  count=1, flags=re.M)
-    return re.sub(r"^pytest_add_cli_args_test_selection = .*$",
-                  f"pytest_add_cli_args_test_selection = {json.dumps(tests)}", text,
-                  count=1, flags=re.M)
+    for name, value in (("only_mutate", only),
+                        ("pytest_add_cli_args_test_selection", tests),
+                        ("also_copy", ["spec/", "README.md", f"{DEADLINE_PLUGIN}.py"]),
+                        ("pytest_add_cli_args", ["-p", "no:cacheprovider",
+                                                 "-p", DEADLINE_PLUGIN])):
+        text, found = re.subn(rf"^{name} = .*$", f"{name} = {json.dumps(value)}", text,
+                              count=1, flags=re.M)
+        if not found:
+            raise SystemExit(f"just mutate: pyproject.toml's [tool.mutmut] has no {name}")
+    return text
 
 
 def _workdir(package: str) -> Path:
@@ -69,6 +84,7 @@ def _workdir(package: str) -> Path:
         shutil.copytree(ROOT / name, work / name,
                         ignore=shutil.ignore_patterns("__pycache__", "*.lmdb", "node_modules"))
     shutil.copy(ROOT / "README.md", work / "README.md")
+    shutil.copy(Path(__file__).with_name("deadline.py"), work / f"{DEADLINE_PLUGIN}.py")
     (work / "pyproject.toml").write_text(_settings(only, tests), encoding="utf-8")
     return work
 
@@ -94,6 +110,10 @@ def main(package: str = "core", *globs: str) -> int:
           f"skipped {s['skipped']}, segfault {s['segfault']}")
     print(f"{package}: kill rate {caught / max(s['total'], 1):.1%} ((killed + timeout) / total) "
           f"in {time.monotonic() - start:.0f}s")
+    expired = work / "mutants" / "deadline.log"
+    if expired.exists():  # which test each deadline timeout stopped at (deadline.py)
+        print(f"{package}: tests stopped at their deadline (mutant, test):")
+        print(expired.read_text(encoding="utf-8"), end="")
     return 0
 
 
