@@ -168,12 +168,8 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
     for message in messages:
         n(message.message_id)
 
-    def body(text: str) -> str:  # a delegation result names its child by handle
-        if "_" not in text:  # every handle is "<agent>_<hex>" (make_handle): none is here
-            return text
-        for handle, name in handles:
-            text = text.replace(handle, name)
-        return text
+    def body(text: str) -> str:
+        return _renamed(text, handles)
 
     def path(text: str) -> tuple[Any, ...]:  # grant subjects and approval ids: "sid/rid/call"
         return tuple(names.get(part, part) for part in text.split("/"))
@@ -201,6 +197,16 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
     )
     # States as plain strings: an enum member's repr is slow, and a state's name is its value.
     return hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
+
+
+def _renamed(text: str, handles: list[tuple[str, str]]) -> str:
+    """A body with each handle in it replaced by its session's new name (a delegation result
+    names its child by handle)."""
+    if "_" not in text:  # every handle is "<agent>_<hex>" (make_handle): none is here
+        return text
+    for handle, name in handles:
+        text = text.replace(handle, name)
+    return text
 
 
 # -- the search ---------------------------------------------------------------------------------
