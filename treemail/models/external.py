@@ -9,15 +9,17 @@ model, all or nothing, built from the model's own steps.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from treemail.core import errors
 from treemail.core.lifecycle import MessageState, RunState, RunTrigger, SessionState, SessionTrigger
 from treemail.core.records import AgentSpec
 from treemail.models.world import RunRecord, SessionRecord
 
-if TYPE_CHECKING:
-    from treemail.models.reference import Delivered, Reference
+# The reference model these read and step (``Reference``; not imported: it imports this),
+# and the request its check_mail opens (``reference.Delivered``).
+Reference = Any
+Delivered = tuple[str, str, tuple[tuple[str, Any, str], ...]]
 
 __all__ = ["attach", "check", "settle", "turn_run"]
 
@@ -26,11 +28,12 @@ def attach(model: Reference, parent_id: str, agent: AgentSpec) -> str:
     """An external child: no task, no actor; its client's calls are its boundaries."""
 
     def work() -> str:
-        child = model._new_session(agent, model._session(parent_id), False)
+        child: SessionRecord = model._new_session(agent, model._session(parent_id), False)
         child.external = True
         return child.session_id
 
-    return model._atomic(work)
+    attached: str = model._atomic(work)
+    return attached
 
 
 def check(model: Reference, session_id: str) -> Delivered | None:
@@ -50,9 +53,11 @@ def check(model: Reference, session_id: str) -> Delivered | None:
         if running is not None:
             model._end(session, running, RunTrigger.FINISH)
         model._reconcile(session_id)
-        return model._begin(session_id, model._start(session_id))
+        delivered: Delivered = model._begin(session_id, model._start(session_id))
+        return delivered
 
-    return model._atomic(work)
+    checked: Delivered | None = model._atomic(work)
+    return checked
 
 
 def settle(model: Reference, session_id: str, run_id: str, request_id: str,
@@ -80,13 +85,15 @@ def turn_run(model: Reference, session_id: str) -> str:
                             model.world.next_run_number(session_id))
             model.world.runs[run.run_id] = run
             model._step_session(session, SessionTrigger.ENQUEUE, run)
-        return model._start(session_id)
+        started: str = model._start(session_id)
+        return started
 
-    return model._atomic(work)
+    turn: str = model._atomic(work)
+    return turn
 
 
 def _external(model: Reference, session_id: str) -> SessionRecord:
-    session = model._session(session_id)
+    session: SessionRecord = model._session(session_id)
     if not session.external:
         raise errors.ExternalOnly(f"session {session_id} is hosted, not external")
     return session
