@@ -41,6 +41,7 @@ from treemail.core.transitions import (
     accept,
     admit_accepted,
     bound_to,
+    evolve,
     step_message,
     step_run,
     step_session,
@@ -148,7 +149,7 @@ def start(tx: WriteTxn, session_id: str) -> Run:
     run = step_run(tx, need_run(tx, session.run_id), RunTrigger.START)
     step_session(tx, session, SessionTrigger.START, run)
     for message in list(bound_to(tx, session_id, None)):
-        tx.put_message(attrs.evolve(message, run_id=run.run_id))
+        tx.put_message(evolve(message, run_id=run.run_id))
     return run
 
 
@@ -211,7 +212,7 @@ def _step_request(
     """Step the run's request through ``REQUEST``; ``request_id`` names a request it opens."""
     target = REQUEST.step(f"run {run.run_id}", run.request_state, trigger)
     opened = request_id if target is RequestState.REQUEST_OPEN else None
-    updated = attrs.evolve(run, open_request=opened, **changes)
+    updated = evolve(run, open_request=opened, **changes)
     tx.put_run(updated)
     return updated
 
@@ -276,7 +277,7 @@ def _close(tx: WriteTxn, session: Session, run: Run, trigger: RunTrigger, reason
     step_run(tx, run, trigger)
     # Mail bound to this run but never claimed in it waits for the next run.
     for message in list(bound_to(tx, session.session_id, run.run_id)):
-        tx.put_message(attrs.evolve(message, run_id=None))
+        tx.put_message(evolve(message, run_id=None))
 
 
 def complete_delegation(tx: WriteTxn, ids: IdSource, child: Session, result: str) -> bool:

@@ -61,11 +61,15 @@ from treemail.models.coverage import REPLAY, Coverage, boundary_step, guard_of, 
 from treemail.models.explore import (
     Action,
     Bounds,
+    Move,
     alphabet,
+    drain_move,
     drain_step,
     ended_run,
+    labelled,
     outcome,
     perform,
+    perform_move,
 )
 from treemail.models.invariants import (
     INVARIANTS,
@@ -164,10 +168,8 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
     for message in messages:
         n(message.message_id)
 
-    def body(text: str) -> str:  # a delegation result names its child by handle
-        for handle, name in handles:
-            text = text.replace(handle, name)
-        return text
+    def body(text: str) -> str:
+        return _renamed(text, handles)
 
     def path(text: str) -> tuple[Any, ...]:  # grant subjects and approval ids: "sid/rid/call"
         return tuple(names.get(part, part) for part in text.split("/"))
@@ -195,6 +197,16 @@ def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
     )
     # States as plain strings: an enum member's repr is slow, and a state's name is its value.
     return hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
+
+
+def _renamed(text: str, handles: list[tuple[str, str]]) -> str:
+    """A body with each handle in it replaced by its session's new name (a delegation result
+    names its child by handle)."""
+    if "_" not in text:  # every handle is "<agent>_<hex>" (make_handle): none is here
+        return text
+    for handle, name in handles:
+        text = text.replace(handle, name)
+    return text
 
 
 # -- the search ---------------------------------------------------------------------------------
@@ -284,8 +296,10 @@ class Checker:
                 return child, ("AGREE", f"{action.kind} answered differently\n"
                                         f"    engine: {got!r}\n    model:  {want!r}"), False
             self._count(action, want)
-            pending = pending_mail(tx)  # both recount it
-            failure = (agreement(tx, ids, model, pending) or limits(tx, self.config, pending)
+            sessions = list(tx.sessions())  # read once for the checks that all list them
+            pending = pending_mail(tx, sessions)  # both recount it
+            failure = (agreement(tx, ids, model, pending, sessions)
+                       or limits(tx, self.config, pending, sessions)
                        or mail_shape(tx, model.world, self.config)
                        or log_follows(tx, node.model.world, model.world, [e for _, e in events])
                        or (recovered(tx) if action.kind == "restart" else None))
@@ -327,27 +341,26 @@ class Checker:
         measured, that saved a fifth of the steps at five times their cost; and only one in
         twenty states at the depth cap drains, in one step, into an explored state.)"""
         _, store, ids = clone(node, with_model=False)
-        engine, steps = Engine(store, ids, node.config), list[Action]()
+        engine, steps = Engine(store, ids, node.config), list[Move]()
         for _ in range(DRAIN_LIMIT):
             with store.read() as tx:
-                action = drain_step(tx)
-            if action is None:
-                with store.read() as tx:
+                move = drain_move(tx)
+                if move is None:
                     failure = settled(tx, node.ledger)
-                return None if failure is None else self._drained(node, steps, *failure)
-            got = outcome(lambda: perform(action, engine))  # noqa: B023 - called at once
-            steps.append(action)
+                    return None if failure is None else self._drained(node, steps, *failure)
+            got = outcome(lambda: perform_move(move, engine))  # noqa: B023 - called at once
+            steps.append(move)
             self.drain_steps += 1
             if got[0] != "ok":
                 return self._drained(node, steps, "INV7", f"the drain was refused: {got!r}")
         return self._drained(node, steps, "INV7", f"no quiet state after {DRAIN_LIMIT} drain "
                                                   "steps")
 
-    def _drained(self, node: Node, steps: list[Action], invariant: str, detail: str
+    def _drained(self, node: Node, steps: list[Move], invariant: str, detail: str
                  ) -> Counterexample:
         """A drain's failure, with the trace to ``node`` and the drain's steps after it (the
-        trace is built only here: nearly every drain passes)."""
-        drained = tuple(f"{action.label}   [drain]" for action in steps)
+        trace and the steps' labels are built only here: nearly every drain passes)."""
+        drained = tuple(f"{labelled(move).label}   [drain]" for move in steps)
         return Counterexample(invariant, detail, (*self.path(node), *drained))
 
     def successors(self, node: Node, found: Callable[[Node, Action, int], None]

@@ -123,12 +123,16 @@ class Coverage:
 
 @contextmanager
 def recording(into: Coverage) -> Iterator[None]:
-    """Note every lifecycle step the engine takes while the block runs."""
+    """Note every lifecycle step the engine takes while the block runs. The steps are noted
+    as they come (the machine and the enum members: the checker takes millions of steps, and
+    a member's ``str`` costs more than the note) and named once, when the block ends."""
     original = Lifecycle.step
+    taken: set[tuple[str, Any, Any]] = set()
+    note = taken.add
 
     def step(self: Lifecycle[Any, Any], subject: str, state: Any, trigger: Any) -> Any:
         target = original(self, subject, state, trigger)  # raises on an illegal step: not noted
-        into.transitions.add((self.name, str(state), str(trigger)))
+        note((self.name, state, trigger))
         return target
 
     Lifecycle.step = step  # type: ignore[method-assign]
@@ -136,3 +140,4 @@ def recording(into: Coverage) -> Iterator[None]:
         yield
     finally:
         Lifecycle.step = original  # type: ignore[method-assign]
+        into.transitions |= {(name, str(state), str(trigger)) for name, state, trigger in taken}

@@ -39,10 +39,13 @@ __all__ = [
     "Action",
     "Bounds",
     "alphabet",
+    "drain_move",
     "drain_step",
     "ended_run",
+    "labelled",
     "outcome",
     "perform",
+    "perform_move",
     "short",
 ]
 
@@ -527,6 +530,9 @@ def _send_action(ctx: ToolContext, arguments: Mapping[str, str], what: str) -> A
     return Action("send_message", (ctx, dict(arguments), True), f"{label} {what})")
 
 
+Move = tuple[str, tuple[Any, ...]]  # an action's kind and arguments, without its label
+
+
 def drain_step(tx: ReadTxn) -> Action | None:
     """The next step of a drain of the engine's store (no sends, no discards), or None once
     every session is quiet and holds no mail: the last created busy session starts, commits
@@ -534,28 +540,59 @@ def drain_step(tx: ReadTxn) -> Action | None:
     parents, so a child's result is in its parent's mail before the parent's run takes it:
     the parent runs once, not once more per result (a quarter fewer drain steps than
     parents first)."""
+    move = drain_move(tx)
+    return None if move is None else labelled(move)
+
+
+def drain_move(tx: ReadTxn) -> Move | None:
+    """``drain_step`` without the label: a drain takes millions of steps, and only a failed
+    one is ever printed (``labelled`` names it then)."""
     sessions = list(tx.sessions())
     for session in reversed(sessions):
         # The state first: most sessions are at rest, and then their run is not read.
-        if session.state not in (SessionState.QUEUED, SessionState.RUNNING):
+        if session.state not in _BUSY:
             continue
         sid, rid = session.session_id, session.run_id
         run = tx.run(rid) if rid is not None else None
         if run is None:
             continue
-        at = f"{short(sid)}, run {short(rid)}"
         if session.state == SessionState.QUEUED:
-            return Action("start_run", (sid,), f"start_run({short(sid)})")
+            return "start_run", (sid,)
         if run.open_request is not None:
-            return Action("commit_request", (sid, rid, run.open_request),
-                          f"commit_request({at}, request {short(run.open_request)})")
-        if any(m.state in (MessageState.ADMITTED, MessageState.RELEASED) and m.run_id == rid
-               for m in tx.pending(sid)):
-            return Action("begin_request", (sid, rid), f"begin_request({at})")
-        return Action("finish_run", (sid, rid), f"finish_run({at}, result)")
+            return "commit_request", (sid, rid, run.open_request)
+        for m in tx.pending(sid):
+            if m.run_id == rid and m.state in _CLAIMABLE:
+                return "begin_request", (sid, rid)
+        return "finish_run", (sid, rid)
     # Nothing runs. A session a give-up left idle keeps its mail until new input wakes it:
     # it is given some, as a user would (the same action the search offers it).
     for session in sessions:
         if next(iter(tx.pending(session.session_id)), None) is not None:
-            return _accept(session)
+            return "accept", (session.session_id, _owner(session))
     return None
+
+
+_BUSY = (SessionState.QUEUED, SessionState.RUNNING)
+_CLAIMABLE = (MessageState.ADMITTED, MessageState.RELEASED)
+
+
+def labelled(move: Move) -> Action:
+    """A drain's move as the action the search offers, with that action's label."""
+    kind, args = move
+    if kind == "accept":
+        sid, owner = args
+        return Action(kind, args, f"accept({owner.value} mail -> {short(sid)})")
+    if kind == "start_run":
+        return Action(kind, args, f"start_run({short(args[0])})")
+    at = f"{short(args[0])}, run {short(args[1])}"
+    if kind == "commit_request":
+        return Action(kind, args, f"commit_request({at}, request {short(args[2])})")
+    if kind == "begin_request":
+        return Action(kind, args, f"begin_request({at})")
+    return Action(kind, args, f"finish_run({at}, result)")
+
+
+def perform_move(move: Move, target: Engine | Reference) -> Any:
+    """``perform`` of a move."""
+    kind, args = move
+    return _CALLS[kind](target, *args)

@@ -13,6 +13,7 @@ in the spec: it is how the model serves as the oracle). Every check returns ``No
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
@@ -32,7 +33,7 @@ from treemail.core.events import (
 from treemail.core.ids import CountingIds
 from treemail.core.keys import inbox_counter, pair_counter
 from treemail.core.lifecycle import MessageState, MessageTrigger, RunState, SessionState
-from treemail.core.records import Event, Message, Owner
+from treemail.core.records import Event, Message, Owner, Session
 from treemail.core.results import CallOutcome
 from treemail.core.store import ReadTxn
 from treemail.models.reference import Reference
@@ -116,39 +117,61 @@ _SESSION, _RUN, _MESSAGE = attrgetter(*SESSION), attrgetter(*RUN), attrgetter(*M
 Pending = Mapping[str, list[Message]]  # the engine's pending mail by recipient
 
 
-def pending_mail(tx: ReadTxn) -> Pending:
-    """Every session's pending mail, read once for the checks that recount it."""
-    return {s.session_id: list(tx.pending(s.session_id)) for s in tx.sessions()}
+def pending_mail(tx: ReadTxn, sessions: Iterable[Session] | None = None) -> Pending:
+    """Every session's pending mail, read once for the checks that recount it (``sessions``:
+    the store's sessions, when the caller has read them already)."""
+    return {s.session_id: list(tx.pending(s.session_id))
+            for s in (sessions if sessions is not None else tx.sessions())}
 
 
 def agreement(tx: ReadTxn, engine_ids: CountingIds, model: Reference,
-              pending: Pending | None = None) -> Failure | None:
+              pending: Pending | None = None, sessions: list[Session] | None = None
+              ) -> Failure | None:
     """Every session, run, message, pending list and approval, and the next id, alike.
     Compared as tuples of the same fields first (the checker asks after every transition,
-    and nearly always the answer is yes); rows are built only to name a difference."""
-    if _alike(tx, engine_ids, model, pending if pending is not None else pending_mail(tx)):
+    and nearly always the answer is yes); rows are built only to name a difference.
+    ``sessions``: the store's sessions in order, when the caller has read them already."""
+    sessions = sessions if sessions is not None else list(tx.sessions())
+    if _alike(tx, engine_ids, model, pending if pending is not None else
+              pending_mail(tx, sessions), sessions):
         return None
     return _difference(tx, engine_ids, model)
 
 
-def _alike(tx: ReadTxn, engine_ids: CountingIds, model: Reference, pending: Pending) -> bool:
+def _alike(tx: ReadTxn, engine_ids: CountingIds, model: Reference, pending: Pending,
+           sessions: list[Session]) -> bool:
     world = model.world
+    if engine_ids.peek() != model.ids.peek() or len(sessions) != len(world.sessions):
+        return False  # the cheapest differences first: nearly every answer is yes anyway
     runs = world.runs.values()
     engine_runs = [tx.run(rid) for rid in world.runs]
+    hops = _base_hops(world)
     messages = world.messages.values()
+    approvals = world.approvals
     return (
-        [_SESSION(s) for s in tx.sessions()] == [_SESSION(s) for s in world.sessions.values()]
+        list(map(_SESSION, sessions)) == list(map(_SESSION, world.sessions.values()))
         and all(r is not None for r in engine_runs)
         and [(_RUN(r), r.base_hop) for r in engine_runs if r is not None]
-        == [(_RUN(r), world.base_hop(r.run_id)) for r in runs]
+        == [(_RUN(r), hops.get(r.run_id, 0)) for r in runs]
         and [m and _MESSAGE(m) for m in map(tx.message, world.messages)]
-        == [_MESSAGE(m) for m in messages]
+        == list(map(_MESSAGE, messages))
         and all([m.message_id for m in pending.get(sid, ())] == mids
                 for sid, mids in _pending_lists(world).items())
-        and sorted(map(_approval, tx.approvals()), key=repr)
-        == sorted(map(_approval, world.approvals.values()), key=repr)
-        and engine_ids.peek() == model.ids.peek()
+        # Nearly always there is no approval on either side: no row is built then.
+        and (sorted(map(_approval, tx.approvals()), key=repr)
+             == sorted(map(_approval, approvals.values()), key=repr)
+             if approvals else next(tx.approvals(), None) is None)
     )
+
+
+def _base_hops(world: World) -> dict[str, int]:
+    """``World.base_hop`` of every run at once, in one pass over the mail: the highest hop
+    among the agent mail each run consumed (a run missing here consumed none: 0)."""
+    hops: dict[str, int] = {}
+    for m in world.messages.values():
+        if m.state == MessageState.CONSUMED and m.owner is Owner.AGENT and m.run_id is not None:
+            hops[m.run_id] = max(hops.get(m.run_id, 0), m.hop)
+    return hops
 
 
 def _pending_lists(world: World) -> dict[str, list[str]]:
@@ -182,10 +205,11 @@ def _difference(tx: ReadTxn, engine_ids: CountingIds, model: Reference) -> Failu
     return None
 
 
-def limits(tx: ReadTxn, config: MessagingConfig, pending_by: Pending | None = None
-           ) -> Failure | None:
-    """INV4, INV5 and INV10 on a recount of the engine's pending mail; INV14 on its claims."""
-    sessions = {s.session_id: s for s in tx.sessions()}
+def limits(tx: ReadTxn, config: MessagingConfig, pending_by: Pending | None = None,
+           listed: list[Session] | None = None) -> Failure | None:
+    """INV4, INV5 and INV10 on a recount of the engine's pending mail; INV14 on its claims.
+    ``listed``: the store's sessions, when the caller has read them already."""
+    sessions = {s.session_id: s for s in (listed if listed is not None else tx.sessions())}
     pending_by = pending_by if pending_by is not None else pending_mail(tx)
     window = config.max_inflight_per_pair
     for recipient, session in sessions.items():
@@ -195,12 +219,12 @@ def limits(tx: ReadTxn, config: MessagingConfig, pending_by: Pending | None = No
             return "INV4", f"{recipient} holds {len(agent)} pending agent messages"
         if tx.count(inbox_counter(recipient)) != len(agent):
             return "INV10", f"inbox counter of {recipient} is not {len(agent)}"
-        pairs = Counter(m.sender for m in agent)
+        pairs = Counter(m.sender for m in agent).get
         for sender in sessions:
-            pair = pairs[sender]
+            pair = pairs(sender, 0)
             if window > 0 and pair > window:
                 return "INV5", f"pair {sender} -> {recipient} holds {pair} pending messages"
-            if tx.count(pair_counter(sender, recipient)) != pair:
+            if tx.count(_pair_counter(sender, recipient)) != pair:
                 return "INV10", f"pair counter {sender} -> {recipient} is not {pair}"
         run = tx.run(session.run_id) if session.run_id is not None else None
         for m in pending:
@@ -209,6 +233,10 @@ def limits(tx: ReadTxn, config: MessagingConfig, pending_by: Pending | None = No
                     or m.request_id != run.open_request):
                 return "INV14", f"{m.message_id} is claimed outside its run's open request"
     return None
+
+
+# The counters' names, built once for each pair: the same few ids recur in every state.
+_pair_counter = functools.lru_cache(maxsize=4096)(pair_counter)
 
 
 def mail_shape(tx: ReadTxn, world: World, config: MessagingConfig) -> Failure | None:

@@ -42,7 +42,7 @@ from treemail.core.records import (
     SendResult,
     ToolContext,
 )
-from treemail.models import receipts
+from treemail.models import external, receipts
 from treemail.models.world import (
     MESSAGE_STEPS,
     REQUEST_STEPS,
@@ -341,69 +341,17 @@ class Reference:
     # -- external sessions (spec/external.md): an MCP call is the request boundary ----------
 
     def attach(self, parent_id: str, agent: AgentSpec) -> str:
-        """An external child: no task, no actor; its client's calls are its boundaries."""
-
-        def work() -> str:
-            child = self._new_session(agent, self._session(parent_id), False)
-            child.external = True
-            return child.session_id
-
-        return self._atomic(work)
+        return external.attach(self, parent_id, agent)
 
     def external_check(self, session_id: str) -> Delivered | None:
-        """check_mail: nothing deliverable, nothing changes; else the turn in flight ends and
-        a new run's request claims every deliverable message."""
-
-        def work() -> Delivered | None:
-            session = self._external(session_id)
-            run = self.world.runs[session.run_id] if session.run_id is not None else None
-            running = run if run is not None and run.status == RunState.RUNNING else None
-            if running is not None and running.open_request is not None:
-                raise errors.ExternalBusy("another call holds the session's claimed mail")
-            self._expire(session_id, self._now())
-            self._admit(session)
-            if all(m.state == MessageState.CLAIMED for m in self.world.pending_of(session_id)):
-                return None
-            if running is not None:
-                self._end(session, running, RunTrigger.FINISH)
-            self._reconcile(session_id)
-            return self._begin(session_id, self._start(session_id))
-
-        return self._atomic(work)
+        return external.check(self, session_id)
 
     def external_settle(self, session_id: str, run_id: str, request_id: str,
                         committed: bool) -> bool:
-        """The client's next call (committed) or its connection's end: False when the request
-        is no longer open (recovery released it)."""
-        session = self._session(session_id)
-        run = self.world.runs.get(run_id)
-        if (session.run_id != run_id or run is None or run.status != RunState.RUNNING
-                or run.open_request != request_id):
-            return False
-        self._atomic(lambda: self._close(session_id, run_id, request_id, committed))
-        return True
+        return external.settle(self, session_id, run_id, request_id, committed)
 
     def external_turn_run(self, session_id: str) -> str:
-        """The run a client's tool call runs as: the turn in flight, else a new one."""
-
-        def work() -> str:
-            session = self._external(session_id)
-            if session.state == SessionState.RUNNING and session.run_id is not None:
-                return session.run_id
-            if session.state != SessionState.QUEUED:
-                run = RunRecord(self.ids.new_id(), session_id,
-                                self.world.next_run_number(session_id))
-                self.world.runs[run.run_id] = run
-                self._step_session(session, SessionTrigger.ENQUEUE, run)
-            return self._start(session_id)
-
-        return self._atomic(work)
-
-    def _external(self, session_id: str) -> SessionRecord:
-        session = self._session(session_id)
-        if not session.external:
-            raise errors.ExternalOnly(f"session {session_id} is hosted, not external")
-        return session
+        return external.turn_run(self, session_id)
 
     def begin_request(self, session_id: str, run_id: str) -> Delivered:
         return self._atomic(lambda: self._begin(session_id, run_id, expire=True))
