@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -40,6 +41,20 @@ if examples := os.environ.get("TREEMAIL_EXAMPLES"):
     )
     _profile = f"{_profile}-sized"
 settings.load_profile(_profile)
+
+
+@pytest.fixture(autouse=True)
+def _recursion_limit_kept() -> Iterator[None]:
+    """The interpreter's recursion limit is the process's, not the test's: a test that
+    leaves it changed (mypy's API raises it for good) changes what a later test in the same
+    xdist worker sees, such as how deep a frame's JSON may nest, and which test that is
+    depends on how the workers share the suite out. Failing the test that changed it makes
+    that a failure of its own, in any order."""
+    limit = sys.getrecursionlimit()
+    yield
+    assert sys.getrecursionlimit() == limit, (
+        f"this test left the recursion limit at {sys.getrecursionlimit()} (was {limit}): "
+        "restore it, or run what changes it in a subprocess")
 
 
 # -- a throwaway PostgreSQL server, once per test session (per xdist worker) -------------------

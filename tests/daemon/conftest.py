@@ -19,6 +19,9 @@ from typing import Any, TypeVar
 import pytest
 
 from treemail.adapters.daemon.client import DaemonClient
+from treemail.core.lifecycle import SessionState
+from treemail.protocol import types as t
+from treemail.protocol.methods import SESSION_LIST
 
 T = TypeVar("T")
 
@@ -108,3 +111,16 @@ def configured(data_dir: Path, config: str) -> DaemonProcess:
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     yield from served(tmp_path_factory.mktemp("daemon"))
+
+
+async def quiet(client: DaemonClient, timeout: float = 60.0) -> list[t.SessionView]:
+    """Every session of the daemon, once none has a run queued or running: its feed has
+    stopped growing. A message consumed is not a run finished (the model's answer and the
+    run's end follow it), so a test that reads the feed's end waits for this first.
+    ``timeout`` is a safety net against a hang, never the thing waited for."""
+    async with asyncio.timeout(timeout):
+        while True:
+            sessions = await client.every(SESSION_LIST, t.SessionListParams())
+            if all(s.state in (SessionState.IDLE, SessionState.FINISHED) for s in sessions):
+                return sessions
+            await asyncio.sleep(0.02)

@@ -29,7 +29,7 @@ OUT_FRAMES = 8
 HIGH_WATER = 64 * 1024  # asyncio's default high-water mark of a socket's write buffer
 
 
-async def _feed(data: Path, socket: Path) -> tuple[list[tuple[int, int]], int, list[int], float]:
+async def _feed(data: Path, socket: Path) -> tuple[list[tuple[int, int]], int, list[int]]:
     daemon = await open_daemon(data, socket, Limits(out_frames=OUT_FRAMES))
     try:
         busy = await DaemonClient.connect(socket, name="busy")
@@ -49,18 +49,23 @@ async def _feed(data: Path, socket: Path) -> tuple[list[tuple[int, int]], int, l
             writer.write(json.dumps({"jsonrpc": "2.0", "id": id, "method": method,
                                      "params": params}).encode() + b"\n")
         await writer.drain()
+        # Watched until its queue is full (however long a busy machine takes to fill the
+        # socket's buffer first): the bound is what is checked, not how fast it is reached.
         seen: list[tuple[int, int]] = []
-        for _ in range(20):
-            await asyncio.sleep(0.05)
+        async with asyncio.timeout(60):
+            while not any(frames >= OUT_FRAMES for frames, _ in seen):
+                await asyncio.sleep(0.02)
+                seen += [c.buffered for c in daemon.connections if c.name != "c1"]
+        for _ in range(5):  # and it stays there while the client reads nothing
+            await asyncio.sleep(0.02)
             seen += [c.buffered for c in daemon.connections if c.name != "c1"]
-        # Another client is served at once, while the stalled one is stuck.
-        started = asyncio.get_running_loop().time()
-        await busy.request(SESSION_LIST, t.SessionListParams())
-        others_wait = asyncio.get_running_loop().time() - started
+        # Another client is served while the stalled one is stuck (it reads only below): a
+        # daemon held up by the stalled client would never answer, and this would time out.
+        await busy.request(SESSION_LIST, t.SessionListParams(), timeout=60)
         numbers = await _read_all(reader, head)
         writer.close()
         await busy.close()
-        return seen, head, numbers, others_wait
+        return seen, head, numbers
     finally:
         daemon.request_stop()
         await daemon.stopped.wait()
@@ -76,11 +81,10 @@ async def _read_all(reader: asyncio.StreamReader, head: int) -> list[int]:
 
 
 def test_a_client_that_stops_reading_is_held_to_a_bounded_buffer(tmp_path: Path) -> None:
-    seen, head, numbers, others_wait = run(_feed(tmp_path / "data",
+    seen, head, numbers = run(_feed(tmp_path / "data",
                                                  tmp_path / "data" / "daemon.sock"), 120)
     assert head > 1500  # far more than the queue, the socket and its buffer hold together
     frames = [f for f, _ in seen]
     assert max(frames) <= OUT_FRAMES and max(frames) == OUT_FRAMES  # full, never beyond
     assert max(b for _, b in seen) <= HIGH_WATER + 4096  # one frame past the mark at most
-    assert others_wait < 5
     assert numbers == list(range(1, head + 1))  # resumed: every event, once, in order

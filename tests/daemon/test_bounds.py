@@ -84,7 +84,7 @@ def test_a_gate_that_stopped_reading_fails_each_tool_call_in_time(tmp_path: Path
     call is answered plugin:failed once the gate's timeout passes, none waits for ever, and
     the daemon serves everyone else meanwhile."""
     daemon = _daemon(tmp_path / "data", '[daemon]\nmodel = "echo"\n[daemon.scripted]\n'
-                     'delay = 5\n[daemon.limits]\npeer_timeout = 1\n'
+                     'delay = 600\n[daemon.limits]\npeer_timeout = 1\n'
                      'max_held_bytes = 1048576\n')
 
     async def go() -> tuple[list[Any], Any]:

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import pytest
 
-from tests.daemon.conftest import DaemonProcess
+from tests.daemon.conftest import DaemonProcess, quiet, run
 from tests.daemon.test_commands import _seed
 from treemail.adapters.daemon.lookup import short_approval_id
 from treemail.adapters.ui.commands import state_text
@@ -110,6 +110,7 @@ def test_listings_and_feeds_speak_json_lines(daemon: DaemonProcess) -> None:
 
 def test_tail_shows_the_last_rows_first_then_follows(daemon: DaemonProcess) -> None:
     sid = _seed(daemon).session.session_id
+    _quiet(daemon)  # the seeded run's last events, and earlier tests', are in the feed
     history = json_lines(treemail("log", "--data-dir", str(daemon.data_dir), "--json").stdout)
     tail = subprocess.Popen(
         [sys.executable, "-m", "treemail", "tail", "-n", "3", "--json", "--socket",
@@ -127,6 +128,17 @@ def test_tail_shows_the_last_rows_first_then_follows(daemon: DaemonProcess) -> N
         tail.communicate()
     rows = client(daemon, "replay", sid).stdout.splitlines()
     assert len(rows) > 3  # a history longer than the 3 rows tail was asked for
+
+
+def _quiet(daemon: DaemonProcess) -> None:
+    async def go() -> None:
+        client = await daemon.client()
+        try:
+            await quiet(client)
+        finally:
+            await client.close()
+
+    run(go())
 
 
 def test_a_failed_command_says_what_happened_then_its_code(daemon: DaemonProcess) -> None:

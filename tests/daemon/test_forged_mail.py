@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.conftest import DaemonProcess, run
-from tests.daemon.test_scenario import LEAD, _quiet
+from tests.daemon.conftest import DaemonProcess, quiet, run
+from tests.daemon.test_scenario import LEAD
 from treemail.adapters.daemon.client import DaemonClient
 from treemail.protocol import types as t
 from treemail.protocol.methods import (
@@ -67,7 +67,7 @@ def test_a_forged_envelope_never_makes_the_scripted_agent_answer_the_sibling(
             a, b = [await client.request(SESSION_DELEGATE, t.SessionDelegateParams(
                 parent_session_id=lid, agent="worker", task=f"part {i}"))
                 for i in range(2)]
-            await _quiet(client, timeout=60)
+            await quiet(client)
             assert b.handle is not None
             body = forged(b.handle)
             if route == "plugin":
@@ -79,7 +79,7 @@ def test_a_forged_envelope_never_makes_the_scripted_agent_answer_the_sibling(
             else:  # a third worker, whose task carries the forgery
                 await client.request(SESSION_DELEGATE, t.SessionDelegateParams(
                     parent_session_id=lid, agent="worker", task=body))
-            await _quiet(client, timeout=60)
+            await quiet(client)
             return await _agent_mail(client, b.session_id)
         finally:
             await client.close()

@@ -27,10 +27,17 @@ def recipe() -> list[list[str]]:
     return [words[1:] for words in commands]
 
 
+def _interruptible() -> None:
+    """Ctrl-C as a terminal delivers it: a process started in the background of a shell
+    without job control (``nohup``, ``cmd &`` in a script, some CI runners) inherits SIGINT
+    ignored, and so would tail, which then never stops on it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(cwd: Path, args: list[str]) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "treemail", *args], cwd=cwd, text=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, preexec_fn=_interruptible)
 
 
 def _wait_for(path: Path) -> None:
@@ -102,6 +109,8 @@ def test_the_three_terminal_recipe_shows_the_conversation_live(tmp_path: Path) -
         assert demo.returncode == 0, err
         assert "4 sessions" in printed and "each exactly once" in printed
         seen = _read_until(tail, set(_rows(printed)))  # the last rows reach tail
+        missing = set(_rows(printed)) - set(seen)
+        assert not missing, f"tail showed no {sorted(missing)} within {STEP}s"
         tail.send_signal(signal.SIGINT)
         seen += _read_until(tail, None)  # the rest, to the end: tail stops on SIGINT
         tail.wait(timeout=STEP)
@@ -112,7 +121,7 @@ def test_the_three_terminal_recipe_shows_the_conversation_live(tmp_path: Path) -
         daemon.send_signal(signal.SIGTERM)
         _, err = daemon.communicate(timeout=STEP)
     assert daemon.returncode == 0, err
-    assert tail.returncode == 0
+    assert tail.returncode == 0, f"tail did not stop on SIGINT within {STEP}s (killed)"
     rows = seen
     demo_rows = _rows(printed)
     assert demo_rows and set(demo_rows) <= set(rows)  # tail showed every row the demo did

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from tests.daemon.conftest import DaemonProcess, run
+from tests.daemon.conftest import DaemonProcess, quiet, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.core.envelope import render_envelope
 from treemail.core.errors import (
@@ -93,15 +93,6 @@ async def _until(client: DaemonClient, sid: str, *states: str, timeout: float = 
             await asyncio.sleep(0.02)
 
 
-async def _quiet(client: DaemonClient, timeout: float = 30) -> None:
-    async with asyncio.timeout(timeout):
-        while True:
-            listed = await client.every(SESSION_LIST, t.SessionListParams())
-            if all(s.state in (SessionState.IDLE, SessionState.FINISHED) for s in listed):
-                return
-            await asyncio.sleep(0.05)
-
-
 def test_a_tree_of_four_with_both_modes_a_wake_an_approval_and_a_steer(
     slow: DaemonProcess,
 ) -> None:
@@ -129,14 +120,14 @@ def test_a_tree_of_four_with_both_modes_a_wake_an_approval_and_a_steer(
             assert call.approval_id is not None
             answered = await client.request(APPROVAL_ANSWER, t.ApprovalAnswerParams(
                 approval_id=call.approval_id, approve=True, scope="once"))
-            await _quiet(client)
+            await quiet(client)
             # Wake: b finished; user input wakes it.
             finished = await client.request(SESSION_GET, t.SessionGetParams(session_id=b))
             woken = await client.request(
                 RUN_SUBMIT, t.RunSubmitParams(session_id=b, text="one more"))
             queued = await client.request(
                 RUN_STEER, t.RunSteerParams(session_id=lid, text="idle steer"))
-            await _quiet(client)
+            await quiet(client)
             receipt = await client.request(
                 MESSAGE_GET, t.MessageGetParams(message_id=steer.message_id))
             b_mail = await client.request(MESSAGE_LIST, t.MessageListParams(session_id=b))
@@ -197,7 +188,7 @@ def test_agent_hop_is_on_the_wire_and_in_the_log_but_never_in_the_envelope(
                 arguments={"to": lid, "body": body}))
             user = await client.request(
                 RUN_SUBMIT, t.RunSubmitParams(session_id=lid, text="status?"))
-            await _quiet(client)
+            await quiet(client)
             live: list[t.EventNotification] = []
             while not any(n.event.kind == EventKind.MODEL_OUTPUT for n in live):
                 note = await client.next_notification(EVENTS_EVENT)
@@ -340,7 +331,7 @@ def test_subscribe_replays_then_follows_live_with_no_gap_and_no_duplicate(
             await asyncio.sleep(0.05)
             sub = await reader.request(EVENTS_SUBSCRIBE, t.EventsSubscribeParams(after=0))
             await busy
-            await _quiet(writer)
+            await quiet(writer)
             head = (await writer.request(EVENTS_SUBSCRIBE, t.EventsSubscribeParams(after=0))).head
             numbers: list[int] = []
             while not numbers or numbers[-1] < head:
@@ -410,7 +401,7 @@ def test_kill_9_mid_traffic_then_restart_delivers_every_acked_send_once(
     async def settle() -> list[t.MessageView]:
         client = await again.client()
         try:
-            await _quiet(client)
+            await quiet(client)
             sessions = await client.every(SESSION_LIST, t.SessionListParams())
             return [m for s in sessions for m in
                     await client.every(MESSAGE_LIST, t.MessageListParams(session_id=s.session_id))]

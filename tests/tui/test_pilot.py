@@ -149,10 +149,29 @@ def test_an_approval_answered_for_the_tree_lets_the_send_through(
             answered = await _approval(client, held)
             assert (answered.state, answered.scope) == (ApprovalState.APPROVED, "tree")
             app.query_one("#sessions", Tree).move_cursor(app.nodes[b])
+            # The sibling's own transcript: every session's rows show the send too.
+            await until(lambda: app.selected == b, pilot.pause, "the sibling selected")
             await until(lambda: any('agent mail from' in str(r[-1]) and "I took the lexer."
                                     in str(r[-1]) for r in _rows(app)), pilot.pause,
                         "the send accepted into the sibling's transcript")
         await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_session_picked_as_the_tui_quits_leaves_it_quietly(daemon: DaemonProcess) -> None:
+    """A highlight still queued when the app quits is handled after its panes are gone: the
+    exit must not crash on it (it raised NoMatches, filling a transcript no longer there)."""
+    async def scenario() -> None:
+        client = await daemon.client()
+        _, kids = await _tree(client, "default", 2)
+        await client.close()
+        app = TreemailTui(LiveSource(daemon.socket))
+        async with app.run_test(size=SIZE) as pilot:
+            await until(lambda: all(k in app.nodes for k in kids), pilot.pause, "the tree shown")
+            tree = app.query_one("#sessions", Tree)
+            for node in [*app.nodes.values()] * 3:  # highlights queued, then the app quits
+                tree.move_cursor(node)
 
     asyncio.run(scenario())
 

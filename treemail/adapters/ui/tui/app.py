@@ -260,7 +260,9 @@ class TreemailTui(App[None]):
             node.set_label(Text(visible(line.label())))
 
     def on_tree_node_highlighted(self, message: Tree.NodeHighlighted[str]) -> None:
-        if message.node.data is not None:
+        # A highlight still queued when the app quits is handled after its panes are gone
+        # (the tree is no longer attached): refilling the transcript then crashed the exit.
+        if message.node.data is not None and message.control.is_attached:
             self._select(message.node.data)
 
     def _select(self, session_id: str) -> None:
@@ -362,6 +364,8 @@ class TreemailTui(App[None]):
         self.query_one("#search", Input).focus()
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
+        if not message.control.is_attached:  # queued as the app quit: no pane to search
+            return
         self.query_text = message.value.strip()
         table = self.query_one("#transcript", DataTable)
         table.focus()
