@@ -322,7 +322,7 @@ def _replayed_recipient(tx: ReadTxn, original: SendResult) -> str:
 
 
 def _tool_context(tx: ReadTxn, ctx: ToolContext) -> tuple[Session, Run]:
-    if not all(storable(part) for part in (ctx.session_id, ctx.run_id, ctx.tool_call_id)):
+    if not (storable(ctx.session_id) and storable(ctx.run_id) and storable(ctx.tool_call_id)):
         raise InvalidToolContext(
             "a tool context's session, run and tool call ids must be printable and at most "
             f"{MAX_REFERENCE} bytes of UTF-8; got {ctx!r}"

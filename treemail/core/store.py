@@ -190,7 +190,10 @@ class Indexed:
     def _by_id(self, table: Table, record_id: str) -> Any:
         """A record by its id. An id no store could key (empty, NUL, a lone surrogate, over
         ``MAX_KEY`` bytes) names nothing: absent on every store, not a storage failure."""
-        key = _lookup_key(keys.identity, record_id)
+        try:  # ``_lookup_key``, written out: every send reads three records by id
+            key = keys.identity(record_id)
+        except (StorageError, UnicodeEncodeError):
+            return None
         return self._t.get(table, key) if key else None
 
     # -- reads ---------------------------------------------------------------------------
@@ -242,8 +245,7 @@ class Indexed:
 
     def mail_counts(self, recipient: str, sender: str) -> MailCounts:
         # The three counters are slots of the recipient's tally (keys.TALLIED): one row.
-        owner = _lookup_key(keys.identity, recipient)
-        tally: Tally = (self._t.get(Table.TALLY, owner) if owner else None) or _NO_TALLY
+        tally: Tally = self._by_id(Table.TALLY, recipient) or _NO_TALLY
         counters = tally.counters
         return (counters.get(_SEQ_SLOT, 0), counters.get(_INBOX_SLOT, 0),
                 counters.get(f"{_PAIR_SLOT}/{sender}", 0))

@@ -101,7 +101,11 @@ class LmdbTables:
         found = self.seen.get((table, key), _UNSEEN)
         if found is not _UNSEEN:
             return found
-        raw = self._fetch(table, key)
+        # One point read from LMDB: every read of a row not seen yet, and only those.
+        try:
+            raw: bytes | None = self.stack[-1].get(stored_key(table, key), db=self.db)
+        except lmdb.Error as exc:
+            raise failure(exc, f"read {table}") from exc
         if raw is None:
             found = None
         elif table in _STEADY:
@@ -110,14 +114,6 @@ class LmdbTables:
             found = decode(VALUE_KINDS[table], raw, db=table, key=key)
         self.seen[(table, key)] = found
         return found
-
-    def _fetch(self, table: Table, key: bytes) -> bytes | None:
-        """One point read from LMDB: every read of a row not seen yet, and only those."""
-        try:
-            raw: bytes | None = self.stack[-1].get(stored_key(table, key), db=self.db)
-        except lmdb.Error as exc:
-            raise failure(exc, f"read {table}") from exc
-        return raw
 
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
         self._flush_table(table)
@@ -210,11 +206,16 @@ class LmdbTables:
         self._write({table: rows})
 
     def _write(self, dirty: dict[Table, dict[bytes, None]]) -> None:
-        seen, table = self.seen, None
+        # The loop of ``_store``, written out: it runs for every row of every commit.
+        txn, db, seen, table = self.stack[-1], self.db, self.seen, None
         try:
             for table, rows in dirty.items():
                 for key in rows:
-                    self._store(table, key, seen[(table, key)])
+                    value = seen[(table, key)]
+                    if value is None:
+                        txn.delete(stored_key(table, key), db=db)
+                    else:
+                        txn.put(stored_key(table, key), encode(value, key), db=db)
         except lmdb.Error as exc:
             raise self._write_error(exc, table or "")  # noqa: B904 - it chains to exc
 
