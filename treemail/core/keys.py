@@ -30,7 +30,7 @@ from typing import NewType
 
 import attrs
 
-from treemail.core.errors import StorageError
+from treemail.core.errors import StorageError, StoreDamaged
 from treemail.core.records import (
     Approval,
     Event,
@@ -382,10 +382,16 @@ def stored_prefix(table: Table, prefix: bytes) -> bytes:
 
 
 def table_of(stored: bytes) -> Table:
-    """The table a stored key belongs to."""
-    if stored[:1] == SEP:
-        return _BY_TAG[stored[1]]
-    return _BY_TAG[stored[stored.index(SEP) + 1]]
+    """The table a stored key belongs to; ``StoreDamaged`` for a key of none (a damaged
+    byte where its tag or separator was), which ``treemail verify`` then reports instead of
+    losing the row from every table unseen."""
+    try:
+        if stored[:1] == SEP:
+            return _BY_TAG[stored[1]]
+        return _BY_TAG[stored[stored.index(SEP) + 1]]
+    except (IndexError, KeyError, ValueError):
+        raise StoreDamaged(f"the stored key {stored!r} belongs to no table: a damaged key; "
+                           "restore the store from a copy", db="rows", key=stored) from None
 
 
 def logical_key(stored: bytes) -> tuple[Table, bytes]:
