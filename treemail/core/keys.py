@@ -360,6 +360,8 @@ OWNED = frozenset((Table.EVENTS, Table.PENDING, Table.TALLY, Table.REPLAY, Table
 _BY_TAG = {tag[0]: table for table, tag in _TAGS.items()}
 
 
+# Cached: a send reads and writes the same few rows of its sessions, run and tally every time.
+@functools.lru_cache(maxsize=1 << 12)
 def stored_key(table: Table, key: bytes) -> bytes:
     """Where row ``key`` of ``table`` lives in the one key space."""
     tag = _TAGS[table]

@@ -309,9 +309,11 @@ class LmdbStore:
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
         """Run ``work`` in one write transaction; re-run it from scratch on a larger map
         whenever LMDB reports the map full, so a full map never fails a send."""
-        self._check_not_writing("transact", "use txn.savepoint()")
+        writer = threading.get_ident()
+        if self._writer == writer:  # ``_check_not_writing``, with the id it needs here too
+            raise StorageError("transact called from inside transact; use txn.savepoint()")
         with self._write_lock:
-            self._writer = threading.get_ident()
+            self._writer = writer
             try:
                 while True:
                     try:
