@@ -326,19 +326,28 @@ def _replayed_recipient(tx: ReadTxn, original: SendResult) -> str:
 
 
 def _tool_context(tx: ReadTxn, ctx: ToolContext) -> tuple[Session, Run]:
-    if not (storable(ctx.session_id) and storable(ctx.run_id) and storable(ctx.tool_call_id)):
-        raise InvalidToolContext(
-            "a tool context's session, run and tool call ids must be printable and at most "
-            f"{MAX_REFERENCE} bytes of UTF-8; got {ctx!r}"
-        )
+    # The session and run ids are checked only when they name nothing: a stored session and
+    # run have minted, storable ids, and a lookup of an id no store could key finds nothing.
+    # The answer is the same as checking all three first, for two checks fewer per send.
+    if not storable(ctx.tool_call_id):
+        raise _unstorable(ctx)
     sender = tx.session(ctx.session_id)
     run = tx.run(ctx.run_id)
     if sender is None or run is None or run.session_id != ctx.session_id:
+        if not (storable(ctx.session_id) and storable(ctx.run_id)):
+            raise _unstorable(ctx)
         raise InvalidToolContext(
             f"tool context names no run {ctx.run_id} of session {ctx.session_id}; "
             "the sender must be the executing tool call's own session and run"
         )
     return sender, run
+
+
+def _unstorable(ctx: ToolContext) -> InvalidToolContext:
+    return InvalidToolContext(
+        "a tool context's session, run and tool call ids must be printable and at most "
+        f"{MAX_REFERENCE} bytes of UTF-8; got {ctx!r}"
+    )
 
 
 def label_between(sender: Session, recipient: Session) -> str:

@@ -90,12 +90,9 @@ class WriteTxn(ReadTxn, Protocol):
     def remember(self, key: IdempotencyKey | ProducerKey, result: SendResult) -> None: ...
     def accept_mail(self, message: Message, kind: str, data: Mapping[str, object],
                     key: IdempotencyKey, result: SendResult) -> None:
-        """A send's writes, in one step: store new pending agent mail ``message`` (an id no
-        message has; its seq the recipient's next, ``mail_counts(...)[0] + 1``) and its
-        pending entry, count it in its recipient's seq, inbox and pair counters, append
-        ``kind`` with ``data`` to the recipient's log and the feed, and ``remember`` the
-        call's ``result``. The same rows and counts as ``put_message``, three ``add``,
-        ``append`` and ``remember``, which it spares a send the general path of."""
+        """A send's writes in one step, the same as ``put_message(message)``, ``add`` 1 to
+        its recipient's seq, inbox and pair counters, ``append`` and ``remember``: for new
+        agent mail (a new id; its seq ``mail_counts(...)[0] + 1``)."""
         ...
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
         """Append to the session's log and to the global feed, in one step."""
@@ -366,11 +363,9 @@ class Indexed:
 
     def _append(self, owner: bytes, session_id: str, tally: Tally, kind: str,
                 data: Mapping[str, object]) -> Event:
-        """Write ``tally`` (its last event the new one's seq) and the event ``kind`` with
-        ``data`` at that seq, in the session's log and at the feed's end.
-
-        The tally's last seq makes the next number an O(1) lookup, not a seek to the log's
-        end; a send rewrites that row anyway (its counters), so the number costs no write."""
+        """Write ``tally``, whose last event seq numbers the new event, and the event in the
+        log and at the feed's end. The tally makes the number an O(1) lookup, not a seek to
+        the log's end; a send rewrites that row anyway, so the number costs no write."""
         seq = tally.last_event
         event = Event(session_id, seq, kind, dict(data))
         key = keys.event(session_id, seq)
