@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from treemail.core import keys
+from treemail.core.events import EventKind
 from treemail.core.keys import CounterName
 from treemail.core.records import (
     IdempotencyKey,
@@ -36,7 +37,7 @@ from treemail.testing.store_sample import (
 
 __all__ = ["SendContract"]
 
-KIND = "ProducerMessageAccepted"
+KIND = EventKind.PRODUCER_MESSAGE_ACCEPTED.value
 
 
 def _mail(n: int, recipient: str, sender: str, seq: int) -> tuple[Message, dict[str, object],
