@@ -359,6 +359,7 @@ def _bulk_history(tx: WriteTxn, pair: Pair, count: int) -> None:
     try:
         with raw.cursor(db=tx.tables.db) as cursor:
             cursor.putmulti(rows)
+        tx.tables.feed_end = None  # feed rows written behind the tables: counted again
     except lmdb.MapFullError:
         tx.tables.map_full = True  # the store grows its map and runs the chunk again
         raise

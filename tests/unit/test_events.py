@@ -10,7 +10,7 @@ import pytest
 
 from treemail.core import events, external, owners
 from treemail.core.events import EventKind, Reply, UnknownEvent
-from treemail.core.records import Event, Owner
+from treemail.core.records import Event, Message, Mode, Owner
 from treemail.core.store import Store
 
 from .conftest import World
@@ -140,3 +140,17 @@ def test_readers_show_and_skip_what_they_cannot_read(store: Store) -> None:
     assert "unreadable ModelOutput entry, skipped (unknown field(s) ['mood'])" in rows[1]
     assert rows[2].endswith('model says "kept"')
     assert history == [{"role": "assistant", "content": "kept"}]
+
+
+@pytest.mark.parametrize("owner", list(Owner))
+@pytest.mark.parametrize("mode", ["steer", "queue"])
+def test_accepted_data_is_the_payloads_encoding_key_for_key(owner: Owner, mode: str) -> None:
+    """A send writes its event's data without the payload's shape: the same dict, in the same
+    key order (so the same stored JSON), as the shape writes for the accepted mail."""
+    sender = "0000-s" if owner in (Owner.AGENT, Owner.DELEGATION) else None
+    mail = Message("m-1", "r-1", sender, owner, "hi ✓", Mode(mode), 3, 7, aged=1.5)
+    expected = events.encode(events.message_payload(mail))
+    written = events.accepted_data(mail)
+    assert list(written.items()) == list(expected.items())
+    assert all(type(value) in (str, int, type(None)) for value in written.values())
+    assert EventKind.PRODUCER_MESSAGE_ACCEPTED.value == events.ACCEPTED

@@ -72,8 +72,8 @@ def test_the_read_only_operations_are_these() -> None:
 
 
 def test_the_fault_points_are_every_write_of_the_port() -> None:
-    expected = {"put_session", "put_run", "put_message", "add", "remember", "append",
-                "put_approval"}
+    expected = {"put_session", "put_run", "put_message", "add", "remember", "accept_mail",
+                "append", "put_approval"}
     assert expected == WRITES
 
 

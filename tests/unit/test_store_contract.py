@@ -11,6 +11,7 @@ be checked). LMDB-only behaviour (durability, map growth, damaged records) lives
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import pytest
 from tests.unit.test_store_format import as_format_3
 from treemail.adapters.store.codec import CHECKSUM_BYTES, encode
 from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.core import keys
 from treemail.core.errors import StorageError, StoreClosed, StoreDamaged, StoreFormatUnknown
 from treemail.core.keys import CounterName, Table
 from treemail.core.records import Session
@@ -32,6 +34,8 @@ from treemail.testing.store_sample import (
     CHILD,
     MESSAGE_IDS,
     ROOT,
+    Boom,
+    failing,
     message,
     mutate_everything,
     populate,
@@ -109,6 +113,32 @@ class TestLmdbStore(StoreContract):
         with env.begin(write=True) as tx:
             tx.put(key, raw, db=env.open_db(db, txn=tx))
         env.close()
+
+    def test_the_feed_end_handed_between_commits_is_the_counted_one(
+        self, directory: Path
+    ) -> None:
+        """The writer hands the feed's end from commit to commit instead of seeking it: a
+        failed transaction, an undone savepoint and a raw write must not leave it wrong."""
+        store = self.make_store(directory, sync=False)
+        store.transact(populate)  # feed 1 and 2
+        with pytest.raises(Boom):
+            store.transact(failing(lambda tx: tx.append(ROOT, "lost", {})))
+
+        def work(tx: WriteTxn) -> None:
+            with contextlib.suppress(Boom), tx.savepoint() as inner:
+                inner.append(ROOT, "undone", {})
+                raise Boom
+            tx.append(CHILD, "kept", {})  # 3
+
+        store.transact(work)
+        entry = keys.event(ROOT, 1)
+        store.write_raw(Table.FEED, keys.feed(4), encode(entry, keys.feed(4)))  # 4, raw
+        store.transact(lambda tx: tx.append(ROOT, "after", {}))  # 5
+        reopened = self.reopen(store, directory)
+        with reopened.read() as tx:
+            assert [number for number, _ in tx.feed()] == [1, 2, 3, 4, 5]
+            assert [event.kind for _, event in tx.feed(after=2)] == [
+                "kept", "created", "after"]
 
     @pytest.mark.parametrize("position", [0, 20, -1])
     def test_flipped_byte_in_a_record_is_a_checksum_error_naming_it(

@@ -17,11 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
 
 from tests.unit.conftest import World
 from treemail.adapters.store.codec import decode, encode
 from treemail.adapters.store.lmdb_files import DATA_FILE
+from treemail.adapters.store.lmdb_format import MAX_DBS, ROWS_DB
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.store.verify import main as verify_main
 from treemail.adapters.ui.cli import main as cli
@@ -139,6 +141,21 @@ def test_a_damaged_record_is_named_and_the_rest_still_checked(tmp_path: Path) ->
     assert f"messages {key!r}: checksum mismatch" in text
     # The pending entry now points at a record that no longer decodes: found too.
     assert "no record behind it" in text
+
+
+@pytest.mark.parametrize("stray", [b"%s\x00\x14call", b"\x00\x14%s", b"%s-no-separator"])
+def test_a_row_whose_key_belongs_to_no_table_is_damage(tmp_path: Path, stray: bytes) -> None:
+    """A flipped tag or separator byte moves a row out of every table's range: verify says
+    so (it used to stop on a KeyError, and the row was lost unseen)."""
+    directory = made(tmp_path / "s")
+    env = lmdb.open(str(directory), max_dbs=MAX_DBS)
+    with env.begin(write=True) as txn:
+        txn.put(stray % b"00000002-0000-4000-8000-000000000000", b"{}\x00\x00\x00\x00",
+                db=env.open_db(ROWS_DB, txn=txn))
+    env.close()
+    code, text = run_verify(directory)
+    assert code == 1
+    assert "belongs to no table" in text
 
 
 # -- single-byte flips in the real file ----------------------------------------------------

@@ -62,11 +62,12 @@ from treemail.core.event_payloads import (
 )
 from treemail.core.lifecycle import SessionTrigger
 from treemail.core.owners import AgentOwner, owner_of
-from treemail.core.records import Event, Message, Run
+from treemail.core.records import Event, Message, Mode, Owner, Run
 from treemail.core.shapes import Unfit, shape
 from treemail.core.store import WriteTxn
 
 __all__ = [
+    "ACCEPTED",
     "MESSAGE_PAYLOADS",
     "PAYLOADS",
     "ApprovalAnswered",
@@ -101,6 +102,7 @@ __all__ = [
     "SessionReverted",
     "ToolResults",
     "UnknownEvent",
+    "accepted_data",
     "encode",
     "message_kind",
     "message_payload",
@@ -168,6 +170,22 @@ def message_payload(message: Message) -> MessagePayload:
                    ProducerMessageConsumed)
     built: MessagePayload = cls(*common)
     return built
+
+
+# Enum values read through a table: ``member.value`` is a descriptor call, on every send.
+_VALUES: Mapping[object, str] = {member: member.value for member in (*Mode, *Owner)}
+ACCEPTED = EventKind.PRODUCER_MESSAGE_ACCEPTED.value
+
+
+def accepted_data(message: Message) -> dict[str, object]:
+    """``encode(message_payload(message))`` of newly accepted mail, built field by field: what
+    a send appends, without a payload record and its shape (``test_event_kinds`` holds the two
+    equal, key order included, so the stored bytes are the same)."""
+    return {"message_id": message.message_id, "owner": _VALUES[message.owner],
+            "sender": message.sender, "run_id": message.run_id,
+            "request_id": message.request_id, "mode": _VALUES[message.mode],
+            "agent_hop": message.hop if message.owner is Owner.AGENT else None,
+            "body": message.body}
 
 
 def _run_class(trigger: SessionTrigger) -> type[RunPayload]:

@@ -57,9 +57,11 @@ def storable(reference: str) -> bool:
     """Whether ``reference`` could name anything stored: printable (no NUL, no control
     character, no lone surrogate) and at most ``MAX_REFERENCE`` bytes of UTF-8. Anything else
     names nothing, so it is answered without a store lookup, the same on every store."""
-    # isprintable() first: it refuses lone surrogates, which UTF-8 cannot encode.
+    # isprintable() first: it refuses lone surrogates, which UTF-8 cannot encode. A character
+    # is at most 4 bytes of UTF-8, so a short reference (every id) is measured uncoded.
     return (bool(reference) and reference.isprintable()
-            and len(reference.encode("utf-8")) <= MAX_REFERENCE)
+            and (len(reference) <= MAX_REFERENCE // 4
+                 or len(reference.encode("utf-8")) <= MAX_REFERENCE))
 
 
 def canonical_uuid(reference: str) -> str | None:

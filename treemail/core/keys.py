@@ -30,7 +30,7 @@ from typing import NewType
 
 import attrs
 
-from treemail.core.errors import StorageError
+from treemail.core.errors import StorageError, StoreDamaged
 from treemail.core.records import (
     Approval,
     Event,
@@ -360,6 +360,8 @@ OWNED = frozenset((Table.EVENTS, Table.PENDING, Table.TALLY, Table.REPLAY, Table
 _BY_TAG = {tag[0]: table for table, tag in _TAGS.items()}
 
 
+# Cached: a send reads and writes the same few rows of its sessions, run and tally every time.
+@functools.lru_cache(maxsize=1 << 12)
 def stored_key(table: Table, key: bytes) -> bytes:
     """Where row ``key`` of ``table`` lives in the one key space."""
     tag = _TAGS[table]
@@ -382,10 +384,16 @@ def stored_prefix(table: Table, prefix: bytes) -> bytes:
 
 
 def table_of(stored: bytes) -> Table:
-    """The table a stored key belongs to."""
-    if stored[:1] == SEP:
-        return _BY_TAG[stored[1]]
-    return _BY_TAG[stored[stored.index(SEP) + 1]]
+    """The table a stored key belongs to; ``StoreDamaged`` for a key of none (a damaged
+    byte where its tag or separator was), which ``treemail verify`` then reports instead of
+    losing the row from every table unseen."""
+    try:
+        if stored[:1] == SEP:
+            return _BY_TAG[stored[1]]
+        return _BY_TAG[stored[stored.index(SEP) + 1]]
+    except (IndexError, KeyError, ValueError):
+        raise StoreDamaged(f"the stored key {stored!r} belongs to no table: a damaged key; "
+                           "restore the store from a copy", db="rows", key=stored) from None
 
 
 def logical_key(stored: bytes) -> tuple[Table, bytes]:

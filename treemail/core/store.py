@@ -30,9 +30,13 @@ from treemail.core.records import (
     Session,
 )
 
-__all__ = ["Indexed", "MemoryStore", "ReadTxn", "Store", "Tables", "WriteTxn"]
+__all__ = ["Indexed", "MailCounts", "MemoryStore", "ReadTxn", "Store", "Tables", "WriteTxn"]
 
 T = TypeVar("T")
+
+# A send's reading of its recipient's tally: (last message seq, pending agent mail of the
+# recipient, pending mail of the sender to it). A plain tuple: built and read without a call.
+MailCounts = tuple[int, int, int]
 
 
 class ReadTxn(Protocol):
@@ -54,6 +58,11 @@ class ReadTxn(Protocol):
         """The recipient's pending (non-final) messages in acceptance order."""
         ...
     def count(self, name: CounterName) -> int: ...
+    def mail_counts(self, recipient: str, sender: str) -> MailCounts:
+        """What a send reads of its recipient, in one read: the seq of the recipient's last
+        message and the counts of ``inbox_counter(recipient)`` and ``pair_counter(sender,
+        recipient)``."""
+        ...
     def recall(self, key: IdempotencyKey | ProducerKey) -> SendResult | None: ...
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
         """The session's events with ``seq > after``, in order."""
@@ -79,6 +88,12 @@ class WriteTxn(ReadTxn, Protocol):
         """Add to a named counter and return its new value (a counter at 0 is not kept)."""
         ...
     def remember(self, key: IdempotencyKey | ProducerKey, result: SendResult) -> None: ...
+    def accept_mail(self, message: Message, kind: str, data: Mapping[str, object],
+                    key: IdempotencyKey, result: SendResult) -> None:
+        """A send's writes in one step, the same as ``put_message(message)``, ``add`` 1 to
+        its recipient's seq, inbox and pair counters, ``append`` and ``remember``: for new
+        agent mail (a new id; its seq ``mail_counts(...)[0] + 1``)."""
+        ...
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
         """Append to the session's log and to the global feed, in one step."""
         ...
@@ -129,6 +144,17 @@ class Tables(Protocol):
 
 
 _NO_TALLY = Tally()
+# The slots of a recipient's tally that a send counts in (``keys.counter_place`` of
+# ``seq_counter``, ``inbox_counter`` and, with the sender after it, ``pair_counter``).
+_SEQ_SLOT, _INBOX_SLOT, _PAIR_SLOT = (kind.value for kind in (
+    keys.Counter.SEQ, keys.Counter.INBOX, keys.Counter.PAIR))
+
+
+def _count_one(counters: dict[str, int], slot: str) -> None:
+    """``add(name, 1)`` on a tally's slot: a count that reaches 0 is not kept."""
+    value = counters.pop(slot, 0) + 1
+    if value:
+        counters[slot] = value
 
 
 def _lookup_key(build: Callable[[Any], bytes], part: Any) -> bytes | None:
@@ -161,7 +187,10 @@ class Indexed:
     def _by_id(self, table: Table, record_id: str) -> Any:
         """A record by its id. An id no store could key (empty, NUL, a lone surrogate, over
         ``MAX_KEY`` bytes) names nothing: absent on every store, not a storage failure."""
-        key = _lookup_key(keys.identity, record_id)
+        try:  # ``_lookup_key``, written out: every send reads three records by id
+            key = keys.identity(record_id)
+        except (StorageError, UnicodeEncodeError):
+            return None
         return self._t.get(table, key) if key else None
 
     # -- reads ---------------------------------------------------------------------------
@@ -210,6 +239,13 @@ class Indexed:
         key = _lookup_key(keys.counter, name)
         value: int = (self._t.get(Table.COUNTERS, key) if key else None) or 0
         return value
+
+    def mail_counts(self, recipient: str, sender: str) -> MailCounts:
+        # The three counters are slots of the recipient's tally (keys.TALLIED): one row.
+        tally: Tally = self._by_id(Table.TALLY, recipient) or _NO_TALLY
+        counters = tally.counters
+        return (counters.get(_SEQ_SLOT, 0), counters.get(_INBOX_SLOT, 0),
+                counters.get(f"{_PAIR_SLOT}/{sender}", 0))
 
     def _put_tally(self, owner: bytes, tally: Tally) -> None:
         if tally.last_event or tally.counters:
@@ -301,15 +337,39 @@ class Indexed:
     def remember(self, key: IdempotencyKey | ProducerKey, result: SendResult) -> None:
         self._t.put(Table.REPLAY, keys.replay(key), result)
 
+    def accept_mail(self, message: Message, kind: str, data: Mapping[str, object],
+                    key: IdempotencyKey, result: SendResult) -> None:
+        # The general path reads the recipient's tally four times and writes it four times,
+        # looks for an older version of the new message, and keys the counters by name; here
+        # the tally is read once and written once, every key is built once.
+        recipient, seq = message.recipient, message.seq
+        owner = keys.identity(recipient)
+        tally: Tally = self._t.get(Table.TALLY, owner) or _NO_TALLY
+        counters = dict(tally.counters)  # a new row: the stored one may be shared (fork)
+        pair = f"{_PAIR_SLOT}/{message.sender}"
+        counters[_SEQ_SLOT] = seq
+        _count_one(counters, _INBOX_SLOT)
+        _count_one(counters, pair)
+        self._t.put(Table.MESSAGES, keys.identity(message.message_id), message)
+        self._t.put(Table.PENDING, keys.pending(recipient, seq), message.message_id)
+        self._append(owner, recipient, Tally(tally.last_event + 1, counters), kind, data)
+        self._t.put(Table.REPLAY, keys.replay(key), result)
+
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
-        # The tally's last seq makes the next number an O(1) lookup, not a seek to the log's
-        # end; a send rewrites that row anyway (its counters), so the number costs no write.
         owner = keys.identity(session_id)
         tally: Tally = self._t.get(Table.TALLY, owner) or _NO_TALLY
-        seq = tally.last_event + 1
+        return self._append(owner, session_id, Tally(tally.last_event + 1, tally.counters),
+                            kind, data)
+
+    def _append(self, owner: bytes, session_id: str, tally: Tally, kind: str,
+                data: Mapping[str, object]) -> Event:
+        """Write ``tally``, whose last event seq numbers the new event, and the event in the
+        log and at the feed's end. The tally makes the number an O(1) lookup, not a seek to
+        the log's end; a send rewrites that row anyway, so the number costs no write."""
+        seq = tally.last_event
         event = Event(session_id, seq, kind, dict(data))
         key = keys.event(session_id, seq)
-        self._t.put(Table.TALLY, owner, Tally(seq, tally.counters))  # seq > 0: never empty
+        self._t.put(Table.TALLY, owner, tally)  # seq > 0: never empty
         self._t.put(Table.EVENTS, key, event)
         self._t.insert(Table.FEED, keys.feed(self._t.size(Table.FEED) + 1), key)
         return event

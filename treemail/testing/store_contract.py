@@ -67,6 +67,7 @@ from treemail.testing.store_sample import (
     session,
     snapshot,
 )
+from treemail.testing.store_sends import SendContract
 from treemail.testing.store_transactions import TransactionContract
 
 __all__ = [
@@ -95,9 +96,10 @@ __all__ = [
 ]
 
 
-class StoreContract(TransactionContract):
+class StoreContract(TransactionContract, SendContract):
     """The whole contract: records, indexes and misuse here, transactions and savepoints in
-    ``TransactionContract``, the hooks in ``StoreHarness``."""
+    ``TransactionContract``, a send's own operations in ``SendContract``, the hooks in
+    ``StoreHarness``."""
 
     # -- records round-trip exactly --------------------------------------------------------
 

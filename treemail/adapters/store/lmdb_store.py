@@ -183,6 +183,9 @@ class LmdbStore:
         self._gate = _ReadGate()
         self._write_lock = threading.Lock()
         self._writer: int | None = None
+        # The feed's end as the last commit left it (None: unknown), handed to the next write
+        # transaction: this store is the one writer, so nothing else moves it in between.
+        self._feed_end: int | None = None
 
     @classmethod
     def open(
@@ -296,6 +299,7 @@ class LmdbStore:
         and tools that must make a store damaged in a precise way."""
         self._check_open()
         with self._write_lock, self._env.begin(write=True) as txn:
+            self._feed_end = None  # the raw row may be the feed's
             stored = stored_key(table, key)
             if raw is None:
                 txn.delete(stored, db=self._db)
@@ -305,9 +309,11 @@ class LmdbStore:
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
         """Run ``work`` in one write transaction; re-run it from scratch on a larger map
         whenever LMDB reports the map full, so a full map never fails a send."""
-        self._check_not_writing("transact", "use txn.savepoint()")
+        writer = threading.get_ident()
+        if self._writer == writer:  # ``_check_not_writing``, with the id it needs here too
+            raise StorageError("transact called from inside transact; use txn.savepoint()")
         with self._write_lock:
-            self._writer = threading.get_ident()
+            self._writer = writer
             try:
                 while True:
                     try:
@@ -326,12 +332,14 @@ class LmdbStore:
             txn = self._env.begin(write=True)
         except lmdb.Error as exc:
             raise failure(exc, "begin a write transaction") from exc
-        writes = LmdbTxn(self._env, txn, self._db)
+        writes = LmdbTxn(self._env, txn, self._db, self._feed_end)
         try:
             result = work(writes)
             writes.tables.flush()
             if not writes.tables.map_full:
+                self._feed_end = None  # until the commit is known to have happened
                 self._commit_outer(txn, writes.tables)
+                self._feed_end = writes.tables.feed_end
                 return result
         except Exception:
             abort(txn)

@@ -1,0 +1,20 @@
+"""The calls one send makes, counted, not timed: ``bench.calls`` profiles line (g)'s
+workload, and the count does not move with the machine's load, so a change that puts calls
+back on the send path fails here, at the bound docs/performance.md records."""
+
+from __future__ import annotations
+
+from bench.calls import profile_sends
+
+# 201 at this bound's last change (331 before the send-specific store operations); a little
+# room, so that a call moved from one function to another does not fail it.
+BOUND = 210
+SENDS = 100
+
+
+def test_a_send_makes_no_more_calls_than_its_bound() -> None:
+    stats = profile_sends(SENDS).stats  # type: ignore[attr-defined]
+    per_send = sum(row[1] for row in stats.values()) / SENDS
+    assert per_send <= BOUND, (
+        f"{per_send:.0f} calls per send, over the bound of {BOUND}: see "
+        "`python -m bench.calls --top 20` for where they went")
