@@ -39,6 +39,19 @@ def test_a_newer_format_is_refused_naming_the_store(tmp_path: Path, readonly: bo
     assert refused.value.details["path"] == str(directory)
 
 
+def test_a_writer_refused_a_store_leaves_it_to_be_opened_again(tmp_path: Path) -> None:
+    # The refusal is kept (with its traceback, which holds the open's frame) while the store
+    # is opened again: the refused open must have closed its environment, or LMDB refuses the
+    # second one in this process for being already open, and hides the real refusal.
+    directory = made(tmp_path / "s")
+    _mark(directory, b"treemail-store 99")
+    with pytest.raises(StoreFormatUnknown) as first:
+        LmdbStore.open(directory)
+    with pytest.raises(StoreFormatUnknown) as again:
+        LmdbStore.open(directory)
+    assert str(again.value) == str(first.value)
+
+
 def test_an_older_format_is_refused_to_a_reader_naming_the_store(tmp_path: Path) -> None:
     directory = made(tmp_path / "s")
     as_format_2(directory)

@@ -69,7 +69,9 @@ class ReadTxn(Protocol):
         ...
     def feed(self, after: int = 0) -> Iterator[tuple[int, Event]]:
         """Every session's events in the global order they were appended, numbered from 1:
-        the stream observers follow live and audits replay."""
+        the stream observers follow live and audits replay. Inside a write transaction, a
+        store that numbers appends at the commit (PostgreSQL) shows only the committed feed;
+        ``feed_end`` counts the transaction's own appends on every store."""
         ...
     def feed_end(self) -> int:
         """The number of the feed's last event (0 when empty), without reading the feed."""

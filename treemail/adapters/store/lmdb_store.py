@@ -219,6 +219,7 @@ class LmdbStore:
         private_dir(directory, markers=(DATA_FILE,))
         private_files(directory)
         owner = OwnerLock(directory)
+        env: lmdb.Environment | None = None
         try:
             if (directory / DATA_FILE).exists():
                 check_data_file(directory)
@@ -232,6 +233,10 @@ class LmdbStore:
             db = _open_tables(env, directory, write=True)
             settle_format(env, db, env.open_db(META_DB), directory, max_map_size=max_map_size)
         except BaseException:
+            # A refused or failed upgrade must not keep the environment open: LMDB allows one
+            # per path and process, so the next open would fail for that and not say why.
+            if env is not None:
+                env.close()
             owner.release()
             raise
         return cls(env, db, max_map_size, owner=owner)
@@ -270,6 +275,8 @@ class LmdbStore:
             # This maps more of the file into this process; the file is not written.
             with suppress(lmdb.Error):
                 self._env.set_mapsize(0)
+        except lmdb.Error as exc:  # a full reader table, say: typed like every store failure
+            raise failure(exc, "begin a read transaction") from exc
         try:
             return self._env.begin(write=False)
         except lmdb.Error as exc:

@@ -54,7 +54,7 @@ from psycopg import sql
 from treemail.adapters.store.codec import decode, encode
 from treemail.adapters.store.postgres_feed import FeedQueries
 from treemail.core.errors import StorageError, StoreFenced
-from treemail.core.keys import VALUE_KINDS, Table, identity
+from treemail.core.keys import VALUE_KINDS, Table, Tally, identity
 from treemail.core.records import Event, Session
 from treemail.core.store import Indexed, WriteTxn
 
@@ -509,12 +509,14 @@ class PgTxn(Indexed):
         self.tables = tables
         super().__init__(tables)
 
-    def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
-        # ``Indexed.append`` numbers the feed entry from the feed's size; here the number is
-        # given after the commit, so the size, which would cost a read, is not asked for.
+    def _append(self, owner: bytes, session_id: str, tally: Tally, kind: str,
+                data: Mapping[str, object]) -> Event:
+        # ``Indexed._append`` (behind ``append`` and ``accept_mail``) numbers the feed entry
+        # from the feed's size; here the number is given after the commit, so the size, which
+        # would cost a read, is not asked for.
         self.tables.appending = True
         try:
-            return super().append(session_id, kind, data)
+            return super()._append(owner, session_id, tally, kind, data)
         finally:
             self.tables.appending = False
 
