@@ -44,18 +44,25 @@ def cluster_lines(root: Path, scale: Scale) -> list[Line]:
             return []
         return [_senders(server, scale), _trees(server, scale), _daemons(server, root, scale)]
 
+
+def _medians(server: Any, crowd: Crowd | _TreeCrowd, scale: Scale) -> tuple[float, float]:
+    """The median of three rounds of the crowd's sends/s and of the bare queue's, each round
+    measuring both, so that a noisy neighbour hits both alike."""
+    each = max(scale.per_sender // 10, 5)
+    ours, bare = [], []
+    for _ in range(3):
+        ours.append(run_async(crowd.sends_per_second(each)))
+        bare.append(_bare_queue(server.url(schema="bare_queue"), SENDERS, each))
+    return sorted(ours)[1], sorted(bare)[1]
+
+
 def _senders(server: Any, scale: Scale) -> Line:
     from treemail import open_store
 
     crowd = Crowd(open_store(server.url(), sync=True), SENDERS)
     run_async(crowd.setup())
-    each = max(scale.per_sender // 10, 5)
-    ours, bare = [], []
-    for _ in range(3):  # interleaved rounds: a noisy neighbour hits both alike
-        ours.append(run_async(crowd.sends_per_second(each)))
-        bare.append(_bare_queue(server.url(schema="bare_queue"), SENDERS, each))
+    rate, base = _medians(server, crowd, scale)
     crowd.close()
-    rate, base = sorted(ours)[1], sorted(bare)[1]
     return Line("n_senders", f"(n) 32 concurrent senders, PostgreSQL, sends/s "
                 f"({crowd.batch:.0f}/commit)", rate, base, "/s",
                 "bare INSERT-per-txn queue, 32 threads, same server", "-", None)
@@ -71,15 +78,10 @@ def _trees(server: Any, scale: Scale) -> Line:
     leases.join("bench", 3600.0)  # a member leases the trees it creates
     crowd = _TreeCrowd(store, SENDERS)
     run_async(crowd.setup())
-    each = max(scale.per_sender // 10, 5)
-    ours, bare = [], []
-    for _ in range(3):  # interleaved rounds: a noisy neighbour hits both alike
-        ours.append(run_async(crowd.sends_per_second(each)))
-        bare.append(_bare_queue(server.url(schema="bare_queue"), SENDERS, each))
+    rate, base = _medians(server, crowd, scale)
     crowd.runtime.writer.close()
     leases.leave()
     store.close()
-    rate, base = sorted(ours)[1], sorted(bare)[1]
     return Line("n_trees", f"(n) 32 senders in 32 trees, shared PostgreSQL store, sends/s "
                 f"({crowd.batch:.0f}/commit)", rate, base, "/s",
                 "bare INSERT-per-txn queue, 32 threads, same server", "-", None)

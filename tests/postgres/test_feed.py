@@ -75,7 +75,7 @@ def test_an_event_committed_while_an_older_writer_runs_waits_behind_that_writer(
 def test_two_transactions_of_a_shared_store_commit_side_by_side(
     postgres_cluster: PostgresCluster,
 ) -> None:
-    url = postgres_cluster.url()
+    url = postgres_cluster.url() + "&writers=2"
     store = open_store(url, sync=False, shared=True)
     try:
         leases_of(store).join("/run/a.sock", 30.0)

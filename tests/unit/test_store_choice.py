@@ -96,6 +96,21 @@ def test_a_server_password_never_reaches_a_message() -> None:
     assert shown("/srv/a:b@c") == "/srv/a:b@c"
 
 
+def test_the_write_connections_of_a_shared_postgresql_store_come_from_the_url() -> None:
+    from treemail.adapters.store.postgres_store import WRITERS, split_url, url_writers
+
+    url = "postgresql://u:s3cret@h/db?schema=x&writers=3&sslmode=disable"
+    assert url_writers(url) == 3
+    assert url_writers("postgresql://u@h/db") == WRITERS
+    assert split_url(url) == ("postgresql://u:s3cret@h/db?sslmode=disable", "x")  # not libpq's
+    for bad in ("0", "65", "two", ""):
+        with pytest.raises(StoreUrlUnknown) as caught:
+            url_writers(f"postgresql://u:s3cret@h/db?writers={bad}")
+        assert caught.value.message == (
+            "cannot open a store at 'postgresql://u:***@h/db?writers=" + bad + "': writers "
+            f"must be a number from 1 to 64, not {bad!r}")
+
+
 def test_an_unknown_form_creates_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StoreUrlUnknown):

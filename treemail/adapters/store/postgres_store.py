@@ -86,22 +86,28 @@ from treemail.core.errors import (
 from treemail.core.keys import Table
 from treemail.core.store import ReadTxn, WriteTxn
 
-__all__ = ["ATTEMPTS", "DEFAULT_SCHEMA", "PostgresStore", "split_url"]
+__all__ = ["ATTEMPTS", "DEFAULT_SCHEMA", "PostgresStore", "split_url", "url_writers"]
 
 T = TypeVar("T")
 
 DEFAULT_SCHEMA = "treemail"
 ATTEMPTS = 10
 _READERS = 4  # pooled read connections: readers on several threads at once
-# Write connections of a store shared by daemons: transactions of that many trees at once.
-# Past the server's cores more only queue there; two cores serve this many round trips.
-WRITERS = 4
+# Write connections of a store shared by daemons, unless the URL says ``?writers=N``: the
+# transactions of that many trees at once, each lane a thread of the runtime's writer. One,
+# because on two cores more lanes measured slower (``just bench --only n``: one daemon's
+# acks/s 2.3x higher with one lane than with four; the lanes' threads share one interpreter,
+# which the server's own work already has to share the cores with). More pay where the
+# server has cores of its own.
+WRITERS = 1
+_MAX_WRITERS = 64
 # How long a commit that appended to the feed waits for its events to show there.
 VISIBLE_WAIT = 1.0
 
 
 def split_url(url: str) -> tuple[str, str]:
-    """The libpq URL without treemail's own ``schema`` parameter, and that schema."""
+    """The libpq URL without treemail's own parameters (``schema``, ``writers``), and the
+    schema."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     schemas = [value for name, value in query if name == "schema"]
@@ -109,8 +115,22 @@ def split_url(url: str) -> tuple[str, str]:
     if not schema or len(schema.encode()) > 63 or "\x00" in schema:
         raise StoreUrlUnknown(f"cannot open a store at {_shown(url)!r}: schema must be 1 to 63 "
                               "bytes, without NUL", url=_shown(url), forms=["?schema=NAME"])
-    rest = urlencode([(name, value) for name, value in query if name != "schema"])
+    rest = urlencode([(name, value) for name, value in query
+                      if name not in ("schema", "writers")])
     return urlunsplit(parts._replace(query=rest)), schema
+
+
+def url_writers(url: str) -> int:
+    """The write connections the URL asks for (``?writers=N``, 1 to 64), else ``WRITERS``."""
+    given = [value for name, value in parse_qsl(urlsplit(url).query, keep_blank_values=True)
+             if name == "writers"]
+    if not given:
+        return WRITERS
+    if not given[-1].isdecimal() or not 1 <= int(given[-1]) <= _MAX_WRITERS:
+        raise StoreUrlUnknown(f"cannot open a store at {_shown(url)!r}: writers must be a "
+                              f"number from 1 to {_MAX_WRITERS}, not {given[-1]!r}",
+                              url=_shown(url), forms=["?writers=N"])
+    return int(given[-1])
 
 
 def _shown(url: str) -> str:
@@ -149,7 +169,7 @@ class PostgresStore:
     batch_wait = 0.05
 
     def __init__(self, conninfo: str, schema: str, where: str, *, readonly: bool,
-                 synchronous: bool, shared: bool = False) -> None:
+                 synchronous: bool, shared: bool = False, writers: int = WRITERS) -> None:
         self._conninfo = conninfo
         self._schema = schema
         self._where = where  # for messages: the URL without its password
@@ -163,7 +183,7 @@ class PostgresStore:
         self._shared = shared and not readonly
         # How many transactions may run at once (the runtime's writer runs that many
         # threads): an exclusive owner lock is one connection's.
-        self.writers = WRITERS if self._shared else 1
+        self.writers = writers if self._shared else 1
         self._writers = Writers(self.writers, where, self._release)
         self._numberer = Numberer(lambda: self._dial(autocommit=True), self._number,
                                   self._unnumbered)
@@ -186,7 +206,7 @@ class PostgresStore:
         conninfo, schema = split_url(url)
         store = cls(conninfo, schema, _shown(url), readonly=readonly,
                     synchronous=sync and Durability(durability) is Durability.FSYNC,
-                    shared=shared)
+                    shared=shared, writers=url_writers(url))
         try:
             store._start()
         except BaseException:
