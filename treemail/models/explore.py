@@ -86,7 +86,7 @@ class Bounds:
     # 2: a second root too, counted among the sessions; a send may name the other tree's
     # root by its handle, which no tree but its own resolves. 1 by default: the four
     # sessions go to one tree, where the cousin is (the other tree's handle has its test).
-    # So bounded, the defaults explore 196,613 states (depth 8, every guard and transition;
+    # So bounded, the defaults explore 196,789 states (depth 8, every guard and transition;
     # 177,569 before recall and the late expiry sweep) against 166,404 for three sessions in
     # two trees before the newer actions. Depth 9 would
     # be about 900,000 (6,746 states at depth 6, so each level about five times the last) in
