@@ -152,11 +152,13 @@ _SEQ_SLOT, _INBOX_SLOT, _PAIR_SLOT = (kind.value for kind in (
     keys.Counter.SEQ, keys.Counter.INBOX, keys.Counter.PAIR))
 
 
-def _count_one(counters: dict[str, int], slot: str) -> None:
-    """``add(name, 1)`` on a tally's slot: a count that reaches 0 is not kept."""
-    value = counters.pop(slot, 0) + 1
+def _bump(counters: dict[str, int], slot: str, delta: int) -> int:
+    """Add ``delta`` to a tally's slot and return the new count: a count that reaches 0 is
+    not kept (the row of the general ``add`` and of a send's ``accept_mail`` alike)."""
+    value = counters.pop(slot, 0) + delta
     if value:
         counters[slot] = value
+    return value
 
 
 def _lookup_key(build: Callable[[Any], bytes], part: Any) -> bytes | None:
@@ -330,9 +332,7 @@ class Indexed:
     def _add_tallied(self, place: keys.CounterPlace, delta: int) -> int:
         tally: Tally = self._t.get(Table.TALLY, place.owner) or _NO_TALLY
         counters = dict(tally.counters)  # a new row: the stored one may be shared (fork)
-        value = counters.pop(place.slot, 0) + delta
-        if value:
-            counters[place.slot] = value
+        value = _bump(counters, place.slot, delta)
         self._put_tally(place.owner, Tally(tally.last_event, counters))
         return value
 
@@ -350,8 +350,8 @@ class Indexed:
         counters = dict(tally.counters)  # a new row: the stored one may be shared (fork)
         pair = f"{_PAIR_SLOT}/{message.sender}"
         counters[_SEQ_SLOT] = seq
-        _count_one(counters, _INBOX_SLOT)
-        _count_one(counters, pair)
+        _bump(counters, _INBOX_SLOT, 1)
+        _bump(counters, pair, 1)
         self._t.put(Table.MESSAGES, keys.identity(message.message_id), message)
         self._t.put(Table.PENDING, keys.pending(recipient, seq), message.message_id)
         self._append(owner, recipient, Tally(tally.last_event + 1, counters), kind, data)
