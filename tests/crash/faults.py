@@ -46,7 +46,8 @@ from treemail.core.engine import Engine
 from treemail.core.errors import StorageError, TreemailError
 from treemail.core.ids import CountingIds, IdSource
 from treemail.core.keys import Table
-from treemail.core.store import MemoryStore, Store
+from treemail.core.memory_store import MemoryStore
+from treemail.core.store import Store
 from treemail.models.invariants import Failure, Ledger, limits, mail_shape, recovered, settled
 
 __all__ = ["MODES", "Campaign", "run_campaign"]

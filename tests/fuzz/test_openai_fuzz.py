@@ -23,7 +23,7 @@ from tests.fuzz.replies import REPLIES, assert_sound, run_reply
 from tests.fuzz.strategies import JSON, TEXT
 from treemail.adapters.runtime.failures import FailurePolicy
 from treemail.adapters.runtime.llm import ModelError, ModelReply, OpenAICompatibleModel
-from treemail.core.store import MemoryStore
+from treemail.core.memory_store import MemoryStore
 
 TIMEOUT = 0.15  # the adapter's timeout; a slow plan waits longer than this
 BOUND = 15.0  # a call that takes longer than this is a hang

@@ -24,8 +24,8 @@ from treemail.core.engine import Engine
 from treemail.core.errors import TreemailError
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import SessionState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import Event, Owner
-from treemail.core.store import MemoryStore
 
 CONTROLS = st.text(st.sampled_from("\x1b\x07\r\n\x08\x00\x7f\x9b\x85\u202e\u2066\u2028]52;[2K"),
                    min_size=1, max_size=12)

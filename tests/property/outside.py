@@ -34,8 +34,8 @@ from treemail.core import addressing, envelope, events
 from treemail.core.errors import InvalidRequest, UnknownSubagentReference
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import MessageState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import AgentSpec, Owner, Session
-from treemail.core.store import MemoryStore
 
 __all__ = ["Outside", "Tree", "assert_true_envelopes", "bypassed", "run_tree"]
 

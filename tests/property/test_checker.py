@@ -44,9 +44,9 @@ from treemail.core.lifecycle import (
     RunTrigger,
     SessionState,
 )
+from treemail.core.memory_store import MemoryStore
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Message, Owner, ToolContext
-from treemail.core.store import MemoryStore
 from treemail.models import checker, invariants
 from treemail.models.checker import (
     INVARIANTS,

@@ -42,10 +42,11 @@ from treemail.core.expiry import age
 from treemail.core.ids import CountingIds
 from treemail.core.keys import inbox_counter, pair_counter
 from treemail.core.lifecycle import MessageState, RunState, SessionState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.permissions import LABELS, Action, Rule, Rules
 from treemail.core.receipts import Receipt
 from treemail.core.records import AgentSpec, Mode, Owner, Run, Session, ToolContext
-from treemail.core.store import MemoryStore, Store
+from treemail.core.store import Store
 from treemail.models.reference import Reference
 from treemail.models.world import FINAL, SessionRecord
 

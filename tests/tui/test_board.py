@@ -14,7 +14,7 @@ from tests.unit.conftest import World
 from treemail.adapters.ui.tui.app import TreemailTui
 from treemail.adapters.ui.tui.board import Board
 from treemail.adapters.ui.tui.sources import LiveSource
-from treemail.core.store import MemoryStore
+from treemail.core.memory_store import MemoryStore
 from treemail.protocol import types as t
 from treemail.protocol.methods import EVENTS_SUBSCRIBE, SESSION_CREATE, SESSION_GET, SESSION_LIST
 

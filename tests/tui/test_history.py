@@ -26,8 +26,8 @@ from treemail.adapters.ui.tui.board import Board, SessionLine
 from treemail.adapters.ui.tui.feed import event_of, stored_feed
 from treemail.adapters.ui.tui.sources import LiveSource, StoreSource
 from treemail.core.lifecycle import MessageState, RunState, SessionState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import Event
-from treemail.core.store import MemoryStore
 from treemail.protocol import types as t
 from treemail.protocol.methods import EVENTS_READ, RUN_SUBMIT, SESSION_GET
 

@@ -24,6 +24,7 @@ from treemail.core.engine import Delivery, Engine
 from treemail.core.ids import CountingIds
 from treemail.core.keys import CounterName
 from treemail.core.lifecycle import SessionState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.permissions import LABELS, Rules
 from treemail.core.records import (
     AgentSpec,
@@ -36,7 +37,7 @@ from treemail.core.records import (
     ToolContext,
 )
 from treemail.core.sending import grant_counter
-from treemail.core.store import MemoryStore, Store, WriteTxn
+from treemail.core.store import Store, WriteTxn
 from treemail.testing.postgres import PostgresCluster
 
 # ``TREEMAIL_TEST_STORES`` (comma-separated kinds) narrows the run, e.g. to ``memory`` for the

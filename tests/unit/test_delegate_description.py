@@ -14,9 +14,9 @@ from treemail.adapters.ui.transcript import Transcript, render_log
 from treemail.core.engine import Engine
 from treemail.core.errors import InvalidToolArguments, UnknownSubagentReference
 from treemail.core.ids import CountingIds
+from treemail.core.memory_store import MemoryStore
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Owner
-from treemail.core.store import MemoryStore
 
 WORKER = AgentSpec("worker", "does a task", Rules.of({"parent": "allow", "sibling": "allow"}))
 LEAD = AgentSpec("lead", "leads", Rules.of({"child": "allow"}),

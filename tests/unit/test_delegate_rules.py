@@ -15,8 +15,8 @@ from treemail.core.agents import BUILTIN_AGENTS, parse_agent_doc
 from treemail.core.engine import Engine
 from treemail.core.errors import AgentDocError, DelegationDenied, InvalidToolArguments
 from treemail.core.ids import CountingIds
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import AgentSpec, Owner
-from treemail.core.store import MemoryStore
 
 LEAD = """---
 name: lead

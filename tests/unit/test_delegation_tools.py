@@ -28,9 +28,9 @@ from treemail.core.errors import (
 )
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import RunState, SessionState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Owner, Session
-from treemail.core.store import MemoryStore
 
 KID = AgentSpec("kid", "helps", Rules.of({"parent": "allow"}))
 LEAD = AgentSpec("lead", "leads", Rules.of({"child": "allow"}),

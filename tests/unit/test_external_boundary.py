@@ -18,8 +18,8 @@ from treemail.core.errors import TreemailError
 from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import MessageState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import AgentSpec, Mode, Owner, ToolContext
-from treemail.core.store import MemoryStore
 from treemail.models.reference import Reference
 
 from .conftest import agent

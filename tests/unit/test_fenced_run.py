@@ -24,9 +24,10 @@ from treemail.core.errors import StoreFenced
 from treemail.core.events import EventKind
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import MessageState, SessionState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import Session
 from treemail.core.runs import CRASH
-from treemail.core.store import MemoryStore, WriteTxn
+from treemail.core.store import WriteTxn
 
 T = TypeVar("T")
 

@@ -31,9 +31,9 @@ from treemail.core.errors import (
 )
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import MessageState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Mode, Owner, Session, ToolContext
-from treemail.core.store import MemoryStore
 from treemail.models.plants import PLANTS, planted
 
 OPEN = AgentSpec("open", "talks to anyone", Rules.of({"*": "allow"}))

@@ -21,9 +21,9 @@ from treemail.core.errors import (
 )
 from treemail.core.ids import CountingIds
 from treemail.core.keys import Table
+from treemail.core.memory_store import MemoryStore
 from treemail.core.producers import PLUGIN_BODY_MAX_BYTES
 from treemail.core.records import AgentSpec, Mode, Owner
-from treemail.core.store import MemoryStore
 
 SOLO = AgentSpec("solo")
 

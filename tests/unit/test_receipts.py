@@ -24,9 +24,9 @@ from treemail.core.errors import (
 from treemail.core.ids import CountingIds
 from treemail.core.keys import Table
 from treemail.core.lifecycle import MessageState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Owner, Session, ToolContext
-from treemail.core.store import MemoryStore
 
 OPEN = AgentSpec("open", "talks to anyone", Rules.of({"*": "allow"}))
 

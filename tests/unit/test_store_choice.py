@@ -18,8 +18,8 @@ from treemail.adapters.store.errors import StoreUrlUnknown
 from treemail.adapters.store.factory import FORMS, Kind, StoreUrl, holds_store, parse
 from treemail.adapters.ui.cli import main
 from treemail.core.errors import StoreMissing
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import AgentSpec, Owner
-from treemail.core.store import MemoryStore
 
 PACKAGE = Path(__file__).resolve().parents[2] / "treemail"
 STORE_WING = PACKAGE / "adapters" / "store"

@@ -27,8 +27,9 @@ from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core import keys
 from treemail.core.errors import StorageError, StoreClosed, StoreDamaged, StoreFormatUnknown
 from treemail.core.keys import CounterName, Table
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import Session
-from treemail.core.store import MemoryStore, Store, WriteTxn
+from treemail.core.store import Store, WriteTxn
 from treemail.testing.store_contract import StoreContract
 from treemail.testing.store_sample import (
     CHILD,

@@ -8,8 +8,8 @@ from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import MessageState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import AgentSpec, Mode, Owner
-from treemail.core.store import MemoryStore
 from treemail.models.reference import Reference
 
 NO_RULES = AgentSpec("solo")  # no message rule at all: the user needs none

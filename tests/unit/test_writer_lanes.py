@@ -12,8 +12,8 @@ from typing import Any
 from treemail.adapters.runtime.writer import Writer, tree_lanes
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import AgentSpec
-from treemail.core.store import MemoryStore
 
 # "a" and "b" fall in different lanes of two, "a" and "c" in the same one.
 TREE_A, TREE_B, TREE_C = "a", "b", "c"

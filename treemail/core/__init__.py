@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     )
     from treemail.core.ids import CountingIds, IdSource
     from treemail.core.lifecycle import MESSAGE, SESSION, MessageLifecycle, SessionLifecycle
+    from treemail.core.memory_store import MemoryStore
     from treemail.core.permissions import Action, Rules
     from treemail.core.records import (
         AgentSpec,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
         Session,
         ToolContext,
     )
-    from treemail.core.store import MemoryStore, Store
+    from treemail.core.store import Store
 
 __all__ = [
     "BUILTIN_AGENTS",
@@ -101,7 +102,7 @@ _WHERE: dict[str, str] = {
     "Event": "treemail.core.records",
     "IdSource": "treemail.core.ids",
     "IllegalTransition": "treemail.core.errors",
-    "MemoryStore": "treemail.core.store",
+    "MemoryStore": "treemail.core.memory_store",
     "Message": "treemail.core.records",
     "MessageLifecycle": "treemail.core.lifecycle",
     "MessagingConfig": "treemail.core.config",

@@ -55,8 +55,8 @@ from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import Owner
-from treemail.core.store import MemoryStore
 from treemail.models.coverage import REPLAY, Coverage, boundary_step, guard_of, recording
 from treemail.models.explore import (
     Action,

@@ -20,7 +20,7 @@ from treemail.core.config import MessagingConfig
 from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.ids import CountingIds
 from treemail.core.keys import Table
-from treemail.core.store import MemoryStore
+from treemail.core.memory_store import MemoryStore
 from treemail.models.explore import Action, outcome, perform
 from treemail.models.invariants import Ledger
 from treemail.models.reference import Reference

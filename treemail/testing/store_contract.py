@@ -28,6 +28,7 @@ from treemail.core import keys
 from treemail.core.errors import StorageError, StoreClosed
 from treemail.core.keys import MAX_KEY, CounterName
 from treemail.core.lifecycle import MessageState, RunState
+from treemail.core.memory_store import MemoryStore
 from treemail.core.permissions import Action
 from treemail.core.records import (
     Approval,
@@ -43,7 +44,7 @@ from treemail.core.records import (
     SendResult,
 )
 from treemail.core.results import CallOutcome
-from treemail.core.store import MemoryStore, Store, WriteTxn
+from treemail.core.store import Store, WriteTxn
 from treemail.testing.store_sample import (
     CHILD,
     COUNTERS,

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from treemail.core.keys import CounterName
+from treemail.core.memory_store import MemoryStore
 from treemail.core.records import (
     Event,
 )
-from treemail.core.store import MemoryStore, Store, WriteTxn
+from treemail.core.store import Store, WriteTxn
 from treemail.testing.store_sample import (
     CHILD,
     MESSAGE_IDS,

@@ -26,7 +26,8 @@ from pathlib import Path
 import attrs
 
 from treemail.adapters.store.errors import StoreDriverMissing, StoreUrlUnknown
-from treemail.core.store import MemoryStore, Store
+from treemail.core.memory_store import MemoryStore
+from treemail.core.store import Store
 
 __all__ = ["FORMS", "Kind", "StoreUrl", "holds_store", "open_store", "parse", "shown"]
 
