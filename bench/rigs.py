@@ -145,16 +145,17 @@ Write: Any = tuple[Table, bytes, bytes | None]  # (table, key, stored bytes; Non
 
 @contextmanager
 def recording() -> Iterator[list[Write]]:
-    """Every row the LMDB store writes while open, as it reaches LMDB: ``_store`` is the
+    """Every row the LMDB store writes while open, as it reaches LMDB: ``_to_lmdb`` is the
     store's one write seam. For a dry run only: the copy costs what it records."""
     log: list[Write] = []
-    original = LmdbTables._store
+    original = LmdbTables._to_lmdb
 
-    def store(tables: LmdbTables, table: Table, key: bytes, value: object) -> None:
-        log.append((table, key, None if value is None else encode(value, key)))
-        original(tables, table, key, value)
+    def write(tables: LmdbTables, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
+        log.extend((*keys.logical_key(stored), raw) for stored, raw in puts)
+        log.extend((*keys.logical_key(stored), None) for stored in deletes)
+        original(tables, puts, deletes)
 
-    with mock.patch.object(LmdbTables, "_store", store):
+    with mock.patch.object(LmdbTables, "_to_lmdb", write):
         yield log
 
 

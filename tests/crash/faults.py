@@ -152,22 +152,28 @@ class _LmdbFaults:
 def _lmdb_faults(at: int | None) -> Iterator[_LmdbFaults]:
     """Fault points below the port: every put or delete LMDB is asked for, and the commit."""
     faults = _LmdbFaults(at)
-    put, commit = lmdb_txn.LmdbTables._store, lmdb_store._commit_durably
+    write, commit = lmdb_txn.LmdbTables._to_lmdb, lmdb_store._commit_durably
 
-    def failing_put(self: lmdb_txn.LmdbTables, table: Table, key: bytes, value: object) -> None:
-        faults.point()
-        put(self, table, key, value)
+    def failing_write(self: lmdb_txn.LmdbTables, puts: list[tuple[bytes, bytes]],
+                      deletes: list[bytes]) -> None:
+        # Row by row, so that a fault can fall between any two of a flush's writes.
+        for put in puts:
+            faults.point()
+            write(self, [put], [])
+        for delete in deletes:
+            faults.point()
+            write(self, [], [delete])
 
     def failing_commit(txn: Any) -> None:
         faults.point()
         commit(txn)
 
-    lmdb_txn.LmdbTables._store = failing_put  # type: ignore[method-assign]
+    lmdb_txn.LmdbTables._to_lmdb = failing_write  # type: ignore[method-assign]
     lmdb_store._commit_durably = failing_commit
     try:
         yield faults
     finally:
-        lmdb_txn.LmdbTables._store = put  # type: ignore[method-assign]
+        lmdb_txn.LmdbTables._to_lmdb = write  # type: ignore[method-assign]
         lmdb_store._commit_durably = commit
 
 

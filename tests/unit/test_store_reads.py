@@ -21,6 +21,7 @@ from tests.unit.conftest import World
 from treemail.adapters.store import codec, lmdb_txn
 from treemail.adapters.store.group_commit import GroupStore
 from treemail.adapters.store.lmdb_store import LmdbStore
+from treemail.core import keys
 from treemail.core.engine import Engine
 from treemail.core.keys import CounterName, Table
 from treemail.core.records import Session
@@ -50,23 +51,24 @@ class Traffic:
 def traffic(monkeypatch: pytest.MonkeyPatch) -> Iterator[Traffic]:
     seen = Traffic()
     tables = lmdb_txn.LmdbTables
-    get, store, decode = tables.get, tables._store, codec.decode
+    get, write, decode = tables.get, tables._to_lmdb, codec.decode
 
     def counted_get(self: Any, table: Table, key: bytes) -> Any:
         if (table, key) not in self.seen:  # a row not cached yet: LMDB is read
             seen.reads[table] += 1
         return get(self, table, key)
 
-    def counted_store(self: Any, table: Table, key: bytes, value: object) -> None:
-        seen.writes[table] += 1
-        store(self, table, key, value)
+    def counted_write(self: Any, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
+        for stored in [stored for stored, _ in puts] + deletes:
+            seen.writes[keys.table_of(stored)] += 1
+        write(self, puts, deletes)
 
     def counted_decode(kind: Any, raw: bytes, *, db: str, key: bytes) -> Any:
         seen.decoded[(db, bytes(key))] += 1
         return decode(kind, raw, db=db, key=key)
 
     monkeypatch.setattr(tables, "get", counted_get)
-    monkeypatch.setattr(tables, "_store", counted_store)
+    monkeypatch.setattr(tables, "_to_lmdb", counted_write)
     monkeypatch.setattr(lmdb_txn, "decode", counted_decode)
     yield seen
 

@@ -72,6 +72,7 @@ __all__ = [
     "identity",
     "inbox_counter",
     "logical_key",
+    "lookup",
     "pair_counter",
     "pending",
     "pending_of",
@@ -150,6 +151,17 @@ def identity(text: str) -> bytes:
         raise StorageError(f"a store key must be at most {MAX_KEY} bytes, not {len(raw)}: "
                            f"{text[:40]!r}...")
     return raw
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def lookup(text: str) -> bytes:
+    """``identity(text)`` for a read, or ``b""`` when no store could key ``text`` (empty, NUL,
+    a lone surrogate, over ``MAX_KEY`` bytes): an id that names nothing. Cached with the
+    answer, so a read of a known id costs no call."""
+    try:
+        return identity(text)
+    except (StorageError, UnicodeEncodeError):
+        return b""
 
 
 def seq_bytes(number: int) -> bytes:

@@ -144,6 +144,11 @@ class Run:
         return RequestState.REQUEST_OPEN
 
 
+def _message_state(state: str) -> MessageState:
+    # ``MessageState(state)`` costs two calls even for a MessageState: every send makes one.
+    return state if type(state) is MessageState else MessageState(state)
+
+
 @attrs.frozen
 class Message:
     """A producer message held by its recipient.
@@ -160,7 +165,7 @@ class Message:
     mode: Mode
     hop: int
     seq: int
-    state: MessageState = attrs.field(default=MESSAGE.initial, converter=MessageState)
+    state: MessageState = attrs.field(default=MESSAGE.initial, converter=_message_state)
     run_id: str | None = None
     request_id: str | None = None
     reason: str | None = None

@@ -119,7 +119,7 @@ class Sent:
 @attrs.define
 class Attempt:
     """One send_message call on its way through the guards; each guard fills in what it
-    established (the parsed arguments, the sender and its run, the recipient, the hop)."""
+    established (the parsed arguments, the sender and its run, the recipient)."""
 
     tx: WriteTxn
     config: MessagingConfig
@@ -134,7 +134,6 @@ class Attempt:
     replay: SendResult | None = None
     key: IdempotencyKey | None = None  # the call's replay key, made once for recall and remember
     digest: str = ""
-    hop: int = 0
     # The recipient's tally as the inbox guard read it (every config runs that guard): the
     # pair guard and the acceptance read it there, not from the store again.
     counts: MailCounts = (0, 0, 0)
@@ -153,8 +152,8 @@ class Guard:
     saying what it checks, and the check. A check raises its refusal or returns.
 
     ``applies`` says whether the check can refuse anything under a config: where it cannot
-    (messaging enabled, no pair window) and it establishes nothing a later guard reads, the
-    send leaves it out of its loop (``_checks``)."""
+    (messaging enabled, no hop limit, no pair window) and it establishes nothing a later
+    guard reads, the send leaves it out of its loop (``_checks``)."""
 
     name: str
     errors: tuple[type[TreemailError], ...]
@@ -241,8 +240,9 @@ def _permission(a: Attempt) -> None:
 
 def _max_hops(a: Attempt) -> None:
     assert a.run is not None
-    a.hop = a.run.base_hop + 1
-    check_hops(a.hop, a.config)
+    # The hop the message would carry; the acceptance gives it that hop, whether or not a
+    # hop limit ran this guard.
+    check_hops(a.run.base_hop + 1, a.config)
 
 
 def _inbox_full(a: Attempt) -> None:
@@ -275,7 +275,8 @@ GUARDS: tuple[Guard, ...] = (
           "the sending run is live (or the call was approved), and the sender's rule for the "
           "recipient's label is allow, ask with a grant, or deny", _permission),
     Guard("max_hops_exceeded", (MaxHopsExceeded,),
-          "the new message's hop would exceed max_hops > 0", _max_hops),
+          "the new message's hop would exceed max_hops > 0", _max_hops,
+          lambda config: config.max_hops > 0),
     Guard("inbox_full", (InboxFull,),
           "the recipient holds max_pending_per_session pending agent messages", _inbox_full),
     Guard("inflight_full", (InflightFull,),
@@ -407,8 +408,9 @@ def _accept(
     in the store's one send-specific write, with the seq the inbox guard read."""
     state = REPORTED[recipient.state]
     effective = args.mode if state is RecipientState.RUNNING else Mode.QUEUE
+    assert attempt.run is not None
     message = Message(ids.new_id(), recipient.session_id, sender, Owner.AGENT, args.body,
-                      args.mode, attempt.hop, attempt.counts[0] + 1, aged=now)
+                      args.mode, attempt.run.base_hop + 1, attempt.counts[0] + 1, aged=now)
     result = SendResult(message.message_id, effective, state, attempt.digest)
     assert attempt.key is not None
     tx.accept_mail(message, events.ACCEPTED, events.accepted_data(message), attempt.key, result)

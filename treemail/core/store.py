@@ -177,6 +177,10 @@ class Indexed:
     index never disagrees with its records after a commit.
     """
 
+    # The replay key ``recall`` last looked up, and its row's key: a send recalls its key,
+    # then ``accept_mail`` writes that very row, so the key is built once.
+    _recalled: tuple[object, bytes | None] = (None, None)
+
     def __init__(self, tables: Tables) -> None:
         self._t = tables
 
@@ -189,18 +193,17 @@ class Indexed:
         return found
 
     def _by_id(self, table: Table, record_id: str) -> Any:
-        """A record by its id. An id no store could key (empty, NUL, a lone surrogate, over
-        ``MAX_KEY`` bytes) names nothing: absent on every store, not a storage failure."""
-        try:  # ``_lookup_key``, written out: every send reads three records by id
-            key = keys.identity(record_id)
-        except (StorageError, UnicodeEncodeError):
-            return None
+        """A record by its id. An id no store could key (``keys.lookup``) names nothing:
+        absent on every store, not a storage failure."""
+        key = keys.lookup(record_id)
         return self._t.get(table, key) if key else None
 
     # -- reads ---------------------------------------------------------------------------
 
     def session(self, session_id: str) -> Session | None:
-        found: Session | None = self._by_id(Table.SESSIONS, session_id)
+        # ``_by_id`` written out, as in ``run``: every send reads two sessions and a run.
+        key = keys.lookup(session_id)
+        found: Session | None = self._t.get(Table.SESSIONS, key) if key else None
         return found
 
     def sessions(self) -> Iterator[Session]:
@@ -218,7 +221,8 @@ class Indexed:
         return found
 
     def run(self, run_id: str) -> Run | None:
-        found: Run | None = self._by_id(Table.RUNS, run_id)
+        key = keys.lookup(run_id)
+        found: Run | None = self._t.get(Table.RUNS, key) if key else None
         return found
 
     def message(self, message_id: str) -> Message | None:
@@ -246,7 +250,8 @@ class Indexed:
 
     def mail_counts(self, recipient: str, sender: str) -> MailCounts:
         # The three counters are slots of the recipient's tally (keys.TALLIED): one row.
-        tally: Tally = self._by_id(Table.TALLY, recipient) or _NO_TALLY
+        key = keys.lookup(recipient)
+        tally: Tally = (self._t.get(Table.TALLY, key) if key else None) or _NO_TALLY
         counters = tally.counters
         return (counters.get(_SEQ_SLOT, 0), counters.get(_INBOX_SLOT, 0),
                 counters.get(f"{_PAIR_SLOT}/{sender}", 0))
@@ -258,7 +263,11 @@ class Indexed:
             self._t.delete(Table.TALLY, owner)
 
     def recall(self, key: IdempotencyKey | ProducerKey) -> SendResult | None:
-        raw = _lookup_key(keys.replay, key)  # nor was a call whose ids no store could key
+        try:  # ``_lookup_key`` written out: every send recalls its key
+            raw: bytes | None = keys.replay(key)
+        except (StorageError, UnicodeEncodeError):
+            raw = None  # nor was a call whose ids no store could key
+        self._recalled = (key, raw)
         found: SendResult | None = self._t.get(Table.REPLAY, raw) if raw else None
         return found
 
@@ -349,13 +358,17 @@ class Indexed:
         tally: Tally = self._t.get(Table.TALLY, owner) or _NO_TALLY
         counters = dict(tally.counters)  # a new row: the stored one may be shared (fork)
         pair = f"{_PAIR_SLOT}/{message.sender}"
+        # Counts of pending mail, one more each: a count added to never reaches 0 (``_bump``).
         counters[_SEQ_SLOT] = seq
-        _bump(counters, _INBOX_SLOT, 1)
-        _bump(counters, pair, 1)
+        counters[_INBOX_SLOT] = counters.get(_INBOX_SLOT, 0) + 1
+        counters[pair] = counters.get(pair, 0) + 1
+        recalled, replay_key = self._recalled
+        if recalled is not key or not replay_key:
+            replay_key = keys.replay(key)
         self._t.put(Table.MESSAGES, keys.identity(message.message_id), message)
         self._t.put(Table.PENDING, keys.pending(recipient, seq), message.message_id)
         self._append(owner, recipient, Tally(tally.last_event + 1, counters), kind, data)
-        self._t.put(Table.REPLAY, keys.replay(key), result)
+        self._t.put(Table.REPLAY, replay_key, result)
 
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
         owner = keys.identity(session_id)

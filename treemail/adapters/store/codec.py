@@ -31,13 +31,14 @@ import msgspec
 
 from treemail.core.errors import StorageError, StoreDamaged
 
-__all__ = ["CHECKSUM_BYTES", "decode", "encode", "payload"]
+__all__ = ["CHECKSUM_BYTES", "decode", "encode", "encode_rows", "payload"]
 
 T = TypeVar("T")
 
 CHECKSUM_BYTES = 4
 
 _encode = msgspec.json.Encoder().encode
+_crc32 = zlib.crc32
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 
@@ -48,6 +49,14 @@ def encode(value: object, key: bytes) -> bytes:
     # CRC-32 runs over a stream: the CRC of key + body is that of body continued from key's,
     # the checksum every format since 2 stores, in one call instead of two.
     return body + zlib.crc32(key + body).to_bytes(CHECKSUM_BYTES, "big")
+
+
+def encode_rows(rows: list[tuple[bytes, bytes, object]]) -> list[tuple[bytes, bytes]]:
+    """``(where, encode(value, key))`` of each ``(where, key, value)``: a flush's rows encoded
+    in one call, each costing its encoding and its checksum and no call of its own."""
+    return [(where, (body := value if type(value) is bytes else _encode(value))
+             + _crc32(key + body).to_bytes(CHECKSUM_BYTES, "big"))
+            for where, key, value in rows]
 
 
 def payload(raw: bytes, *, db: str, key: bytes) -> bytes:

@@ -30,9 +30,9 @@ from typing import Any, TypeAlias
 import attrs
 import lmdb
 
-from treemail.adapters.store.codec import decode, encode
+from treemail.adapters.store.codec import decode, encode_rows
 from treemail.core.errors import StorageError, StoreFull
-from treemail.core.keys import VALUE_KINDS, Table, stored_key, stored_prefix
+from treemail.core.keys import VALUE_KINDS, Table, Tally, stored_key, stored_prefix
 from treemail.core.store import Indexed, WriteTxn
 
 __all__ = ["Db", "LmdbTables", "LmdbTxn", "abort", "disk_full", "failure"]
@@ -113,9 +113,9 @@ class LmdbTables:
         self.savepoints: list[_Open] = []
 
     def get(self, table: Table, key: bytes) -> Any:
-        found = self.seen.get((table, key), _UNSEEN)
-        if found is not _UNSEEN:
-            return found
+        row = (table, key)
+        if row in self.seen:  # a membership test is no call, unlike ``seen.get``
+            return self.seen[row]
         # One point read from LMDB: every read of a row not seen yet, and only those.
         try:
             raw: bytes | None = self.stack[-1].get(stored_key(table, key), db=self.db)
@@ -129,7 +129,7 @@ class LmdbTables:
             found = _WRITTEN_TALLIES[key][1]
         else:
             found = decode(VALUE_KINDS[table], raw, db=table, key=key)
-        self.seen[(table, key)] = found
+        self.seen[row] = found
         return found
 
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
@@ -198,7 +198,10 @@ class LmdbTables:
     def insert(self, table: Table, key: bytes, value: object) -> None:
         end = self.feed_end
         self.put(table, key, value)
-        self.inserted.setdefault(table, set()).add(key)
+        try:  # as in ``put``
+            self.inserted[table].add(key)
+        except KeyError:
+            self.inserted[table] = {key}
         if table is Table.FEED and end is not None:
             self.feed_end = end + 1  # the next number (see ``Indexed.feed_end``)
 
@@ -232,16 +235,28 @@ class LmdbTables:
         self.inserted.pop(table, None)
         self._write({table: rows})
 
-    def _write(self, dirty: dict[Table, dict[bytes, None]]) -> None:
-        seen, table = self.seen, None
+    def _write(self, dirty: dict[Table, dict[bytes, None]], where: str | None = None) -> None:
+        """Encode the rows of ``dirty`` and hand them to LMDB together (``_to_lmdb``): one
+        pass, no call per row but its key's place and its encoding. A failure names
+        ``where`` the rows went, else their tables."""
+        seen = self.seen
+        rows = [(stored_key(table, key), key, seen[(table, key)])
+                for table, keys in dirty.items() for key in keys]
+        deletes = [row[0] for row in rows if row[2] is None]
+        kept = [row for row in rows if row[2] is not None] if deletes else rows
+        puts = encode_rows(kept)
+        for (_, raw), (_, key, value) in zip(puts, kept, strict=True):
+            if type(value) is Tally:  # keep its bytes with it (``_WRITTEN_TALLIES``)
+                if len(_WRITTEN_TALLIES) >= _WRITTEN_LIMIT:
+                    _WRITTEN_TALLIES.clear()
+                _WRITTEN_TALLIES[key] = (raw, value)
         try:
-            for table, rows in dirty.items():
-                for key in rows:
-                    self._store(table, key, seen[(table, key)])
+            self._to_lmdb(puts, deletes)
         except lmdb.Error as exc:
-            raise self._write_error(exc, table or "")  # noqa: B904 - it chains to exc
+            what = where or ", ".join(str(table) for table in dirty)
+            raise self._write_error(exc, what)  # noqa: B904 - it chains to exc
 
-    def _write_error(self, exc: lmdb.Error, table: Table | str) -> Exception:
+    def _write_error(self, exc: lmdb.Error, what: str) -> Exception:
         """What a failed LMDB write raises (a plain try, not a context manager: this wraps
         every flush, and a context manager costs more than the writes of a small one)."""
         if isinstance(exc, lmdb.MapFullError):  # a delete can split pages too
@@ -249,22 +264,17 @@ class LmdbTables:
             return exc
         if isinstance(exc, lmdb.DiskError):  # spilling dirty pages to a full disk
             return disk_full(exc)
-        return failure(exc, f"write {table}")
+        return failure(exc, f"write {what}")
 
-    def _store(self, table: Table, key: bytes, value: object) -> None:
-        """One write to LMDB (None deletes): at most one per changed row and flush. The one
-        seam every row passes on its way to LMDB: the crash tests fail it, the bench's floor
-        records the rows through it."""
-        txn, stored = self.stack[-1], stored_key(table, key)
-        if value is None:
-            txn.delete(stored, db=self.db)
-            return
-        raw = encode(value, key)
-        txn.put(stored, raw, db=self.db)
-        if table is Table.TALLY:
-            if len(_WRITTEN_TALLIES) >= _WRITTEN_LIMIT:
-                _WRITTEN_TALLIES.clear()
-            _WRITTEN_TALLIES[key] = (raw, value)
+    def _to_lmdb(self, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
+        """Write ``puts`` (stored key, encoded value) and delete ``deletes`` in LMDB: the one
+        seam every row passes on its way there, once per flush. The crash tests fail it row
+        by row; the bench's floor records the rows through it."""
+        txn, db = self.stack[-1], self.db
+        for stored, raw in puts:
+            txn.put(stored, raw, db=db)
+        for stored in deletes:
+            txn.delete(stored, db=db)
 
     def _nest(self) -> None:
         """Give every open savepoint without one its nested LMDB transaction, outermost
@@ -272,10 +282,7 @@ class LmdbTables:
         for level, open_ in enumerate(self.savepoints):
             if open_.nested:
                 continue
-            try:
-                self._write_below(self.savepoints[level:])
-            except lmdb.Error as exc:
-                raise self._write_error(exc, "below a savepoint")  # noqa: B904 - as above
+            self._write_below(self.savepoints[level:])
             # While the child is open its parent must not be touched (MDB_BAD_TXN): every
             # read and write goes to the top of the stack.
             try:
@@ -288,13 +295,15 @@ class LmdbTables:
         """Write to the top LMDB transaction each unflushed row none of ``opened`` changed:
         those belong below them. A row one of them changed stays unflushed; its undo entry
         restores it, unflushed as it was, if that savepoint is undone."""
+        below: dict[Table, dict[bytes, None]] = {}
         for table, rows in list(self.dirty.items()):
             for key in [k for k in rows if not any((table, k) in each.before for each in opened)]:
-                self._store(table, key, self.seen[(table, key)])
+                below.setdefault(table, {})[key] = None
                 del rows[key]
                 self.inserted.get(table, set()).discard(key)
             if not rows:
                 del self.dirty[table]
+        self._write(below, "below a savepoint")
 
     def _undo(self, undone: _Open) -> None:
         self.feed_end = undone.feed_end
