@@ -150,10 +150,9 @@ def recording() -> Iterator[list[Write]]:
     log: list[Write] = []
     original = LmdbTables._to_lmdb
 
-    def write(tables: LmdbTables, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
-        log.extend((*keys.logical_key(stored), raw) for stored, raw in puts)
-        log.extend((*keys.logical_key(stored), None) for stored in deletes)
-        original(tables, puts, deletes)
+    def write(tables: LmdbTables, rows: list[tuple[bytes, bytes | None]]) -> None:
+        log.extend((*keys.logical_key(stored), raw) for stored, raw in rows)
+        original(tables, rows)
 
     with mock.patch.object(LmdbTables, "_to_lmdb", write):
         yield log

@@ -154,15 +154,11 @@ def _lmdb_faults(at: int | None) -> Iterator[_LmdbFaults]:
     faults = _LmdbFaults(at)
     write, commit = lmdb_txn.LmdbTables._to_lmdb, lmdb_store._commit_durably
 
-    def failing_write(self: lmdb_txn.LmdbTables, puts: list[tuple[bytes, bytes]],
-                      deletes: list[bytes]) -> None:
+    def failing_write(self: lmdb_txn.LmdbTables, rows: list[tuple[bytes, bytes | None]]) -> None:
         # Row by row, so that a fault can fall between any two of a flush's writes.
-        for put in puts:
+        for row in rows:
             faults.point()
-            write(self, [put], [])
-        for delete in deletes:
-            faults.point()
-            write(self, [], [delete])
+            write(self, [row])
 
     def failing_commit(txn: Any) -> None:
         faults.point()

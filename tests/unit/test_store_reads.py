@@ -58,10 +58,10 @@ def traffic(monkeypatch: pytest.MonkeyPatch) -> Iterator[Traffic]:
             seen.reads[table] += 1
         return get(self, table, key)
 
-    def counted_write(self: Any, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
-        for stored in [stored for stored, _ in puts] + deletes:
+    def counted_write(self: Any, rows: list[tuple[bytes, bytes | None]]) -> None:
+        for stored, _ in rows:
             seen.writes[keys.table_of(stored)] += 1
-        write(self, puts, deletes)
+        write(self, rows)
 
     def counted_decode(kind: Any, raw: bytes, *, db: str, key: bytes) -> Any:
         seen.decoded[(db, bytes(key))] += 1

@@ -51,10 +51,13 @@ def encode(value: object, key: bytes) -> bytes:
     return body + zlib.crc32(key + body).to_bytes(CHECKSUM_BYTES, "big")
 
 
-def encode_rows(rows: list[tuple[bytes, bytes, object]]) -> list[tuple[bytes, bytes]]:
-    """``(where, encode(value, key))`` of each ``(where, key, value)``: a flush's rows encoded
-    in one call, each costing its encoding and its checksum and no call of its own."""
-    return [(where, (body := value if type(value) is bytes else _encode(value))
+def encode_rows(
+        rows: list[tuple[bytes, bytes, object]]) -> list[tuple[bytes, bytes | None]]:
+    """``(where, encode(value, key))`` of each ``(where, key, value)``, None for a value of
+    None (a delete): a flush's rows encoded in one call, each costing its encoding and its
+    checksum and no call of its own."""
+    return [(where, None if value is None else
+             (body := value if type(value) is bytes else _encode(value))
              + _crc32(key + body).to_bytes(CHECKSUM_BYTES, "big"))
             for where, key, value in rows]
 

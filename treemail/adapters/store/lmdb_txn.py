@@ -241,17 +241,16 @@ class LmdbTables:
         ``where`` the rows went, else their tables."""
         seen = self.seen
         rows = [(stored_key(table, key), key, seen[(table, key)])
-                for table, keys in dirty.items() for key in keys]
-        deletes = [row[0] for row in rows if row[2] is None]
-        kept = [row for row in rows if row[2] is not None] if deletes else rows
-        puts = encode_rows(kept)
-        for (_, raw), (_, key, value) in zip(puts, kept, strict=True):
-            if type(value) is Tally:  # keep its bytes with it (``_WRITTEN_TALLIES``)
+                for table, changed in dirty.items() for key in changed]
+        encoded = encode_rows(rows)
+        for (_, raw), (_, key, value) in zip(encoded, rows, strict=True):
+            # A tally's bytes are kept with it, for the next read (``_WRITTEN_TALLIES``).
+            if type(value) is Tally and raw is not None:
                 if len(_WRITTEN_TALLIES) >= _WRITTEN_LIMIT:
                     _WRITTEN_TALLIES.clear()
                 _WRITTEN_TALLIES[key] = (raw, value)
         try:
-            self._to_lmdb(puts, deletes)
+            self._to_lmdb(encoded)
         except lmdb.Error as exc:
             what = where or ", ".join(str(table) for table in dirty)
             raise self._write_error(exc, what)  # noqa: B904 - it chains to exc
@@ -266,15 +265,16 @@ class LmdbTables:
             return disk_full(exc)
         return failure(exc, f"write {what}")
 
-    def _to_lmdb(self, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
-        """Write ``puts`` (stored key, encoded value) and delete ``deletes`` in LMDB: the one
-        seam every row passes on its way there, once per flush. The crash tests fail it row
-        by row; the bench's floor records the rows through it."""
+    def _to_lmdb(self, rows: list[tuple[bytes, bytes | None]]) -> None:
+        """Write ``rows`` (stored key, encoded value; None deletes) to LMDB: the one seam
+        every row passes on its way there, once per flush. The crash tests fail it row by
+        row; the bench's floor records the rows through it."""
         txn, db = self.stack[-1], self.db
-        for stored, raw in puts:
-            txn.put(stored, raw, db=db)
-        for stored in deletes:
-            txn.delete(stored, db=db)
+        for stored, raw in rows:
+            if raw is None:
+                txn.delete(stored, db=db)
+            else:
+                txn.put(stored, raw, db=db)
 
     def _nest(self) -> None:
         """Give every open savepoint without one its nested LMDB transaction, outermost
