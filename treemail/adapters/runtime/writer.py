@@ -17,10 +17,11 @@ session's calls to the first lane while the rest of its tree runs in its own lan
 interleaving the lanes exist to prevent. This writer's own creations could retire the kept
 misses (its batch count moves after each commit), but a batch ends between any two calls of
 one caller, so that would spare only calls queued together; a session another daemon
-creates shows only through the store, whose read is what the cache would save. And little
-is lost: the lookup runs only with several lanes (a shared PostgreSQL store with
-``?writers=N`` above one), a tree once found is kept, and the names that miss are a run's
-id (read once, when a run is stopped) or a client's unknown name, answered with an error.
+creates shows only through the store, whose read is what the cache would save. Nor would it
+hit: the names that miss are each read once (a message's id, read back after each producer
+send; a run's id) or a client's unknown name, answered with an error. The lookup runs only
+with several lanes (a shared PostgreSQL store with ``?writers=N`` above one), and a tree
+once found is kept.
 """
 
 from __future__ import annotations
