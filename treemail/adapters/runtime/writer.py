@@ -10,6 +10,18 @@ connections: the store's ``writers``) gets that many lanes, each a thread with i
 queue and its own group commit. A call goes to the lane of its tree (``tree_lanes``): the
 calls of one tree keep one thread and their order, as with one lane, and those of different
 trees commit side by side. A call that names no tree takes the first lane.
+
+Why a name that names no session is read again each time (no negative cache): a kept miss
+is right only until a session of that name is created, and a stale one would send that
+session's calls to the first lane while the rest of its tree runs in its own lane, the
+interleaving the lanes exist to prevent. This writer's own creations could retire the kept
+misses (its batch count moves after each commit), but a batch ends between any two calls of
+one caller, so that would spare only calls queued together; a session another daemon
+creates shows only through the store, whose read is what the cache would save. Nor would it
+hit: the names that miss are each read once (a message's id, read back after each producer
+send; a run's id) or a client's unknown name, answered with an error. The lookup runs only
+with several lanes (a shared PostgreSQL store with ``?writers=N`` above one), and a tree
+once found is kept.
 """
 
 from __future__ import annotations

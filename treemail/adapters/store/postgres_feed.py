@@ -46,11 +46,11 @@ savepoint's end).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import psycopg
-from psycopg import sql
 
 __all__ = ["FEED_TABLES", "FeedQueries", "number"]
 
@@ -80,10 +80,8 @@ class FeedQueries:
     waiting: str
 
     @classmethod
-    def of(cls, schema: str, conn: psycopg.Connection[Any]) -> FeedQueries:
-        def q(text: str) -> str:
-            return sql.SQL(text).format(s=sql.Identifier(schema)).as_string(conn)
-
+    def of(cls, q: Callable[[str], str]) -> FeedQueries:
+        """The statements, each composed by ``q`` (``postgres_sql.composer``)."""
         return cls(
             append=q("INSERT INTO {s}.feed (xid, idx, event) "
                      "VALUES (pg_current_xact_id(), %s, %s)"),

@@ -40,6 +40,7 @@ from psycopg import sql
 
 from treemail.adapters.store.leases import Lease, Member
 from treemail.adapters.store.postgres_schema import lock_key
+from treemail.adapters.store.postgres_sql import composed
 from treemail.adapters.store.postgres_txn import RETRYABLE, lost
 from treemail.core.errors import StorageError
 
@@ -56,18 +57,18 @@ def fence_query(schema: str) -> sql.Composed:
     snapshot may predate a renewal or a claim made since on the lease connection: hence the
     transaction's start time (a lease live then and renewed since is live), and a token
     lower than the one held means a claim this snapshot does not see yet (run again)."""
-    return sql.SQL(
-        "SELECT tree, holder, token, expires > transaction_timestamp() FROM {s}.leases "
-        "WHERE tree = ANY(%s::text[]) FOR SHARE").format(s=sql.Identifier(schema))
+    return composed(
+        schema, "SELECT tree, holder, token, expires > transaction_timestamp() FROM {s}.leases "
+        "WHERE tree = ANY(%s::text[]) FOR SHARE")
 
 
 def birth_query(schema: str) -> sql.Composed:
     """Leases (token 1) for the trees a write transaction creates, inserted by that very
     transaction: a tree never exists without its owner's lease (holder, address, seconds,
     trees)."""
-    return sql.SQL(
-        "INSERT INTO {s}.leases SELECT t, %s, %s, 1, clock_timestamp() + make_interval(secs "
-        "=> %s) FROM unnest(%s::text[]) AS t").format(s=sql.Identifier(schema))
+    return composed(
+        schema, "INSERT INTO {s}.leases SELECT t, %s, %s, 1, clock_timestamp() + "
+        "make_interval(secs => %s) FROM unnest(%s::text[]) AS t")
 
 
 class PgLeases:
@@ -95,7 +96,7 @@ class PgLeases:
         return self._holder
 
     def _q(self, text: str) -> sql.Composed:
-        return sql.SQL(text).format(s=sql.Identifier(self._schema))
+        return composed(self._schema, text)
 
     def _run(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """``work`` in one SERIALIZABLE transaction, again after a conflict or a lost

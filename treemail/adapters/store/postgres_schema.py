@@ -37,6 +37,7 @@ import psycopg
 from psycopg import sql
 
 from treemail.adapters.store.postgres_feed import FEED_TABLES
+from treemail.adapters.store.postgres_sql import composed
 from treemail.core.errors import StorageError, StoreFormatUnknown, StoreMissing
 
 __all__ = ["FEED_SPACE", "LOCK_SPACE", "MIGRATIONS", "VERSION", "lock_key", "settle"]
@@ -97,10 +98,6 @@ def lock_key(schema: str) -> int:
     return zlib.crc32(schema.encode()) - (1 << 31)
 
 
-def _statement(text: str, schema: str) -> sql.Composed:
-    return sql.SQL(text).format(s=sql.Identifier(schema))
-
-
 def settle(conn: psycopg.Connection[tuple[object, ...]], schema: str, url: str, *,
            write: bool) -> None:
     """Check the store's version in ``schema``; as a writer, create a missing store or
@@ -116,11 +113,11 @@ def settle(conn: psycopg.Connection[tuple[object, ...]], schema: str, url: str, 
                 raise StoreMissing(f"no store at {url!r} (schema {schema!r} holds none); "
                                    "open it once as a writer to create it", path=url)
             for text in _CREATE:
-                conn.execute(_statement(text, schema))
+                conn.execute(composed(schema, text))
             _set_version(conn, schema, VERSION)
             return
-        row = conn.execute(_statement("SELECT value FROM {s}.meta WHERE key = 'version'",
-                                      schema)).fetchone()
+        row = conn.execute(composed(schema,
+                                    "SELECT value FROM {s}.meta WHERE key = 'version'")).fetchone()
         version = _version(row, url)
         if version == VERSION:
             return
@@ -154,14 +151,14 @@ def _refuse_or_upgrade(conn: psycopg.Connection[tuple[object, ...]], schema: str
             "`treemail.open_store`) to upgrade it in place", path=url, version=version)
     for step in range(version, VERSION):
         for text in MIGRATIONS[step]:
-            conn.execute(_statement(text, schema))
+            conn.execute(composed(schema, text))
     _set_version(conn, schema, VERSION)
 
 
 def _set_version(conn: psycopg.Connection[tuple[object, ...]], schema: str, version: int) -> None:
     try:
-        conn.execute(_statement("INSERT INTO {s}.meta VALUES ('version', %s) ON CONFLICT (key) "
-                                "DO UPDATE SET value = EXCLUDED.value", schema), (str(version),))
+        conn.execute(composed(schema, "INSERT INTO {s}.meta VALUES ('version', %s) ON CONFLICT "
+                              "(key) DO UPDATE SET value = EXCLUDED.value"), (str(version),))
     except psycopg.Error as exc:
         raise StorageError(f"cannot mark the store in {url_free(conn)} with its version: "
                            f"{exc}") from exc

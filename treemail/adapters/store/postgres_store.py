@@ -1,7 +1,9 @@
 """``PostgresStore``: the Store port on a PostgreSQL database (psycopg 3), one schema a store.
 
-Open it with ``treemail.open_store("postgresql://USER@HOST/DB?schema=NAME")``; the layout and
-its versions are in ``postgres_schema``, the primitives and savepoints in ``postgres_txn``.
+Open it with ``treemail.open_store("postgresql://USER@HOST/DB?schema=NAME")`` (the URL's
+parameters: ``postgres_url``); the layout and its versions are in ``postgres_schema``, the
+statements in ``postgres_sql``, the primitives and savepoints in ``postgres_txn``, the owner
+lock in ``postgres_owner`` and the fence in ``postgres_fence``.
 Records are the codec's bytes (JSON and a checksum) under the key bytes of
 ``treemail.core.keys``, exactly as in LMDB, so ``treemail verify`` checks both alike.
 
@@ -39,7 +41,7 @@ on the very connection it writes through, for as long as the store is open. Open
 ``shared`` (what a daemon does), it holds the lock shared: any number of daemons serve the
 store together, each owning its trees through leases with fencing tokens
 (``postgres_leases``), and every write transaction checks, inside itself, that each tree it
-writes is leased to its writer (``_check_fence``), else it is refused with ``store:fenced``
+writes is leased to its writer (``postgres_fence``), else it is refused with ``store:fenced``
 and stores nothing; in a group commit, only the operations that wrote such a tree fail.
 Opened alone (an embedded writer, a tool), it holds the lock exclusively: it owns every
 tree, and is refused with ``store:locked`` while daemons share the store, as they are while
@@ -54,92 +56,44 @@ is ``OutcomeUnknown``, as an LMDB failure after its commit point.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import msgspec
 import psycopg
-from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from treemail.adapters.store.codec import encode
-from treemail.adapters.store.errors import StoreUrlUnknown
 from treemail.adapters.store.postgres_feed import number
-from treemail.adapters.store.postgres_leases import PgLeases, birth_query, fence_query
-from treemail.adapters.store.postgres_schema import FEED_SPACE, LOCK_SPACE, lock_key, settle
-from treemail.adapters.store.postgres_txn import RETRYABLE, PgTables, PgTxn, Queries, lost
-from treemail.adapters.store.postgres_writers import Numberer, Slot, Writers
-from treemail.core.errors import (
-    OutcomeUnknown,
-    StorageError,
-    StoreClosed,
-    StoreFenced,
-    StoreLocked,
+from treemail.adapters.store.postgres_fence import Fence, Refuse
+from treemail.adapters.store.postgres_leases import PgLeases
+from treemail.adapters.store.postgres_owner import Owner
+from treemail.adapters.store.postgres_schema import FEED_SPACE, lock_key, settle
+from treemail.adapters.store.postgres_sql import Queries
+from treemail.adapters.store.postgres_txn import RETRYABLE, PgTables, PgTxn, lost
+from treemail.adapters.store.postgres_url import (
+    DEFAULT_SCHEMA,
+    WRITERS,
+    shown,
+    split_url,
+    url_writers,
 )
+from treemail.adapters.store.postgres_writers import Numberer, Slot, Writers
+from treemail.core.errors import OutcomeUnknown, StorageError, StoreClosed
 from treemail.core.keys import Table
 from treemail.core.store import ReadTxn, WriteTxn
 
-__all__ = ["ATTEMPTS", "DEFAULT_SCHEMA", "PostgresStore", "split_url", "url_writers"]
+__all__ = ["ATTEMPTS", "DEFAULT_SCHEMA", "WRITERS", "PostgresStore", "split_url", "url_writers"]
 
 T = TypeVar("T")
 
-DEFAULT_SCHEMA = "treemail"
 ATTEMPTS = 10
 _READERS = 4  # pooled read connections: readers on several threads at once
-# Write connections of a store shared by daemons, unless the URL says ``?writers=N``: the
-# transactions of that many trees at once, each lane a thread of the runtime's writer. One,
-# because on two cores more lanes measured slower (``just bench --only n``: one daemon's
-# acks/s 2.3x higher with one lane than with four; the lanes' threads share one interpreter,
-# which the server's own work already has to share the cores with). More pay where the
-# server has cores of its own.
-WRITERS = 1
-_MAX_WRITERS = 64
 # How long a commit that appended to the feed waits for its events to show there.
 VISIBLE_WAIT = 1.0
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """The libpq URL without treemail's own parameters (``schema``, ``writers``), and the
-    schema."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [value for name, value in query if name == "schema"]
-    schema = schemas[-1] if schemas else DEFAULT_SCHEMA
-    if not schema or len(schema.encode()) > 63 or "\x00" in schema:
-        raise StoreUrlUnknown(f"cannot open a store at {_shown(url)!r}: schema must be 1 to 63 "
-                              "bytes, without NUL", url=_shown(url), forms=["?schema=NAME"])
-    rest = urlencode([(name, value) for name, value in query
-                      if name not in ("schema", "writers")])
-    return urlunsplit(parts._replace(query=rest)), schema
-
-
-def url_writers(url: str) -> int:
-    """The write connections the URL asks for (``?writers=N``, 1 to 64), else ``WRITERS``."""
-    given = [value for name, value in parse_qsl(urlsplit(url).query, keep_blank_values=True)
-             if name == "writers"]
-    if not given:
-        return WRITERS
-    if not given[-1].isdecimal() or not 1 <= int(given[-1]) <= _MAX_WRITERS:
-        raise StoreUrlUnknown(f"cannot open a store at {_shown(url)!r}: writers must be a "
-                              f"number from 1 to {_MAX_WRITERS}, not {given[-1]!r}",
-                              url=_shown(url), forms=["?writers=N"])
-    return int(given[-1])
-
-
-def _shown(url: str) -> str:
-    """``url`` without its password, for messages and errors."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class _Retry(Exception):
@@ -149,16 +103,6 @@ class _Retry(Exception):
         super().__init__(str(cause))
         self.cause = cause
         self.lost = lost
-
-
-class _Refuse(Exception):
-    """The fence refused trees a batch wrote: run it again, refusing each write into them
-    where it is made, so that only the operations that wrote them fail (each is undone by
-    its own savepoint) and the rest of the batch commits."""
-
-    def __init__(self, trees: Collection[str]) -> None:
-        super().__init__(", ".join(sorted(trees)))
-        self.trees = frozenset(trees)
 
 
 class PostgresStore:
@@ -184,13 +128,13 @@ class PostgresStore:
         # How many transactions may run at once (the runtime's writer runs that many
         # threads): an exclusive owner lock is one connection's.
         self.writers = writers if self._shared else 1
-        self._writers = Writers(self.writers, where, self._release)
+        self._owner = Owner(schema, where, shared=self._shared)
+        self._writers = Writers(self.writers, where, self._owner.release)
         self._numberer = Numberer(lambda: self._dial(autocommit=True), self._number,
                                   self._unnumbered)
         # The leases of trees, when daemons share the store (``leases.leases_of``).
         self.tree_leases = PgLeases(conninfo, schema, where) if self._shared else None
-        self._fence = fence_query(schema)
-        self._birth = birth_query(schema)
+        self._fence = Fence(self.tree_leases, schema, where)
 
     @classmethod
     def open(cls, url: str, *, readonly: bool = False, durability: str = "fsync",
@@ -204,7 +148,7 @@ class PostgresStore:
 
         lmdb_flags(durability, sync)  # an unknown mode fails as it does for LMDB
         conninfo, schema = split_url(url)
-        store = cls(conninfo, schema, _shown(url), readonly=readonly,
+        store = cls(conninfo, schema, shown(url), readonly=readonly,
                     synchronous=sync and Durability(durability) is Durability.FSYNC,
                     shared=shared, writers=url_writers(url))
         try:
@@ -246,11 +190,8 @@ class PostgresStore:
         """A connection that holds the store's owner lock, with the schema settled."""
         conn = self._dial(autocommit=True)
         try:
-            how = "pg_try_advisory_lock_shared" if self._shared else "pg_try_advisory_lock"
-            held = conn.execute(f"SELECT {how}(%s, %s)",
-                                (LOCK_SPACE, lock_key(self._schema))).fetchone()
-            if not (held and held[0]):
-                raise self._locked(conn)
+            if not self._owner.take(conn):
+                raise self._owner.locked(conn)
             conn.autocommit = False
             settle(conn, self._schema, self._where, write=True)
             self._queries = Queries.of(self._schema, conn)
@@ -259,7 +200,7 @@ class PostgresStore:
                 conn.execute("SET synchronous_commit = off")
                 conn.commit()
             if not self._shared:
-                self._describe(conn, self._holder)
+                self._owner.describe(conn, self._holder)
         except psycopg.Error as exc:
             conn.close()
             raise StorageError(f"cannot open the store at {self._where!r}: {exc}",
@@ -268,51 +209,6 @@ class PostgresStore:
             conn.close()
             raise
         return conn
-
-    def _locked(self, conn: psycopg.Connection[Any]) -> StoreLocked:
-        if not self._shared:
-            shared = self._members(conn)
-            if shared:
-                return StoreLocked(
-                    f"the store at {self._where!r} is shared by treemail daemons (at "
-                    f"{', '.join(shared)}); stop them first, or open the store read-only "
-                    "to look at it", path=self._where, pid="unknown",
-                    holder={"role": "treemail daemons", "addresses": ", ".join(shared)})
-        pid, holder = "unknown", {}
-        try:
-            row = conn.execute(sql.SQL("SELECT pid, holder FROM {}.owner").format(
-                sql.Identifier(self._schema))).fetchone()
-        except psycopg.Error:
-            row = None
-        if row is not None:
-            pid = str(row[0])
-            try:
-                holder = {str(k): str(v) for k, v in msgspec.json.decode(row[1]).items()}
-            except (msgspec.DecodeError, AttributeError):
-                holder = {}
-        role = holder.get("role", "another process")
-        where = ", ".join(f"{k} {v}" for k, v in holder.items() if k != "role")
-        return StoreLocked(
-            f"the store at {self._where!r} is in use by {role} (pid {pid}"
-            f"{', ' + where if where else ''}); stop it first, or open the store read-only "
-            "to look at it", path=self._where, pid=pid, holder=holder)
-
-    def _members(self, conn: psycopg.Connection[Any]) -> list[str]:
-        """Where the live daemons sharing the store are (none, if the store is held alone)."""
-        try:
-            rows = conn.execute(sql.SQL(
-                "SELECT address FROM {}.members WHERE expires > clock_timestamp() "
-                "ORDER BY address").format(sql.Identifier(self._schema))).fetchall()
-        except psycopg.Error:
-            return []
-        return [str(address) for (address,) in rows]
-
-    def _describe(self, conn: psycopg.Connection[Any], holder: Mapping[str, str]) -> None:
-        conn.execute(sql.SQL("INSERT INTO {}.owner (pid, holder) VALUES (%s, %s) ON CONFLICT "
-                             "(one) DO UPDATE SET pid = EXCLUDED.pid, holder = EXCLUDED.holder"
-                             ).format(sql.Identifier(self._schema)),
-                     (str(os.getpid()), msgspec.json.encode(dict(holder)).decode()))
-        conn.commit()
 
     # -- the port ------------------------------------------------------------------------
 
@@ -382,7 +278,7 @@ class PostgresStore:
         for attempt in range(ATTEMPTS):
             try:
                 return self._attempt(slot, work, refused)
-            except _Refuse as fenced:
+            except Refuse as fenced:
                 refused |= fenced.trees
                 continue  # no pause: nothing conflicted, the next attempt refuses them
             except _Retry as again:
@@ -409,7 +305,7 @@ class PostgresStore:
                 result = work(PgTxn(tables))
                 if not tables.retry:
                     self._wake_listeners(tables)
-                    born = self._check_fence(tables)
+                    born = self._fence.check(tables)
                     tables.finish()
             finally:
                 tables.done = True
@@ -468,50 +364,6 @@ class PostgresStore:
         if self.tree_leases is not None and self.tree_leases.notifying and tables.appended:
             tables.also(self.tree_leases.notify("w"))
 
-    def _check_fence(self, tables: PgTables) -> set[str]:
-        """Refuse the transaction unless each tree it writes is this writer's, under the
-        token it holds, with a lease live when the transaction began; a tree nobody ever
-        leased (one this transaction creates) gets this writer's lease, in this transaction.
-        Read and share-locked in this very transaction, so a takeover that raises a token
-        waits for this write, or this write runs again and is refused. Only the trees written count:
-        a lapsed lease on one tree refuses no write to another, and a tree this writer does
-        not hold (dropped, or another's) refuses every write into it. Returns the trees
-        leased here."""
-        if self.tree_leases is None:
-            return set()
-        trees = sorted(tables.trees())
-        if not trees:
-            return set()
-        rows = {str(tree): (str(holder), int(token), bool(live)) for tree, holder, token, live
-                in tables.query(self._fence, (trees,), "check the tree leases")}
-        born, stale, lost_trees = _sorted_trees(trees, rows, self.tree_leases.held(),
-                                                self.tree_leases.holder)
-        if lost_trees:
-            if not set(lost_trees) <= tables.refused:
-                raise _Refuse(lost_trees)
-            raise self._fenced(lost_trees)
-        if stale:
-            tables.retry = True
-            raise StorageError(f"the leases of tree {', '.join(stale)} were claimed after "
-                               "this transaction began")
-        if born:
-            terms = self.tree_leases.terms()
-            if terms is None:
-                raise StorageError("a daemon sharing the store joins its members before it "
-                                   "creates a tree", path=self._where)
-            # Another writer leasing the same new tree at once conflicts with this insert
-            # (a serialization failure: run again, then refused as its tree).
-            tables.query(self._birth, (*terms, sorted(born)), "lease the new trees")
-        return born
-
-    def _fenced(self, trees: Collection[str]) -> StoreFenced:
-        return StoreFenced(
-            f"this daemon does not own tree {', '.join(sorted(trees))} (its lease was taken "
-            f"over by another daemon, ran out, or was never this daemon's): nothing of this "
-            f"operation was stored in {self._where!r}; send it again, to the tree's owner (a "
-            "request to this daemon is answered with daemon:not_owner naming it)",
-            path=self._where, trees=sorted(trees))
-
     def _commit(self, slot: Slot) -> None:
         conn = slot.conn
         assert conn is not None
@@ -555,18 +407,6 @@ class PostgresStore:
             slot.conn = self._connect_writer()
         return slot.conn
 
-    def _release(self, conn: psycopg.Connection[Any]) -> None:
-        """Unlock and close a write connection. Unlock before closing: the server ends a
-        closed connection's backend (and drops its locks) only after the close returns, and
-        an opener right after this close must find the store free."""
-        if not (conn.closed or conn.broken):
-            with contextlib.suppress(psycopg.Error):
-                conn.rollback()
-                how = "pg_advisory_unlock_shared" if self._shared else "pg_advisory_unlock"
-                conn.execute(f"SELECT {how}(%s, %s)", (LOCK_SPACE, lock_key(self._schema)))
-                conn.commit()
-        conn.close()
-
     def _q(self) -> Queries:
         if self._queries is None:
             raise StoreClosed(f"the store at {self._where!r} is closed; open it again",
@@ -586,7 +426,7 @@ class PostgresStore:
         with self._writers.lend() as slot:
             conn = self._writer_connection(slot)
             try:
-                self._describe(conn, self._holder)
+                self._owner.describe(conn, self._holder)
             except psycopg.Error as exc:
                 self._rollback(slot)
                 raise StorageError(f"cannot record the owner of {self._where!r}: {exc}",
@@ -611,26 +451,6 @@ class PostgresStore:
         if self._closed:
             raise StoreClosed(f"the store at {self._where!r} is closed; open it again",
                               path=self._where)
-
-
-def _sorted_trees(trees: Iterable[str], stored: Mapping[str, tuple[str, int, bool]],
-                  held: Mapping[str, int], holder: str) -> tuple[set[str], list[str], list[str]]:
-    """The trees a write transaction writes, by what the fence makes of each: born (nobody
-    ever leased it: this transaction leases it), stale (held under a token this snapshot
-    does not show yet: claimed since it was taken, so run again) and lost (another's, run
-    out, or not held). The rest are this holder's, live: written as they are."""
-    born: set[str] = set()
-    stale: list[str] = []
-    lost_trees: list[str] = []
-    for tree in trees:
-        token, lease = held.get(tree), stored.get(tree)
-        if token is not None and (lease is None or lease[1] < token):
-            stale.append(tree)
-        elif lease is None:
-            born.add(tree)
-        elif token is None or lease != (holder, token, True):
-            lost_trees.append(tree)
-    return born, stale, lost_trees
 
 
 def _reader(conn: psycopg.Connection[Any]) -> None:

@@ -52,13 +52,13 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from treemail.adapters.store.codec import decode, encode
-from treemail.adapters.store.postgres_feed import FeedQueries
+from treemail.adapters.store.postgres_sql import Queries
 from treemail.core.errors import StorageError, StoreFenced
 from treemail.core.keys import VALUE_KINDS, Table, Tally, identity
 from treemail.core.records import Event, Session
 from treemail.core.store import Indexed, WriteTxn
 
-__all__ = ["RETRYABLE", "PgTables", "PgTxn", "Queries", "lost", "upper_bound"]
+__all__ = ["RETRYABLE", "PgTables", "PgTxn", "lost", "upper_bound"]
 
 _UNSEEN: Any = object()
 # Queued last by a transaction that appended to the feed: its id, which the store then waits
@@ -101,47 +101,6 @@ def upper_bound(prefix: bytes) -> bytes | None:
     if not trimmed:
         return None
     return trimmed[:-1] + bytes([trimmed[-1] + 1])
-
-
-@attrs.frozen
-class Queries:
-    """The statements of one store's schema, composed once when the store opens."""
-
-    get: str
-    get_many: str
-    upsert: str
-    update: str
-    insert: str
-    delete: str
-    scan_from: str
-    scan_range: str
-    size: str
-    all_rows: str
-    feed: FeedQueries
-
-    @classmethod
-    def of(cls, schema: str, conn: psycopg.Connection[Any]) -> Queries:
-        from psycopg import sql
-
-        def q(text: str) -> str:
-            return sql.SQL(text).format(s=sql.Identifier(schema)).as_string(conn)
-
-        return cls(
-            get=q("SELECT value FROM {s}.rows WHERE tbl = %s AND key = %s"),
-            get_many=q("SELECT key, value FROM {s}.rows WHERE tbl = %s AND key = ANY(%s)"),
-            upsert=q("INSERT INTO {s}.rows VALUES (%s, %s, %s) ON CONFLICT (tbl, key) "
-                     "DO UPDATE SET value = EXCLUDED.value"),
-            update=q("UPDATE {s}.rows SET value = %s WHERE tbl = %s AND key = %s"),
-            insert=q("INSERT INTO {s}.rows VALUES (%s, %s, %s)"),
-            delete=q("DELETE FROM {s}.rows WHERE tbl = %s AND key = %s"),
-            scan_from=q("SELECT key, value FROM {s}.rows WHERE tbl = %s AND key >= %s "
-                        "ORDER BY key"),
-            scan_range=q("SELECT key, value FROM {s}.rows WHERE tbl = %s AND key >= %s "
-                         "AND key < %s ORDER BY key"),
-            size=q("SELECT count(*) FROM {s}.rows WHERE tbl = %s"),
-            all_rows=q("SELECT key, value FROM {s}.rows WHERE tbl = %s ORDER BY key"),
-            feed=FeedQueries.of(schema, conn),
-        )
 
 
 @attrs.define
