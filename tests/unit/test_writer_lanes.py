@@ -9,6 +9,9 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from tests.unit.conftest import agent
+from treemail.adapters.runtime.llm import ModelReply, ScriptedModel
+from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.adapters.runtime.writer import Writer, tree_lanes
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
@@ -68,3 +71,40 @@ def test_a_calls_lane_is_its_sessions_tree() -> None:
     assert lane_of(engine.send_message, (Ctx(), {})) == root.session_id
     assert lane_of(engine.sessions, ()) is None
     assert lane_of(engine.accept, ("no-such-session",)) is None
+
+
+class _TwoWriters(MemoryStore):
+    """A store that says it has two write connections, as ``?writers=2`` does."""
+
+    writers = 2
+
+
+def test_a_runtimes_mail_to_a_session_runs_on_its_trees_lane() -> None:
+    """User mail is an engine call naming its session first, so it takes that session's
+    tree's lane, as every call of the tree's actor does: wrapped in a closure, it named no
+    session and ran on the first lane beside its tree's own."""
+    seen: list[tuple[str, Hashable | None]] = []
+
+    async def go() -> str:
+        rt = Runtime(_TwoWriters(), CountingIds(),
+                     {"root": Agent(agent("root"), ScriptedModel(
+                         lambda *_: ModelReply(text="done")))})
+        lane_of = rt.writer._lane_of
+        assert lane_of is not None, "two write connections give the writer lanes"
+
+        def recorded(fn: Callable[..., Any], args: tuple[Any, ...]) -> Hashable | None:
+            lane = lane_of(fn, args)
+            seen.append((getattr(fn, "__name__", repr(fn)), lane))
+            return lane
+
+        rt.writer._lane_of = recorded
+        await rt.start()
+        root = await rt.create_root("root")
+        await rt.accept(root.session_id, "go")
+        await rt.quiesce(timeout=20)
+        await rt.shutdown()
+        return root.session_id
+
+    root_id = asyncio.run(go())
+    accepted = [lane for name, lane in seen if name == "accept"]
+    assert accepted == [root_id], seen

@@ -124,7 +124,8 @@ class External:
     async def issue(self, conn: Connection,
                     p: x.ExternalTokenIssueParams) -> x.ExternalTokenIssueResult:
         secret = _secret()
-        token: str = await self._write(lambda tx: external.issue(tx, p.session_id, secret))
+        token: str = await self._write(p.session_id,
+                                      lambda tx: external.issue(tx, p.session_id, secret))
         return x.ExternalTokenIssueResult(token=token, token_id=_token_id(token))
 
     @handles(m.EXTERNAL_TOKENS_LIST)
@@ -141,7 +142,7 @@ class External:
     async def revoke(self, conn: Connection,
                      p: x.ExternalTokenRevokeParams) -> x.ExternalTokenView:
         info: external.TokenInfo = await self._write(
-            lambda tx: external.revoke(tx, p.token_id))
+            None, lambda tx: external.revoke(tx, p.token_id))
         return _token_view(info)
 
     # -- a bound connection's methods --------------------------------------------------------
@@ -165,9 +166,9 @@ class External:
         binding, session = await self._session(conn)
         await self._consume(binding)
         request: Request | None = await self._write(
-            lambda tx: external.check_mail(tx, self.engine.ids, session.session_id,
-                                           self.engine.agents, self.engine.instant,
-                                           self.engine.ttl))
+            session.session_id, lambda tx: external.check_mail(
+                tx, self.engine.ids, session.session_id, self.engine.agents,
+                self.engine.instant, self.engine.ttl))
         if request is None:
             return x.ExternalCheckMailResult(messages=[])
         binding.claim = (request.run_id, request.request_id)
@@ -186,6 +187,7 @@ class External:
         except UnknownTool as unknown:
             return x.ExternalCallResult(content=results.error_text(unknown), is_error=True)
         run_id: str = await self._write(
+            session.session_id,
             lambda tx: external.turn_run(tx, self.engine.ids, session.session_id))
         current: Session = await self.rt.writer.quiet(self.engine.session, session.session_id)
         # Kept by session, not run: a retry after the daemon restarted comes in another run.
@@ -234,12 +236,18 @@ class External:
         assert binding.claim is not None
         run_id, request_id = binding.claim
         binding.claim = None
-        await self._write(lambda tx: external.settle(tx, binding.session_id, run_id,
-                                                     request_id, committed,
-                                                     self.engine.instant))
+        session_id = binding.session_id
+        await self._write(session_id, lambda tx: external.settle(
+            tx, session_id, run_id, request_id, committed, self.engine.instant))
 
-    async def _write(self, work: Callable[[WriteTxn], Any]) -> Any:
-        return await self.rt.writer(lambda: self.engine.store.transact(work))
+    async def _write(self, session_id: str | None, work: Callable[[WriteTxn], Any]) -> Any:
+        """``work`` in one write transaction, on the writer lane of ``session_id``'s tree: the
+        lane is found from a call's first argument, so the session goes first (None: a write
+        that names no session, on the first lane)."""
+        return await self.rt.writer(self._transact, session_id, work)
+
+    def _transact(self, session_id: str | None, work: Callable[[WriteTxn], Any]) -> Any:
+        return self.engine.store.transact(work)
 
     async def _message(self, message_id: str) -> Message:
         message: Message = await self.rt.writer.quiet(self.engine.message, message_id)

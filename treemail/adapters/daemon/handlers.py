@@ -160,8 +160,8 @@ class Methods:
                      key: str | None = None) -> t.ProducerAccepted:
         """Accept mail and wake the session. ``recipient_state`` is the state the mail found
         when it was accepted (a keyed retry's, the first accept's), not a later one."""
-        produced: Produced = await self.rt.writer(
-            lambda: self.engine.produce(sid, text, owner, mode=mode, key=key))
+        produced: Produced = await self.rt.writer(  # the session first: its tree's lane
+            self.engine.produce, sid, text, owner, mode=mode, key=key)
         if not produced.replayed:
             self.rt.poke(sid)
         return await self.accepted(produced.result.message_id,

@@ -275,8 +275,8 @@ class Runtime:
         idempotency key (see ``treemail.core.producers``)."""
         if self.closing:
             raise EngineShutdown("the runtime is shutting down; nothing was accepted")
-        message_id: str = await self.writer(
-            lambda: self.engine.accept(session_id, text, owner, key=key))
+        message_id: str = await self.writer(  # the session first: its tree's lane
+            self.engine.accept, session_id, text, owner, key=key)
         self.poke(session_id)
         return message_id
 
