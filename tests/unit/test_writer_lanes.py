@@ -108,3 +108,30 @@ def test_a_runtimes_mail_to_a_session_runs_on_its_trees_lane() -> None:
     root_id = asyncio.run(go())
     accepted = [lane for name, lane in seen if name == "accept"]
     assert accepted == [root_id], seen
+
+
+class _CountedReads(MemoryStore):
+    reads = 0
+
+    def read(self) -> Any:
+        self.reads += 1
+        return super().read()
+
+
+def test_a_writer_keeps_the_trees_of_the_names_used_last_only() -> None:
+    """The names' trees are kept for the last ``kept`` names: a daemon that sees sessions
+    without end keeps a bounded map, and a name dropped from it is read again, rightly."""
+    store = _CountedReads()
+    engine = Engine(store, CountingIds())
+    root = engine.create_root(AgentSpec("lead", "plans"))
+    a, b = (engine.delegate(root.session_id, AgentSpec("lead", "plans"), task).session_id
+            for task in ("one", "two"))
+    lane_of = tree_lanes(engine, kept=2)
+    for name in (a, b, a, b):  # both kept: read once each
+        assert lane_of(engine.accept, (name,)) == root.session_id
+    assert store.reads == 2
+    assert lane_of(engine.accept, (root.session_id,)) == root.session_id  # drops a
+    assert lane_of(engine.accept, (b,)) == root.session_id  # kept
+    assert store.reads == 3
+    assert lane_of(engine.accept, (a,)) == root.session_id  # read again
+    assert store.reads == 4

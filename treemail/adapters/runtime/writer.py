@@ -21,7 +21,7 @@ creates shows only through the store, whose read is what the cache would save. N
 hit: the names that miss are each read once (a message's id, read back after each producer
 send; a run's id) or a client's unknown name, answered with an error. The lookup runs only
 with several lanes (a shared PostgreSQL store with ``?writers=N`` above one), and a tree
-once found is kept.
+once found is kept (for the last ``KEPT_ROOTS`` names used: a bounded map).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import queue
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -271,11 +272,16 @@ def _settle(answers: list[tuple[_Job, _Outcome]]) -> None:
             job.future.set_result(outcome.value)
 
 
-def tree_lanes(engine: Engine) -> LaneOf:
+# How many names' trees a writer keeps: a daemon's life may see sessions without end, and a
+# name dropped is only read again.
+KEPT_ROOTS = 65_536
+
+
+def tree_lanes(engine: Engine, kept: int = KEPT_ROOTS) -> LaneOf:
     """A call's lane: the tree of the session it names first (a session id, a context with
-    one, or an approval's id), learnt once per name from the store; None for a call that
-    names none."""
-    roots: dict[str, str] = {}
+    one, or an approval's id), learnt from the store and kept for the ``kept`` names used
+    last; None for a call that names none."""
+    roots: OrderedDict[str, str] = OrderedDict()
 
     def lane_of(fn: Callable[..., Any], args: tuple[Any, ...]) -> Hashable | None:
         if not args:
@@ -285,7 +291,9 @@ def tree_lanes(engine: Engine) -> LaneOf:
         if not isinstance(named, str):
             return None
         root = roots.get(named)
-        if root is None:
+        if root is not None:
+            roots.move_to_end(named)
+        else:
             # One read per session, on the caller's thread (outside any batch): a session's
             # tree never changes.
             try:
@@ -298,6 +306,8 @@ def tree_lanes(engine: Engine) -> LaneOf:
             if session is None:
                 return None
             root = roots[named] = session.root_session_id
+            if len(roots) > kept:
+                roots.popitem(last=False)
         return root
 
     return lane_of
