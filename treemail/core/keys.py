@@ -165,10 +165,17 @@ def lookup(text: str) -> bytes:
 
 
 def seq_bytes(number: int) -> bytes:
-    # Big-endian, so byte order is numeric order within a prefix.
-    if not 0 <= number < SEQ_LIMIT:
-        raise StorageError(f"a store sequence number must fit in 64 unsigned bits: {number}")
-    return number.to_bytes(8, "big")
+    # Big-endian, so byte order is numeric order within a prefix. ``to_bytes`` refuses a
+    # number outside 64 unsigned bits itself, so the two keys every send writes with a seq
+    # (``pending``, ``event``) call it directly, not through this function.
+    try:
+        return number.to_bytes(8, "big")
+    except OverflowError:
+        raise _seq_refused(number) from None
+
+
+def _seq_refused(number: int) -> StorageError:
+    return StorageError(f"a store sequence number must fit in 64 unsigned bits: {number}")
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -295,7 +302,10 @@ def pending_of(recipient: str) -> bytes:
 
 
 def pending(recipient: str, seq: int) -> bytes:
-    return _owned(recipient) + seq_bytes(seq)
+    try:  # ``seq_bytes`` written out: every send keys its pending entry
+        return _owned(recipient) + seq.to_bytes(8, "big")
+    except OverflowError:
+        raise _seq_refused(seq) from None
 
 
 def replay(key: IdempotencyKey | ProducerKey) -> bytes:
@@ -314,7 +324,10 @@ def events_of(session_id: str) -> bytes:
 
 
 def event(session_id: str, seq: int) -> bytes:
-    return _owned(session_id) + seq_bytes(seq)
+    try:  # ``seq_bytes`` written out: every event is keyed here
+        return _owned(session_id) + seq.to_bytes(8, "big")
+    except OverflowError:
+        raise _seq_refused(seq) from None
 
 
 def event_seq(key: bytes) -> int:
@@ -322,8 +335,7 @@ def event_seq(key: bytes) -> int:
     return int.from_bytes(key[-8:], "big")
 
 
-def feed(number: int) -> bytes:
-    return seq_bytes(number)
+feed = seq_bytes  # a feed row's key is its number
 
 
 def feed_number(key: bytes) -> int:
