@@ -6,7 +6,7 @@ per explored state, so its transactions and copies are kept cheap rather than ge
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
@@ -47,6 +47,10 @@ class _DictTables:
         rows[key] = value
 
     insert = put
+
+    def put_rows(self, rows: Iterable[tuple[Table, bytes, object]]) -> None:
+        for table, key, value in rows:
+            self.put(table, key, value)
 
     def delete(self, table: Table, key: bytes) -> None:
         rows = self.data[table]

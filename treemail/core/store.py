@@ -12,7 +12,7 @@ share one durable commit (group commit) without one refusal undoing the others.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
@@ -30,7 +30,7 @@ from treemail.core.records import (
     Session,
 )
 
-__all__ = ["Indexed", "MailCounts", "ReadTxn", "Store", "Tables", "WriteTxn"]
+__all__ = ["Indexed", "MailCounts", "ReadTxn", "Rows", "Store", "Tables", "WriteTxn"]
 
 T = TypeVar("T")
 
@@ -134,17 +134,20 @@ class Tables(Protocol):
     key starts with ``prefix`` and is at least ``prefix + start``, in key order, read at once
     so that the caller may rewrite rows while walking them. ``size`` counts a table's rows.
     ``insert`` is ``put`` under a key the table does not hold yet (an append), which lets a
-    backend count it without writing it out first.
+    backend count it without writing it out first. ``put_rows`` is ``put`` of each row in
+    turn, in one call: a send writes five rows at once.
     """
 
     def get(self, table: Table, key: bytes) -> Any: ...
     def put(self, table: Table, key: bytes, value: object) -> None: ...
+    def put_rows(self, rows: Iterable[tuple[Table, bytes, object]]) -> None: ...
     def insert(self, table: Table, key: bytes, value: object) -> None: ...
     def delete(self, table: Table, key: bytes) -> None: ...
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]: ...
     def size(self, table: Table) -> int: ...
 
 
+Rows = tuple[tuple[Table, bytes, object], ...]
 _NO_TALLY = Tally()
 # The slots of a recipient's tally that a send counts in (``keys.counter_place`` of
 # ``seq_counter``, ``inbox_counter`` and, with the sender after it, ``pair_counter``).
@@ -365,10 +368,10 @@ class Indexed:
         recalled, replay_key = self._recalled
         if recalled is not key or not replay_key:
             replay_key = keys.replay(key)
-        self._t.put(Table.MESSAGES, keys.identity(message.message_id), message)
-        self._t.put(Table.PENDING, keys.pending(recipient, seq), message.message_id)
-        self._append(owner, recipient, Tally(tally.last_event + 1, counters), kind, data)
-        self._t.put(Table.REPLAY, replay_key, result)
+        self._append(owner, recipient, Tally(tally.last_event + 1, counters), kind, data, (
+            (Table.MESSAGES, keys.identity(message.message_id), message),
+            (Table.PENDING, keys.pending(recipient, seq), message.message_id),
+            (Table.REPLAY, replay_key, result)))
 
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
         owner = keys.identity(session_id)
@@ -377,15 +380,16 @@ class Indexed:
                             kind, data)
 
     def _append(self, owner: bytes, session_id: str, tally: Tally, kind: str,
-                data: Mapping[str, object]) -> Event:
+                data: Mapping[str, object], rows: Rows = ()) -> Event:
         """Write ``tally``, whose last event seq numbers the new event, and the event in the
-        log and at the feed's end. The tally makes the number an O(1) lookup, not a seek to
-        the log's end; a send rewrites that row anyway, so the number costs no write."""
+        log and at the feed's end, with ``rows`` (a send's other rows, in the same call).
+        The tally makes the number an O(1) lookup, not a seek to the log's end; a send
+        rewrites that row anyway, so the number costs no write."""
         seq = tally.last_event
         event = Event(session_id, seq, kind, dict(data))
         key = keys.event(session_id, seq)
-        self._t.put(Table.TALLY, owner, tally)  # seq > 0: never empty
-        self._t.put(Table.EVENTS, key, event)
+        # seq > 0: the tally is never empty
+        self._t.put_rows((*rows, (Table.TALLY, owner, tally), (Table.EVENTS, key, event)))
         self._t.insert(Table.FEED, keys.feed(self._t.size(Table.FEED) + 1), key)
         return event
 

@@ -42,7 +42,7 @@ only ever rolled back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -56,7 +56,7 @@ from treemail.adapters.store.postgres_sql import Queries
 from treemail.core.errors import StorageError, StoreFenced
 from treemail.core.keys import VALUE_KINDS, Table, Tally, identity
 from treemail.core.records import Event, Session
-from treemail.core.store import Indexed, WriteTxn
+from treemail.core.store import Indexed, Rows, WriteTxn
 
 __all__ = ["RETRYABLE", "PgTables", "PgTxn", "lost", "upper_bound"]
 
@@ -292,6 +292,10 @@ class PgTables:
     def put(self, table: Table, key: bytes, value: object) -> None:
         self._queue(table, key, value)
 
+    def put_rows(self, rows: Iterable[tuple[Table, bytes, object]]) -> None:
+        for table, key, value in rows:
+            self._queue(table, key, value)
+
     def insert(self, table: Table, key: bytes, value: object) -> None:
         if table is Table.FEED:  # the number in ``key`` is given at the commit, not here
             self._append(value)
@@ -469,13 +473,13 @@ class PgTxn(Indexed):
         super().__init__(tables)
 
     def _append(self, owner: bytes, session_id: str, tally: Tally, kind: str,
-                data: Mapping[str, object]) -> Event:
+                data: Mapping[str, object], rows: Rows = ()) -> Event:
         # ``Indexed._append`` (behind ``append`` and ``accept_mail``) numbers the feed entry
         # from the feed's size; here the number is given after the commit, so the size, which
         # would cost a read, is not asked for.
         self.tables.appending = True
         try:
-            return super()._append(owner, session_id, tally, kind, data)
+            return super()._append(owner, session_id, tally, kind, data, rows)
         finally:
             self.tables.appending = False
 
