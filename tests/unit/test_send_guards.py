@@ -46,6 +46,19 @@ from treemail.core.sending import (
 )
 from treemail.core.store import WriteTxn
 
+
+@pytest.fixture(autouse=True, params=["one function", "guard by guard"])
+def guard_runner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here runs twice: through the contract's guards written out as one function
+    (what a send runs), and guard by guard from ``GUARDS`` (what a send runs when a tuple
+    other than the contract's is in place), so the two cannot drift apart."""
+    if request.param == "guard by guard":
+        # A copy (``tuple`` of a tuple is the tuple itself): the same guards, not the
+        # contract's own tuple.
+        monkeypatch.setattr(sending, "GUARDS", tuple(list(sending.GUARDS)))
+        assert sending.GUARDS is not sending._CONTRACT
+
+
 PEER_RULES = {"parent": "allow", "sibling": "allow", "child": "allow"}
 UNKNOWN_UUID = "12345678-9abc-4def-8123-456789abcdef"
 

@@ -78,14 +78,11 @@ def parse_arguments(arguments: object) -> SendArguments:
         raise InvalidArguments("`to` must be a non-empty string: a peer's handle or session id")
     if not isinstance(body, str):
         raise InvalidArguments("`body` must be a string")
-    return SendArguments(to=to, body=body, mode=_parse_mode(arguments.get("mode", "steer")))
-
-
-def _parse_mode(mode: object) -> Mode:
+    mode = arguments.get("mode", "steer")
     found = _MODES.get(mode) if isinstance(mode, str) else None  # Mode(mode) costs two calls
-    if found is not None:
-        return found
-    raise InvalidArguments(f'`mode` must be "steer" or "queue", got {mode!r}')
+    if found is None:
+        raise InvalidArguments(f'`mode` must be "steer" or "queue", got {mode!r}')
+    return SendArguments(to=to, body=body, mode=found)
 
 
 def check_body(body: str, config: MessagingConfig) -> None:

@@ -397,7 +397,10 @@ def _check_permission(
 ) -> None:
     """The live rule decides first: a grant given under ``ask`` no longer applies once the
     rule is ``deny``, and is not needed once it is ``allow``."""
-    label = label_between(sender, recipient)
+    label = relationship(  # ``label_between``, written out: every send asks it
+        sender.session_id, sender.parent_session_id,
+        recipient.session_id, recipient.parent_session_id,
+    )
     action = rules.decide(label)
     if action is Action.ALLOW:
         return
