@@ -11,6 +11,7 @@ import pytest
 from treemail.core import events, external, owners
 from treemail.core.events import EventKind, Reply, UnknownEvent
 from treemail.core.records import Event, Message, Mode, Owner
+from treemail.core.shapes import shape
 from treemail.core.store import Store
 
 from .conftest import World
@@ -52,6 +53,9 @@ def test_every_written_entry_reads_back_and_fits_its_schema(world: World) -> Non
         assert not isinstance(payload, UnknownEvent), payload
         assert event.kind == payload.KIND
         assert events.encode(payload) == dict(event.data)  # nothing lost or added
+        # record's encoder per class stores what the payload's shape encodes, in key order
+        assert list(events.encode(payload).items()) == list(shape(type(payload)).encode(
+            payload).items())
         jsonschema.validate(dict(event.data), schemas[event.kind])
         seen.add(event.kind)
     assert seen == set(EventKind) - {EventKind.REQUEST_ABORTED, EventKind.PRODUCER_MESSAGE_RELEASED}
