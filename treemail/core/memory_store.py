@@ -165,10 +165,20 @@ class _MemoryTxn(Indexed):
             prefix = keys.pending_of(recipient)
         except (StorageError, UnicodeEncodeError):
             return iter(())
-        # The ids are read now, so the caller may rewrite messages while iterating; each
-        # pending id was keyed by ``keys.identity`` when its message was stored.
-        ids = self._dicts.scan(_PENDING, prefix)
-        return self._messages([mid for _, mid in ids])
+        # ``scan``, written out to collect only the ids. They are read now, so the caller may
+        # rewrite messages while iterating; each was keyed by ``keys.identity`` when its
+        # message was stored.
+        tables = self._dicts
+        rows = tables.data[_PENDING]
+        order = tables.order[_PENDING]
+        if order is None:
+            order = tables.order[_PENDING] = sorted(rows)
+        ids = []
+        at, end = bisect_left(order, prefix), len(order)
+        while at < end and order[at].startswith(prefix):
+            ids.append(rows[order[at]])
+            at += 1
+        return self._messages(ids) if ids else iter(())
 
     def _messages(self, ids: list[str]) -> Iterator[Message]:
         data = self._dicts.data
@@ -304,7 +314,7 @@ class MemoryStore:
         or event data the engine never mutates after appending, so the copies may share them.
         """
         self._check_open()
-        twin = MemoryStore()
+        twin = MemoryStore.__new__(MemoryStore)  # not __init__: its empty tables go unused
         tables = self._tables
         twin._tables = _DictTables({table: dict(rows) for table, rows in tables.data.items()},
                                    dict(tables.order))
