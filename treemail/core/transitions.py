@@ -139,7 +139,7 @@ def accept(
     )
     tx.put_message(message)
     _track(tx, message, +1)
-    events.record(tx, message.recipient, events.message_payload(message))
+    events.record_message(tx, message)
     return message
 
 
@@ -161,7 +161,7 @@ def step_message(
     tx.put_message(updated)
     if not updated.pending:
         _track(tx, updated, -1)
-    events.record(tx, updated.recipient, events.message_payload(updated))
+    events.record_message(tx, updated)
     return updated
 
 
