@@ -9,6 +9,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from treemail.core import keys
@@ -106,6 +107,7 @@ class _DictTables:
 
 
 _NO_TALLY = Tally()
+_ORDINAL = attrgetter("ordinal")
 _SESSIONS, _RUNS, _MESSAGES, _EVENTS = Table.SESSIONS, Table.RUNS, Table.MESSAGES, Table.EVENTS
 _TREE, _HANDLES, _PENDING, _TALLY, _FEED = (
     Table.TREE, Table.HANDLES, Table.PENDING, Table.TALLY, Table.FEED)
@@ -189,6 +191,15 @@ class _MemoryTxn(Indexed):
             else:
                 yield found
 
+    def sessions(self) -> Iterator[Session]:
+        # ``Indexed.sessions`` (key order, then by ordinal), from the kept key order.
+        tables = self._dicts
+        rows = tables.data[_SESSIONS]
+        order = tables.order[_SESSIONS]
+        if order is None:
+            order = tables.order[_SESSIONS] = sorted(rows)
+        return iter(sorted([rows[key] for key in order], key=_ORDINAL))
+
     def feed(self, after: int = 0) -> Iterator[tuple[int, Event]]:
         # The feed is dense from 1 (see ``feed_end``): its rows after ``after`` are looked
         # up by number, not found by a scan of the whole feed.
@@ -241,18 +252,26 @@ class _MemoryTxn(Indexed):
         owner = keys.identity(session_id)
         tables = self._dicts
         rows = tables.data
-        tally: Tally = rows[_TALLY].get(owner) or _NO_TALLY
+        tallies, logs, feed = rows[_TALLY], rows[_EVENTS], rows[_FEED]
+        found: Tally | None = tallies.get(owner)
+        tally = found or _NO_TALLY
         seq = tally.last_event + 1
         event = Event(session_id, seq, kind, dict(data))
         key = keys.event(session_id, seq)
-        self._put(_TALLY, owner, Tally(seq, tally.counters))
-        self._put(_EVENTS, key, event)
-        feed = rows[_FEED]
         number = keys.feed(len(feed) + 1)
-        # A new key past the feed's end: the undo entry and the cleared order of ``put``.
-        tables.undo.append((_FEED, feed, number, _MISSING))
+        old_event = logs.get(key, _MISSING)
+        # ``_put`` of the tally, the event and the feed's new last row, written out.
+        tables.undo += ((_TALLY, tallies, owner, found if found is not None else _MISSING),
+                        (_EVENTS, logs, key, old_event), (_FEED, feed, number, _MISSING))
+        tallies[owner] = Tally(seq, tally.counters)
+        logs[key] = event
         feed[number] = key
-        tables.order[_FEED] = None
+        order = tables.order
+        if found is None:
+            order[_TALLY] = None
+        if old_event is _MISSING:
+            order[_EVENTS] = None
+        order[_FEED] = None
         return event
 
     def savepoint(self) -> _Savepoint:
