@@ -133,7 +133,8 @@ class _MemoryTxn(Indexed):
     """
 
     def __init__(self, tables: _DictTables) -> None:
-        super().__init__(tables)
+        # ``Indexed.__init__`` written out: a transaction is opened per read and per step.
+        self._t = tables
         self._dicts = tables
 
     def _put(self, table: Table, key: bytes, value: object) -> None:
