@@ -3,6 +3,8 @@ the same record for any change, keyword-only fields included, and an unknown fie
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import pytest
 
@@ -17,7 +19,7 @@ _MAIL = Message("m1", "r1", "s1", Owner.AGENT, "body", Mode.QUEUE, 0, 1)
     {}, {"run_id": "run"}, {"state": MessageState.CLAIMED, "request_id": "q", "aged": 2.0},
     {"state": "claimed"},  # through the converter, as attrs.evolve does
 ])
-def test_evolve_is_attrs_evolve(changes: dict[str, object]) -> None:
+def test_evolve_is_attrs_evolve(changes: dict[str, Any]) -> None:
     made = evolve(_MAIL, **changes)
     assert made == attrs.evolve(_MAIL, **changes)
     assert made.state is attrs.evolve(_MAIL, **changes).state
