@@ -17,7 +17,7 @@ _MAIL = Message("m1", "r1", "s1", Owner.AGENT, "body", Mode.QUEUE, 0, 1)
 
 @pytest.mark.parametrize("changes", [
     {}, {"run_id": "run"}, {"state": MessageState.CLAIMED, "request_id": "q", "aged": 2.0},
-    {"state": "claimed"},  # through the converter, as attrs.evolve does
+    {"state": MessageState.CLAIMED.value},  # a plain str, through the converter as attrs.evolve
 ])
 def test_evolve_is_attrs_evolve(changes: dict[str, Any]) -> None:
     made = evolve(_MAIL, **changes)
