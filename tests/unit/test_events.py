@@ -10,7 +10,9 @@ import pytest
 
 from treemail.core import events, external, owners
 from treemail.core.events import EventKind, Reply, UnknownEvent
+from treemail.core.lifecycle import MessageState
 from treemail.core.records import Event, Message, Mode, Owner
+from treemail.core.shapes import shape
 from treemail.core.store import Store
 
 from .conftest import World
@@ -52,6 +54,9 @@ def test_every_written_entry_reads_back_and_fits_its_schema(world: World) -> Non
         assert not isinstance(payload, UnknownEvent), payload
         assert event.kind == payload.KIND
         assert events.encode(payload) == dict(event.data)  # nothing lost or added
+        # record's encoder per class stores what the payload's shape encodes, in key order
+        assert list(events.encode(payload).items()) == list(shape(type(payload)).encode(
+            payload).items())
         jsonschema.validate(dict(event.data), schemas[event.kind])
         seen.add(event.kind)
     assert seen == set(EventKind) - {EventKind.REQUEST_ABORTED, EventKind.PRODUCER_MESSAGE_RELEASED}
@@ -154,3 +159,27 @@ def test_accepted_data_is_the_payloads_encoding_key_for_key(owner: Owner, mode: 
     assert list(written.items()) == list(expected.items())
     assert all(type(value) in (str, int, type(None)) for value in written.values())
     assert EventKind.PRODUCER_MESSAGE_ACCEPTED.value == events.ACCEPTED
+
+
+class _Log:
+    """A WriteTxn's ``append`` alone: what a record writes, kept."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str, list[tuple[str, object]]]] = []
+
+    def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
+        self.entries.append((session_id, kind, list(data.items())))
+        return Event(session_id, len(self.entries), kind, dict(data))
+
+
+@pytest.mark.parametrize("state", list(MessageState))
+@pytest.mark.parametrize("owner", list(Owner))
+def test_record_message_writes_what_its_payload_encodes(state: MessageState,
+                                                        owner: Owner) -> None:
+    message = Message("m1", "r1", "s1", owner, "body", Mode.STEER, 1, 3, state=state,
+                      run_id="run", request_id="req" if state is MessageState.CLAIMED else None,
+                      reason="expired" if state is MessageState.DISCARDED else None)
+    fast, general = _Log(), _Log()
+    events.record_message(fast, message)  # type: ignore[arg-type]  # append is all it uses
+    events.record(general, "r1", events.message_payload(message))  # type: ignore[arg-type]
+    assert fast.entries == general.entries

@@ -6,12 +6,16 @@ per explored state, so its transactions and copies are kept cheap rather than ge
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from operator import attrgetter
 from typing import Any, TypeVar
 
-from treemail.core.errors import StoreClosed
-from treemail.core.keys import Table
+from treemail.core import keys
+from treemail.core.errors import StorageError, StoreClosed
+from treemail.core.keys import Table, Tally
+from treemail.core.records import Event, Message, Run, Session
 from treemail.core.store import Indexed, ReadTxn, WriteTxn
 
 __all__ = ["MemoryStore"]
@@ -31,20 +35,33 @@ class _Closed(dict[Table, dict[bytes, Any]]):
 
 class _DictTables:
     """``Tables`` in dicts, with an undo log so a transaction rolls back by replaying it
-    backwards."""
+    backwards, and each table's keys kept sorted between changes of its key set.
 
-    def __init__(self, data: dict[Table, dict[bytes, Any]] | None = None) -> None:
+    A scan bisects the sorted keys and reads only the rows it returns, instead of sorting
+    the table: the model checker scans a recipient's pending mail several times per step.
+    The sorted list is dropped when a key comes or goes (a rewrite of a row keeps it) and
+    rebuilt by the next scan; it is never changed in place, so a fork shares it.
+    """
+
+    def __init__(self, data: dict[Table, dict[bytes, Any]] | None = None,
+                 order: dict[Table, list[bytes] | None] | None = None) -> None:
         self.data = data if data is not None else {table: {} for table in Table}
-        # (rows, key, old value or _MISSING), replayed backwards to roll back.
-        self.undo: list[tuple[dict[bytes, Any], bytes, Any]] = []
+        # Each table's keys in order, or None until a scan needs them again.
+        self.order: dict[Table, list[bytes] | None] = (
+            order if order is not None else dict.fromkeys(Table))
+        # (table, rows, key, old value or _MISSING), replayed backwards to roll back.
+        self.undo: list[tuple[Table, dict[bytes, Any], bytes, Any]] = []
 
     def get(self, table: Table, key: bytes) -> Any:
         return self.data[table].get(key)
 
     def put(self, table: Table, key: bytes, value: object) -> None:
         rows = self.data[table]
-        self.undo.append((rows, key, rows.get(key, _MISSING)))
+        old = rows.get(key, _MISSING)
+        self.undo.append((table, rows, key, old))
         rows[key] = value
+        if old is _MISSING:
+            self.order[table] = None
 
     insert = put
 
@@ -55,15 +72,25 @@ class _DictTables:
     def delete(self, table: Table, key: bytes) -> None:
         rows = self.data[table]
         if key in rows:
-            self.undo.append((rows, key, rows.pop(key)))
+            self.undo.append((table, rows, key, rows.pop(key)))
+            self.order[table] = None
 
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
         rows = self.data[table]
+        order = self.order[table]
+        if order is None:
+            order = self.order[table] = sorted(rows)
         if not prefix and not start:
-            return sorted(rows.items())
-        low = prefix + start
-        found = [row for row in rows.items() if row[0] >= low and row[0].startswith(prefix)]
-        found.sort()
+            return [(key, rows[key]) for key in order]
+        found = []
+        at = bisect_left(order, prefix + start)
+        end = len(order)
+        while at < end:
+            key = order[at]
+            if not key.startswith(prefix):
+                break
+            found.append((key, rows[key]))
+            at += 1
         return found
 
     def size(self, table: Table) -> int:
@@ -71,18 +98,186 @@ class _DictTables:
 
     def rollback_to(self, mark: int) -> None:
         undo = self.undo
+        order = self.order
         while len(undo) > mark:
-            rows, key, old = undo.pop()
+            table, rows, key, old = undo.pop()
             if old is _MISSING:
                 rows.pop(key, None)
+                order[table] = None
             else:
+                if key not in rows:
+                    order[table] = None
                 rows[key] = old
 
 
+_NO_TALLY = Tally()
+_ORDINAL = attrgetter("ordinal")
+_SESSIONS, _RUNS, _MESSAGES, _EVENTS = Table.SESSIONS, Table.RUNS, Table.MESSAGES, Table.EVENTS
+_TREE, _HANDLES, _PENDING, _TALLY, _FEED = (
+    Table.TREE, Table.HANDLES, Table.PENDING, Table.TALLY, Table.FEED)
+
+
+def _stored_id(record_id: str) -> bytes | None:
+    """The key ``keys.identity`` gives ``record_id``, for a read: None for an id no store could
+    hold (a lone surrogate, or empty). An id with NUL or over ``MAX_KEY`` bytes is never
+    stored either (``keys.identity`` refused it on the way in), so its plain bytes find
+    nothing, as ``Indexed`` answers, without checking them on every read."""
+    try:
+        return record_id.encode() if record_id else None
+    except UnicodeEncodeError:
+        return None
+
+
 class _MemoryTxn(Indexed):
+    """``Indexed`` over dicts, with its busiest reads and writes written against the dicts.
+
+    The model checker runs the engine against this store millions of times, and a call through
+    ``Tables`` cost more than the dict work it did. Each override writes exactly the rows the
+    general method writes (the store contract and the differential tests run both).
+    """
+
     def __init__(self, tables: _DictTables) -> None:
-        super().__init__(tables)
+        # ``Indexed.__init__`` written out: a transaction is opened per read and per step.
+        self._t = tables
         self._dicts = tables
+
+    def _put(self, table: Table, key: bytes, value: object) -> None:
+        tables = self._dicts
+        rows = tables.data[table]
+        old = rows.get(key, _MISSING)
+        tables.undo.append((table, rows, key, old))
+        rows[key] = value
+        if old is _MISSING:
+            tables.order[table] = None
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def session(self, session_id: str) -> Session | None:
+        key = _stored_id(session_id)
+        found: Session | None = self._dicts.data[_SESSIONS].get(key) if key else None
+        return found
+
+    def run(self, run_id: str) -> Run | None:
+        key = _stored_id(run_id)
+        found: Run | None = self._dicts.data[_RUNS].get(key) if key else None
+        return found
+
+    def message(self, message_id: str) -> Message | None:
+        key = _stored_id(message_id)
+        found: Message | None = self._dicts.data[_MESSAGES].get(key) if key else None
+        return found
+
+    def pending(self, recipient: str) -> Iterator[Message]:
+        try:
+            prefix = keys.pending_of(recipient)
+        except (StorageError, UnicodeEncodeError):
+            return iter(())
+        # ``scan``, written out to collect only the ids. They are read now, so the caller may
+        # rewrite messages while iterating; each was keyed by ``keys.identity`` when its
+        # message was stored.
+        tables = self._dicts
+        rows = tables.data[_PENDING]
+        order = tables.order[_PENDING]
+        if order is None:
+            order = tables.order[_PENDING] = sorted(rows)
+        ids = []
+        at, end = bisect_left(order, prefix), len(order)
+        while at < end and order[at].startswith(prefix):
+            ids.append(rows[order[at]])
+            at += 1
+        return self._messages(ids) if ids else iter(())
+
+    def _messages(self, ids: list[str]) -> Iterator[Message]:
+        data = self._dicts.data
+        for mid in ids:
+            found: Message | None = data[_MESSAGES].get(mid.encode())
+            if found is None:
+                yield self._follow(_MESSAGES, mid.encode())  # raises: the index is damaged
+            else:
+                yield found
+
+    def sessions(self) -> Iterator[Session]:
+        # ``Indexed.sessions`` (key order, then by ordinal), from the kept key order.
+        tables = self._dicts
+        rows = tables.data[_SESSIONS]
+        order = tables.order[_SESSIONS]
+        if order is None:
+            order = tables.order[_SESSIONS] = sorted(rows)
+        return iter(sorted([rows[key] for key in order], key=_ORDINAL))
+
+    def feed(self, after: int = 0) -> Iterator[tuple[int, Event]]:
+        # The feed is dense from 1 (see ``feed_end``): its rows after ``after`` are looked
+        # up by number, not found by a scan of the whole feed.
+        first = max(after, 0) + 1
+        if first >= keys.SEQ_LIMIT:
+            return iter(())
+        data = self._dicts.data
+        feed = data[_FEED]
+        return ((number, self._follow(_EVENTS, feed[keys.feed(number)]))
+                for number in range(first, len(feed) + 1))
+
+    # -- writes --------------------------------------------------------------------------
+
+    def put_session(self, session: Session) -> None:
+        # The rows ``Indexed.put_session`` leaves, without rewriting a tree or handle entry
+        # that already holds this session (most steps change only the state and run).
+        data = self._dicts.data
+        session_id = session.session_id
+        key = keys.identity(session_id)
+        old: Session | None = data[_SESSIONS].get(key)
+        root = session.root_session_id
+        handle_key = (keys.handle(root, session.handle)
+                      if session.handle is not None and session.live else None)
+        if old is not None and old.handle is not None:
+            old_handle = keys.handle(old.root_session_id, old.handle)
+            if old_handle != handle_key:
+                self._dicts.delete(_HANDLES, old_handle)
+        self._put(_SESSIONS, key, session)
+        tree_key = keys.tree(root, session.ordinal)
+        if data[_TREE].get(tree_key) != session_id:
+            self._put(_TREE, tree_key, session_id)
+        if handle_key is not None and data[_HANDLES].get(handle_key) != session_id:
+            self._put(_HANDLES, handle_key, session_id)
+
+    def put_run(self, run: Run) -> None:
+        self._put(_RUNS, keys.identity(run.run_id), run)
+
+    def put_message(self, message: Message) -> None:
+        record = keys.identity(message.message_id)
+        old: Message | None = self._dicts.data[_MESSAGES].get(record)
+        self._put(_MESSAGES, record, message)
+        if message.pending:
+            if old is None:
+                self._put(_PENDING, keys.pending(message.recipient, message.seq),
+                          message.message_id)
+        elif old is None or old.pending:
+            self._dicts.delete(_PENDING, keys.pending(message.recipient, message.seq))
+
+    def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
+        owner = keys.identity(session_id)
+        tables = self._dicts
+        rows = tables.data
+        tallies, logs, feed = rows[_TALLY], rows[_EVENTS], rows[_FEED]
+        found: Tally | None = tallies.get(owner)
+        tally = found or _NO_TALLY
+        seq = tally.last_event + 1
+        event = Event(session_id, seq, kind, dict(data))
+        key = keys.event(session_id, seq)
+        number = keys.feed(len(feed) + 1)
+        old_event = logs.get(key, _MISSING)
+        # ``_put`` of the tally, the event and the feed's new last row, written out.
+        tables.undo += ((_TALLY, tallies, owner, found if found is not None else _MISSING),
+                        (_EVENTS, logs, key, old_event), (_FEED, feed, number, _MISSING))
+        tallies[owner] = Tally(seq, tally.counters)
+        logs[key] = event
+        feed[number] = key
+        order = tables.order
+        if found is None:
+            order[_TALLY] = None
+        if old_event is _MISSING:
+            order[_EVENTS] = None
+        order[_FEED] = None
+        return event
 
     def savepoint(self) -> _Savepoint:
         return _Savepoint(self)
@@ -143,8 +338,10 @@ class MemoryStore:
         or event data the engine never mutates after appending, so the copies may share them.
         """
         self._check_open()
-        twin = MemoryStore()
-        twin._tables = _DictTables({table: dict(rows) for table, rows in self._tables.data.items()})
+        twin = MemoryStore.__new__(MemoryStore)  # not __init__: its empty tables go unused
+        tables = self._tables
+        twin._tables = _DictTables({table: dict(rows) for table, rows in tables.data.items()},
+                                   dict(tables.order))
         return twin
 
     def rows(self, table: Table) -> dict[bytes, Any]:

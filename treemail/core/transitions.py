@@ -49,12 +49,14 @@ __all__ = [
 R = TypeVar("R")
 
 
-Layout = tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]
+# A record class's init arguments: each one's place, how many are passed by position (the
+# rest are keyword-only, by name), and one getter reading them all in that order.
+Layout = tuple[dict[str, int], int, Callable[[Any], tuple[Any, ...]]]
 _LAYOUTS: dict[type[Any], Layout] = {}
 
 
 def _layout(cls: type[Any]) -> Layout:
-    """A record class's init arguments, and one getter that reads them all (kept by class)."""
+    """A record class's layout (kept by class)."""
     layout = _LAYOUTS.get(cls)
     if layout is None:
         layout = _LAYOUTS[cls] = _read_layout(cls)
@@ -62,24 +64,35 @@ def _layout(cls: type[Any]) -> Layout:
 
 
 def _read_layout(cls: type[Any]) -> Layout:
-    fields = [field for field in attrs.fields(cls) if field.init]
+    init = [field for field in attrs.fields(cls) if field.init]
+    fields = [f for f in init if not f.kw_only] + [f for f in init if f.kw_only]
     read = attrgetter(*(f.name for f in fields))
+    places = {field.alias: place for place, field in enumerate(fields)}
+    positional = sum(not f.kw_only for f in fields)
     if len(fields) == 1:  # attrgetter of one name answers the value, not a tuple of it
-        return (fields[0].alias,), lambda record: (read(record),)
-    return tuple(f.alias for f in fields), read
+        return places, positional, lambda record: (read(record),)
+    return places, positional, read
 
 
 def evolve(record: R, **changes: Any) -> R:
     """``attrs.evolve``: a copy of ``record`` with ``changes``, built through its class's
-    ``__init__`` (converters and validators run alike), its fields read by one getter
-    instead of looked up one by one: every stored state change makes one, and the model
-    checker makes millions."""
+    ``__init__`` (converters and validators run alike), its fields read by one getter and
+    passed by position instead of looked up and passed by name one by one: every stored
+    state change makes one, and the model checker makes millions."""
     cls: type[Any] = type(record)
-    names, read = _layout(cls)
-    values = dict(zip(names, read(record), strict=True))
-    values.update(changes)
-    made: R = cls(**values)
-    return made
+    places, positional, read = _layout(cls)
+    values = list(read(record))
+    for name, value in changes.items():
+        place = places.get(name)
+        if place is None:
+            raise TypeError(f"{cls.__name__} has no field {name!r} to evolve")
+        values[place] = value
+    if positional == len(values):
+        made: R = cls(*values)
+        return made
+    names = list(places)[positional:]
+    built: R = cls(*values[:positional], **dict(zip(names, values[positional:], strict=True)))
+    return built
 
 
 def message_event(state: MessageState) -> EventKind:
@@ -126,7 +139,7 @@ def accept(
     )
     tx.put_message(message)
     _track(tx, message, +1)
-    events.record(tx, message.recipient, events.message_payload(message))
+    events.record_message(tx, message)
     return message
 
 
@@ -148,7 +161,7 @@ def step_message(
     tx.put_message(updated)
     if not updated.pending:
         _track(tx, updated, -1)
-    events.record(tx, updated.recipient, events.message_payload(updated))
+    events.record_message(tx, updated)
     return updated
 
 
