@@ -57,20 +57,10 @@ from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
 from treemail.core.memory_store import MemoryStore
 from treemail.core.records import Owner
+from treemail.models.actions import Action, Move, outcome, perform, perform_move
 from treemail.models.coverage import REPLAY, Coverage, boundary_step, guard_of, recording
-from treemail.models.explore import (
-    Action,
-    Bounds,
-    Move,
-    alphabet,
-    drain_move,
-    drain_step,
-    ended_run,
-    labelled,
-    outcome,
-    perform,
-    perform_move,
-)
+from treemail.models.drain import drain_move, drain_step, labelled
+from treemail.models.explore import Bounds, alphabet, ended_run
 from treemail.models.invariants import (
     INVARIANTS,
     Failure,

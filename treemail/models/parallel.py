@@ -39,9 +39,10 @@ from typing import Any, TextIO
 import attrs
 
 from treemail.core.config import MessagingConfig
+from treemail.models.actions import Action
 from treemail.models.checker import DEFAULT_CONFIG, Checker, Counterexample, Result, eta
 from treemail.models.coverage import Coverage, recording
-from treemail.models.explore import Action, Bounds
+from treemail.models.explore import Bounds
 from treemail.models.replay import Replay, StoreFactory
 from treemail.models.snapshots import Node
 
