@@ -47,7 +47,7 @@ import hashlib
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar, cast
 
 import attrs
 
@@ -94,6 +94,8 @@ __all__ = [
 DEFAULT_CONFIG = MessagingConfig(max_hops=1, max_pending_per_session=2, max_inflight_per_pair=1,
                                  message_ttl_seconds=1)  # so expiry is reached too
 DRAIN_LIMIT = 200
+# The model of a state at the depth cap, which nothing reads (``Checker.successors``).
+DRAINED = cast(Reference, None)
 T = TypeVar("T")
 
 
@@ -381,6 +383,11 @@ class Checker:
             if not child.key:  # a refusal that changed nothing keeps its parent's key
                 child.key = canonical(child.model, child.restarts, self.history)
             if child.key != node.key:  # the parent is explored already
+                if child.depth >= self.bounds.depth:
+                    # At the cap a state is drained, never expanded, and the drain runs the
+                    # engine alone: its model (a third of its memory, and of its pickle when
+                    # the pool moves it) goes now. Any later read of it fails loudly.
+                    child.model = DRAINED
                 found(child, action, index)
         return None, chained
 
