@@ -332,7 +332,13 @@ class Checker:
         stop where another drain passed, but drains from different states rarely meet:
         measured, that saved a fifth of the steps at five times their cost; and only one in
         twenty states at the depth cap drains, in one step, into an explored state.)"""
-        _, store, ids = clone(node, with_model=False)
+        if node.depth >= self.bounds.depth:
+            # A state at the cap is only drained, and holds the one reference to its store
+            # (a refusal that changed nothing shares its parent's, but is never queued): the
+            # drain may run on it instead of on a copy.
+            store, ids = node.store, node.ids
+        else:
+            _, store, ids = clone(node, with_model=False)
         engine, steps = Engine(store, ids, node.config), list[Move]()
         for _ in range(DRAIN_LIMIT):
             with store.read() as tx:
