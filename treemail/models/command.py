@@ -55,7 +55,7 @@ def _pairs(text: str, what: str) -> dict[str, str]:
 
 
 def parse_bounds(text: str) -> Bounds:
-    """``sessions=4,messages=5,restarts=1,approvals=1,depth=N,disabled=1,trees=1``; omitted
+    """``sessions=4,messages=4,restarts=1,approvals=1,depth=N,disabled=1,trees=1``; omitted
     keys keep defaults."""
     given = _pairs(text, "--bounds")
     known = {field.name for field in attrs.fields(Bounds)}

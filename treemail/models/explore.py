@@ -54,29 +54,29 @@ class Bounds:
     # Including the roots. Four, so that one tree holds a cousin (root, two children, a
     # grandchild): the wildcard's rule between two delegated sessions of different parents.
     sessions: int = 4
-    # Accepted, of every owner: two tasks and two sends fill an inbox. A fifth, in any role
-    # (outside mail, a task, a send), takes the search past a million states at depth 9.
-    messages: int = 5
+    messages: int = 4  # accepted, of every owner: two tasks and two sends fill an inbox
     restarts: int = 1
     approvals: int = 1  # held calls; 0: every agent allows every peer, nothing is ever held
     # Actions from the empty world. Within the other defaults every send guard and every
     # lifecycle transition is reached by depth 8 (the hop limit and the inbox cap last: a
-    # relay of relayed mail, two children filling their parent's inbox); depth 9 reaches
-    # each in more interleavings. Each level is four to six times the last.
-    depth: int = 9
+    # relay of relayed mail, two children filling their parent's inbox); each level is
+    # four to six times the last.
+    depth: int = 8
     # 1: a restart may also bring the engine back with messaging turned off, the one way the
     # `disabled` guard answers; 0: every restart keeps the config.
     disabled: int = 1
     # 2: a second root too, counted among the sessions; a send may name the other tree's
     # root by its handle, which no tree but its own resolves. 1 by default: the four
     # sessions go to one tree, where the cousin is (the other tree's handle has its test).
-    # So bounded, the defaults explore DEFAULT_STATES_TEXT states (``checker.DEFAULT_STATES``),
-    # every guard, transition and grant scope: the million `treemail check` is to reach (in
-    # five minutes on two cores, `just bench` line (h)). Depth 8 at four messages explored
-    # 196,789 (the complete coverage already, so the larger bounds keep it: they explore a
-    # superset); depth 9 at four messages would be about 830,000 (levels 5 to 8 hold 895,
-    # 5,794, 32,919 and 157,012 states, each ratio smaller than the last), short of the
-    # million, so the fifth message (51,504 states to depth 7 against 39,777 at four).
+    # So bounded, the defaults explore 196,789 states (``checker.DEFAULT_STATES``), every
+    # guard, transition and grant scope. `treemail check` is to reach a million in five
+    # minutes on two cores (`just bench` line (h)). Larger bounds explore a superset, so keep
+    # the coverage, but the nearest miss the million or overshoot it: depth 9 alone is
+    # about 830,000 (levels 5 to 8 hold 895, 5,794, 32,919 and 157,012 states, each ratio
+    # smaller than the last: 6.5, 5.7, 4.8), and a fifth message grows with each level
+    # (51,504 states to depth 7 against 39,777; 287,086 at level 8 against 157,012), so
+    # depth 9 with it is about 1.5 million. At about 700 states per CPU second, a million
+    # take 24 CPU minutes: the defaults move once the rate allows and the count is measured.
     trees: int = 1
     # External sessions attached (MCP clients' sessions, spec/external.md): check_mail
     # claims, the client's next call consumes, its connection's end releases, a call opens a

@@ -104,7 +104,7 @@ def _build() -> tuple[argparse.ArgumentParser, list[str]]:
     check = commands.add_parser(
         "check", help="bounded exhaustive model check of the engine against the reference model")
     check.add_argument("--bounds", default="",
-                       help="sessions=4,messages=5,restarts=1,approvals=1,depth=N,disabled=1,"
+                       help="sessions=4,messages=4,restarts=1,approvals=1,depth=N,disabled=1,"
                             "trees=1 (any subset)")
     check.add_argument("--config", help="a TOML file whose [messaging] table sets the limits")
     check.add_argument("--messaging", default="",
