@@ -48,6 +48,7 @@ from treemail.core.memory_store import MemoryStore
 from treemail.core.permissions import Rules
 from treemail.core.records import AgentSpec, Message, Owner, ToolContext
 from treemail.models import checker, invariants
+from treemail.models.actions import outcome
 from treemail.models.checker import (
     INVARIANTS,
     Bounds,
@@ -55,7 +56,6 @@ from treemail.models.checker import (
     canonical,
 )
 from treemail.models.coverage import ALL_GUARDS, ALL_SCOPES, ALL_TRANSITIONS, BOUNDARY
-from treemail.models.explore import outcome
 from treemail.models.invariants import Ledger, settled
 from treemail.models.parallel import check
 from treemail.models.plants import PLANTS, planted

@@ -11,7 +11,7 @@ from tests.property.test_checker import CHECKER_HUNTED, SMALL, WINDOWED
 from treemail.adapters.ui.cli import main
 from treemail.models.checker import Result
 from treemail.models.explore import Bounds
-from treemail.models.parallel import check, explore, owner
+from treemail.models.parallel import _moves, check, explore, owner
 from treemail.models.plants import planted
 
 # Depth-capped at 5 with the default sizes: a thousand states, every kind of action, and
@@ -40,6 +40,19 @@ def test_the_states_are_spread_over_the_workers() -> None:
     keys = [bytes([i, i * 7 % 256, 3, 4, 5, 6, 7, i % 5]) for i in range(256)]
     shares = [sum(owner(key, 3) == index for key in keys) for index in range(3)]
     assert all(share > 40 for share in shares), shares
+
+
+@pytest.mark.parametrize("sizes", [[10, 0, 2], [0, 7], [3, 3, 3], [1, 0, 0], [0, 0], [9, 1, 1, 1]])
+def test_the_frontiers_are_evened_out_by_moving_the_surplus(sizes: list[int]) -> None:
+    """Generators keep their winners, so one worker may hold most of the next frontier (the
+    root's, at first): the surplus moves, and only the surplus, until each holds its share."""
+    moves = [row for (row,) in _moves(sizes)]
+    after = [size - sum(moves[index]) + sum(row[index] for row in moves)
+             for index, size in enumerate(sizes)]
+    assert sum(after) == sum(sizes) and max(after) - min(after) <= 1, (sizes, moves)
+    assert all(moves[index][index] == 0 for index in range(len(sizes)))
+    floor = sum(sizes) // len(sizes)  # no worker gives away more than it holds above it
+    assert all(sum(moves[index]) <= max(0, size - floor) for index, size in enumerate(sizes))
 
 
 @pytest.mark.parametrize("plant", ["pair-window", "recover-keeps-claims", "discard-claimed",

@@ -52,6 +52,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("models/explore.py", "commit_request"): "the action calling Engine.commit_request",
     ("models/explore.py", "abort_request"): "the action calling Engine.abort_request",
     ("models/explore.py", "discard"): "the action calling Engine.discard",
+    ("models/actions.py", "begin_request"): "the action calling Engine.begin_request",
+    ("models/actions.py", "commit_request"): "the action calling Engine.commit_request",
+    ("models/actions.py", "abort_request"): "the action calling Engine.abort_request",
+    ("models/actions.py", "discard"): "the action calling Engine.discard",
+    ("models/drain.py", "begin_request"): "the drain's step calling Engine.begin_request",
+    ("models/drain.py", "commit_request"): "the drain's step calling Engine.commit_request",
     ("testing/postgres.py", "start"): "pg_ctl's start command",
     ("models/parallel.py", "start"): "the command that starts a checker worker's search",
     # ``approve`` is also approval.answer's wire parameter and the CLI command sending it.

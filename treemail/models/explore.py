@@ -1,10 +1,8 @@
-"""The model checker's alphabet: every action enabled in a state, and how to run it.
+"""The model checker's alphabet: every action enabled in a state, within the bounds.
 
-An ``Action`` is data (a kind, its arguments and a printable label). ``perform`` runs it on
-either side, an ``Engine`` or the ``Reference`` model: both offer the same operations with the
-same signatures, so one call serves both and ``outcome`` reduces the two answers to values that
-compare (the value, or the error code). ``alphabet`` reads the model's world, which is the
-oracle: the engine must agree with it on every action, enabled or refused.
+``alphabet`` reads the model's world, which is the oracle: the engine must agree with it on
+every action, enabled or refused (``actions`` runs an action on either side, ``drain`` the
+engine's own steps to quiet). ``Bounds`` says how far the search goes.
 
 The alphabet is finite and deterministic for a given state: the same state (up to id
 numbering) always yields the same actions in the same order, which keeps the search and its
@@ -13,22 +11,14 @@ shortest counterexamples reproducible.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import attrs
 
-from treemail.core import external
-from treemail.core.clock import ManualClock
-from treemail.core.engine import Engine, Request
-from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.lifecycle import ApprovalState, MessageState, RunState, SessionState
 from treemail.core.permissions import Rules
-from treemail.core.receipts import Receipt
-from treemail.core.records import AgentSpec, GrantScope, Mode, Owner, Run, Session, ToolContext
-from treemail.core.results import CallOutcome
-from treemail.core.store import ReadTxn
+from treemail.core.records import AgentSpec, GrantScope, Owner, Session, ToolContext
+from treemail.models.actions import Action, mail_owner, short
 from treemail.models.reference import Reference
 from treemail.models.world import FINAL, MessageRecord, SessionRecord, World
 
@@ -36,17 +26,9 @@ __all__ = [
     "ASKING",
     "LISTENING",
     "TRUSTING",
-    "Action",
     "Bounds",
     "alphabet",
-    "drain_move",
-    "drain_step",
     "ended_run",
-    "labelled",
-    "outcome",
-    "perform",
-    "perform_move",
-    "short",
 ]
 
 # Every agent trusts every peer, so no call is ever held for approval...
@@ -78,7 +60,7 @@ class Bounds:
     # Actions from the empty world. Within the other defaults every send guard and every
     # lifecycle transition is reached by depth 8 (the hop limit and the inbox cap last: a
     # relay of relayed mail, two children filling their parent's inbox); each level is
-    # about four times the last.
+    # four to six times the last.
     depth: int = 8
     # 1: a restart may also bring the engine back with messaging turned off, the one way the
     # `disabled` guard answers; 0: every restart keeps the config.
@@ -86,14 +68,16 @@ class Bounds:
     # 2: a second root too, counted among the sessions; a send may name the other tree's
     # root by its handle, which no tree but its own resolves. 1 by default: the four
     # sessions go to one tree, where the cousin is (the other tree's handle has its test).
-    # So bounded, the defaults explore 196,789 states (depth 8, every guard and transition;
-    # 177,569 before recall and the late expiry sweep) against 166,404 for three sessions in
-    # two trees before the newer actions. Depth 9 would
-    # be about 900,000 (6,746 states at depth 6, so each level about five times the last) in
-    # about 1,600 CPU s: over five minutes even on two idle cores (``parallel``), since a
-    # state costs what the engine's own operations cost (two thirds of the profile); so the
-    # default depth stays 8 (328 CPU s in one process: under three minutes for each of two
-    # workers, plus the exchange's few per cent).
+    # So bounded, the defaults explore 196,789 states (``checker.DEFAULT_STATES``), every
+    # guard, transition and grant scope. `treemail check` is to reach a million in five
+    # minutes on two cores (`just bench` line (h)). Larger bounds explore a superset, so keep
+    # the coverage, but the nearest miss the million or overshoot it: depth 9 alone is
+    # about 830,000 (levels 5 to 8 hold 895, 5,794, 32,919 and 157,012 states, each ratio
+    # smaller than the last: 6.5, 5.7, 4.8), and a fifth message grows with each level
+    # (51,504 states to depth 7 against 39,777; 287,086 at level 8 against 157,012): depth
+    # 9 with it is 1,964,422 (counted on the model's keys alone, the way that reproduces
+    # 196,789 here). At about 700 states per CPU second a million take 24 CPU minutes: the
+    # defaults move once the rate allows and a whole check at the new bounds is measured.
     trees: int = 1
     # External sessions attached (MCP clients' sessions, spec/external.md): check_mail
     # claims, the client's next call consumes, its connection's end releases, a call opens a
@@ -114,155 +98,6 @@ class Bounds:
         return LISTENING if self.approvals and parent.parent_session_id is not None \
             else self.agent
 
-
-@attrs.frozen
-class Action:
-    kind: str
-    args: tuple[Any, ...]
-    label: str
-
-
-@functools.lru_cache(maxsize=4096)  # every label names ids, and the same few ids recur
-def short(some_id: str | None) -> str:
-    """``#7`` for the CountingIds id numbered 7: traces stay readable."""
-    if some_id is None:
-        return "-"
-    head = some_id.split("-", 1)[0]
-    return f"#{int(head, 16)}" if len(head) == 8 else some_id
-
-
-def _send(target: Any, ctx: ToolContext, arguments: dict[str, str], hold: bool) -> Any:
-    """send_message; a call an ask rule stops is held for the user, as the runtime does."""
-    try:
-        return target.send_message(ctx, arguments)
-    except ApprovalRequired as asked:
-        if hold:
-            label = str(asked.details.get("label", "*"))
-            target.hold_for_approval(ctx, "send_message", arguments, label)
-        raise
-
-
-def _restart(target: Any, messaging: bool = True) -> Any:
-    """The process dies: a new engine opens the same store and recovers it; with
-    ``messaging`` false, under a config that turns messaging off ([messaging] enabled =
-    false), which holds from then on (the checker keeps it in the state)."""
-    config = target.config if messaging else attrs.evolve(target.config, enabled=False)
-    if isinstance(target, Reference):
-        target.config = config
-        return target.restart()
-    return Engine(target.store, target.ids, config).recover()
-
-
-_CALLS: dict[str, Callable[..., Any]] = {
-    "create_root": lambda t, agent: t.create_root(agent),
-    "delegate": lambda t, parent, agent: t.delegate(parent, agent, "task"),
-    "accept": lambda t, to, owner, key=None, body="note": t.accept(to, body, owner, key=key),
-    "steer": lambda t, to, owner: t.accept(to, "steer", owner, mode=Mode.STEER),
-    "start_run": lambda t, sid: t.start_run(sid),
-    "begin_request": lambda t, sid, rid: t.begin_request(sid, rid),
-    "commit_request": lambda t, sid, rid, req: t.commit_request(sid, rid, req),
-    "abort_request": lambda t, sid, rid, req: t.abort_request(sid, rid, req),
-    "finish_run": lambda t, sid, rid: t.finish_run(sid, rid, "done"),
-    "cancel_run": lambda t, sid, rid: t.cancel_run(sid, rid, "user cancelled"),
-    "give_up_run": lambda t, sid, rid: t.give_up_run(sid, rid, "model failed 3 times"),
-    "send_message": _send,
-    "discard": lambda t, mid: t.discard(mid, "operator decision"),
-    "restart": _restart,
-    "answer_approval": lambda t, aid, approve, scope=GrantScope.ONCE: t.answer_approval(
-        aid, approve, scope),
-    "revert": lambda t, sid: t.revert(sid),
-    "cancel_message": lambda t, sid, mid: t.cancel_message(sid, mid),
-    "expire_mail": lambda t, sid: _late(t, lambda: t.expire_mail(sid)),
-}
-
-# The instant a late sweep reads: past any TTL, for mail stamped at the clock's start (the
-# search's clock stands still, so every stamp is 0 and only this sweep finds mail stale).
-LATE = 1e9
-
-
-def _late(target: Any, sweep: Callable[[], Any]) -> Any:
-    """Run ``sweep`` with the target's clock at ``LATE``, then put the clock back: the
-    engine is made anew for every step, but the model lives on in its state."""
-    kept = target.clock
-    target.clock = ManualClock(LATE)
-    try:
-        return sweep()
-    finally:
-        target.clock = kept
-
-
-# A token's random part: the model keeps no tokens, the engine's are not compared.
-_SECRET = "s" * 43
-
-
-def _attach(target: Any, parent: str, agent: AgentSpec) -> Any:
-    if isinstance(target, Reference):
-        return target.attach(parent, agent)
-    session, _ = target.attach(parent, agent, _SECRET)
-    return session
-
-
-# The external boundary on the engine's side is the core's, run in one transaction as the
-# daemon runs it (``adapters/daemon/external.py``); the model has a method for each.
-def _external_check(target: Any, sid: str) -> Any:
-    if isinstance(target, Reference):
-        return target.external_check(sid)
-    return target.store.transact(
-        lambda tx: external.check_mail(tx, target.ids, sid, target.agents))
-
-
-def _external_settle(target: Any, sid: str, rid: str, req: str, committed: bool) -> Any:
-    if isinstance(target, Reference):
-        return target.external_settle(sid, rid, req, committed)
-    return target.store.transact(lambda tx: external.settle(tx, sid, rid, req, committed))
-
-
-def _external_turn_run(target: Any, sid: str) -> Any:
-    if isinstance(target, Reference):
-        return target.external_turn_run(sid)
-    return target.store.transact(lambda tx: external.turn_run(tx, target.ids, sid))
-
-
-_CALLS.update({
-    "attach": _attach,
-    "external_check": _external_check,
-    "external_settle": _external_settle,
-    "external_turn_run": _external_turn_run,
-})
-
-
-def perform(action: Action, target: Engine | Reference) -> Any:
-    return _CALLS[action.kind](target, *action.args)
-
-
-def _normal(value: Any) -> Any:
-    """Engine answers (records) reduced to the model's shapes (ids and tuples)."""
-    if isinstance(value, Session):
-        return value.session_id
-    if isinstance(value, Run):
-        return value.run_id
-    if isinstance(value, Receipt):
-        return value.message_id, value.recipient, str(value.state), value.reason
-    if isinstance(value, Request):
-        return (value.request_id, value.run_id,
-                tuple((d.message_id, d.owner, d.text) for d in value.deliveries))
-    if hasattr(value, "approval_id"):
-        outcome = value.outcome
-        if isinstance(outcome, CallOutcome):  # the model keeps only the error's code
-            outcome = {k: v for k, v in outcome.as_result().items() if k != "message"}
-        return (value.approval_id, str(value.state), value.scope, outcome)
-    return value
-
-
-def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
-    """("ok", value) or ("error", code, candidates); any other exception is a crash."""
-    try:
-        return ("ok", _normal(call()))
-    except TreemailError as exc:
-        found = exc.details.get("candidates")
-        return ("error", exc.code, tuple(found) if isinstance(found, list | tuple) else ())
-    except Exception as exc:  # a crash on either side is a disagreement, reported as such
-        return ("crash", f"{type(exc).__name__}: {exc}")
 
 
 # -- the alphabet -------------------------------------------------------------------------------
@@ -367,7 +202,7 @@ def _outside(world: World, session: SessionRecord, bounds: Bounds) -> list[Actio
     # Steering differs from queued mail only while a run is in flight (it joins that run):
     # to a session without one it waits for the next run like any other mail.
     if session.state == SessionState.RUNNING:
-        owner = _owner(session)
+        owner = mail_owner(session)
         actions.append(Action("steer", (sid, owner), f"steer({owner.value} -> {short(sid)})"))
     return actions
 
@@ -388,14 +223,9 @@ def _keyed(world: World, session: SessionRecord, bounds: Bounds) -> list[Action]
             Action("accept", (sid, owner, KEY, "other note"), f"{label} reused)")]
 
 
-def _owner(session: SessionRecord | Session) -> Owner:
-    """The user talks to the root, plugins to the others: the engine treats both owners alike
-    (outside mail, never capped), so one owner per session keeps the space small."""
-    return Owner.USER if session.parent_session_id is None else Owner.PLUGIN
-
 
 def _accept(session: SessionRecord | Session) -> Action:
-    owner, sid = _owner(session), session.session_id
+    owner, sid = mail_owner(session), session.session_id
     return Action("accept", (sid, owner), f"accept({owner.value} mail -> {short(sid)})")
 
 
@@ -528,71 +358,3 @@ def _ended_sends(world: World, sender: SessionRecord) -> list[Action]:
 def _send_action(ctx: ToolContext, arguments: Mapping[str, str], what: str) -> Action:
     label = f"send_message({short(ctx.session_id)}, run {short(ctx.run_id)}, {ctx.tool_call_id}"
     return Action("send_message", (ctx, dict(arguments), True), f"{label} {what})")
-
-
-Move = tuple[str, tuple[Any, ...]]  # an action's kind and arguments, without its label
-
-
-def drain_step(tx: ReadTxn) -> Action | None:
-    """The next step of a drain of the engine's store (no sends, no discards), or None once
-    every session is quiet and holds no mail: the last created busy session starts, commits
-    its open request, claims its waiting mail, or finishes its run. Children go before their
-    parents, so a child's result is in its parent's mail before the parent's run takes it:
-    the parent runs once, not once more per result (a quarter fewer drain steps than
-    parents first)."""
-    move = drain_move(tx)
-    return None if move is None else labelled(move)
-
-
-def drain_move(tx: ReadTxn) -> Move | None:
-    """``drain_step`` without the label: a drain takes millions of steps, and only a failed
-    one is ever printed (``labelled`` names it then)."""
-    sessions = list(tx.sessions())
-    for session in reversed(sessions):
-        # The state first: most sessions are at rest, and then their run is not read.
-        if session.state not in _BUSY:
-            continue
-        sid, rid = session.session_id, session.run_id
-        run = tx.run(rid) if rid is not None else None
-        if run is None:
-            continue
-        if session.state == SessionState.QUEUED:
-            return "start_run", (sid,)
-        if run.open_request is not None:
-            return "commit_request", (sid, rid, run.open_request)
-        for m in tx.pending(sid):
-            if m.run_id == rid and m.state in _CLAIMABLE:
-                return "begin_request", (sid, rid)
-        return "finish_run", (sid, rid)
-    # Nothing runs. A session a give-up left idle keeps its mail until new input wakes it:
-    # it is given some, as a user would (the same action the search offers it).
-    for session in sessions:
-        if next(iter(tx.pending(session.session_id)), None) is not None:
-            return "accept", (session.session_id, _owner(session))
-    return None
-
-
-_BUSY = (SessionState.QUEUED, SessionState.RUNNING)
-_CLAIMABLE = (MessageState.ADMITTED, MessageState.RELEASED)
-
-
-def labelled(move: Move) -> Action:
-    """A drain's move as the action the search offers, with that action's label."""
-    kind, args = move
-    if kind == "accept":
-        sid, owner = args
-        return Action(kind, args, f"accept({owner.value} mail -> {short(sid)})")
-    if kind == "start_run":
-        return Action(kind, args, f"start_run({short(args[0])})")
-    at = f"{short(args[0])}, run {short(args[1])}"
-    if kind == "commit_request":
-        return Action(kind, args, f"commit_request({at}, request {short(args[2])})")
-    if kind == "begin_request":
-        return Action(kind, args, f"begin_request({at})")
-    return Action(kind, args, f"finish_run({at}, result)")
-
-
-def perform_move(move: Move, target: Engine | Reference) -> Any:
-    """``perform`` of a move."""
-    kind, args = move
-    return _CALLS[kind](target, *args)

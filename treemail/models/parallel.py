@@ -9,9 +9,11 @@ comes. A level is three exchanges between the coordinator (this process) and the
    key another worker owns to that owner: the key and the successor's place in the order.
 2. ``decide``: each owner takes the keys it has not seen, its own successors' and those
    offered, and picks each one's winner: the first in the order.
-3. ``ship``: each worker sends the winners it generated for another owner, pickled; they
-   join that owner's frontier with the next ``level``. (A winner at the depth cap, which is
-   drained and never expanded, stays with the worker that generated it.)
+3. ``keep``: each worker keeps the winners it generated, whoever owns them: the owner's
+   seen-set is what makes each state visited once, not where the state is visited. Then
+   ``give``: a worker holding more than its share of the next frontier sends the surplus,
+   pickled, to those holding less; they join its frontier with the next ``level``. (Shipping
+   each winner to its owner instead pickled half of every frontier: a tenth of the search.)
 
 The order is the one the one-process search discovers states in: a state's place is its
 parent's place followed by the index of the action in the parent's alphabet, compared as
@@ -39,9 +41,10 @@ from typing import Any, TextIO
 import attrs
 
 from treemail.core.config import MessagingConfig
+from treemail.models.actions import Action
 from treemail.models.checker import DEFAULT_CONFIG, Checker, Counterexample, Result, eta
 from treemail.models.coverage import Coverage, recording
-from treemail.models.explore import Action, Bounds
+from treemail.models.explore import Bounds
 from treemail.models.replay import Replay, StoreFactory
 from treemail.models.snapshots import Node
 
@@ -100,8 +103,8 @@ class Partition(Checker):
             self.frontier.append(((), None, root))
 
     def level(self, shipped: Sequence[bytes], shortest: int | None) -> Level:
-        """Visit the frontier (the winners kept by ``decide`` and those ``shipped`` here), in
-        the one-process order."""
+        """Visit the frontier (the winners kept by ``decide`` and ``keep``, and those
+        ``shipped`` here by ``give``), in the one-process order."""
         cpu = time.process_time()
         self.frontier += [pickle.loads(entry) for entry in shipped]
         self.frontier.sort(key=lambda entry: entry[0])
@@ -139,7 +142,7 @@ class Partition(Checker):
     def decide(self, offered: Sequence[tuple[bytes, Place, int]]) -> dict[int, list[bytes]]:
         """The winner of each key this worker owns and has not seen: its own successor's or
         one offered by another worker, whichever comes first in the order. Winners generated
-        here join the frontier; the others are asked of their generators, by worker."""
+        here join the frontier; the others are told to their generators, by worker (``keep``)."""
         cpu = time.process_time()
         best: dict[bytes, tuple[Place, int]] = {}
         for key, (place, _, _) in self.generated.items():
@@ -158,22 +161,24 @@ class Partition(Checker):
         self.cpu += time.process_time() - cpu
         return wanted
 
-    def ship(self, wanted: Sequence[Sequence[bytes]]) -> list[list[bytes]]:
-        """The winners generated here that other workers own (``wanted``, by owner), pickled
-        for their owners; the rest forgotten. A winner at the depth cap is only drained, never
-        expanded, so it stays here instead: its parents were spread by hash already, and
-        three states in four are at the cap, whose pickling would cost a tenth of the search."""
+    def keep(self, won: Sequence[bytes]) -> int:
+        """The winners generated here that other workers own (``won``) join this frontier;
+        the other successors are forgotten. Returns the frontier's size, for ``give``."""
+        cpu = time.process_time()
+        self.frontier += [self.generated[key] for key in won]
+        self.generated = {}
+        self.cpu += time.process_time() - cpu
+        return len(self.frontier)
+
+    def give(self, counts: Sequence[int]) -> list[list[bytes]]:
+        """``counts[to]`` states of this frontier, pickled for worker ``to``, and no longer
+        visited here: the frontiers evened out."""
         cpu = time.process_time()
         shipped: list[list[bytes]] = []
-        for keys in wanted:
-            shipped.append([])
-            for key in keys:
-                entry = self.generated[key]
-                if entry[2].depth >= self.bounds.depth:
-                    self.frontier.append(entry)
-                else:
-                    shipped[-1].append(pickle.dumps(entry, pickle.HIGHEST_PROTOCOL))
-        self.generated = {}
+        for count in counts:
+            given, self.frontier = self.frontier[len(self.frontier) - count:], \
+                self.frontier[:len(self.frontier) - count]
+            shipped.append([pickle.dumps(entry, pickle.HIGHEST_PROTOCOL) for entry in given])
         self.cpu += time.process_time() - cpu
         return shipped
 
@@ -287,21 +292,42 @@ def _levels(pool: Sequence[_Remote | _Local], started: float, cpu: float,
 
 
 def _exchange(pool: Sequence[_Remote | _Local], levels: list[Level]) -> list[list[bytes]]:
-    """The offers to their owners, the owners' asks to the generators, and the winners
-    generated elsewhere (pickled) by the worker that owns each."""
+    """The offers to their owners, the owners' verdicts to the generators, which keep their
+    winners; then the surplus of the fuller frontiers (pickled) for the emptier ones."""
     offered: list[list[tuple[bytes, Place, int]]] = [[] for _ in pool]
     for by, level in enumerate(levels):
         for to, offers in level.offers.items():
             offered[to] += [(key, place, by) for key, place in offers]
-    wanted: list[list[list[bytes]]] = [[[] for _ in pool] for _ in pool]  # [by][to]
-    for to, asks in enumerate(_all(pool, "decide", [(mine,) for mine in offered])):
+    won: list[list[bytes]] = [[] for _ in pool]  # by generator
+    for asks in _all(pool, "decide", [(mine,) for mine in offered]):
         for by, keys in asks.items():
-            wanted[by][to] = keys
+            won[by] += keys
+    sizes = _all(pool, "keep", [(mine,) for mine in won])
     shipped: list[list[bytes]] = [[] for _ in pool]
-    for by_owner in _all(pool, "ship", [(by_owner,) for by_owner in wanted]):
-        for to, pickles in enumerate(by_owner):
+    for given in _all(pool, "give", _moves(sizes)):
+        for to, pickles in enumerate(given):
             shipped[to] += pickles
     return shipped
+
+
+def _moves(sizes: Sequence[int]) -> list[tuple[list[int]]]:
+    """For each worker, how many of its states to give to each other worker so that every
+    frontier holds its share (within one) of their total: the fullest give to the emptiest."""
+    total, workers = sum(sizes), len(sizes)
+    share = [total // workers + (index < total % workers) for index in range(workers)]
+    surplus = [size - want for size, want in zip(sizes, share, strict=True)]
+    counts = [[0] * workers for _ in sizes]
+    takers = [index for index, extra in enumerate(surplus) if extra < 0]
+    for giver, extra in enumerate(surplus):
+        for taker in takers:
+            if extra <= 0:
+                break
+            moved = min(extra, -surplus[taker])
+            if moved > 0:
+                counts[giver][taker] += moved
+                surplus[taker] += moved
+                extra -= moved
+    return [(row,) for row in counts]
 
 
 def _merge(totals: list[tuple[int, Result]],

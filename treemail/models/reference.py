@@ -19,12 +19,10 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from treemail.core import errors
-from treemail.core.approvals import SCOPES
 from treemail.core.clock import Clock, ManualClock
 from treemail.core.config import MessagingConfig
 from treemail.core.ids import CountingIds, make_handle
 from treemail.core.lifecycle import (
-    ApprovalState,
     MessageState,
     MessageTrigger,
     RequestTrigger,
@@ -42,7 +40,7 @@ from treemail.core.records import (
     SendResult,
     ToolContext,
 )
-from treemail.models import external, receipts
+from treemail.models import approvals, external, receipts
 from treemail.models.world import (
     MESSAGE_STEPS,
     REQUEST_STEPS,
@@ -222,9 +220,7 @@ class Reference:
         return result, recipient.session_id, False
 
     def grant(self, scope: str, subject: str, label: str) -> None:
-        if scope not in SCOPES:
-            raise errors.InvalidRequest("bad scope")
-        self.world.grants.add((GrantScope(scope), subject, label))
+        approvals.grant(self, scope, subject, label)
 
     def tool_visible(self, session_id: str) -> bool:
         return can_send(rules_now(self.agents, self._session(session_id)))
@@ -232,61 +228,11 @@ class Reference:
     def hold_for_approval(
         self, ctx: ToolContext, tool: str, arguments: Mapping[str, object], label: str
     ) -> ApprovalRecord:
-        """Hold a call an ask rule stopped; holding the same call again finds the same one."""
-        approval_id = f"{ctx.session_id}/{ctx.run_id}/{ctx.tool_call_id}"
-        if approval_id in self.world.approvals:
-            return self.world.approvals[approval_id]
-        if ctx.session_id not in self.world.sessions or ctx.run_id not in self.world.runs:
-            raise errors.InvalidRequest("no such session or run")
-        held = ApprovalRecord(approval_id, ctx.session_id, ctx.run_id, ctx.tool_call_id, tool,
-                              dict(arguments), label)
-        self.world.approvals[approval_id] = held
-        return held
+        return approvals.hold(self, ctx, tool, arguments, label)
 
     def answer_approval(self, approval_id: str, approve: bool, scope: str = GrantScope.ONCE
                         ) -> ApprovalRecord:
-        """Approving grants ``scope`` and runs the held call at once (even if its run has
-        ended); a refusal by a later guard becomes the call's outcome. Denying answers the
-        call with permission denied."""
-        answered, wake = self._atomic(lambda: self._answer(approval_id, approve, scope))
-        if wake is not None:
-            self._wake(wake)
-        return answered
-
-    def _answer(self, approval_id: str, approve: bool, scope: str
-                ) -> tuple[ApprovalRecord, str | None]:
-        held = self.world.approvals.get(approval_id)
-        if held is None or held.state is not ApprovalState.PENDING:
-            raise errors.UnknownApproval("no pending approval")
-        if scope not in SCOPES:
-            raise errors.InvalidRequest("bad scope")
-        if not approve:
-            denied = errors.PermissionDenied.code
-            return self._settle_approval(held, ApprovalState.DENIED, None, denied), None
-        sender = self.world.sessions[held.session_id]
-        granted = GrantScope(scope)
-        subject = {GrantScope.ONCE: approval_id, GrantScope.SESSION: sender.session_id,
-                   GrantScope.TREE: sender.root_session_id}[granted]
-        self.world.grants.add((granted, subject, held.label))
-        ctx = ToolContext(held.session_id, held.run_id, held.tool_call_id)
-        before = copy.deepcopy(self.world)
-        try:
-            result, recipient, replayed = self._send(ctx, held.arguments, approved=True)
-        except errors.Refusal as refused:
-            self.world = before  # the refused call changed nothing but the grant
-            held = self.world.approvals[approval_id]
-            return self._settle_approval(held, ApprovalState.APPROVED, scope, refused.code), None
-        outcome = {"message_id": result.message_id, "mode": result.mode.value,
-                   "recipient_state": result.recipient_state.value}
-        answered = self._settle_approval(held, ApprovalState.APPROVED, scope, outcome)
-        idle = self.world.sessions[recipient].state in _NO_RUN
-        return answered, recipient if idle and not replayed else None
-
-    def _settle_approval(self, held: ApprovalRecord, state: ApprovalState, scope: str | None,
-                         outcome: str | dict[str, str]) -> ApprovalRecord:
-        held.state, held.scope = state, scope
-        held.outcome = {"error": outcome} if isinstance(outcome, str) else outcome  # str: a code
-        return held
+        return approvals.answer(self, approval_id, approve, scope)
 
     # -- runs and requests ---------------------------------------------------------------------
 

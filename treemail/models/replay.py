@@ -24,7 +24,7 @@ from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
 from treemail.core.store import Store
-from treemail.models.explore import Action, outcome, perform
+from treemail.models.actions import Action, outcome, perform
 from treemail.models.invariants import Failure, agreement, pending_mail
 from treemail.models.reference import Reference
 

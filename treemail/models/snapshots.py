@@ -21,7 +21,7 @@ from treemail.core.errors import ApprovalRequired, TreemailError
 from treemail.core.ids import CountingIds
 from treemail.core.keys import Table
 from treemail.core.memory_store import MemoryStore
-from treemail.models.explore import Action, outcome, perform
+from treemail.models.actions import Action, outcome, perform
 from treemail.models.invariants import Ledger
 from treemail.models.reference import Reference
 from treemail.models.world import ApprovalRecord, World
