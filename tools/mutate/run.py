@@ -43,6 +43,7 @@ PACKAGES: dict[str, tuple[list[str], list[str], str]] = {
                   "test_store_contract.py", "test_store_files.py", "test_store_format.py",
                   "test_store_format_edges.py", "test_store_edges.py", "test_codec.py",
                   "test_store_reads.py", "test_checksum_reads.py", "test_verify.py",
+                  "test_verify_edges.py",
                   "test_full_disk.py", "test_durability.py", "test_group_commit.py")], "lmdb"),
     # The runtime's single writer: group commit, hand-off, back-pressure.
     "writer": (["treemail/adapters/runtime/writer.py"],
