@@ -144,3 +144,54 @@ def test_a_reverted_session_keeps_no_handle_and_the_store_verifies(tmp_path: Pat
     assert not rows[Table.SESSIONS][keys.identity(child.session_id)].live
     assert child.session_id not in rows[Table.HANDLES].values()
     assert run_verify(directory)[0] == 0
+
+
+def test_a_gap_in_a_session_log_names_the_session(tmp_path: Path) -> None:
+    directory = made(tmp_path / "s")
+    rows = contents(directory)
+    event = rows[Table.EVENTS][rows[Table.FEED][keys.feed(2)]]
+    tamper(directory, Table.EVENTS, keys.event(event.session_id, event.seq), None)
+    code, text = run_verify(directory)
+    assert code == 1, text
+    assert f"damaged: events {keys.events_of(event.session_id)!r}: the log has gaps\n" in text
+
+
+def test_a_tally_behind_its_log_names_the_tally_row_and_both_seqs(tmp_path: Path) -> None:
+    directory = made(tmp_path / "s")
+    owner, tally = next((k, t) for k, t in sorted(contents(directory)[Table.TALLY].items())
+                        if t.last_event > 1)
+    tamper(directory, Table.TALLY, owner, Tally(1, tally.counters))
+    code, text = run_verify(directory)
+    assert code == 1, text
+    assert (f"damaged: tally {owner!r}: index says 1, the records say {tally.last_event}\n"
+            in text)
+
+
+def test_a_feed_gap_names_the_first_row_past_it_and_the_rest_is_still_checked(
+        tmp_path: Path) -> None:
+    directory = made(tmp_path / "s")
+    rows = contents(directory)
+    unlisted = rows[Table.FEED][keys.feed(3)]
+    tamper(directory, Table.FEED, keys.feed(3), None)
+    code, text = run_verify(directory)
+    assert code == 1, text
+    problems = [line for line in text.splitlines() if line.startswith("damaged: ")]
+    assert problems == [f"damaged: feed {keys.feed(4)!r}: the feed skips from 2",
+                        f"damaged: events {unlisted!r}: the event is not in the feed"]
+
+
+def test_feed_damage_is_filed_under_a_row_the_named_table_holds(tmp_path: Path) -> None:
+    # The feed row that lists a missing event is named by its own key (the row to repair),
+    # and an event listed twice by the event's key, under events: verify once filed both
+    # under "feed" with the event's key, a key no feed row has.
+    directory = made(tmp_path / "s")
+    rows = contents(directory)
+    gone, twice = rows[Table.FEED][keys.feed(2)], rows[Table.FEED][keys.feed(5)]
+    last = max(rows[Table.FEED])
+    tamper(directory, Table.EVENTS, gone, None)
+    tamper(directory, Table.FEED, keys.feed(keys.feed_number(last) + 1), twice)
+    code, text = run_verify(directory)
+    assert code == 1, text
+    assert (f"damaged: feed {keys.feed(2)!r}: the feed lists the event {gone!r}, which is "
+            "not stored\n") in text
+    assert f"damaged: events {twice!r}: the feed lists the event 2 times\n" in text
