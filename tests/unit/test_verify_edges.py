@@ -195,3 +195,60 @@ def test_feed_damage_is_filed_under_a_row_the_named_table_holds(tmp_path: Path) 
     assert (f"damaged: feed {keys.feed(2)!r}: the feed lists the event {gone!r}, which is "
             "not stored\n") in text
     assert f"damaged: events {twice!r}: the feed lists the event 2 times\n" in text
+
+
+def _tally_with(rows: dict[Table, dict[bytes, Any]], has_inbox: bool) -> tuple[bytes, Tally]:
+    return next((k, t) for k, t in sorted(rows[Table.TALLY].items())
+                if ("inbox" in t.counters) is has_inbox)
+
+
+def test_a_guard_counter_missing_or_kept_without_mail_is_named_with_both_counts(
+        tmp_path: Path) -> None:
+    directory = made(tmp_path / "s")
+    rows = contents(directory)
+    dropped, with_inbox = _tally_with(rows, True)
+    invented, without = _tally_with(rows, False)
+    tamper(directory, Table.TALLY, dropped, Tally(
+        with_inbox.last_event, {s: n for s, n in with_inbox.counters.items() if s != "inbox"}))
+    tamper(directory, Table.TALLY, invented,
+           Tally(without.last_event, {**without.counters, "inbox": 3}))
+    code, text = run_verify(directory)
+    assert code == 1, text
+    assert (f"damaged: tally {keys.tallied_name(dropped, 'inbox').encode()!r}: holds 0, the "
+            f"pending messages count {with_inbox.counters['inbox']}\n") in text
+    assert (f"damaged: tally {keys.tallied_name(invented, 'inbox').encode()!r}: holds 3, the "
+            "pending messages count 0\n") in text
+
+
+def test_a_numbering_counter_dropped_after_handing_out_1_is_named(tmp_path: Path) -> None:
+    # Its session has had exactly one run: the counter must hold at least 1, so a store
+    # without it would number the next run 1 again.
+    directory = made(tmp_path / "s")
+    runs = [run for run in contents(directory)[Table.RUNS].values()]
+    once = next(run.session_id for run in runs
+                if [r.session_id for r in runs].count(run.session_id) == 1)
+    name = keys.runs_counter(once).encode()
+    tamper(directory, Table.COUNTERS, name, None)
+    code, text = run_verify(directory)
+    assert code == 1, text
+    assert f"damaged: counters {name!r}: holds 0, below the 1 already handed out\n" in text
+
+
+def test_a_counter_kept_at_0_is_named(tmp_path: Path) -> None:
+    directory = made(tmp_path / "s")
+    tamper(directory, Table.COUNTERS, b"grant/session/s/send/x", 0)
+    code, text = run_verify(directory)
+    assert code == 1, text
+    problems = [line for line in text.splitlines() if line.startswith("damaged: ")]
+    assert problems == ["damaged: counters b'grant/session/s/send/x': a counter at 0 is "
+                        "never kept"]
+
+
+def test_a_counter_name_that_is_not_text_is_checked_not_a_crash(tmp_path: Path) -> None:
+    directory = made(tmp_path / "s")
+    tamper(directory, Table.COUNTERS, b"grant/\xff\xfe", 0)
+    code, text = run_verify(directory)
+    assert code == 1, text
+    # (named with the undecodable bytes replaced: such a name can only come from a writer's
+    # bug, as the checksum covers every key)
+    assert text.count("a counter at 0 is never kept") == 1, text
