@@ -252,3 +252,32 @@ def test_a_counter_name_that_is_not_text_is_checked_not_a_crash(tmp_path: Path) 
     # (named with the undecodable bytes replaced: such a name can only come from a writer's
     # bug, as the checksum covers every key)
     assert text.count("a counter at 0 is never kept") == 1, text
+
+
+def test_a_new_empty_store_verifies(tmp_path: Path) -> None:
+    # No session yet: the sessions counter has handed out nothing and is not kept.
+    LmdbStore.open(tmp_path / "s", sync=False).close()
+    assert run_verify(tmp_path / "s") == (
+        0, "treemail verify: 0 records in 12 tables checked; no damage found\n")
+
+
+def test_a_damaged_record_is_named_by_the_database_it_is_in(tmp_path: Path) -> None:
+    directory = made(tmp_path / "s")
+    key, raw = sorted(_raw(directory, Table.RUNS).items())[0]
+    store = LmdbStore.open(directory, sync=False)
+    store.write_raw(Table.RUNS, key, raw[:-1] + bytes([raw[-1] ^ 1]))
+    store.close()
+    code, text = run_verify(directory)
+    assert code == 1, text
+    assert (f"damaged: runs {key!r}: checksum mismatch in database 'runs' at key {key!r}: "
+            "the record is damaged; restore the store from a copy (treemail verify lists "
+            "every damaged record)\n") in text
+
+
+def _raw(directory: Path, table: Table) -> dict[bytes, bytes]:
+    store = LmdbStore.open(directory, readonly=True)
+    try:
+        with store.raw_rows() as rows:
+            return dict(rows(table))
+    finally:
+        store.close()
