@@ -86,7 +86,7 @@ def test_an_empty_pre_checksum_store_is_opened_by_a_writer_as_a_new_one(
     store = LmdbStore.open(directory, sync=False)
     assert store.transact(lambda tx: tx.append("s", "Note", {})).seq == 1
     store.close()
-    assert not {table.encode() for table in Table} & databases(directory)
+    assert databases(directory) == {b"meta", b"rows"}  # no older table kept, last_seq too
     rows = contents(directory)  # a reader opens it: the marker was written
     assert {table: len(found) for table, found in rows.items() if found} == {
         Table.EVENTS: 1, Table.TALLY: 1, Table.FEED: 1}
@@ -142,3 +142,45 @@ def test_a_damaged_format_2_last_seq_row_is_named_by_its_table_and_key(tmp_path:
         LmdbStore.open(directory)
     assert refused.value.details == {"db": "last_seq", "key": key}
     assert f"in database 'last_seq' at key {key!r}" in str(refused.value)
+
+
+def test_an_empty_store_from_before_checksums_is_refused_to_a_reader_as_an_older_store(
+        tmp_path: Path) -> None:
+    # Its tables exist, empty, without a marker: a treemail store a writer opens as a new
+    # one, which a reader must call older (and say how to upgrade), not damaged or foreign.
+    directory = tmp_path / "s"
+    env = lmdb.open(str(directory), max_dbs=16)
+    for name in [*(table.encode() for table in Table), b"last_seq"]:
+        env.open_db(name)
+    env.close()
+    with pytest.raises(StoreFormatUnknown) as refused:
+        LmdbStore.open(directory, readonly=True)
+    assert str(refused.value) == (
+        f"store:unknown_format: the store at {str(directory)!r} predates record checksums, "
+        "older than this treemail's b'treemail-store 4'; open it once for writing (any "
+        "treemail command that runs it) to upgrade it in place")
+    LmdbStore.open(directory, sync=False).close()
+    LmdbStore.open(directory, readonly=True).close()
+
+
+def test_a_writer_stopped_before_its_marker_leaves_a_store_a_reader_opens_empty(
+        tmp_path: Path) -> None:
+    # The writer makes its rows database, then marks the store in a second transaction.
+    env = lmdb.open(str(tmp_path / "s"), max_dbs=16)
+    env.open_db(b"rows")
+    env.close()
+    store = LmdbStore.open(tmp_path / "s", readonly=True)
+    try:
+        with store.read() as tx:
+            assert list(tx.sessions()) == []
+    finally:
+        store.close()
+
+
+def test_a_failed_format_2_upgrade_names_the_damaged_counter_row(tmp_path: Path) -> None:
+    directory = made(tmp_path / "s")
+    as_format_2(directory)
+    _set_rows(directory, b"counters", {b"inbox/x": b"1\x00\x00\x00\x00"})  # a wrong checksum
+    with pytest.raises(StoreDamaged) as refused:
+        LmdbStore.open(directory)
+    assert refused.value.details == {"db": "counters", "key": b"inbox/x"}

@@ -67,15 +67,20 @@ def check_readable(env: lmdb.Environment, directory: Path) -> None:
     # Handles opened outside a transaction (py-lmdb's own read txn) outlive it, as the
     # reader's table handles must.
     meta = _existing(env, META_DB)
-    tables = [_existing(env, name) for name in [ROWS_DB, *_OLD_TABLES, _LAST_SEQ_DB]]
+    rows = _existing(env, ROWS_DB)
+    # An older store's tables, each its own database: even empty, they are a treemail store
+    # from before the marker (a writer opens it as a new one), not a foreign LMDB file.
+    older = [db for name in [*_OLD_TABLES, _LAST_SEQ_DB] if (db := _existing(env, name))]
     with env.begin() as txn:
         found = None if meta is None else txn.get(FORMAT_KEY, db=meta)
         marker = None if found is None else bytes(found)
         if marker == FORMAT:
             return
         _refuse_unknown(marker, directory)
-        if marker is None and not any(txn.stat(db)["entries"] for db in tables if db):
-            return  # an empty directory LMDB made: opening the tables says what it lacks
+        if marker is None and not older and not (rows and txn.stat(rows)["entries"]):
+            # An empty directory LMDB made (opening the tables says what it lacks), or a
+            # writer's empty rows stopped before its marker (an empty store).
+            return
     what = "predates record checksums" if marker is None else f"has format {marker!r}"
     raise StoreFormatUnknown(
         f"the store at {str(directory)!r} {what}, older than this treemail's {FORMAT!r}; "
@@ -115,8 +120,10 @@ def _settle(env: lmdb.Environment, txn: _Txn, db: Any, meta: Any, directory: Pat
     dbs = {table: handle for table, handle in found.items() if handle is not None}
     if marker is None:
         if not any(txn.stat(handle)["entries"] for handle in [db, *dbs.values()]):
-            txn.put(FORMAT_KEY, FORMAT, db=meta)  # a new store
+            txn.put(FORMAT_KEY, FORMAT, db=meta)  # a new store: no older table kept
             _drop(txn, dbs)
+            if (last_seq := _existing(env, _LAST_SEQ_DB, txn)) is not None:
+                txn.drop(last_seq, delete=True)
             return
         _add_checksums(env, txn, dbs)
     if marker in (None, _TALLY_LESS):
