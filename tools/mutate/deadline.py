@@ -63,7 +63,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         os.write(watch, b"\n")  # done: no deadline until the next test starts
 
 
-_watch: int | None = None  # the pipe to this process's watchdog
+# The pipe to this process's watchdog, by pid: mutmut forks each mutant's process from one
+# that ran the clean tests here, and a fork must not report to its parent's watchdog (which
+# would end the parent).
+_watch: dict[int, int] = {}
 
 
 def _watchdog() -> int:
@@ -72,16 +75,15 @@ def _watchdog() -> int:
     waiting on its own write lock) never lets it run. The watchdog shares nothing with us: it
     reads each test's start (its node id) and end (an empty line), and ends this process with
     SIGXCPU, the signal of mutmut's own wall-time bound, which mutmut counts as a timeout."""
-    global _watch
-    if _watch is None:
+    parent = os.getpid()
+    if parent not in _watch:
         read, write = os.pipe()
-        parent = os.getpid()
         if os.fork() == 0:
             os.close(write)
             _watch_over(parent, read)
         os.close(read)
-        _watch = write
-    return _watch
+        _watch[parent] = write
+    return _watch[parent]
 
 
 def _watch_over(parent: int, pipe: int) -> NoReturn:  # pragma: no cover - the watchdog
