@@ -184,3 +184,23 @@ def test_a_failed_format_2_upgrade_names_the_damaged_counter_row(tmp_path: Path)
     with pytest.raises(StoreDamaged) as refused:
         LmdbStore.open(directory)
     assert refused.value.details == {"db": "counters", "key": b"inbox/x"}
+
+
+@pytest.mark.parametrize("readonly", [True, False], ids=["reader", "writer"])
+def test_a_store_whose_marker_was_lost_is_damaged_not_older(tmp_path: Path,
+                                                             readonly: bool) -> None:
+    # Its rows are the current format's: a reader must not send the user to a writer to
+    # "upgrade" it, and a writer must not take it for a store from before checksums (it
+    # failed with a KeyError on the counters table such a store had).
+    directory = made(tmp_path / "s")
+    env = lmdb.open(str(directory), max_dbs=16)
+    with env.begin(write=True) as tx:
+        tx.delete(b"format", db=env.open_db(b"meta", txn=tx))
+    env.close()
+    with pytest.raises(StoreDamaged) as refused:
+        LmdbStore.open(directory, readonly=readonly)
+    assert refused.value.message == (
+        f"the store at {str(directory)!r} holds rows but no format marker: its meta database "
+        "is damaged; restore the store from a copy")
+    assert refused.value.details == {"path": str(directory)}
+    assert databases(directory) == {b"meta", b"rows"}  # the writer changed nothing

@@ -26,7 +26,7 @@ import lmdb
 
 from treemail.adapters.store.codec import decode, encode
 from treemail.core import keys
-from treemail.core.errors import StorageError, StoreFormatUnknown
+from treemail.core.errors import StorageError, StoreDamaged, StoreFormatUnknown
 from treemail.core.keys import Table, Tally
 
 __all__ = ["FORMAT", "MAX_DBS", "META_DB", "ROWS_DB", "check_readable", "settle_format"]
@@ -77,7 +77,9 @@ def check_readable(env: lmdb.Environment, directory: Path) -> None:
         if marker == FORMAT:
             return
         _refuse_unknown(marker, directory)
-        if marker is None and not older and not (rows and txn.stat(rows)["entries"]):
+        if marker is None and rows and txn.stat(rows)["entries"]:
+            raise _unmarked(directory)
+        if marker is None and not older:
             # An empty directory LMDB made (opening the tables says what it lacks), or a
             # writer's empty rows stopped before its marker (an empty store).
             return
@@ -100,6 +102,15 @@ def _existing(env: lmdb.Environment, name: bytes, txn: _Txn | None = None) -> An
 _OLD_TABLES = [table.encode() for table in Table]
 
 
+def _unmarked(directory: Path) -> StoreDamaged:
+    # Only a marked store's writer fills ``rows`` (an upgrade marks it in the transaction
+    # that fills them): rows without a marker are a store whose marker was lost, not an
+    # older store to upgrade.
+    return StoreDamaged(
+        f"the store at {str(directory)!r} holds rows but no format marker: its meta database "
+        "is damaged; restore the store from a copy", path=str(directory))
+
+
 def _refuse_unknown(marker: bytes | None, directory: Path) -> None:
     if marker not in (None, FORMAT, _TABLE_PER_DB, _TALLY_LESS):
         raise StoreFormatUnknown(
@@ -119,7 +130,9 @@ def _settle(env: lmdb.Environment, txn: _Txn, db: Any, meta: Any, directory: Pat
     found = {table: _existing(env, table.encode(), txn) for table in Table}
     dbs = {table: handle for table, handle in found.items() if handle is not None}
     if marker is None:
-        if not any(txn.stat(handle)["entries"] for handle in [db, *dbs.values()]):
+        if txn.stat(db)["entries"]:
+            raise _unmarked(directory)
+        if not any(txn.stat(handle)["entries"] for handle in dbs.values()):
             txn.put(FORMAT_KEY, FORMAT, db=meta)  # a new store: no older table kept
             _drop(txn, dbs)
             if (last_seq := _existing(env, _LAST_SEQ_DB, txn)) is not None:
