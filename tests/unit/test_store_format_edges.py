@@ -11,11 +11,11 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from tests.unit.test_store_format import as_format_2, databases
+from tests.unit.test_store_format import as_format_2, as_format_3, databases
 from tests.unit.test_verify import contents, made
 from treemail.adapters.store.codec import encode
 from treemail.adapters.store.lmdb_store import LmdbStore
-from treemail.core.errors import StoreDamaged, StoreFormatUnknown
+from treemail.core.errors import StorageError, StoreDamaged, StoreFormatUnknown
 from treemail.core.keys import Table, Tally
 
 
@@ -204,3 +204,44 @@ def test_a_store_whose_marker_was_lost_is_damaged_not_older(tmp_path: Path,
         "is damaged; restore the store from a copy")
     assert refused.value.details == {"path": str(directory)}
     assert databases(directory) == {b"meta", b"rows"}  # the writer changed nothing
+
+
+def _compact_format_3(source: Path, directory: Path) -> dict[Table, dict[bytes, object]]:
+    """A format 3 copy of ``source`` with no free pages (LMDB's compacting copy), 73 KB: its
+    upgrade must take new pages for every row it moves. Returns the rows it holds."""
+    before = contents(source)
+    as_format_3(source)
+    directory.mkdir(mode=0o700)
+    env = lmdb.open(str(source), max_dbs=16)
+    env.copy(str(directory), compact=True)
+    env.close()
+    (directory / "data.mdb").chmod(0o600)
+    return before
+
+
+@pytest.mark.parametrize(("max_map_size", "grown"), [(1 << 26, 224 << 10),
+                                                     (160 << 10, 160 << 10)])
+def test_an_upgrade_that_outgrows_the_map_doubles_it_up_to_max_map_size_and_starts_over(
+        tmp_path: Path, max_map_size: int, grown: int) -> None:
+    before = _compact_format_3(made(tmp_path / "s"), tmp_path / "c")
+    store = LmdbStore.open(tmp_path / "c", sync=False, map_size=112 << 10,
+                           max_map_size=max_map_size)
+    try:
+        assert store._env.info()["map_size"] == grown
+    finally:
+        store.close()
+    assert contents(tmp_path / "c") == before
+    assert databases(tmp_path / "c") == {b"meta", b"rows"}
+
+
+def test_an_upgrade_past_max_map_size_is_refused_and_leaves_the_store_to_upgrade_later(
+        tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    before = _compact_format_3(made(tmp_path / "s"), directory)
+    with pytest.raises(StorageError) as refused:
+        LmdbStore.open(directory, sync=False, map_size=112 << 10, max_map_size=112 << 10)
+    assert refused.value.message == (f"upgrading the store at {str(directory)!r} needs more "
+                                     f"than max_map_size ({112 << 10} bytes)")
+    assert b"messages" in databases(directory)  # still format 3
+    LmdbStore.open(directory, sync=False, map_size=112 << 10).close()
+    assert contents(directory) == before
