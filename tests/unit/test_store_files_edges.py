@@ -165,15 +165,23 @@ def test_the_owner_file_holds_only_the_latest_description(held: LmdbStore,
     assert owner.read_text() == f"{os.getpid()}\n"
 
 
+def test_a_holder_s_every_detail_but_its_role_is_listed_after_its_pid(
+        held: LmdbStore, tmp_path: Path) -> None:
+    held.own({"socket": "/run/t.sock", "role": "daemon", "http": "127.0.0.1:8765"})
+    assert f"is in use by daemon (pid {os.getpid()}, socket /run/t.sock, http 127.0.0.1:8765);" \
+        in refused_writer(tmp_path / "db").message
+
+
 @pytest.mark.parametrize(("text", "pid", "holder"), [
-    ("", "unknown", {}),
-    ("not a pid\n", "unknown", {}),
-    ("  42  \n{not json\n", "42", {}),
-    ("42\n[\"a list\"]\n", "42", {}),
-    ("42\n{\"role\": \"daemon\", \"port\": 7}\n", "42", {"role": "daemon", "port": "7"}),
-], ids=["empty", "no pid", "bad json", "not an object", "values as text"])
+    (b"", "unknown", {}),
+    (b"not a pid\n", "unknown", {}),
+    (b"  42  \n{not json\n", "42", {}),
+    (b"42\n[\"a list\"]\n", "42", {}),
+    (b"42\n{\"role\": \"daemon\", \"port\": 7}\n", "42", {"role": "daemon", "port": "7"}),
+    (b"42\n{\"role\": \"d\xffmon\"}\n", "42", {"role": "d\ufffdmon"}),
+], ids=["empty", "no pid", "bad json", "not an object", "values as text", "not utf-8"])
 def test_an_owner_file_in_any_state_still_gives_a_refusal_that_reads(
-        tmp_path: Path, text: str, pid: str, holder: dict[str, str]) -> None:
+        tmp_path: Path, text: bytes, pid: str, holder: dict[str, str]) -> None:
     # Whatever holds the lock wrote the file (or was cut off writing it): the refused opener
     # still says what it can, never fails on the file's contents.
     directory = tmp_path / "db"
@@ -182,7 +190,7 @@ def test_an_owner_file_in_any_state_still_gives_a_refusal_that_reads(
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, text.encode(), 0)
+        os.pwrite(fd, text, 0)
         refused = refused_writer(directory)
     finally:
         os.close(fd)
