@@ -113,6 +113,11 @@ def test_each_header_check_names_the_page_and_the_fault(
     assert refusal(directory) == said
 
 
+def test_an_empty_data_file_is_named_empty(tmp_path: Path) -> None:
+    directory = data_file(tmp_path / "s", length=0)
+    assert refusal(directory) == "it is empty (0 bytes), so it holds no store"
+
+
 def test_a_data_file_that_cannot_be_read_is_damage_not_a_crash(tmp_path: Path) -> None:
     (tmp_path / "s" / DATA_FILE).mkdir(parents=True)  # a directory where the file should be
     assert refusal(tmp_path / "s").startswith("it cannot be read: [Errno 21] Is a directory")
