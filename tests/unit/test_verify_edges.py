@@ -281,3 +281,19 @@ def _raw(directory: Path, table: Table) -> dict[bytes, bytes]:
             return dict(rows(table))
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(("kept", "said"), [
+    (1, "holds 1, the pending messages count 0"),
+    (0, "a counter at 0 is never kept"),
+])
+def test_a_guard_counter_kept_without_mail_is_one_problem(tmp_path: Path, kept: int,
+                                                          said: str) -> None:
+    directory = made(tmp_path / "s")
+    owner, tally = _tally_with(contents(directory), False)
+    tamper(directory, Table.TALLY, owner, Tally(tally.last_event, {**tally.counters,
+                                                                    "inbox": kept}))
+    code, text = run_verify(directory)
+    assert code == 1, text
+    problems = [line for line in text.splitlines() if line.startswith("damaged: ")]
+    assert problems == [f"damaged: tally {keys.tallied_name(owner, 'inbox').encode()!r}: {said}"]
