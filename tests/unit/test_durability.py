@@ -58,3 +58,20 @@ def test_a_process_mode_commit_survives_the_process_being_killed(tmp_path: Path)
             assert tx.count(CounterName("kept")) == 7
     finally:
         store.close()
+
+
+def test_the_flags_of_a_mode_are_durable_unless_sync_is_turned_off() -> None:
+    # sync=False is for tests and benchmarks only: without it, a mode's flags are its own.
+    from treemail.adapters.store.durability import lmdb_flags
+
+    assert lmdb_flags("fsync") == {"sync": True, "metasync": True}
+    assert lmdb_flags(Durability.PROCESS) == {"sync": True, "metasync": False}
+    assert lmdb_flags("fsync", sync=False) == {"sync": False, "metasync": False}
+
+
+def test_an_unknown_mode_names_itself_in_the_error_details(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as raised:
+        LmdbStore.open(tmp_path / "db", durability="sometimes")
+    assert raised.value.details == {"durability": "sometimes"}
+    assert raised.value.message == ("unknown durability mode 'sometimes'; choose one of "
+                                    "fsync, process")

@@ -11,11 +11,11 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from tests.unit.test_store_format import as_format_2, databases
+from tests.unit.test_store_format import as_format_2, as_format_3, databases
 from tests.unit.test_verify import contents, made
 from treemail.adapters.store.codec import encode
 from treemail.adapters.store.lmdb_store import LmdbStore
-from treemail.core.errors import StoreDamaged, StoreFormatUnknown
+from treemail.core.errors import StorageError, StoreDamaged, StoreFormatUnknown
 from treemail.core.keys import Table, Tally
 
 
@@ -86,7 +86,7 @@ def test_an_empty_pre_checksum_store_is_opened_by_a_writer_as_a_new_one(
     store = LmdbStore.open(directory, sync=False)
     assert store.transact(lambda tx: tx.append("s", "Note", {})).seq == 1
     store.close()
-    assert not {table.encode() for table in Table} & databases(directory)
+    assert databases(directory) == {b"meta", b"rows"}  # no older table kept, last_seq too
     rows = contents(directory)  # a reader opens it: the marker was written
     assert {table: len(found) for table, found in rows.items() if found} == {
         Table.EVENTS: 1, Table.TALLY: 1, Table.FEED: 1}
@@ -142,3 +142,106 @@ def test_a_damaged_format_2_last_seq_row_is_named_by_its_table_and_key(tmp_path:
         LmdbStore.open(directory)
     assert refused.value.details == {"db": "last_seq", "key": key}
     assert f"in database 'last_seq' at key {key!r}" in str(refused.value)
+
+
+def test_an_empty_store_from_before_checksums_is_refused_to_a_reader_as_an_older_store(
+        tmp_path: Path) -> None:
+    # Its tables exist, empty, without a marker: a treemail store a writer opens as a new
+    # one, which a reader must call older (and say how to upgrade), not damaged or foreign.
+    directory = tmp_path / "s"
+    env = lmdb.open(str(directory), max_dbs=16)
+    for name in [*(table.encode() for table in Table), b"last_seq"]:
+        env.open_db(name)
+    env.close()
+    with pytest.raises(StoreFormatUnknown) as refused:
+        LmdbStore.open(directory, readonly=True)
+    assert str(refused.value) == (
+        f"store:unknown_format: the store at {str(directory)!r} predates record checksums, "
+        "older than this treemail's b'treemail-store 4'; open it once for writing (any "
+        "treemail command that runs it) to upgrade it in place")
+    LmdbStore.open(directory, sync=False).close()
+    LmdbStore.open(directory, readonly=True).close()
+
+
+def test_a_writer_stopped_before_its_marker_leaves_a_store_a_reader_opens_empty(
+        tmp_path: Path) -> None:
+    # The writer makes its rows database, then marks the store in a second transaction.
+    env = lmdb.open(str(tmp_path / "s"), max_dbs=16)
+    env.open_db(b"rows")
+    env.close()
+    store = LmdbStore.open(tmp_path / "s", readonly=True)
+    try:
+        with store.read() as tx:
+            assert list(tx.sessions()) == []
+    finally:
+        store.close()
+
+
+def test_a_failed_format_2_upgrade_names_the_damaged_counter_row(tmp_path: Path) -> None:
+    directory = made(tmp_path / "s")
+    as_format_2(directory)
+    _set_rows(directory, b"counters", {b"inbox/x": b"1\x00\x00\x00\x00"})  # a wrong checksum
+    with pytest.raises(StoreDamaged) as refused:
+        LmdbStore.open(directory)
+    assert refused.value.details == {"db": "counters", "key": b"inbox/x"}
+
+
+@pytest.mark.parametrize("readonly", [True, False], ids=["reader", "writer"])
+def test_a_store_whose_marker_was_lost_is_damaged_not_older(tmp_path: Path,
+                                                             readonly: bool) -> None:
+    # Its rows are the current format's: a reader must not send the user to a writer to
+    # "upgrade" it, and a writer must not take it for a store from before checksums (it
+    # failed with a KeyError on the counters table such a store had).
+    directory = made(tmp_path / "s")
+    env = lmdb.open(str(directory), max_dbs=16)
+    with env.begin(write=True) as tx:
+        tx.delete(b"format", db=env.open_db(b"meta", txn=tx))
+    env.close()
+    with pytest.raises(StoreDamaged) as refused:
+        LmdbStore.open(directory, readonly=readonly)
+    assert refused.value.message == (
+        f"the store at {str(directory)!r} holds rows but no format marker: its meta database "
+        "is damaged; restore the store from a copy")
+    assert refused.value.details == {"path": str(directory)}
+    assert databases(directory) == {b"meta", b"rows"}  # the writer changed nothing
+
+
+def _compact_format_3(source: Path, directory: Path) -> dict[Table, dict[bytes, object]]:
+    """A format 3 copy of ``source`` with no free pages (LMDB's compacting copy), 73 KB: its
+    upgrade must take new pages for every row it moves. Returns the rows it holds."""
+    before = contents(source)
+    as_format_3(source)
+    directory.mkdir(mode=0o700)
+    env = lmdb.open(str(source), max_dbs=16)
+    env.copy(str(directory), compact=True)
+    env.close()
+    (directory / "data.mdb").chmod(0o600)
+    return before
+
+
+@pytest.mark.parametrize(("max_map_size", "grown"), [(1 << 26, 224 << 10),
+                                                     (160 << 10, 160 << 10)])
+def test_an_upgrade_that_outgrows_the_map_doubles_it_up_to_max_map_size_and_starts_over(
+        tmp_path: Path, max_map_size: int, grown: int) -> None:
+    before = _compact_format_3(made(tmp_path / "s"), tmp_path / "c")
+    store = LmdbStore.open(tmp_path / "c", sync=False, map_size=112 << 10,
+                           max_map_size=max_map_size)
+    try:
+        assert store._env.info()["map_size"] == grown
+    finally:
+        store.close()
+    assert contents(tmp_path / "c") == before
+    assert databases(tmp_path / "c") == {b"meta", b"rows"}
+
+
+def test_an_upgrade_past_max_map_size_is_refused_and_leaves_the_store_to_upgrade_later(
+        tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    before = _compact_format_3(made(tmp_path / "s"), directory)
+    with pytest.raises(StorageError) as refused:
+        LmdbStore.open(directory, sync=False, map_size=112 << 10, max_map_size=112 << 10)
+    assert refused.value.message == (f"upgrading the store at {str(directory)!r} needs more "
+                                     f"than max_map_size ({112 << 10} bytes)")
+    assert b"messages" in databases(directory)  # still format 3
+    LmdbStore.open(directory, sync=False, map_size=112 << 10).close()
+    assert contents(directory) == before

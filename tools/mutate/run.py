@@ -40,9 +40,11 @@ PACKAGES: dict[str, tuple[list[str], list[str], str]] = {
     "store": (["treemail/adapters/store/lmdb_*", "treemail/adapters/store/codec.py",
                "treemail/adapters/store/durability.py", "treemail/adapters/store/verify.py"],
               [f"tests/unit/{name}" for name in (
-                  "test_store_contract.py", "test_store_files.py", "test_store_format.py",
+                  "test_store_contract.py", "test_store_files.py", "test_store_files_edges.py",
+                  "test_store_format.py",
                   "test_store_format_edges.py", "test_store_edges.py", "test_codec.py",
                   "test_store_reads.py", "test_checksum_reads.py", "test_verify.py",
+                  "test_verify_edges.py",
                   "test_full_disk.py", "test_durability.py", "test_group_commit.py")], "lmdb"),
     # The runtime's single writer: group commit, hand-off, back-pressure.
     "writer": (["treemail/adapters/runtime/writer.py"],

@@ -28,8 +28,7 @@ import attrs
 
 from treemail.core.errors import StoreDamaged, StoreLocked, StoreMissing
 
-__all__ = ["DATA_FILE", "LOCK_FILE", "OWNER_FILE", "Header", "OwnerLock", "check_data_file",
-           "owner_of"]
+__all__ = ["DATA_FILE", "LOCK_FILE", "OWNER_FILE", "Header", "OwnerLock", "check_data_file"]
 
 DATA_FILE = "data.mdb"
 LOCK_FILE = "lock.mdb"  # LMDB's reader table
@@ -134,19 +133,6 @@ class OwnerLock:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the last descriptor drops the flock
-
-
-def owner_of(directory: Path) -> tuple[str, dict[str, str]]:
-    """Who last held the store's owner lock (pid, holder description), whether or not it
-    still holds it; ``("unknown", {})`` when the file says nothing."""
-    try:
-        fd = os.open(directory / OWNER_FILE, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return "unknown", {}
-    try:
-        return _holder(fd)
-    finally:
-        os.close(fd)
 
 
 def _who(pid: str, holder: Mapping[str, str]) -> str:

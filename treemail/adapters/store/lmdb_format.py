@@ -26,7 +26,7 @@ import lmdb
 
 from treemail.adapters.store.codec import decode, encode
 from treemail.core import keys
-from treemail.core.errors import StorageError, StoreFormatUnknown
+from treemail.core.errors import StorageError, StoreDamaged, StoreFormatUnknown
 from treemail.core.keys import Table, Tally
 
 __all__ = ["FORMAT", "MAX_DBS", "META_DB", "ROWS_DB", "check_readable", "settle_format"]
@@ -67,15 +67,22 @@ def check_readable(env: lmdb.Environment, directory: Path) -> None:
     # Handles opened outside a transaction (py-lmdb's own read txn) outlive it, as the
     # reader's table handles must.
     meta = _existing(env, META_DB)
-    tables = [_existing(env, name) for name in [ROWS_DB, *_OLD_TABLES, _LAST_SEQ_DB]]
+    rows = _existing(env, ROWS_DB)
+    # An older store's tables, each its own database: even empty, they are a treemail store
+    # from before the marker (a writer opens it as a new one), not a foreign LMDB file.
+    older = [db for name in [*_OLD_TABLES, _LAST_SEQ_DB] if (db := _existing(env, name))]
     with env.begin() as txn:
         found = None if meta is None else txn.get(FORMAT_KEY, db=meta)
         marker = None if found is None else bytes(found)
         if marker == FORMAT:
             return
         _refuse_unknown(marker, directory)
-        if marker is None and not any(txn.stat(db)["entries"] for db in tables if db):
-            return  # an empty directory LMDB made: opening the tables says what it lacks
+        if marker is None and rows and txn.stat(rows)["entries"]:
+            raise _unmarked(directory)
+        if marker is None and not older:
+            # An empty directory LMDB made (opening the tables says what it lacks), or a
+            # writer's empty rows stopped before its marker (an empty store).
+            return
     what = "predates record checksums" if marker is None else f"has format {marker!r}"
     raise StoreFormatUnknown(
         f"the store at {str(directory)!r} {what}, older than this treemail's {FORMAT!r}; "
@@ -93,6 +100,15 @@ def _existing(env: lmdb.Environment, name: bytes, txn: _Txn | None = None) -> An
 
 # Format 3's databases, one per table, named after it.
 _OLD_TABLES = [table.encode() for table in Table]
+
+
+def _unmarked(directory: Path) -> StoreDamaged:
+    # Only a marked store's writer fills ``rows`` (an upgrade marks it in the transaction
+    # that fills them): rows without a marker are a store whose marker was lost, not an
+    # older store to upgrade.
+    return StoreDamaged(
+        f"the store at {str(directory)!r} holds rows but no format marker: its meta database "
+        "is damaged; restore the store from a copy", path=str(directory))
 
 
 def _refuse_unknown(marker: bytes | None, directory: Path) -> None:
@@ -114,9 +130,13 @@ def _settle(env: lmdb.Environment, txn: _Txn, db: Any, meta: Any, directory: Pat
     found = {table: _existing(env, table.encode(), txn) for table in Table}
     dbs = {table: handle for table, handle in found.items() if handle is not None}
     if marker is None:
-        if not any(txn.stat(handle)["entries"] for handle in [db, *dbs.values()]):
-            txn.put(FORMAT_KEY, FORMAT, db=meta)  # a new store
+        if txn.stat(db)["entries"]:
+            raise _unmarked(directory)
+        if not any(txn.stat(handle)["entries"] for handle in dbs.values()):
+            txn.put(FORMAT_KEY, FORMAT, db=meta)  # a new store: no older table kept
             _drop(txn, dbs)
+            if (last_seq := _existing(env, _LAST_SEQ_DB, txn)) is not None:
+                txn.drop(last_seq, delete=True)
             return
         _add_checksums(env, txn, dbs)
     if marker in (None, _TALLY_LESS):

@@ -144,7 +144,10 @@ def _check_events(t: Mapping[Table, dict[bytes, Any]], report: Report) -> None:
     kept = {key: tally.last_event for key, tally in _typed(t[Table.TALLY], Tally)
             if tally.last_event}
     _compare(Table.TALLY, kept, last_seq, report)
-    feed = t[Table.FEED]
+    _check_feed(t[Table.FEED], events, report)
+
+
+def _check_feed(feed: Rows, events: Rows, report: Report) -> None:
     for number, key in enumerate(sorted(feed), start=1):
         if keys.feed_number(key) != number:
             report.damage(Table.FEED, key, f"the feed skips from {number - 1}")
@@ -152,11 +155,15 @@ def _check_events(t: Mapping[Table, dict[bytes, Any]], report: Report) -> None:
     listed = Counter(feed.values())
     for key in events.keys() - listed.keys():
         report.damage(Table.EVENTS, key, "the event is not in the feed")
-    for key, times in listed.items():
-        if key not in events:
-            report.damage(Table.FEED, key, "the feed lists an event that is not stored")
-        elif times > 1:
-            report.damage(Table.FEED, key, f"the feed lists the event {times} times")
+    # Each problem is filed under a row of the table it names: the feed row that lists a
+    # missing event, the event the feed lists more than once.
+    for key, event in feed.items():
+        if event not in events:
+            report.damage(Table.FEED, key, f"the feed lists the event {event!r}, which is not "
+                          "stored")
+    for event, times in listed.items():
+        if times > 1 and event in events:
+            report.damage(Table.EVENTS, event, f"the feed lists the event {times} times")
 
 
 # The counters the send guards read, recounted here from the pending messages.
