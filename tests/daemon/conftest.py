@@ -18,10 +18,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from treemail.adapters.daemon.client import DaemonClient
+from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.core import results
+from treemail.core.errors import InvalidToolContext
 from treemail.core.lifecycle import SessionState
 from treemail.protocol import types as t
-from treemail.protocol.methods import SESSION_LIST
+from treemail.protocol.methods import RUN_SUBMIT, SESSION_GET, SESSION_LIST, TOOL_CALL
 
 T = TypeVar("T")
 
@@ -124,3 +126,45 @@ async def quiet(client: DaemonClient, timeout: float = 60.0) -> list[t.SessionVi
             if all(s.state in (SessionState.IDLE, SessionState.FINISHED) for s in sessions):
                 return sessions
             await asyncio.sleep(0.02)
+
+
+async def in_flight(client: DaemonClient, sid: str, *, fresh: bool = True,
+                    timeout: float = 60.0) -> None:
+    """Once the session has a run in flight: a run given to it first (``fresh``), or the one
+    it has. Only the scripted model's delay holds a run in flight, so under load a run can
+    be over before it is seen: a session seen with no run is given one again. ``timeout``
+    is a safety net against a hang."""
+    if fresh:
+        await client.request(RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text="Start."))
+    try:
+        async with asyncio.timeout(timeout):
+            while (state := (await client.request(SESSION_GET, t.SessionGetParams(
+                    session_id=sid))).state) != SessionState.RUNNING:
+                if state in (SessionState.IDLE, SessionState.FINISHED):
+                    await client.request(RUN_SUBMIT, t.RunSubmitParams(
+                        session_id=sid, text="Start."))
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"session {sid} had no run in flight within {timeout}s") from None
+
+
+async def call_as_run(client: DaemonClient, sid: str, call_id: str,
+                      arguments: dict[str, Any], *, name: str = "send_message",
+                      fresh: bool = True) -> t.ToolCallResult:
+    """Tool ``name`` called as the session's run in flight (``in_flight``). Under load the
+    run seen can end before the call reaches it, which the daemon refuses with
+    engine:invalid_tool_context, nothing done (before the call runs: a failure; while it
+    runs: the tool's error result): then the session is given a run again and the call tried
+    on that one."""
+    for attempt in range(20):
+        await in_flight(client, sid, fresh=fresh or attempt > 0)
+        try:
+            called = await client.request(TOOL_CALL, t.ToolCallParams(
+                session_id=sid, tool_call_id=call_id, name=name, arguments=arguments))
+        except RpcFailure as failure:
+            if failure.data_code != InvalidToolContext.code:
+                raise
+            continue
+        if results.read_text(called.content).get("error") != InvalidToolContext.code:
+            return called
+    raise AssertionError(f"no run of {sid} stayed in flight long enough for a tool call")

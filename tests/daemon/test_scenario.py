@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from tests.daemon.conftest import DaemonProcess, quiet, run
+from tests.daemon.conftest import DaemonProcess, call_as_run, in_flight, quiet, run
 from treemail.adapters.daemon.client import DaemonClient, RpcFailure
 from treemail.core.envelope import render_envelope
 from treemail.core.errors import (
@@ -84,15 +84,6 @@ def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     assert code == 0, err
 
 
-async def _until(client: DaemonClient, sid: str, *states: str, timeout: float = 20) -> Any:
-    async with asyncio.timeout(timeout):
-        while True:
-            session = await client.request(SESSION_GET, t.SessionGetParams(session_id=sid))
-            if session.state in states:
-                return session
-            await asyncio.sleep(0.02)
-
-
 def test_a_tree_of_four_with_both_modes_a_wake_an_approval_and_a_steer(
     slow: DaemonProcess,
 ) -> None:
@@ -108,14 +99,18 @@ def test_a_tree_of_four_with_both_modes_a_wake_an_approval_and_a_steer(
                 parent_session_id=kids[0].session_id, agent="worker", task="a detail"))
             tree = await client.request(SESSION_LIST, t.SessionListParams(root_session_id=lid))
             a, b = (k.session_id for k in kids)
-            # User steer into a run in flight: a is running its delegated task.
-            await _until(client, a, SessionState.RUNNING)
-            steer = await client.request(
-                RUN_STEER, t.RunSteerParams(session_id=a, text="also check X"))
+            # User steer into a run in flight: a is running its delegated task. Only the
+            # model's delay holds it in flight, so under load it may end before the steer
+            # arrives: that steer queues and wakes a, and the next run is steered instead.
+            for _ in range(20):
+                await in_flight(client, a, fresh=False)
+                steer = await client.request(
+                    RUN_STEER, t.RunSteerParams(session_id=a, text="also check X"))
+                if steer.recipient_state == RecipientState.RUNNING:
+                    break
             # As a's run: a message to its sibling waits for the user (ask rule).
-            call = await client.request(TOOL_CALL, t.ToolCallParams(
-                session_id=a, tool_call_id="t1", name="send_message",
-                arguments={"to": b, "body": "hello sibling"}))
+            call = await call_as_run(client, a, "t1", {"to": b, "body": "hello sibling"},
+                                     fresh=False)
             held = await client.request(APPROVAL_LIST, t.ApprovalListParams())
             assert call.approval_id is not None
             answered = await client.request(APPROVAL_ANSWER, t.ApprovalAnswerParams(
@@ -182,15 +177,18 @@ def test_agent_hop_is_on_the_wire_and_in_the_log_but_never_in_the_envelope(
                 EVENTS_SUBSCRIBE, t.EventsSubscribeParams(after=0, session_id=lid))
             child = await client.request(SESSION_DELEGATE, t.SessionDelegateParams(
                 parent_session_id=lid, agent="worker", task="find the bug"))
-            await _until(client, child.session_id, SessionState.RUNNING)
-            call = await client.request(TOOL_CALL, t.ToolCallParams(
-                session_id=child.session_id, tool_call_id="hop-1", name="send_message",
-                arguments={"to": lid, "body": body}))
+            call = await call_as_run(client, child.session_id, "hop-1",
+                                     {"to": lid, "body": body}, fresh=False)
             user = await client.request(
                 RUN_SUBMIT, t.RunSubmitParams(session_id=lid, text="status?"))
             await quiet(client)
+            assert call.accepted is not None, call.content
+            sent = call.accepted.message_id
+            # Streamed until the mail's own acceptance: a run of the lead may come first
+            # (the child's result, when its first run ended before the call reached it).
             live: list[t.EventNotification] = []
-            while not any(n.event.kind == EventKind.MODEL_OUTPUT for n in live):
+            while not any(n.event.kind == EventKind.PRODUCER_MESSAGE_ACCEPTED
+                          and n.event.data["message_id"] == sent for n in live):
                 note = await client.next_notification(EVENTS_EVENT)
                 if note.subscription_id == sub.subscription_id:
                     live.append(note)
@@ -262,10 +260,8 @@ def test_plugin_mail_is_capped_and_the_gate_decides_over_the_wire(slow: DaemonPr
             with pytest.raises(RpcFailure) as too_big:
                 await plugin.request(PLUGIN_PRODUCER_SEND, t.ProducerSendParams(
                     session_id=sid, body="x" * (256 * 1024 + 1)))
-            await _until(user, sid, SessionState.RUNNING)
-            refused = await user.request(TOOL_CALL, t.ToolCallParams(
-                session_id=sid, tool_call_id="g1", name="send_message",
-                arguments={"to": "nobody", "body": "hi"}))
+            refused = await call_as_run(user, sid, "g1", {"to": "nobody", "body": "hi"},
+                                        fresh=False)
             seen: list[str] = []
             while EventKind.PRODUCER_MESSAGE_ACCEPTED not in seen:
                 note = await plugin.next_notification(PLUGIN_EVENT)
@@ -299,11 +295,8 @@ def test_a_gate_answer_that_is_not_a_verdict_refuses_the_call(slow: DaemonProces
         try:
             sid = (await user.request(SESSION_CREATE, t.SessionCreateParams(
                 agent="worker"))).session_id
-            await user.submit(sid, "work")  # a run in flight, for the call to run as
-            await _until(user, sid, SessionState.RUNNING)
-            return await user.request(TOOL_CALL, t.ToolCallParams(
-                session_id=sid, tool_call_id="g2", name="send_message",
-                arguments={"to": "nobody", "body": "hi"}))
+            # A run in flight, for the call to run as.
+            return await call_as_run(user, sid, "g2", {"to": "nobody", "body": "hi"})
         finally:
             await plugin.close()
             await user.close()

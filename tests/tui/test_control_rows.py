@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.daemon.conftest import DaemonProcess
+from tests.daemon.conftest import DaemonProcess, call_as_run
 from tests.daemon.test_terminal_rows import HOSTILE, RAW, SHOWN
 from tests.tui.conftest import until
 from tests.tui.test_pilot import (
     SIZE,
     _row,
     _rows,
-    _tool_call,
     _tree,
     daemon,  # noqa: F401 - the same daemon, one per module
 )
@@ -36,7 +35,7 @@ def test_rows_and_approvals_show_control_characters_escaped(
             await until(lambda: b in app.nodes, pilot.pause, "the tree shown")
             await client.request(
                 PLUGIN_PRODUCER_SEND, t.ProducerSendParams(session_id=a, body=HOSTILE))
-            call = await _tool_call(client, a, "tui-control",
+            call = await call_as_run(client, a, "tui-control",
                                     {"to": app.board.sessions[b].handle, "body": HOSTILE})
             held = call.approval_id
             assert held is not None

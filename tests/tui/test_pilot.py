@@ -13,24 +13,20 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable, Tree
 
-from tests.daemon.conftest import DaemonProcess
+from tests.daemon.conftest import DaemonProcess, call_as_run, in_flight
 from tests.daemon.test_scenario import WORKER
 from tests.tui.conftest import reaped, slow_daemon, until, wide_approval
-from treemail.adapters.daemon.client import DaemonClient, RpcFailure
+from treemail.adapters.daemon.client import DaemonClient
 from treemail.adapters.ui.tui.app import ALL, TreemailTui
 from treemail.adapters.ui.tui.screenshot import pane_text
 from treemail.adapters.ui.tui.sources import LiveSource
-from treemail.core.errors import InvalidToolContext
-from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
+from treemail.core.lifecycle import ApprovalState, MessageState
 from treemail.protocol import types as t
 from treemail.protocol.methods import (
     APPROVAL_LIST,
     RUN_STEER,
-    RUN_SUBMIT,
     SESSION_CREATE,
     SESSION_DELEGATE,
-    SESSION_GET,
-    TOOL_CALL,
 )
 
 SIZE = (150, 40)
@@ -45,32 +41,6 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     yield process
     code, err = process.terminate()
     assert code == 0, err
-
-
-async def _in_flight(client: DaemonClient, sid: str) -> None:
-    """Give the session a run and wait until it is in flight: its first run may be over by
-    now, and each model turn holds the next one in flight for the daemon's delay."""
-    await client.request(RUN_SUBMIT, t.RunSubmitParams(session_id=sid, text="Start."))
-    async with asyncio.timeout(30):
-        while (await client.request(
-            SESSION_GET, t.SessionGetParams(session_id=sid))).state != SessionState.RUNNING:
-            await asyncio.sleep(0.01)
-
-
-async def _tool_call(client: DaemonClient, sid: str, call_id: str,
-                     arguments: dict[str, Any]) -> t.ToolCallResult:
-    """``send_message`` as the session's run in flight. Under load the run ``_in_flight`` saw
-    can end before the call reaches it (refused with engine:invalid_tool_context, nothing
-    done): then the session is given a run again and the call tried on that one."""
-    for _ in range(20):
-        await _in_flight(client, sid)
-        try:
-            return await client.request(TOOL_CALL, t.ToolCallParams(
-                session_id=sid, tool_call_id=call_id, name="send_message", arguments=arguments))
-        except RpcFailure as failure:
-            if failure.data_code != InvalidToolContext.code:
-                raise
-    raise AssertionError(f"no run of {sid} stayed in flight long enough for a tool call")
 
 
 def _cell(app: TreemailTui, table: str, key: str) -> str:
@@ -103,7 +73,7 @@ def test_a_steer_row_appears_in_the_selected_session_and_turns_consumed(
             await until(lambda: app.selected == child, pilot.pause, "the child selected")
             assert "child of lead_" in pane_text(app, "#transcript")
 
-            await _in_flight(client, child)
+            await in_flight(client, child)
             steer = await client.request(
                 RUN_STEER, t.RunSteerParams(session_id=child, text="Look at the tokenizer first."))
             key = f"mail:{steer.message_id}"
@@ -134,9 +104,9 @@ def test_an_approval_answered_for_the_tree_lets_the_send_through(
         app = TreemailTui(LiveSource(daemon.socket))
         async with app.run_test(size=SIZE) as pilot:
             await until(lambda: b in app.nodes, pilot.pause, "the tree shown")
-            await _in_flight(client, a)
+            await in_flight(client, a)
             handle_b = app.board.sessions[b].handle
-            call = await _tool_call(client, a, "tui-1", {
+            call = await call_as_run(client, a, "tui-1", {
                 "to": handle_b, "body": "I took the lexer.", "mode": "queue"})
             held = call.approval_id
             assert held

@@ -15,13 +15,12 @@ from typing import Any
 
 from textual.widgets import Input, Static
 
-from tests.daemon.conftest import DaemonProcess, configured
+from tests.daemon.conftest import DaemonProcess, call_as_run, configured
 from tests.tui.conftest import until
 from tests.tui.test_pilot import (
     SIZE,
     _approval,
     _row,
-    _tool_call,
     _tree,
     daemon,  # noqa: F401 - the same daemon, one per module
 )
@@ -74,7 +73,7 @@ def test_keys_answer_only_on_the_approvals_pane_and_wide_ones_ask_first(
         app = _Told(LiveSource(daemon.socket))
         async with app.run_test(size=SIZE) as pilot:
             await until(lambda: b in app.nodes, pilot.pause, "the tree shown")
-            call = await _tool_call(client, a, "trust-1", {
+            call = await call_as_run(client, a, "trust-1", {
                 "to": app.board.sessions[b].handle, "body": "May I?", "mode": "queue"})
             held = call.approval_id
             assert held is not None
