@@ -77,12 +77,8 @@ def test_an_lmdb_directory_without_treemail_tables_is_refused_to_a_reader(
 
 def test_an_empty_pre_checksum_store_is_opened_by_a_writer_as_a_new_one(
         tmp_path: Path) -> None:
-    # Every table's database and the last_seq table made, nothing in them, no marker.
     directory = tmp_path / "s"
-    env = lmdb.open(str(directory), max_dbs=16)
-    for name in [*(table.encode() for table in Table), b"last_seq"]:
-        env.open_db(name)
-    env.close()
+    _empty_pre_checksum_store(directory)
     store = LmdbStore.open(directory, sync=False)
     assert store.transact(lambda tx: tx.append("s", "Note", {})).seq == 1
     store.close()
@@ -90,6 +86,14 @@ def test_an_empty_pre_checksum_store_is_opened_by_a_writer_as_a_new_one(
     rows = contents(directory)  # a reader opens it: the marker was written
     assert {table: len(found) for table, found in rows.items() if found} == {
         Table.EVENTS: 1, Table.TALLY: 1, Table.FEED: 1}
+
+
+def _empty_pre_checksum_store(directory: Path) -> None:
+    """Every table's database and the last_seq table made, nothing in them, no marker."""
+    env = lmdb.open(str(directory), max_dbs=16)
+    for name in [*(table.encode() for table in Table), b"last_seq"]:
+        env.open_db(name)
+    env.close()
 
 
 def _rows_of(directory: Path, name: bytes) -> dict[bytes, bytes]:
@@ -149,10 +153,7 @@ def test_an_empty_store_from_before_checksums_is_refused_to_a_reader_as_an_older
     # Its tables exist, empty, without a marker: a treemail store a writer opens as a new
     # one, which a reader must call older (and say how to upgrade), not damaged or foreign.
     directory = tmp_path / "s"
-    env = lmdb.open(str(directory), max_dbs=16)
-    for name in [*(table.encode() for table in Table), b"last_seq"]:
-        env.open_db(name)
-    env.close()
+    _empty_pre_checksum_store(directory)
     with pytest.raises(StoreFormatUnknown) as refused:
         LmdbStore.open(directory, readonly=True)
     assert str(refused.value) == (
