@@ -123,10 +123,18 @@ async def delegate(rt: Runtime, parent: Session, name: str, task: str,
     return child
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
+async def until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait for ``predicate``; the deadline is generous because the condition, not a time,
+    is what is waited on (a loaded machine only makes it later), and its failure names the
+    line of the predicate, where a bare TimeoutError would say nothing."""
+    try:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await asyncio.sleep(0.005)
+    except TimeoutError:
+        code = getattr(predicate, "__code__", None)
+        where = f" at {Path(code.co_filename).name}:{code.co_firstlineno}" if code else ""
+        raise AssertionError(f"not true after {timeout} s: the condition{where}") from None
 
 
 # -- replies -------------------------------------------------------------------------------
