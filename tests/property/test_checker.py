@@ -50,6 +50,7 @@ from treemail.core.records import AgentSpec, Message, Owner, ToolContext
 from treemail.models import checker, invariants
 from treemail.models.actions import outcome
 from treemail.models.checker import (
+    DEFAULT_CONFIG,
     INVARIANTS,
     Bounds,
     CopyableWorld,
@@ -85,6 +86,17 @@ def test_the_engine_passes_and_the_search_is_real() -> None:
                  SelfSend.code,
                  UnknownSubagentReference.code, IllegalTransition.code):
         assert result.outcomes.get(code, 0) > 0, code
+
+
+def test_the_default_search_to_depth_5_is_the_size_it_was() -> None:
+    """The search's size is pinned where the suite can afford it: a change to the alphabet,
+    the state key or the drain that explores more or less shows here, not only in the deep
+    run at the default bounds (``DEFAULT_STATES``, outside ``just test``). A deliberate
+    change updates these figures (``treemail check --bounds depth=5`` prints them)."""
+    result = check(DEFAULT_CONFIG, attrs.evolve(Bounds(), depth=5))
+    assert result.counterexample is None
+    assert (result.states, result.transitions, result.drain_steps, result.drained) == (
+        1064, 2413, 8956, 902)
 
 
 def test_pair_window_off_by_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
