@@ -379,17 +379,19 @@ def _read(tables: LmdbTables) -> None:
     tables.get(Table.SESSIONS, b"s")
 
 
+# A flush of puts only reaches LMDB through a cursor's ``putmulti``: failing the cursor fails
+# the write.
 def _write(error: lmdb.Error) -> Callable[[LmdbTables], None]:
     def write(tables: LmdbTables) -> None:
         tables.put(Table.RUNS, b"r", "a run")
-        tables.stack[-1] = _failing(tables.stack[-1], "put", error)
+        tables.stack[-1] = _failing(tables.stack[-1], "cursor", error)
         tables.flush()
     return write
 
 
 def _below_a_savepoint(tables: LmdbTables) -> None:
     tables.put(Table.RUNS, b"r", "a run")
-    tables.stack[-1] = _failing(tables.stack[-1], "put", lmdb.Error("injected"))
+    tables.stack[-1] = _failing(tables.stack[-1], "cursor", lmdb.Error("injected"))
     with tables.savepoint():
         tables.scan(Table.RUNS, b"")  # the run must go below the savepoint first
 

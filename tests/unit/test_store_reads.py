@@ -51,12 +51,18 @@ class Traffic:
 def traffic(monkeypatch: pytest.MonkeyPatch) -> Iterator[Traffic]:
     seen = Traffic()
     tables = lmdb_txn.LmdbTables
-    get, write, decode = tables.get, tables._to_lmdb, codec.decode
+    get, get_rows, write, decode = tables.get, tables.get_rows, tables._to_lmdb, codec.decode
 
     def counted_get(self: Any, table: Table, key: bytes) -> Any:
         if (table, key) not in self.seen:  # a row not cached yet: LMDB is read
             seen.reads[table] += 1
         return get(self, table, key)
+
+    def counted_get_rows(self: Any, rows: list[tuple[Table, bytes]]) -> list[Any]:
+        for table, key in rows:
+            if (table, key) not in self.seen:
+                seen.reads[table] += 1
+        return get_rows(self, rows)
 
     def counted_write(self: Any, rows: list[tuple[bytes, bytes | None]]) -> None:
         for stored, _ in rows:
@@ -68,6 +74,7 @@ def traffic(monkeypatch: pytest.MonkeyPatch) -> Iterator[Traffic]:
         return decode(kind, raw, db=db, key=key)
 
     monkeypatch.setattr(tables, "get", counted_get)
+    monkeypatch.setattr(tables, "get_rows", counted_get_rows)
     monkeypatch.setattr(tables, "_to_lmdb", counted_write)
     monkeypatch.setattr(lmdb_txn, "decode", counted_decode)
     yield seen

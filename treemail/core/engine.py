@@ -81,7 +81,8 @@ class Engine:
     def instant(self) -> float | None:
         """The instant expiry reads, once per operation; None while expiry is off, so no
         clock is read and no mail is stamped."""
-        return self.clock.now() if self.ttl > 0 else None
+        # ``ttl`` read directly: every operation asks this.
+        return self.clock.now() if self.config.message_ttl_seconds > 0 else None
 
     # -- sessions ------------------------------------------------------------------------
 

@@ -78,7 +78,9 @@ def parse_arguments(arguments: object) -> SendArguments:
         raise InvalidArguments("`to` must be a non-empty string: a peer's handle or session id")
     if not isinstance(body, str):
         raise InvalidArguments("`body` must be a string")
-    mode = arguments.get("mode", "steer")
+    if "mode" not in arguments:  # most calls omit it: the default needs no lookup
+        return SendArguments(to=to, body=body, mode=Mode.STEER)
+    mode = arguments["mode"]
     found = _MODES.get(mode) if isinstance(mode, str) else None  # Mode(mode) costs two calls
     if found is None:
         raise InvalidArguments(f'`mode` must be "steer" or "queue", got {mode!r}')

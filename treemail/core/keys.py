@@ -44,6 +44,7 @@ from treemail.core.records import (
 )
 
 __all__ = [
+    "HEADS",
     "MAX_KEY",
     "OWNED",
     "SEP",
@@ -56,6 +57,7 @@ __all__ = [
     "CounterPlace",
     "Table",
     "Tally",
+    "call_replay",
     "counter",
     "counter_kind",
     "counter_place",
@@ -316,6 +318,11 @@ def replay(key: IdempotencyKey | ProducerKey) -> bytes:
     checked storable before any lookup), so the two layouts share one table and no key."""
     if isinstance(key, ProducerKey):
         return _owned(key.session_id) + SEP + _owned(key.owner.value) + identity(key.key)
+    return call_replay(key)
+
+
+def call_replay(key: IdempotencyKey) -> bytes:
+    """``replay`` of a tool call's key: what every send reads, without asking its class."""
     return _owned(key.session_id) + _owned(key.run_id) + identity(key.tool_call_id)
 
 
@@ -382,6 +389,10 @@ _TAGS: Mapping[Table, bytes] = {
 OWNED = frozenset((Table.EVENTS, Table.PENDING, Table.TALLY, Table.REPLAY, Table.TREE,
                    Table.HANDLES))
 _BY_TAG = {tag[0]: table for table, tag in _TAGS.items()}
+# The stored prefix of each table of rows by id or number: its row ``key`` is stored at
+# ``HEADS[table] + key`` (``stored_key``, without a call).
+HEADS: Mapping[Table, bytes] = {table: SEP + tag for table, tag in _TAGS.items()
+                                if table not in OWNED}
 
 
 # Cached: a send reads and writes the same few rows of its sessions, run and tally every time.
@@ -391,17 +402,25 @@ def stored_key(table: Table, key: bytes) -> bytes:
     tag = _TAGS[table]
     if table is Table.TALLY:
         return key + SEP + tag
+    if table in _NUMBERED:  # the owner and SEP are all but the number: no search for SEP
+        return key[:-8] + tag + key[-8:]
     if table in OWNED:
         cut = key.index(SEP) + 1
         return key[:cut] + tag + key[cut:]
     return SEP + tag + key
 
 
+# The session's rows keyed by its id, SEP and an 8-byte number (``pending``, ``event``,
+# ``tree``): a send writes two of them under new keys, which ``stored_key``'s cache misses.
+_NUMBERED = frozenset((Table.EVENTS, Table.PENDING, Table.TREE))
+
+
 def stored_prefix(table: Table, prefix: bytes) -> bytes:
     """The stored prefix of ``table``'s keys that start with ``prefix``: for a session's
     rows, ``prefix`` holds at least the owner and SEP (every scan of them does)."""
     if table in OWNED and table is not Table.TALLY:
-        return stored_key(table, prefix)
+        cut = prefix.index(SEP) + 1  # a prefix may stop before the number: find SEP
+        return prefix[:cut] + _TAGS[table] + prefix[cut:]
     if table in OWNED:
         raise StorageError("a tally is read by its owner, not scanned")
     return SEP + _TAGS[table] + prefix

@@ -7,7 +7,7 @@ per explored state, so its transactions and copies are kept cheap rather than ge
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from operator import attrgetter
 from typing import Any, TypeVar
@@ -55,6 +55,10 @@ class _DictTables:
     def get(self, table: Table, key: bytes) -> Any:
         return self.data[table].get(key)
 
+    def get_rows(self, rows: Sequence[tuple[Table, bytes]]) -> list[Any]:
+        data = self.data
+        return [data[table].get(key) for table, key in rows]
+
     def put(self, table: Table, key: bytes, value: object) -> None:
         rows = self.data[table]
         old = rows.get(key, _MISSING)
@@ -63,7 +67,8 @@ class _DictTables:
         if old is _MISSING:
             self.order[table] = None
 
-    insert = put
+    def append_feed(self, event: bytes) -> None:
+        self.put(Table.FEED, keys.feed(len(self.data[Table.FEED]) + 1), event)
 
     def put_rows(self, rows: Iterable[tuple[Table, bytes, object]]) -> None:
         for table, key, value in rows:

@@ -196,11 +196,10 @@ def _invalid_arguments(a: Attempt) -> None:
 def _idempotent_replay(a: Attempt) -> None:
     """Before any guard that reads the config or the tree: a true retry gets its original
     result whatever changed since; the same key with other arguments is refused."""
-    a.sender, a.run = _tool_context(a.tx, a.ctx)
+    a.key = IdempotencyKey.of(a.ctx)
+    a.sender, a.run, original = _tool_context(a.tx, a.ctx, a.key)
     assert a.args is not None
     a.digest = arguments_digest(a.args)
-    a.key = IdempotencyKey.of(a.ctx)
-    original = a.tx.recall(a.key)
     if original is None:
         return
     # A result stored before digests were kept (None) can only be replayed.
@@ -235,7 +234,9 @@ def _permission(a: Attempt) -> None:
     assert sender is not None and run is not None and recipient is not None
     if run.status is not RunState.RUNNING and not a.approved:
         raise InvalidToolContext(f"run {run.run_id} is not running; only a live run can send")
-    _check_permission(a.tx, current_rules(a.agents, sender), sender, recipient, a.ctx)
+    # ``current_rules``, its case without a catalogue written out: an embedding's every send.
+    rules = sender.agent.rules if a.agents is None else current_rules(a.agents, sender)
+    _check_permission(a.tx, rules, sender, recipient, a.ctx)
 
 
 def _max_hops(a: Attempt) -> None:
@@ -351,7 +352,7 @@ def send(
     assert sender is not None and recipient is not None and args is not None
     assert attempt.key is not None
     result = _accept(tx, ids, attempt, sender.session_id, recipient, args, now)
-    return Sent(result, recipient.session_id, replayed=False, wake=not recipient.state.has_run)
+    return Sent(result, recipient.session_id, replayed=False, wake=_WAKES[recipient.state])
 
 
 def _replayed_recipient(tx: ReadTxn, original: SendResult) -> str:
@@ -360,14 +361,17 @@ def _replayed_recipient(tx: ReadTxn, original: SendResult) -> str:
     return message.recipient if message is not None else ""
 
 
-def _tool_context(tx: ReadTxn, ctx: ToolContext) -> tuple[Session, Run]:
+def _tool_context(
+    tx: ReadTxn, ctx: ToolContext, key: IdempotencyKey
+) -> tuple[Session, Run, SendResult | None]:
+    """The sender and its run, and the result stored under the call's replay ``key``: one
+    read of the store (``tool_call``)."""
     # The session and run ids are checked only when they name nothing: a stored session and
     # run have minted, storable ids, and a lookup of an id no store could key finds nothing.
     # The answer is the same as checking all three first, for two checks fewer per send.
     if not storable(ctx.tool_call_id):
         raise _unstorable(ctx)
-    sender = tx.session(ctx.session_id)
-    run = tx.run(ctx.run_id)
+    sender, run, original = tx.tool_call(ctx.session_id, ctx.run_id, key)
     if sender is None or run is None or run.session_id != ctx.session_id:
         if not (storable(ctx.session_id) and storable(ctx.run_id)):
             raise _unstorable(ctx)
@@ -375,7 +379,7 @@ def _tool_context(tx: ReadTxn, ctx: ToolContext) -> tuple[Session, Run]:
             f"tool context names no run {ctx.run_id} of session {ctx.session_id}; "
             "the sender must be the executing tool call's own session and run"
         )
-    return sender, run
+    return sender, run, original
 
 
 def _unstorable(ctx: ToolContext) -> InvalidToolContext:
@@ -431,6 +435,11 @@ REPORTED: Mapping[SessionState, RecipientState] = {
     SessionState.RUNNING: RecipientState.RUNNING,
     SessionState.FINISHED: RecipientState.WAKING_FINISHED,
 }
+
+
+# Whether a send must wake its recipient: it has no run (``has_run``, a property, costs a
+# call on every send).
+_WAKES: Mapping[SessionState, bool] = {state: not state.has_run for state in SessionState}
 
 
 def _recipient_state(recipient: Session) -> RecipientState:

@@ -12,7 +12,7 @@ share one durable commit (group commit) without one refusal undoing the others.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
@@ -30,13 +30,17 @@ from treemail.core.records import (
     Session,
 )
 
-__all__ = ["Indexed", "MailCounts", "ReadTxn", "Rows", "Store", "Tables", "WriteTxn"]
+__all__ = ["CallContext", "Indexed", "MailCounts", "ReadTxn", "Rows", "Store", "Tables",
+           "WriteTxn"]
 
 T = TypeVar("T")
 
 # A send's reading of its recipient's tally: (last message seq, pending agent mail of the
 # recipient, pending mail of the sender to it). A plain tuple: built and read without a call.
 MailCounts = tuple[int, int, int]
+# What a tool call's send reads first (``ReadTxn.tool_call``): the session and run it names,
+# and the result stored under its replay key, None where there is none.
+CallContext = tuple[Session | None, Run | None, SendResult | None]
 
 
 class ReadTxn(Protocol):
@@ -64,6 +68,10 @@ class ReadTxn(Protocol):
         recipient)``."""
         ...
     def recall(self, key: IdempotencyKey | ProducerKey) -> SendResult | None: ...
+    def tool_call(self, session_id: str, run_id: str, key: IdempotencyKey) -> CallContext:
+        """``session(session_id)``, ``run(run_id)`` and ``recall(key)``, in one read: what
+        every send reads first."""
+        ...
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
         """The session's events with ``seq > after``, in order."""
         ...
@@ -133,15 +141,18 @@ class Tables(Protocol):
     raw keys) that ``keys.VALUE_KINDS`` names for the table. ``scan`` returns every row whose
     key starts with ``prefix`` and is at least ``prefix + start``, in key order, read at once
     so that the caller may rewrite rows while walking them. ``size`` counts a table's rows.
-    ``insert`` is ``put`` under a key the table does not hold yet (an append), which lets a
-    backend count it without writing it out first. ``put_rows`` is ``put`` of each row in
-    turn, in one call: a send writes five rows at once.
+    ``append_feed`` puts an event's key at the feed's end, numbered ``size(FEED) + 1`` (the
+    feed is dense from 1) by the backend: LMDB counts it without writing it out, PostgreSQL
+    numbers it at the commit, and neither is asked for the size first. ``put_rows`` is
+    ``put`` of each row in turn, in one call: a send writes five rows at once; ``get_rows``
+    is ``get`` of each row, in one call (a send reads three rows of three tables first).
     """
 
     def get(self, table: Table, key: bytes) -> Any: ...
+    def get_rows(self, rows: Sequence[tuple[Table, bytes]]) -> list[Any]: ...
     def put(self, table: Table, key: bytes, value: object) -> None: ...
     def put_rows(self, rows: Iterable[tuple[Table, bytes, object]]) -> None: ...
-    def insert(self, table: Table, key: bytes, value: object) -> None: ...
+    def append_feed(self, event: bytes) -> None: ...
     def delete(self, table: Table, key: bytes) -> None: ...
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]: ...
     def size(self, table: Table) -> int: ...
@@ -274,6 +285,19 @@ class Indexed:
         found: SendResult | None = self._t.get(Table.REPLAY, raw) if raw else None
         return found
 
+    def tool_call(self, session_id: str, run_id: str, key: IdempotencyKey) -> CallContext:
+        try:  # as ``recall`` keys it
+            raw: bytes | None = keys.call_replay(key)
+        except (StorageError, UnicodeEncodeError):
+            raw = None
+        session_key, run_key = keys.lookup(session_id), keys.lookup(run_id)
+        if not (raw and session_key and run_key):  # an id no store could key names nothing
+            return self.session(session_id), self.run(run_id), self.recall(key)
+        self._recalled = (key, raw)
+        sender, run, result = self._t.get_rows(
+            ((Table.SESSIONS, session_key), (Table.RUNS, run_key), (Table.REPLAY, raw)))
+        return sender, run, result
+
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
         first = max(after + 1, 1)
         prefix = _lookup_key(keys.events_of, session_id)
@@ -367,9 +391,12 @@ class Indexed:
         counters[pair] = counters.get(pair, 0) + 1
         recalled, replay_key = self._recalled
         if recalled is not key or not replay_key:
-            replay_key = keys.replay(key)
+            replay_key = keys.call_replay(key)
+        # A new id is minted (``IdSource``: a canonical UUID, which ``identity``'s checks
+        # always pass), so its bytes are its key: through ``identity``'s cache every new id
+        # would miss, and push out an id that reads hit.
         self._append(owner, recipient, Tally(tally.last_event + 1, counters), kind, data, (
-            (Table.MESSAGES, keys.identity(message.message_id), message),
+            (Table.MESSAGES, message.message_id.encode(), message),
             (Table.PENDING, keys.pending(recipient, seq), message.message_id),
             (Table.REPLAY, replay_key, result)))
 
@@ -390,7 +417,7 @@ class Indexed:
         key = keys.event(session_id, seq)
         # seq > 0: the tally is never empty
         self._t.put_rows((*rows, (Table.TALLY, owner, tally), (Table.EVENTS, key, event)))
-        self._t.insert(Table.FEED, keys.feed(self._t.size(Table.FEED) + 1), key)
+        self._t.append_feed(key)
         return event
 
     def put_approval(self, approval: Approval) -> None:

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import lmdb
 
@@ -331,7 +331,8 @@ class LmdbStore:
                 self._writer = None
 
     def _attempt(self, work: Callable[[WriteTxn], T]) -> T:
-        self._check_open()
+        if self._closed:  # ``_check_open``, called only to raise: every send attempts
+            self._check_open()
         if self._owner is None:
             raise StorageError(f"the store at {self._path!r} was opened read-only; open it "
                                "without readonly=True to write", path=self._path)
@@ -345,7 +346,11 @@ class LmdbStore:
             writes.tables.flush()
             if not writes.tables.map_full:
                 self._feed_end = None  # until the commit is known to have happened
-                self._commit_outer(txn, writes.tables)
+                number = txn.id()  # what tells, after a failed commit, whether it passed
+                try:
+                    _commit_durably(txn)
+                except lmdb.Error as exc:
+                    self._commit_failed(exc, number, writes.tables)
                 self._feed_end = writes.tables.feed_end
                 return result
         except Exception:
@@ -360,8 +365,10 @@ class LmdbStore:
         abort(txn)  # work swallowed a MapFullError: what it did is incomplete
         raise _MapFull
 
-    def _commit_outer(self, txn: Txn, tables: LmdbTables) -> None:
-        """Commit the transaction, and say precisely how a failure left the store.
+    def _commit_failed(self, exc: lmdb.Error, number: int, tables: LmdbTables) -> NoReturn:
+        """Say precisely how the failed commit of transaction ``number`` left the store
+        (called only on a failure: every commit would pay for a call to a function that
+        wraps it).
 
         LMDB writes the data pages, syncs them, and only then writes the meta page that makes
         the transaction visible: the commit point. Whether it was passed is read back from
@@ -370,30 +377,26 @@ class LmdbStore:
         an unknown outcome, since a torn meta write cannot be told from a good one until the
         next open.
         """
-        number = txn.id()
-        try:
-            _commit_durably(txn)
-        except lmdb.MapFullError:  # commit writes the free list and can run out of map too
+        if isinstance(exc, lmdb.MapFullError):  # commit writes the free list: it can fill
             tables.map_full = True
-            raise
-        except lmdb.Error as exc:
-            try:
-                committed: bool | None = self._env.info()["last_txnid"] >= number
-            except lmdb.Error:
-                committed = None
-            if committed is False:
-                # The meta page was not written, so nothing is stored. On a full disk LMDB
-                # reports a short data-page write as EIO, not as ENOSPC.
-                if isinstance(exc, lmdb.DiskError) or _EIO_TEXT in str(exc):
-                    raise disk_full(exc) from exc
-                raise StorageError(f"the store at {self._path!r} failed to commit ({exc}) "
-                                   "before the commit point: nothing of this operation was "
-                                   "stored; retry it", path=self._path) from exc
-            raise OutcomeUnknown(
-                f"the store at {self._path!r} failed after the commit point ({exc}): the "
-                "operation may or may not be stored. Retry the same tool call with the same "
-                "tool-call id: a stored send is answered with its original result.",
-                path=self._path) from exc
+            raise exc
+        try:
+            committed: bool | None = self._env.info()["last_txnid"] >= number
+        except lmdb.Error:
+            committed = None
+        if committed is False:
+            # The meta page was not written, so nothing is stored. On a full disk LMDB
+            # reports a short data-page write as EIO, not as ENOSPC.
+            if isinstance(exc, lmdb.DiskError) or _EIO_TEXT in str(exc):
+                raise disk_full(exc) from exc
+            raise StorageError(f"the store at {self._path!r} failed to commit ({exc}) "
+                               "before the commit point: nothing of this operation was "
+                               "stored; retry it", path=self._path) from exc
+        raise OutcomeUnknown(
+            f"the store at {self._path!r} failed after the commit point ({exc}): the "
+            "operation may or may not be stored. Retry the same tool call with the same "
+            "tool-call id: a stored send is answered with its original result.",
+            path=self._path) from exc
 
     def _grow(self) -> None:
         size = self._env.info()["map_size"]

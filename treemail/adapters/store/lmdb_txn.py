@@ -23,7 +23,7 @@ savepoint's edge were a fifth of a batched send's cost.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, TypeAlias
 
@@ -32,7 +32,7 @@ import lmdb
 
 from treemail.adapters.store.codec import decode, encode_rows
 from treemail.core.errors import StorageError, StoreFull
-from treemail.core.keys import VALUE_KINDS, Table, Tally, stored_key, stored_prefix
+from treemail.core.keys import HEADS, VALUE_KINDS, Table, Tally, stored_key, stored_prefix
 from treemail.core.store import Indexed, WriteTxn
 
 __all__ = ["Db", "LmdbTables", "LmdbTxn", "abort", "disk_full", "failure"]
@@ -106,7 +106,7 @@ class LmdbTables:
         self.seen: dict[tuple[Table, bytes], Any] = {}
         # The feed's last number, rows not flushed yet included, once known (None: count it).
         # The store hands on the number its last commit left, so a send does not seek the
-        # feed's end in LMDB: the feed only grows by ``insert``, one number at a time.
+        # feed's end in LMDB: the feed only grows by ``append_feed``, one number at a time.
         self.feed_end = feed_end
         self.dirty: dict[Table, dict[bytes, None]] = {}  # per table, the unflushed keys
         self.inserted: dict[Table, set[bytes]] = {}  # the unflushed keys that are new
@@ -125,12 +125,33 @@ class LmdbTables:
             found = None
         elif table in _STEADY:
             found = _decode_steady(table, key, raw)
-        elif table is Table.TALLY and _WRITTEN_TALLIES.get(key, (None,))[0] == raw:
+        elif table is Table.TALLY and key in _WRITTEN_TALLIES and _WRITTEN_TALLIES[key][0] == raw:
             found = _WRITTEN_TALLIES[key][1]
         else:
             found = decode(VALUE_KINDS[table], raw, db=table, key=key)
         self.seen[row] = found
         return found
+
+    def get_rows(self, rows: Sequence[tuple[Table, bytes]]) -> list[Any]:
+        """``get`` of each row, written out: a send's first three reads (its session, run
+        and replay row) in one call. A tally is decoded afresh here, which ``get`` spares
+        for bytes this process wrote: a send reads its tally alone."""
+        seen, txn, db = self.seen, self.stack[-1], self.db
+        for row in rows:
+            if row in seen:
+                continue
+            table, key = row
+            try:
+                raw: bytes | None = txn.get(stored_key(table, key), db=db)
+            except lmdb.Error as exc:
+                raise failure(exc, f"read {table}") from exc
+            if raw is None:
+                seen[row] = None
+            elif table in _STEADY:
+                seen[row] = _decode_steady(table, key, raw)
+            else:
+                seen[row] = decode(VALUE_KINDS[table], raw, db=table, key=key)
+        return [seen[row] for row in rows]
 
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
         self._flush_table(table)
@@ -212,15 +233,24 @@ class LmdbTables:
             except KeyError:
                 dirty[table] = {key: None}
 
-    def insert(self, table: Table, key: bytes, value: object) -> None:
-        end = self.feed_end
-        self.put(table, key, value)
+    def append_feed(self, event: bytes) -> None:
+        """``put`` of ``event`` under the feed's next number, written out, and counted as an
+        insert (``inserted``): ``size`` adds it without a flush."""
+        end = self.size(Table.FEED) if self.feed_end is None else self.feed_end
+        # A number of 8 bytes, as ``keys.feed`` makes it: the feed never reaches 2**64 rows.
+        key = (end + 1).to_bytes(8, "big")
+        if self.savepoints:
+            self._touch(Table.FEED, key)
+        self.seen[(Table.FEED, key)] = event
         try:  # as in ``put``
-            self.inserted[table].add(key)
+            self.dirty[Table.FEED][key] = None
         except KeyError:
-            self.inserted[table] = {key}
-        if table is Table.FEED and end is not None:
-            self.feed_end = end + 1  # the next number (see ``Indexed.feed_end``)
+            self.dirty[Table.FEED] = {key: None}
+        try:
+            self.inserted[Table.FEED].add(key)
+        except KeyError:
+            self.inserted[Table.FEED] = {key}
+        self.feed_end = end + 1  # the next number (see ``Indexed.feed_end``)
 
     def delete(self, table: Table, key: bytes) -> None:
         self.put(table, key, None)
@@ -257,13 +287,16 @@ class LmdbTables:
         pass, no call per row but its key's place and its encoding. A failure names
         ``where`` the rows went, else their tables."""
         seen = self.seen
-        rows = [(stored_key(table, key), key, seen[(table, key)])
-                for table, changed in dirty.items() for key in changed]
+        # A row of a table keyed by its own id or number (a message, a feed entry: most of
+        # a send's rows are new) is stored under its table's head and its key, built here:
+        # ``stored_key``'s cache would miss it, and drop a key that reads hit.
+        rows = [(HEADS[table] + key if table in HEADS else stored_key(table, key), key,
+                 seen[(table, key)]) for table, changed in dirty.items() for key in changed]
         encoded = encode_rows(rows)
         for (_, raw), (_, key, value) in zip(encoded, rows, strict=True):
             # A tally's bytes are kept with it, for the next read (``_WRITTEN_TALLIES``).
             if type(value) is Tally and raw is not None:
-                if len(_WRITTEN_TALLIES) >= _WRITTEN_LIMIT:
+                if key not in _WRITTEN_TALLIES and len(_WRITTEN_TALLIES) >= _WRITTEN_LIMIT:
                     _WRITTEN_TALLIES.clear()
                 _WRITTEN_TALLIES[key] = (raw, value)
         try:
@@ -287,6 +320,14 @@ class LmdbTables:
         every row passes on its way there, once per flush. The crash tests fail it row by
         row; the bench's floor records the rows through it."""
         txn, db = self.stack[-1], self.db
+        for _, raw in rows:
+            if raw is None:
+                break
+        else:
+            # Puts only (every send's flush): LMDB takes them in one call, not one each. A
+            # failure names the flush's tables either way; the cursor goes with the call.
+            txn.cursor(db=db).putmulti(rows)  # type: ignore[arg-type]  # no None: see above
+            return
         for stored, raw in rows:
             if raw is None:
                 txn.delete(stored, db=db)
@@ -375,8 +416,8 @@ class LmdbTxn(Indexed):
 
     def __init__(self, env: lmdb.Environment, txn: Txn, db: Db,
                  feed_end: int | None = None) -> None:
-        self.tables = LmdbTables(env, txn, db, feed_end)
-        super().__init__(self.tables)
+        # ``Indexed.__init__`` written out, as ``MemoryStore``'s: a transaction per send.
+        self._t = self.tables = LmdbTables(env, txn, db, feed_end)
 
     @contextmanager
     def savepoint(self) -> Iterator[WriteTxn]:

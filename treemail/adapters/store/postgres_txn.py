@@ -42,7 +42,7 @@ only ever rolled back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -54,9 +54,9 @@ from psycopg import sql
 from treemail.adapters.store.codec import decode, encode
 from treemail.adapters.store.postgres_sql import Queries
 from treemail.core.errors import StorageError, StoreFenced
-from treemail.core.keys import VALUE_KINDS, Table, Tally, identity
-from treemail.core.records import Event, Session
-from treemail.core.store import Indexed, Rows, WriteTxn
+from treemail.core.keys import VALUE_KINDS, Table, identity
+from treemail.core.records import Session
+from treemail.core.store import Indexed, WriteTxn
 
 __all__ = ["RETRYABLE", "PgTables", "PgTxn", "lost", "upper_bound"]
 
@@ -166,7 +166,6 @@ class PgTables:
         self.appended = 0  # events appended to the feed (undone with their savepoints)
         self.feed_base: int | None = None  # the committed feed's end, once read
         self.next_idx = 0  # never reused, even after an undo: only the order matters
-        self.appending = False  # inside ``PgTxn.append``: its feed number is not wanted
         self.xid: str | None = None  # this transaction's id, asked for if it appended
         self.epoch = 0
         self.touched: list[str] = []  # the sessions written (repeats kept: undo truncates)
@@ -214,6 +213,9 @@ class PgTables:
         self.seen[(table, key)] = found
         return found
 
+    def get_rows(self, rows: Sequence[tuple[Table, bytes]]) -> list[Any]:
+        return [self.get(table, key) for table, key in rows]
+
     def scan(self, table: Table, prefix: bytes, start: bytes = b"") -> list[tuple[bytes, Any]]:
         if table is Table.FEED:
             return self._feed(start)
@@ -253,8 +255,6 @@ class PgTables:
 
     def size(self, table: Table) -> int:
         if table is Table.FEED:
-            if self.appending:
-                return 0  # the number ``append`` makes of it is not kept (``insert``)
             if self.feed_base is None:
                 self.feed_base = int(self._committed(
                     lambda conn: conn.execute(self.q.feed.end).fetchall()[0][0],
@@ -296,20 +296,14 @@ class PgTables:
         for table, key, value in rows:
             self._queue(table, key, value)
 
-    def insert(self, table: Table, key: bytes, value: object) -> None:
-        if table is Table.FEED:  # the number in ``key`` is given at the commit, not here
-            self._append(value)
-            return
-        if (table, key) not in self.seen:
-            self.seen[(table, key)] = None  # an append: the row is new
-        self._queue(table, key, value)
 
     def delete(self, table: Table, key: bytes) -> None:
         if self.seen.get((table, key), _UNSEEN) is None:
             return  # known absent: nothing to delete
         self._queue(table, key, None)
 
-    def _append(self, event: Any) -> None:
+    def append_feed(self, event: bytes) -> None:
+        # The event's number is given at the commit (``flush``), not here.
         self._check()
         if not self.write:
             raise StorageError("a read transaction cannot append to the feed; use transact")
@@ -471,17 +465,6 @@ class PgTxn(Indexed):
     def __init__(self, tables: PgTables) -> None:
         self.tables = tables
         super().__init__(tables)
-
-    def _append(self, owner: bytes, session_id: str, tally: Tally, kind: str,
-                data: Mapping[str, object], rows: Rows = ()) -> Event:
-        # ``Indexed._append`` (behind ``append`` and ``accept_mail``) numbers the feed entry
-        # from the feed's size; here the number is given after the commit, so the size, which
-        # would cost a read, is not asked for.
-        self.tables.appending = True
-        try:
-            return super()._append(owner, session_id, tally, kind, data, rows)
-        finally:
-            self.tables.appending = False
 
     @contextmanager
     def savepoint(self) -> Iterator[WriteTxn]:
