@@ -2,9 +2,9 @@
 moment, and a recorder of its live feed that tests wait on by condition, never by sleeping.
 
 A wait fails when what it waits on stops moving, not when a fixed time has passed: on a
-loaded machine a TUI folds its events seconds apart (under a load of 20 on two cores it was
-measured 18 s behind a daemon that had sent it every event within 2 s), so a deadline on the
-whole wait fails a test that was only slow. Each wait has a ``progress`` (the events folded
+loaded machine a TUI folds its events seconds apart (under a load of 20 on two cores it took
+up to 37 s to fold the 60 events a daemon had sent it within 4 s), so a deadline on the whole
+wait fails a test that was only slow. Each wait has a ``progress`` (the events folded
 or recorded so far, and what the screen shows) and fails once it has not moved for ``stall``
 seconds, saying what it waited for and where it stood; ``LIMIT`` bounds any wait as the last
 resort."""
@@ -30,7 +30,7 @@ __all__ = ["LEAD", "LIMIT", "STALL", "Recorder", "progress_of", "slow_daemon", "
            "wide_approval"]
 
 # Seconds a wait goes on with nothing moving before it fails: a stall, not slowness (the
-# longest gap between two folds measured under a load of 20 on two cores was under 3 s).
+# longest gap between two folds measured under a load of 20 on two cores was under 4 s).
 STALL = 30.0
 # Seconds any wait may take in all, moving or not: the last resort, so that nothing hangs.
 LIMIT = 600.0
@@ -79,7 +79,7 @@ class Recorder:
 
     async def until(self, seen: Callable[[events.Payload | events.UnknownEvent], bool],
                     after: Event | None = None, session_id: str | None = None,
-                    stall: float = STALL) -> Event:
+                    what: str = "a recorded event", stall: float = STALL) -> Event:
         """The first recorded event (recorded after ``after``, of ``session_id``) whose
         payload ``seen`` accepts, waiting for it; it fails once nothing more was recorded for
         ``stall`` seconds (or after ``LIMIT``)."""
@@ -96,8 +96,7 @@ class Recorder:
             self._grew.clear()
             await self._grew.wait()
 
-        await _waited(lambda: found() is not None, grew, "a recorded event",
-                      stall, lambda: len(self.got))
+        await _waited(lambda: found() is not None, grew, what, stall, lambda: len(self.got))
         event = found()
         assert event is not None
         return event
@@ -140,10 +139,10 @@ async def _waited(check: Callable[[], bool], pause: Callable[[], Awaitable[None]
     seen = progress()
     while not check():
         if (now := loop.time()) - moved > stall or now - began > LIMIT:
-            still = "nothing moved" if now - moved > stall else "still moving"
-            raise AssertionError(
-                f"timed out waiting for {what}: {still} for {now - moved:.1f}s, "
-                f"{now - began:.1f}s in all (progress: {seen!r})")
+            why = (f"nothing moved for {now - moved:.1f}s" if now - moved > stall
+                   else f"still moving after the last resort of {LIMIT:g}s")
+            raise AssertionError(f"timed out waiting for {what}: {why}, {now - began:.1f}s "
+                                 f"in all (progress: {seen!r})")
         try:
             async with asyncio.timeout(max(0.0, min(moved + stall, began + LIMIT) - now)):
                 await pause()

@@ -71,7 +71,7 @@ async def _after_restart(daemon: DaemonProcess, rec: Recorder, ids: dict[str, An
     consumed = await rec.until(mail(events.ProducerMessageConsumed, ids["crashed"]))
     # The run that read it ends (its session finished or idle); then the feed is still.
     await rec.until(lambda p: isinstance(p, events.RunFinished | events.RunInterrupted),
-                    after=consumed, session_id=ids["lead"])
+                    after=consumed, session_id=ids["lead"], what="the lead's run ending")
     state = (await client.request(SESSION_GET, t.SessionGetParams(session_id=ids["lead"]))).state
     assert state in (SessionState.FINISHED, SessionState.IDLE), state
     head = (await client.request(EVENTS_READ, t.EventsReadParams(after=0, limit=1))).head
