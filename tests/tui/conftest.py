@@ -1,5 +1,13 @@
 """Helpers of the TUI tests: a daemon whose scripted model holds each run in flight for a
-moment, and a recorder of its live feed that tests wait on by condition, never by sleeping."""
+moment, and a recorder of its live feed that tests wait on by condition, never by sleeping.
+
+A wait fails when what it waits on stops moving, not when a fixed time has passed: on a
+loaded machine a TUI folds its events seconds apart (under a load of 20 on two cores it took
+up to 37 s to fold the 60 events a daemon had sent it within 4 s), so a deadline on the whole
+wait fails a test that was only slow. Each wait has a ``progress`` (the events folded
+or recorded so far, and what the screen shows) and fails once it has not moved for ``stall``
+seconds, saying what it waited for and where it stood; ``LIMIT`` bounds any wait as the last
+resort."""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from textual.app import App
+from textual.pilot import Pilot
 
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_scenario import LEAD
@@ -17,7 +26,14 @@ from treemail.adapters.ui.tui.feed import LiveFeed
 from treemail.core import events
 from treemail.core.records import Event
 
-__all__ = ["LEAD", "Recorder", "slow_daemon", "wide_approval"]
+__all__ = ["LEAD", "LIMIT", "STALL", "Recorder", "progress_of", "slow_daemon", "until",
+           "wide_approval"]
+
+# Seconds a wait goes on with nothing moving before it fails: a stall, not slowness (the
+# longest gap between two folds measured under a load of 20 on two cores was under 4 s).
+STALL = 30.0
+# Seconds any wait may take in all, moving or not: the last resort, so that nothing hangs.
+LIMIT = 600.0
 
 
 def slow_daemon(data: Path, delay: float = 0.5) -> DaemonProcess:
@@ -62,15 +78,28 @@ class Recorder:
         return self.got[-1][0] if self.got else 0
 
     async def until(self, seen: Callable[[events.Payload | events.UnknownEvent], bool],
-                    timeout: float = 30.0) -> Event:
-        """The first recorded event whose payload ``seen`` accepts, waiting for it."""
-        async with asyncio.timeout(timeout):
-            while True:
-                self._grew.clear()
-                for _, event in self.got:
-                    if seen(events.read(event)):
-                        return event
-                await self._grew.wait()
+                    after: Event | None = None, session_id: str | None = None,
+                    what: str = "a recorded event", stall: float = STALL) -> Event:
+        """The first recorded event (recorded after ``after``, of ``session_id``) whose
+        payload ``seen`` accepts, waiting for it; it fails once nothing more was recorded for
+        ``stall`` seconds (or after ``LIMIT``)."""
+        def found() -> Event | None:
+            events_after = [e for _, e in self.got]
+            if after is not None:
+                events_after = events_after[next(i for i, e in enumerate(events_after)
+                                                 if e is after) + 1:]
+            return next((e for e in events_after
+                         if (session_id is None or e.session_id == session_id)
+                         and seen(events.read(e))), None)
+
+        async def grew() -> None:
+            self._grew.clear()
+            await self._grew.wait()
+
+        await _waited(lambda: found() is not None, grew, what, stall, lambda: len(self.got))
+        event = found()
+        assert event is not None
+        return event
 
 
 def mail(kind: type[events.MessagePayload], message_id: str,
@@ -79,15 +108,48 @@ def mail(kind: type[events.MessagePayload], message_id: str,
     return lambda p: isinstance(p, kind) and p.message_id == message_id
 
 
+def progress_of(app: App[Any]) -> Callable[[], object]:
+    """What a TUI has done so far: the events it folded (live and history), the newest one's
+    feed number, whether its history is read, the calls it lists as held and the screen it
+    shows. A wait on the app fails only once none of these has moved for its ``stall``."""
+    from treemail.adapters.ui.tui.app import TreemailTui
+
+    if not isinstance(app, TreemailTui):
+        return lambda: None
+    return lambda: (app.board.folded, app.board.last, app.ready.is_set(), len(app.held),
+                    type(app.screen).__name__)
+
+
 async def until(check: Callable[[], bool], pause: Callable[[], Awaitable[None]],
-                what: str, timeout: float = 30.0) -> None:
-    """Wait for ``check`` to hold, letting the app run (``pause``) in between."""
-    try:
-        async with asyncio.timeout(timeout):
-            while not check():
+                what: str, stall: float = STALL,
+                progress: Callable[[], object] | None = None) -> None:
+    """Wait for ``check`` to hold, letting the app run (``pause``) in between. It fails once
+    ``progress`` has not changed for ``stall`` seconds (by default the progress of the app
+    whose pilot's ``pause`` is given: ``progress_of``), or after ``LIMIT`` in all."""
+    if progress is None:
+        pilot = getattr(pause, "__self__", None)
+        progress = progress_of(pilot.app) if isinstance(pilot, Pilot) else (lambda: None)
+    await _waited(check, pause, what, stall, progress)
+
+
+async def _waited(check: Callable[[], bool], pause: Callable[[], Awaitable[None]], what: str,
+                  stall: float, progress: Callable[[], object]) -> None:
+    loop = asyncio.get_running_loop()
+    began = moved = loop.time()
+    seen = progress()
+    while not check():
+        if (now := loop.time()) - moved > stall or now - began > LIMIT:
+            why = (f"nothing moved for {now - moved:.1f}s" if now - moved > stall
+                   else f"still moving after the last resort of {LIMIT:g}s")
+            raise AssertionError(f"timed out waiting for {what}: {why}, {now - began:.1f}s "
+                                 f"in all (progress: {seen!r})")
+        try:
+            async with asyncio.timeout(max(0.0, min(moved + stall, began + LIMIT) - now)):
                 await pause()
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
+        except TimeoutError:
+            pass  # checked again, then failed above if nothing has moved
+        if (now_seen := progress()) != seen:
+            seen, moved = now_seen, loop.time()
 
 
 async def wide_approval(app: App[Any], pilot: Any, key: str) -> str:

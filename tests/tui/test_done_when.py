@@ -62,9 +62,15 @@ def _asked(printed: list[str], answered: int) -> bool:
 
 
 async def _followed(app: TreemailTui, source: LiveSource, pilot: Any) -> None:
-    """Wait until the TUI has folded the daemon's whole feed."""
-    head = (await source._client().request(EVENTS_READ, t.EventsReadParams(limit=1))).head
-    await until(lambda: app.board.last >= head, pilot.pause, "the TUI followed")
+    """Wait until the TUI has folded the daemon's whole feed. Under load the TUI folds well
+    behind the daemon (seconds between folds, every event already received), so the wait
+    fails only once the TUI folds nothing more, saying how far it got."""
+    client = source._client()
+    head = (await client.request(EVENTS_READ, t.EventsReadParams(limit=1))).head
+    await until(lambda: app.board.last >= head, pilot.pause,
+                f"the TUI to fold the feed through {head}",
+                # a daemon that stopped sending and a TUI that stopped folding both show here
+                progress=lambda: (app.board.last, client.notifications.qsize()))
 
 
 def test_the_tui_watches_the_connected_demo_and_answers_its_approvals(tmp_path: Path) -> None:

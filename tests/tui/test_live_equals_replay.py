@@ -68,12 +68,12 @@ async def _after_restart(daemon: DaemonProcess, rec: Recorder, ids: dict[str, An
     client: DaemonClient = await daemon.client()
     await rec.follow(LiveFeed(client), after=rec.last)
     await rec.until(mail(events.ProducerMessageReleased, ids["crashed"]))
-    await rec.until(mail(events.ProducerMessageConsumed, ids["crashed"]))
-    async with asyncio.timeout(30):  # the run that read it ends; then the feed is still
-        while (await client.request(
-            SESSION_GET, t.SessionGetParams(session_id=ids["lead"]))).state not in (
-                SessionState.FINISHED, SessionState.IDLE):
-            await asyncio.sleep(0.02)
+    consumed = await rec.until(mail(events.ProducerMessageConsumed, ids["crashed"]))
+    # The run that read it ends (its session finished or idle); then the feed is still.
+    await rec.until(lambda p: isinstance(p, events.RunFinished | events.RunInterrupted),
+                    after=consumed, session_id=ids["lead"], what="the lead's run ending")
+    state = (await client.request(SESSION_GET, t.SessionGetParams(session_id=ids["lead"]))).state
+    assert state in (SessionState.FINISHED, SessionState.IDLE), state
     head = (await client.request(EVENTS_READ, t.EventsReadParams(after=0, limit=1))).head
     await rec.until(lambda _: rec.last >= head)
     await rec.stop()

@@ -22,6 +22,7 @@ from treemail.adapters.ui.tui.app import TreemailTui
 from treemail.adapters.ui.tui.screens import KEYS, Detail, Help
 from treemail.adapters.ui.tui.screenshot import pane_text, screen_text
 from treemail.adapters.ui.tui.sources import LiveSource, StoreSource
+from treemail.core.lifecycle import SessionState
 from treemail.protocol import types as t
 from treemail.protocol.methods import RUN_SUBMIT
 
@@ -67,7 +68,12 @@ def test_enter_reads_a_row_whole_wrapped(
         app = TreemailTui(LiveSource(daemon.socket))
         async with app.run_test(size=(100, 30)) as pilot:
             table = app.query_one("#transcript", DataTable)
-            await until(lambda: key in table.rows, pilot.pause, "the mail row")
+            # Its run's rows still arriving would take the cursor along (a pane on its last
+            # row follows what arrives): under load "run 1 finished" came between the move
+            # and the enter, and enter read that row. So once the run is over, the feed still.
+            await until(lambda: key in table.rows and (line := app.board.sessions.get(lead))
+                        is not None and line.state is SessionState.FINISHED, pilot.pause,
+                        "the mail row, and its run finished")
             row = pane_text(app, "#transcript")
             table.focus()
             table.move_cursor(row=table.get_row_index(key))
