@@ -552,18 +552,54 @@ def test_work_that_swallows_a_full_map_runs_again_on_a_grown_map(tmp_path: Path)
     store.close()
 
 
-def test_a_write_after_a_commit_takes_the_feed_s_end_from_it_without_seeking_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = LmdbStore.open(tmp_path / "db", sync=False)
-    counted: list[Table] = []
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[Table]:
+    """Each table LMDB is asked to count (a seek to the feed's end), in order."""
+    asked: list[Table] = []
     real = LmdbTables._count
 
     def count(tables: LmdbTables, table: Table) -> int:
-        counted.append(table)
+        asked.append(table)
         return real(tables, table)
 
     monkeypatch.setattr(LmdbTables, "_count", count)
-    for end in (1, 2, 3):
-        assert store.transact(lambda tx: (tx.append("root", "Note", {}), tx.feed_end())[1]) == end
+    return asked
+
+
+def _append(tx: WriteTxn) -> int:
+    tx.append("root", "Note", {})
+    return tx.feed_end()
+
+
+def test_a_write_after_a_commit_takes_the_feed_s_end_from_it_without_seeking_it(
+        tmp_path: Path, counted: list[Table]) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    assert [store.transact(_append) for _ in range(3)] == [1, 2, 3]
     assert counted == [Table.FEED]  # once, by the first transaction
+    store.close()
+
+
+def test_an_undone_savepoint_gives_the_feed_s_numbers_back_without_a_seek(
+        tmp_path: Path, counted: list[Table]) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    store.transact(_append)
+
+    def work(tx: WriteTxn) -> int:
+        with suppress(_Undone), tx.savepoint() as inner:
+            _append(inner)
+            raise _Undone
+        return _append(tx)  # a seek here would write the feed's rows out first
+
+    assert store.transact(work) == 2
+    assert counted == [Table.FEED]  # by the first transaction only
+    with store.read() as txn:
+        assert [number for number, _ in txn.feed()] == [1, 2]
+    store.close()
+
+
+def test_only_the_feed_is_sized(tmp_path: Path) -> None:
+    """The port sizes only the feed (``feed_end``): LMDB's tables count nothing else."""
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    with pytest.raises(ValueError, match="LmdbTables sizes only the feed, not sessions"):
+        store.transact(lambda tx: cast(LmdbTxn, tx).tables.size(Table.SESSIONS))
     store.close()

@@ -132,10 +132,13 @@ class Tables(Protocol):
     Keys are the bytes of ``treemail.core.keys``; values are the records (or ids, counts and
     raw keys) that ``keys.VALUE_KINDS`` names for the table. ``scan`` returns every row whose
     key starts with ``prefix`` and is at least ``prefix + start``, in key order, read at once
-    so that the caller may rewrite rows while walking them. ``size`` counts a table's rows.
-    ``insert`` is ``put`` under a key the table does not hold yet (an append), which lets a
-    backend count it without writing it out first. ``put_rows`` is ``put`` of each row in
-    turn, in one call: a send writes five rows at once.
+    so that the caller may rewrite rows while walking them. ``size`` counts a table's rows;
+    ``Indexed`` asks it only of the feed (``feed_end``), so a backend may count only that
+    (LMDB does). ``insert`` is ``put`` under a key the table does not hold yet (an append),
+    which lets a backend count it without writing it out first; ``Indexed`` inserts only into
+    the feed, after sizing it (the new row's number is its size + 1), and never puts or
+    deletes a feed row. ``put_rows`` is ``put`` of each row in turn, in one call: a send
+    writes five rows at once.
     """
 
     def get(self, table: Table, key: bytes) -> Any: ...
