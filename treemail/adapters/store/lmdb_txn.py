@@ -203,7 +203,7 @@ class LmdbTables:
     def insert(self, table: Table, key: bytes, value: object) -> None:
         self.put(table, key, value)
         if table is Table.FEED:
-            assert self.feed_end is not None, "the port sizes the feed before it inserts"
+            assert self.feed_end is not None  # the port sizes the feed before it inserts
             self.feed_end += 1  # the next number (see ``Indexed.feed_end``)
 
     def delete(self, table: Table, key: bytes) -> None:
