@@ -183,3 +183,15 @@ def test_a_lane_lookup_the_store_fails_takes_the_first_lane_and_leaves_the_failu
 ) -> None:
     lane_of = tree_lanes(Engine(_Unreadable(), CountingIds()))
     assert lane_of(Engine.accept, ("s1", "x")) is None
+
+
+def test_a_call_that_names_no_tree_runs_on_the_first_lane() -> None:
+    writer = Writer(lanes=2, lane_of=lambda fn, args: None)
+
+    def lane() -> str:
+        return threading.current_thread().name
+
+    try:
+        assert asyncio.run(writer(lane)) == "treemail-writer"
+    finally:
+        writer.close()
