@@ -195,3 +195,19 @@ def test_a_call_that_names_no_tree_runs_on_the_first_lane() -> None:
         assert asyncio.run(writer(lane)) == "treemail-writer"
     finally:
         writer.close()
+
+
+def test_one_lane_never_looks_a_calls_tree_up() -> None:
+    """The lookup reads the store: with one lane every call takes it anyway."""
+    asked: list[Callable[..., Any]] = []
+
+    def lane_of(fn: Callable[..., Any], args: tuple[Any, ...]) -> Hashable | None:
+        asked.append(fn)
+        return None
+
+    writer = Writer(lane_of=lane_of)
+    try:
+        assert asyncio.run(writer(str, 1)) == "1"
+    finally:
+        writer.close()
+    assert asked == []
