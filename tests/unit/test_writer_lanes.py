@@ -186,15 +186,20 @@ def test_a_lane_lookup_the_store_fails_takes_the_first_lane_and_leaves_the_failu
 
 
 def test_a_call_that_names_no_tree_runs_on_the_first_lane() -> None:
-    writer = Writer(lanes=2, lane_of=lambda fn, args: None)
+    writer = Writer(lanes=2, lane_of=_by_first)
 
-    def lane() -> str:
+    def lane(*tree: str) -> str:
         return threading.current_thread().name
 
+    async def main() -> list[str]:
+        return [await writer(lane), await writer(lane, TREE_A), await writer(lane, TREE_B)]
+
     try:
-        assert asyncio.run(writer(lane)) == "treemail-writer"
+        first, *trees = asyncio.run(main())
     finally:
         writer.close()
+    assert first == "treemail-writer"  # each lane's thread named by its number after the first
+    assert sorted(trees) == ["treemail-writer", "treemail-writer-1"]
 
 
 def test_one_lane_never_looks_a_calls_tree_up() -> None:
