@@ -24,6 +24,7 @@ from treemail.adapters.store.postgres_store import PostgresStore
 from treemail.core.errors import (
     OutcomeUnknown,
     StorageError,
+    StoreClosed,
     StoreDamaged,
     StoreFull,
     StoreLocked,
@@ -301,7 +302,8 @@ class _Env:
     ("begin", (lmdb.ReadersFullError("injected"),),
      "lmdb failed to begin a read transaction: injected"),
     ("set_mapsize", (lmdb.Error("injected"),), "lmdb failed to grow the map: injected"),
-], ids=["read after the map grew", "first read refused", "growing the map"])
+    ("begin", (lmdb.Error("injected"),), "lmdb failed to begin a write transaction: injected"),
+], ids=["read after the map grew", "first read refused", "growing the map", "first write"])
 def test_an_lmdb_failure_of_the_environment_is_a_typed_error_naming_the_step(
         tmp_path: Path, method: str, errors: tuple[lmdb.Error, ...], said: str) -> None:
     store = LmdbStore.open(tmp_path / "db", sync=False, map_size=1 << 16,
@@ -309,7 +311,7 @@ def test_an_lmdb_failure_of_the_environment_is_a_typed_error_naming_the_step(
     env = store._env
     store._env = cast(lmdb.Environment, _Env(env, method, *errors))
     with pytest.raises(StorageError) as failed:
-        if method == "begin":
+        if "read" in said:
             with store.read():
                 pass
         else:
@@ -465,13 +467,141 @@ def test_the_owner_s_description_is_what_a_refused_writer_is_told(
                                           "store read-only to look at it")
 
 
-def test_a_reader_cannot_own_the_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("call", "to"), [
+    (lambda reader: reader.own({"role": "daemon"}), "own it"),
+    (lambda reader: reader.transact(lambda tx: tx.add(CounterName("n"), 1)), "write"),
+], ids=["own", "transact"])
+def test_a_reader_can_neither_own_nor_write_the_store(
+        tmp_path: Path, call: Callable[[LmdbStore], object], to: str) -> None:
     LmdbStore.open(tmp_path / "db", sync=False).close()
     reader = LmdbStore.open(tmp_path / "db", readonly=True)
     with pytest.raises(StorageError) as refused:
-        reader.own({"role": "daemon"})
+        call(reader)
     reader.close()
     path = str(tmp_path / "db")
+    assert type(refused.value) is StorageError
     assert refused.value.message == (
-        f"the store at {path!r} was opened read-only; open it without readonly=True to own it")
+        f"the store at {path!r} was opened read-only; open it without readonly=True to {to}")
     assert refused.value.details == {"path": path}
+
+
+def test_a_closed_store_names_itself_and_says_to_open_it_again(tmp_path: Path) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    store.close()
+    with pytest.raises(StoreClosed) as closed, store.read():
+        pass
+    path = str(tmp_path / "db")
+    assert closed.value.message == f"the store at {path!r} is closed; open it again"
+    assert closed.value.details == {"path": path}
+
+
+@pytest.mark.parametrize(("call", "said"), [
+    (lambda store: store.transact(lambda tx: None),
+     "transact called from inside transact; use txn.savepoint()"),
+    (lambda store: store.close(),
+     "close called from inside transact; close it after transact returns"),
+], ids=["transact", "close"])
+def test_a_call_from_inside_transact_is_refused_saying_what_to_do_instead(
+        tmp_path: Path, call: Callable[[LmdbStore], object], said: str) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    with pytest.raises(StorageError) as refused:
+        store.transact(lambda tx: call(store))
+    assert type(refused.value) is StorageError
+    assert refused.value.message == said
+    store.transact(lambda tx: tx.add(CounterName("n"), 1))  # the store still works
+    store.close()
+
+
+class _Interrupted(BaseException):
+    """Not an ``Exception``, as a ``KeyboardInterrupt`` is not."""
+
+
+def test_an_interrupt_of_the_work_reaches_the_caller_and_stores_nothing(
+        tmp_path: Path) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+
+    def work(tx: WriteTxn) -> None:
+        tx.put_approval(_approval("a1"))
+        raise _Interrupted
+
+    with pytest.raises(_Interrupted):
+        store.transact(work)
+    store.transact(lambda tx: tx.put_approval(_approval("a2")))  # LMDB's write lock is free
+    with store.read() as txn:
+        assert [approval.approval_id for approval in txn.approvals()] == ["a2"]
+    store.close()
+
+
+def test_work_that_swallows_a_full_map_runs_again_on_a_grown_map(tmp_path: Path) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False, map_size=1 << 16,
+                           max_map_size=1 << 26)
+    runs: list[bool] = []
+
+    def work(tx: WriteTxn) -> list[str]:
+        _fill(tx)
+        try:
+            found = _ids(tx)  # the scan writes the rows to LMDB: the first map is too small
+        except lmdb.MapFullError:
+            found = []  # swallowed: what the work did is incomplete, and must not commit
+        runs.append(bool(found))
+        return found
+
+    every = sorted(f"a{n}" for n in range(40))
+    assert store.transact(work) == every
+    assert runs[0] is False and runs[-1] is True
+    with store.read() as txn:
+        assert [approval.approval_id for approval in txn.approvals()] == every
+    store.close()
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[Table]:
+    """Each table LMDB is asked to count (a seek to the feed's end), in order."""
+    asked: list[Table] = []
+    real = LmdbTables._count
+
+    def count(tables: LmdbTables, table: Table) -> int:
+        asked.append(table)
+        return real(tables, table)
+
+    monkeypatch.setattr(LmdbTables, "_count", count)
+    return asked
+
+
+def _append(tx: WriteTxn) -> int:
+    tx.append("root", "Note", {})
+    return tx.feed_end()
+
+
+def test_a_write_after_a_commit_takes_the_feed_s_end_from_it_without_seeking_it(
+        tmp_path: Path, counted: list[Table]) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    assert [store.transact(_append) for _ in range(3)] == [1, 2, 3]
+    assert counted == [Table.FEED]  # once, by the first transaction
+    store.close()
+
+
+def test_an_undone_savepoint_gives_the_feed_s_numbers_back_without_a_seek(
+        tmp_path: Path, counted: list[Table]) -> None:
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    store.transact(_append)
+
+    def work(tx: WriteTxn) -> int:
+        with suppress(_Undone), tx.savepoint() as inner:
+            _append(inner)
+            raise _Undone
+        return _append(tx)  # a seek here would write the feed's rows out first
+
+    assert store.transact(work) == 2
+    assert counted == [Table.FEED]  # by the first transaction only
+    with store.read() as txn:
+        assert [number for number, _ in txn.feed()] == [1, 2]
+    store.close()
+
+
+def test_only_the_feed_is_sized(tmp_path: Path) -> None:
+    """The port sizes only the feed (``feed_end``): LMDB's tables count nothing else."""
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    with pytest.raises(ValueError, match="LmdbTables sizes only the feed, not sessions"):
+        store.transact(lambda tx: cast(LmdbTxn, tx).tables.size(Table.SESSIONS))
+    store.close()

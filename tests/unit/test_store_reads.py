@@ -27,6 +27,7 @@ from treemail.core.keys import CounterName, Table
 from treemail.core.records import Session
 from treemail.core.runs import Request
 from treemail.core.store import WriteTxn
+from treemail.testing.store_sample import session
 
 
 @attrs.define
@@ -212,4 +213,22 @@ def test_sends_in_a_group_commit_batch_write_each_row_once_in_one_lmdb_transacti
                               Table.FEED: 4, Table.REPLAY: 4, Table.TALLY: 1}, batched.writes
     with store.read() as tx:
         assert len(list(tx.pending(b.session_id))) == 1 + 1 + 4  # the task, lead's, these
+    store.close()
+
+
+def test_a_tally_written_beside_a_row_of_its_key_is_read_back_without_a_decode(
+        tmp_path: Path, traffic: Traffic) -> None:
+    """The tally's bytes this process wrote are kept for the next read of it; another
+    table's row under the same key (the session's own) does not take their place."""
+    store = LmdbStore.open(tmp_path, sync=False)
+
+    def work(tx: WriteTxn) -> None:
+        tx.append("s", "Note", {})  # the tally of s, written first
+        tx.put_session(session("s", "s", None, 1))  # then the session, under the same key
+
+    store.transact(work)
+    traffic.clear()
+    assert store.transact(lambda tx: tx.append("s", "Note", {})).seq == 2
+    assert traffic.reads[Table.TALLY] == 1
+    assert traffic.decoded[(Table.TALLY, keys.identity("s"))] == 0
     store.close()

@@ -61,6 +61,11 @@ def test_settings_out_of_range_are_refused(settings: dict[str, float]) -> None:
         Writer(**settings)  # type: ignore[arg-type]
 
 
+def test_no_lanes_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"^lanes must be >= 1, not 0$"):
+        Writer(lanes=0)
+
+
 def test_the_smallest_settings_are_taken(store: Store) -> None:
     group, engine, root, (ctx,) = _setup(store)
     writer = Writer(group=group, max_batch=1, max_wait=0)
@@ -119,13 +124,14 @@ def test_without_a_group_each_call_runs_alone_and_is_answered(store: Store) -> N
     assert [engine.message(mid).body for mid in sent] == ["b0", "b1", "b2"]
 
 
-def _beside_the_close(store: Store, *, cancel: bool) -> tuple[Engine, str, int, str | None]:
+def _beside_the_close(store: Store, *, cancel: bool, grouped: bool = False,
+                      ) -> tuple[Engine, str, int, str | None]:
     """A call that found the writer open just as another thread closed it, queued behind the
     close; with ``cancel`` its caller gives up while it still waits. Then the writer drains
-    and stops. The engine, the recipient, its pending mail before, and the call's message id
-    (None when cancelled)."""
-    _, engine, root, (ctx,) = _setup(store)
-    writer = Writer()
+    and stops (committing in groups if ``grouped``). The engine, the recipient, its pending
+    mail before, and the call's message id (None when cancelled)."""
+    group, engine, root, (ctx,) = _setup(store)
+    writer = Writer(group=group if grouped else None)
     before = len(engine.pending(root))
     started, gate = threading.Event(), threading.Event()
     closer = threading.Thread(target=writer.close)
@@ -156,10 +162,13 @@ def _beside_the_close(store: Store, *, cancel: bool) -> tuple[Engine, str, int, 
     return engine, root, before, sent
 
 
-def test_a_call_that_slipped_in_beside_the_close_is_still_answered(store: Store) -> None:
+@pytest.mark.parametrize("grouped", [False, True], ids=["alone", "in a group"])
+def test_a_call_that_slipped_in_beside_the_close_is_still_answered(
+        store: Store, grouped: bool) -> None:
     """A call that found the writer open just as another thread closed it is queued behind
-    the close: the thread runs it before it stops instead of leaving it unanswered."""
-    engine, _, _, sent = _beside_the_close(store, cancel=False)
+    the close: the thread runs it before it stops instead of leaving it unanswered (in a
+    group, its batch looks in the same queue for more calls)."""
+    engine, _, _, sent = _beside_the_close(store, cancel=False, grouped=grouped)
     assert sent is not None and engine.message(sent).body == "late"
 
 

@@ -14,9 +14,10 @@ from treemail.adapters.runtime.llm import ModelReply, ScriptedModel
 from treemail.adapters.runtime.runtime import Agent, Runtime
 from treemail.adapters.runtime.writer import Writer, tree_lanes
 from treemail.core.engine import Engine
+from treemail.core.errors import StorageError
 from treemail.core.ids import CountingIds
 from treemail.core.memory_store import MemoryStore
-from treemail.core.records import AgentSpec
+from treemail.core.records import AgentSpec, Approval
 
 # "a" and "b" fall in different lanes of two, "a" and "c" in the same one.
 TREE_A, TREE_B, TREE_C = "a", "b", "c"
@@ -135,3 +136,83 @@ def test_a_writer_keeps_the_trees_of_the_names_used_last_only() -> None:
     assert store.reads == 3
     assert lane_of(engine.accept, (a,)) == root.session_id  # read again
     assert store.reads == 4
+
+
+def test_a_writer_keeps_the_trees_of_the_names_used_last_not_made_first() -> None:
+    """A name used again moves to the back of the map: the one dropped is the name least
+    recently used, not the first one learnt."""
+    store = _CountedReads()
+    engine = Engine(store, CountingIds())
+    root = engine.create_root(AgentSpec("lead", "plans"))
+    a, b = (engine.delegate(root.session_id, AgentSpec("lead", "plans"), task).session_id
+            for task in ("one", "two"))
+    lane_of = tree_lanes(engine, kept=2)
+    for name in (a, b, a):  # a is now used more recently than b
+        lane_of(engine.accept, (name,))
+    assert lane_of(engine.accept, (root.session_id,)) == root.session_id  # drops b
+    assert store.reads == 3
+    assert lane_of(engine.accept, (a,)) == root.session_id  # kept
+    assert store.reads == 3
+    assert lane_of(engine.accept, (b,)) == root.session_id  # read again
+    assert store.reads == 4
+
+
+def test_an_approvals_id_names_the_tree_of_the_session_it_holds_a_call_of() -> None:
+    engine = Engine(MemoryStore(), CountingIds())
+    root = engine.create_root(AgentSpec("lead", "plans"))
+    child = engine.delegate(root.session_id, AgentSpec("lead", "plans"), "task")
+    engine.store.transact(lambda tx: tx.put_approval(Approval(
+        "ap1", child.session_id, "r", "call", "send_message", {}, "ask")))
+    lane_of = tree_lanes(engine)
+    assert lane_of(engine.answer_approval, ("ap1", True)) == root.session_id
+
+
+def test_a_call_that_names_no_session_is_given_no_tree_without_a_read() -> None:
+    store = _CountedReads()
+    lane_of = tree_lanes(Engine(store, CountingIds()))
+    assert lane_of(Engine.sessions, (42,)) is None  # neither a name nor a context
+    assert store.reads == 0
+
+
+class _Unreadable(MemoryStore):
+    def read(self) -> Any:
+        raise StorageError("the disk is gone")
+
+
+def test_a_lane_lookup_the_store_fails_takes_the_first_lane_and_leaves_the_failure_to_the_call(
+) -> None:
+    lane_of = tree_lanes(Engine(_Unreadable(), CountingIds()))
+    assert lane_of(Engine.accept, ("s1", "x")) is None
+
+
+def test_a_call_that_names_no_tree_runs_on_the_first_lane() -> None:
+    writer = Writer(lanes=2, lane_of=_by_first)
+
+    def lane(*tree: str) -> str:
+        return threading.current_thread().name
+
+    async def main() -> list[str]:
+        return [await writer(lane), await writer(lane, TREE_A), await writer(lane, TREE_B)]
+
+    try:
+        first, *trees = asyncio.run(main())
+    finally:
+        writer.close()
+    assert first == "treemail-writer"  # each lane's thread named by its number after the first
+    assert sorted(trees) == ["treemail-writer", "treemail-writer-1"]
+
+
+def test_one_lane_never_looks_a_calls_tree_up() -> None:
+    """The lookup reads the store: with one lane every call takes it anyway."""
+    asked: list[Callable[..., Any]] = []
+
+    def lane_of(fn: Callable[..., Any], args: tuple[Any, ...]) -> Hashable | None:
+        asked.append(fn)
+        return None
+
+    writer = Writer(lane_of=lane_of)
+    try:
+        assert asyncio.run(writer(str, 1)) == "1"
+    finally:
+        writer.close()
+    assert asked == []

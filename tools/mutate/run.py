@@ -46,11 +46,12 @@ PACKAGES: dict[str, tuple[list[str], list[str], str]] = {
                   "test_store_reads.py", "test_checksum_reads.py", "test_verify.py",
                   "test_verify_edges.py",
                   "test_full_disk.py", "test_durability.py", "test_group_commit.py")], "lmdb"),
-    # The runtime's single writer: group commit, hand-off, back-pressure.
+    # The runtime's writer: group commit, hand-off, back-pressure, and its lanes (a call's
+    # tree, ``tree_lanes``).
     "writer": (["treemail/adapters/runtime/writer.py"],
                [f"tests/unit/{name}" for name in (
                    "test_group_commit.py", "test_writer_handoff.py", "test_writer_edges.py",
-                   "test_actor.py")],
+                   "test_writer_lanes.py", "test_actor.py")],
                "memory,lmdb"),
 }
 

@@ -140,12 +140,14 @@ class Tables(Protocol):
     Keys are the bytes of ``treemail.core.keys``; values are the records (or ids, counts and
     raw keys) that ``keys.VALUE_KINDS`` names for the table. ``scan`` returns every row whose
     key starts with ``prefix`` and is at least ``prefix + start``, in key order, read at once
-    so that the caller may rewrite rows while walking them. ``size`` counts a table's rows.
-    ``append_feed`` puts an event's key at the feed's end, numbered ``size(FEED) + 1`` (the
-    feed is dense from 1) by the backend: LMDB counts it without writing it out, PostgreSQL
-    numbers it at the commit, and neither is asked for the size first. ``put_rows`` is
-    ``put`` of each row in turn, in one call: a send writes five rows at once; ``get_rows``
-    is ``get`` of each row, in one call (a send reads three rows of three tables first).
+    so that the caller may rewrite rows while walking them. ``size`` counts a table's rows;
+    ``Indexed`` asks it only of the feed (``feed_end``), so a backend may count only that
+    (LMDB does). ``append_feed`` puts an event's key at the feed's end, numbered
+    ``size(FEED) + 1`` (the feed is dense from 1) by the backend: LMDB counts it without
+    writing it out, PostgreSQL numbers it at the commit, and neither is asked for the size
+    first; ``Indexed`` never puts or deletes a feed row otherwise. ``put_rows`` is ``put`` of
+    each row in turn, in one call: a send writes five rows at once; ``get_rows`` is ``get``
+    of each row, in one call (a send reads three rows of three tables first).
     """
 
     def get(self, table: Table, key: bytes) -> Any: ...

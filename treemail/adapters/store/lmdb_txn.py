@@ -8,8 +8,9 @@ Writes are kept there too and reach LMDB once per row, encoded, when ``flush`` r
 scan or count of their table (LMDB answers those) and before the commit. So a row a send
 changes four times (the tally: the message seq, two guard counters, the last event seq) is
 one put, and a row a whole group-commit batch changes (the recipient's tally) is one put for
-the batch. A row appended under a key its table cannot hold yet (the feed) is counted by
-``size`` without a flush.
+the batch. The feed's end (``size``, the only size the port asks) is counted in LMDB once
+and then kept: each ``insert`` is the next number, an undone savepoint gives its numbers back,
+and the store hands the end its commit left to the next transaction.
 
 Savepoints: an open savepoint keeps, for each row it changes, how the row was before it (an
 undo log over the cache); undoing it restores those. Only when rows must reach LMDB while it
@@ -82,10 +83,10 @@ def abort(txn: Txn) -> None:
 @attrs.define
 class _Open:
     """An open savepoint: each row it changed as it was before (its cached value or
-    ``_UNSEEN``, whether it was unflushed, whether as an insert), and whether it has its
-    own nested LMDB transaction on the stack."""
+    ``_UNSEEN``, and whether it was unflushed), and whether it has its own nested LMDB
+    transaction on the stack."""
 
-    before: dict[tuple[Table, bytes], tuple[Any, bool, bool]] = attrs.Factory(dict)
+    before: dict[tuple[Table, bytes], tuple[Any, bool]] = attrs.Factory(dict)
     nested: bool = False
     feed_end: int | None = None  # the feed's end when it opened
 
@@ -106,10 +107,11 @@ class LmdbTables:
         self.seen: dict[tuple[Table, bytes], Any] = {}
         # The feed's last number, rows not flushed yet included, once known (None: count it).
         # The store hands on the number its last commit left, so a send does not seek the
-        # feed's end in LMDB: the feed only grows by ``append_feed``, one number at a time.
+        # feed's end in LMDB: the port changes the feed only by ``append_feed``, which sizes
+        # it first (the new row's number is the size + 1), so while the end is unknown every
+        # feed row is in LMDB.
         self.feed_end = feed_end
         self.dirty: dict[Table, dict[bytes, None]] = {}  # per table, the unflushed keys
-        self.inserted: dict[Table, set[bytes]] = {}  # the unflushed keys that are new
         self.savepoints: list[_Open] = []
 
     def get(self, table: Table, key: bytes) -> Any:
@@ -173,43 +175,31 @@ class LmdbTables:
         return rows
 
     def size(self, table: Table) -> int:
-        if table is Table.FEED and self.feed_end is not None:
-            return self.feed_end
-        if len(self.dirty.get(table, ())) != len(self.inserted.get(table, ())):
-            self._flush_table(table)  # changes other than inserts: LMDB counts them
-        try:
-            entries = self._count(table)
-        except lmdb.Error as exc:
-            raise failure(exc, f"count {table}") from exc
-        entries += len(self.inserted.get(table, ()))
-        if table is Table.FEED:
-            self.feed_end = entries
-        return entries
+        """The feed's size: the port sizes no other table (``Indexed.feed_end``), so no
+        other is counted here."""
+        if table is not Table.FEED:
+            raise ValueError(f"LmdbTables sizes only the feed, not {table}")
+        if self.feed_end is None:  # every feed row is in LMDB (``__init__``)
+            try:
+                self.feed_end = self._count(table)
+            except lmdb.Error as exc:
+                raise failure(exc, f"count {table}") from exc
+        return self.feed_end
 
     def _count(self, table: Table) -> int:
-        """The rows of ``table`` in LMDB. The feed is dense from 1 (see ``Indexed.feed_end``),
-        so its count is its last number: one seek to its range's end, however long it is."""
+        """The feed's rows in LMDB. The feed is dense from 1 (see ``Indexed.feed_end``), so
+        its count is its last number: one seek to its range's end, however long it is."""
         stored = stored_prefix(table, b"")
         with self.stack[-1].cursor(db=self.db) as cursor:
-            if table is Table.FEED:
-                found = cursor.set_range(stored + b"\xff" * 9)
-                found = cursor.prev() if found else cursor.last()
-                key = cursor.key()
-                return int.from_bytes(key[len(stored):], "big") if (
-                    found and key.startswith(stored)) else 0
-            count = 0
-            if cursor.set_range(stored):
-                for key in cursor.iternext(values=False):
-                    if not key.startswith(stored):
-                        break
-                    count += 1
-            return count
+            found = cursor.set_range(stored + b"\xff" * 9)
+            found = cursor.prev() if found else cursor.last()
+            key = cursor.key()
+            return int.from_bytes(key[len(stored):], "big") if (
+                found and key.startswith(stored)) else 0
 
     def put(self, table: Table, key: bytes, value: object) -> None:
         if self.savepoints:
             self._touch(table, key)
-        if table is Table.FEED:
-            self.feed_end = None  # a feed row rewritten or deleted: count the feed again
         self.seen[(table, key)] = value
         try:  # no call on the path every write takes
             self.dirty[table][key] = None
@@ -225,8 +215,6 @@ class LmdbTables:
             return
         seen, dirty = self.seen, self.dirty
         for table, key, value in rows:
-            if table is Table.FEED:
-                self.feed_end = None
             seen[(table, key)] = value
             try:  # as in ``put``
                 dirty[table][key] = None
@@ -234,8 +222,8 @@ class LmdbTables:
                 dirty[table] = {key: None}
 
     def append_feed(self, event: bytes) -> None:
-        """``put`` of ``event`` under the feed's next number, written out, and counted as an
-        insert (``inserted``): ``size`` adds it without a flush."""
+        """``put`` of ``event`` under the feed's next number, written out; the kept end
+        counts it, so ``size`` needs no flush."""
         end = self.size(Table.FEED) if self.feed_end is None else self.feed_end
         # A number of 8 bytes, as ``keys.feed`` makes it: the feed never reaches 2**64 rows.
         key = (end + 1).to_bytes(8, "big")
@@ -246,22 +234,16 @@ class LmdbTables:
             self.dirty[Table.FEED][key] = None
         except KeyError:
             self.dirty[Table.FEED] = {key: None}
-        try:
-            self.inserted[Table.FEED].add(key)
-        except KeyError:
-            self.inserted[Table.FEED] = {key}
         self.feed_end = end + 1  # the next number (see ``Indexed.feed_end``)
 
     def delete(self, table: Table, key: bytes) -> None:
         self.put(table, key, None)
-        self.inserted.get(table, set()).discard(key)
 
     def _touch(self, table: Table, key: bytes) -> None:
         """Keep how the row was before the open savepoint first changes it."""
         before, row = self.savepoints[-1].before, (table, key)
         if row not in before:
-            before[row] = (self.seen.get(row, _UNSEEN), key in self.dirty.get(table, ()),
-                           key in self.inserted.get(table, ()))
+            before[row] = (self.seen.get(row, _UNSEEN), key in self.dirty.get(table, ()))
 
     def flush(self) -> None:
         """Write every changed row to LMDB (one pass over every table's rows: a send
@@ -270,7 +252,7 @@ class LmdbTables:
             return
         if self.savepoints and not self.savepoints[-1].nested:
             self._nest()  # the rows go where the open savepoints can undo them
-        dirty, self.dirty, self.inserted = self.dirty, {}, {}
+        dirty, self.dirty = self.dirty, {}
         self._write(dirty)
 
     def _flush_table(self, table: Table) -> None:
@@ -279,7 +261,6 @@ class LmdbTables:
         if self.savepoints and not self.savepoints[-1].nested:
             self._nest()  # the rows go where the open savepoints can undo them
         rows = self.dirty.pop(table, {})  # _nest may have written them all below it
-        self.inserted.pop(table, None)
         self._write({table: rows})
 
     def _write(self, dirty: dict[Table, dict[bytes, None]], where: str | None = None) -> None:
@@ -358,27 +339,22 @@ class LmdbTables:
             for key in [k for k in rows if not any((table, k) in each.before for each in opened)]:
                 below.setdefault(table, {})[key] = None
                 del rows[key]
-                self.inserted.get(table, set()).discard(key)
             if not rows:
                 del self.dirty[table]
         self._write(below, "below a savepoint")
 
     def _undo(self, undone: _Open) -> None:
         self.feed_end = undone.feed_end
-        for (table, key), (value, unflushed, inserted) in undone.before.items():
+        for (table, key), (value, unflushed) in undone.before.items():
             if value is _UNSEEN:
                 self.seen.pop((table, key), None)
             else:
                 self.seen[(table, key)] = value
-            rows, fresh = self.dirty.setdefault(table, {}), self.inserted.setdefault(table, set())
+            rows = self.dirty.setdefault(table, {})
             if unflushed:
                 rows[key] = None
             else:
                 rows.pop(key, None)
-            if inserted:
-                fresh.add(key)
-            else:
-                fresh.discard(key)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
