@@ -57,6 +57,7 @@ from treemail.core.ids import CountingIds
 from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
 from treemail.core.memory_store import MemoryStore
 from treemail.core.records import Owner
+from treemail.models import heap
 from treemail.models.actions import Action, Move, outcome, perform, perform_move
 from treemail.models.coverage import REPLAY, Coverage, boundary_step, guard_of, recording
 from treemail.models.drain import drain_move, drain_step, labelled
@@ -398,7 +399,7 @@ class Checker:
         return None, chained
 
     def run(self) -> Result:
-        with recording(self.coverage):
+        with recording(self.coverage), heap.eased():
             return self._search()
 
     def root(self) -> Node:
@@ -435,11 +436,14 @@ class Checker:
         self.parents[root.key] = None
         if self.replay is not None:
             self.replay.reached(root.key, None, None)
-        queue, best = deque([root]), None
+        queue, best, level = deque([root]), None, -1
         while queue:
             node = queue.popleft()
             if best is not None and node.depth >= len(best.trace):
                 break  # nothing shorter is left to find
+            if node.depth > level:
+                level = node.depth
+                heap.settle()
             self._show(len(queue), started)
             found = functools.partial(self._found, node, queue)
             for failure in self.visit(node, found, None if best is None else len(best.trace)):

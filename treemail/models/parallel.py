@@ -41,6 +41,7 @@ from typing import Any, TextIO
 import attrs
 
 from treemail.core.config import MessagingConfig
+from treemail.models import heap
 from treemail.models.actions import Action
 from treemail.models.checker import DEFAULT_CONFIG, Checker, Counterexample, Result, eta
 from treemail.models.coverage import Coverage, recording
@@ -108,6 +109,7 @@ class Partition(Checker):
         cpu = time.process_time()
         self.frontier += [pickle.loads(entry) for entry in shipped]
         self.frontier.sort(key=lambda entry: entry[0])
+        heap.settle()  # a worker is its own process: what it freezes is its own
         failures: list[tuple[tuple[Any, ...], Counterexample]] = []
         with recording(self.coverage):
             for place, trail, node in self.frontier:
