@@ -17,7 +17,7 @@ from treemail.core.engine import Engine
 from treemail.core.errors import StorageError
 from treemail.core.ids import CountingIds
 from treemail.core.memory_store import MemoryStore
-from treemail.core.records import AgentSpec, Approval
+from treemail.core.records import AgentSpec, Approval, Session
 
 # "a" and "b" fall in different lanes of two, "a" and "c" in the same one.
 TREE_A, TREE_B, TREE_C = "a", "b", "c"
@@ -119,14 +119,20 @@ class _CountedReads(MemoryStore):
         return super().read()
 
 
-def test_a_writer_keeps_the_trees_of_the_names_used_last_only() -> None:
-    """The names' trees are kept for the last ``kept`` names: a daemon that sees sessions
-    without end keeps a bounded map, and a name dropped from it is read again, rightly."""
+def _two_children() -> tuple[_CountedReads, Engine, Session, tuple[str, str]]:
+    """A store counting its reads, and a tree of a root and two children in it."""
     store = _CountedReads()
     engine = Engine(store, CountingIds())
     root = engine.create_root(AgentSpec("lead", "plans"))
     a, b = (engine.delegate(root.session_id, AgentSpec("lead", "plans"), task).session_id
             for task in ("one", "two"))
+    return store, engine, root, (a, b)
+
+
+def test_a_writer_keeps_the_trees_of_the_names_used_last_only() -> None:
+    """The names' trees are kept for the last ``kept`` names: a daemon that sees sessions
+    without end keeps a bounded map, and a name dropped from it is read again, rightly."""
+    store, engine, root, (a, b) = _two_children()
     lane_of = tree_lanes(engine, kept=2)
     for name in (a, b, a, b):  # both kept: read once each
         assert lane_of(engine.accept, (name,)) == root.session_id
@@ -141,11 +147,7 @@ def test_a_writer_keeps_the_trees_of_the_names_used_last_only() -> None:
 def test_a_writer_keeps_the_trees_of_the_names_used_last_not_made_first() -> None:
     """A name used again moves to the back of the map: the one dropped is the name least
     recently used, not the first one learnt."""
-    store = _CountedReads()
-    engine = Engine(store, CountingIds())
-    root = engine.create_root(AgentSpec("lead", "plans"))
-    a, b = (engine.delegate(root.session_id, AgentSpec("lead", "plans"), task).session_id
-            for task in ("one", "two"))
+    store, engine, root, (a, b) = _two_children()
     lane_of = tree_lanes(engine, kept=2)
     for name in (a, b, a):  # a is now used more recently than b
         lane_of(engine.accept, (name,))
