@@ -4,6 +4,8 @@ counterexample for every planted bug."""
 
 from __future__ import annotations
 
+import gc
+
 import attrs
 import pytest
 
@@ -33,6 +35,14 @@ def test_any_number_of_workers_explores_the_same_states(bounds: Bounds) -> None:
         pooled = explore(WINDOWED, bounds, workers)
         assert pooled.counterexample is None
         assert _counts(pooled) == _counts(alone), workers
+
+
+def test_a_search_in_this_process_leaves_its_collector_as_it_was() -> None:
+    """One worker searches in the caller's process, freezing its heap level by level: the
+    collector's thresholds and frozen objects are the caller's again afterwards."""
+    before = gc.get_threshold(), gc.get_freeze_count()
+    explore(WINDOWED, CAPPED, 1)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
 
 
 def test_the_states_are_spread_over_the_workers() -> None:

@@ -261,8 +261,11 @@ def explore(config: MessagingConfig, bounds: Bounds, workers: int,
         context = multiprocessing.get_context("fork")  # patches (plants) reach the workers
         pool = [_Remote(context, index, workers, config, bounds, history)
                 for index in range(workers)]
+    # With one worker its levels run here, and each freezes this process's heap
+    # (``heap.settle``): the caller gets its collector back as it was.
     try:
-        return _levels(pool, started, cpu, progress, expected)
+        with heap.eased():
+            return _levels(pool, started, cpu, progress, expected)
     finally:
         for worker in pool:
             worker.close()
