@@ -1,8 +1,8 @@
 """The kill campaign shared by the fast crash test and the long one in ``tests/deep``.
 
 A campaign spawns ``tests.crash.worker`` on a durable LMDB store, waits until it says it is
-ready, lets it run a random 30-300 ms, SIGKILLs it, and then, with no worker alive, checks
-the store from this process:
+ready, lets it write a random 10-150 lines to its ack file (acked sends and answered
+replays), SIGKILLs it, and then, with no worker alive, checks the store from this process:
 
 * every message_id the worker acked (its send had returned success) is stored, and its
   tool context still replays to it;
@@ -10,8 +10,9 @@ the store from this process:
   each stored message has its ProducerMessageAccepted event and its latest lifecycle event
   names its current state, the pending index holds exactly the pending messages, and the
   inbox and pair counters equal a recount of pending agent mail made from the event logs;
-* every cap held: that recount is within ``max_pending_per_session`` per inbox and
-  ``max_inflight_per_pair`` per pair, and no message was consumed more than once;
+* every cap held, at every point of the store's history, not only at the kill: each inbox
+  and pair, replayed from its recipient's event log, stayed within ``max_pending_per_session``
+  and ``max_inflight_per_pair``, and no message was consumed more than once;
 * every few kills, and after the last kill of a store: ``recover()``, then every session is
   drained (queued runs started, requests committed until nothing is claimed, runs finished),
   after which each stored message was consumed exactly once and nothing is pending.
@@ -59,7 +60,12 @@ __all__ = ["Tally", "assert_campaign_sound", "check_store", "drain_and_verify", 
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
-RUN_MS = (30, 300)
+# How much a worker does before its kill, in lines it appended to its ack file: progress, not
+# wall time, so a loaded machine slows the campaign down instead of thinning every run out
+# (a clock-timed kill at load 15 found workers that had not got far enough to fill an inbox).
+# About 30-300 ms of an unloaded worker.
+LINES_BEFORE_KILL = (10, 150)
+PROGRESS_TIMEOUT = 300.0  # a worker that writes no line for this long is stuck, not slow
 ACCEPTED = message_event(MessageState.ACCEPTED)
 CONSUMED = message_event(MessageState.CONSUMED)
 
@@ -74,7 +80,7 @@ class Tally:
     drains: int = 0
     stale_readers: int = 0
     seconds: float = 0.0
-    # The fullest inbox and pair seen in a recount: a soak shows its caps were reached.
+    # The fullest any inbox and pair ever were, replayed from the event logs.
     peak_inbox: int = 0
     peak_pair: int = 0
     cut_requests: int = 0  # requests a daemon kill left unanswered (the daemon campaign)
@@ -131,8 +137,8 @@ def run_campaign(base: Path, kills: int, *, per_store: int, drain_every: int,
         acks = store_dir.with_suffix(".acks")
         ready = base / f"ready{kill}"
         group = mixed and (kill // per_store) % 2 == 1
-        kill_worker(store_dir, seed * 1_000_000 + kill, acks, ready, rng.uniform(*RUN_MS),
-                    group=group)
+        kill_worker(store_dir, seed * 1_000_000 + kill, acks, ready,
+                    rng.randint(*LINES_BEFORE_KILL), group=group)
         tally.kills += 1
         last_of_store = (kill + 1) % per_store == 0 or kill + 1 == kills
         with opened(store_dir, tally) as engine:
@@ -145,9 +151,14 @@ def run_campaign(base: Path, kills: int, *, per_store: int, drain_every: int,
     return tally
 
 
-def kill_worker(store_dir: Path, seed: int, acks: Path, ready: Path, run_ms: float, *,
+def kill_worker(store_dir: Path, seed: int, acks: Path, ready: Path, lines: int, *,
                 group: bool = False) -> None:
+    """Run a worker until it has appended ``lines`` lines to ``acks``, then SIGKILL it. The
+    kill lands wherever the worker is by the time this process sees the last of them: an
+    unfinished line, a send, a group commit."""
     errors = ready.with_suffix(".stderr")
+    # Whole lines only: the worker cuts a trailing fragment off before it says it is ready.
+    start = acks.read_bytes().rfind(b"\n") + 1 if acks.exists() else 0
     command = [sys.executable, "-m", "tests.crash.worker", str(store_dir), str(seed),
                str(acks), str(ready)]
     env = dict(os.environ, TREEMAIL_CRASH_GROUP="1") if group else None
@@ -160,13 +171,28 @@ def kill_worker(store_dir: Path, seed: int, acks: Path, ready: Path, run_ms: flo
             assert worker.poll() is None, f"worker died before ready: {errors.read_text()}"
             assert time.monotonic() < deadline, "worker not ready in time"
             time.sleep(0.005)
-        time.sleep(run_ms / 1000)
+        wait_for_lines(worker, acks, start, lines, errors)
         assert worker.poll() is None, f"worker exited on its own: {errors.read_text()}"
         worker.send_signal(signal.SIGKILL)
     finally:
         worker.kill()
         worker.wait()
     assert worker.returncode == -signal.SIGKILL, worker.returncode
+
+
+def wait_for_lines(worker: subprocess.Popen[bytes], acks: Path, start: int, lines: int,
+                   errors: Path) -> None:
+    deadline = time.monotonic() + PROGRESS_TIMEOUT
+    with acks.open("rb") as file:
+        seen = 0
+        file.seek(start)
+        while seen < lines:
+            seen += file.read().count(b"\n")
+            if seen >= lines:
+                return
+            assert worker.poll() is None, f"worker exited on its own: {errors.read_text()}"
+            assert time.monotonic() < deadline, f"worker wrote {seen} of {lines} lines in time"
+            time.sleep(0.002)
 
 
 @contextmanager
@@ -309,8 +335,8 @@ _STATE_OF: dict[str, MessageState] = {message_event(state): state for state in M
 
 def check_counters(shot: Snapshot, limits: MessagingConfig, tally: Tally) -> None:
     """The guard counters against a recount of pending agent mail, each message's state
-    taken from its last lifecycle event in the log (not from the message record), and that
-    recount against the caps."""
+    taken from its last lifecycle event in the log (not from the message record), and every
+    level each inbox and pair ever had (``levels``) against the caps."""
     kinds = message_kinds(shot)
     recount: Counter[str] = Counter()
     for m in shot.messages.values():
@@ -321,13 +347,40 @@ def check_counters(shot: Snapshot, limits: MessagingConfig, tally: Tally) -> Non
     stored = {name: n for name, n in shot.counters.items()
               if counter_kind(name) in (CounterKind.INBOX, CounterKind.PAIR)}
     assert stored == dict(recount), f"guard counters {stored} != recount {dict(recount)}"
-    inboxes = [n for name, n in recount.items() if counter_kind(name) is CounterKind.INBOX]
-    pairs = [n for name, n in recount.items() if counter_kind(name) is CounterKind.PAIR]
+    peaks, final = levels(shot)
+    # The replay ends where the recount stands, or its peaks would mean nothing.
+    assert +final == recount, f"the replayed levels {dict(final)} != recount {dict(recount)}"
+    inboxes = [n for name, n in peaks.items() if counter_kind(name) is CounterKind.INBOX]
+    pairs = [n for name, n in peaks.items() if counter_kind(name) is CounterKind.PAIR]
     tally.peak_inbox = max([tally.peak_inbox, *inboxes])
     tally.peak_pair = max([tally.peak_pair, *pairs])
-    assert max(inboxes, default=0) <= limits.max_pending_per_session, f"inbox cap broken: {recount}"
+    assert max(inboxes, default=0) <= limits.max_pending_per_session, f"inbox cap broken: {peaks}"
     assert limits.max_inflight_per_pair <= 0 or max(pairs, default=0) <= \
-        limits.max_inflight_per_pair, f"pair cap broken: {recount}"
+        limits.max_inflight_per_pair, f"pair cap broken: {peaks}"
+
+
+def levels(shot: Snapshot) -> tuple[Counter[str], Counter[str]]:
+    """The highest count of pending agent mail each inbox and pair ever held, replayed from
+    the event logs: a message counts from its accepted event until its consumed or discarded
+    one. Every one of them is in its recipient's log, in the order the guards saw them, so
+    the replay finds a cap broken between two kills, which a count at the kill would not.
+    Returns the peaks and the levels the logs end with."""
+    peaks: Counter[str] = Counter()
+    level: Counter[str] = Counter()
+    for session_id, log in shot.logs.items():
+        for event in log:
+            state = _STATE_OF.get(event.kind)
+            if state is None or (state is not MessageState.ACCEPTED and state.pending):
+                continue
+            m = shot.messages[str(event.data["message_id"])]
+            assert m.recipient == session_id, f"{m.message_id} logged by {session_id}"
+            if m.owner is not Owner.AGENT or m.sender is None:
+                continue
+            step = 1 if state is MessageState.ACCEPTED else -1
+            for name in inbox_counter(m.recipient), pair_counter(m.sender, m.recipient):
+                level[name] += step
+                peaks[name] = max(peaks[name], level[name])
+    return peaks, level
 
 
 def check_runs(engine: Engine, shot: Snapshot, tally: Tally) -> None:
