@@ -222,6 +222,17 @@ class DaemonClient(Channel):
                 if note.method == method.name:
                     return forward_decoded(method.params, note.params)
 
+    def arrived_notifications(self, method: Method[P, Any], limit: int) -> list[P]:
+        """Up to ``limit`` notifications of ``method`` that have already arrived, decoded, in
+        order, taken without waiting; others among them are dropped, as ``next_notification``
+        drops them. A watcher that fell behind takes its backlog in one go with it."""
+        taken: list[P] = []
+        while len(taken) < limit and not self.notifications.empty():
+            note = self.notifications.get_nowait()
+            if note.method == method.name:
+                taken.append(forward_decoded(method.params, note.params))
+        return taken
+
 
 def _decoded(method: Method[Any, R], answer: Any) -> R:
     try:

@@ -35,7 +35,6 @@ from treemail.adapters.ui.tui.detail import detail
 from treemail.adapters.ui.tui.screens import Confirm, Deny, Detail, Help
 from treemail.adapters.ui.tui.screenshot import pane_text, screen_text
 from treemail.adapters.ui.tui.sources import Snapshot, Source, choose
-from treemail.core import events
 from treemail.core.errors import TreemailError
 from treemail.core.lifecycle import SessionState
 from treemail.core.records import Event
@@ -50,8 +49,6 @@ MATCH = "bold black on yellow"  # a search match within a transcript row
 # history's every row would cost seconds to fill. Search reaches every row all the same.
 WINDOW = 1000
 
-_APPROVAL_KINDS = (events.ApprovalRequested, events.ApprovalAnswered)
-_RESIDENT_KINDS = (events.RunQueued, events.RunStarted)  # a run's actor is in memory
 # How often the lit actor dots are checked against the daemon. An eviction is no event of
 # the log (the log records mail and runs, not the daemon's memory), so no event puts a dot
 # out: the daemon is asked, for the lit ones only.
@@ -97,7 +94,7 @@ class TreemailTui(App[None]):
         self.head = 0  # the snapshot's feed number: the history ends there
         self.opened = asyncio.Event()  # the current tree and the newest page are shown
         self.ready = asyncio.Event()  # the whole history is shown (tests wait on it)
-        self.spawns: dict[str, int] = {}  # per session: the events that lit its dot
+        self.batches = 0  # how many batches of live events were folded and shown
         self.sub_title = ("replay (read-only): " if source.read_only else "live: ") + source.where
 
     def compose(self) -> ComposeResult:
@@ -135,9 +132,8 @@ class TreemailTui(App[None]):
             self.run_worker(self._history(), name="history", exit_on_error=False)
             if not self.source.read_only:
                 self.run_worker(self._residency(), name="residency", exit_on_error=False)
-            async for number, event in self.source.events():
-                self._fold(number, event)
-                if isinstance(events.read(event), _APPROVAL_KINDS):
+            async for batch in self.source.batches():
+                if self._fold(batch):
                     await self._refresh_approvals()
         except (OSError, RpcFailure, TreemailError) as exc:  # ConnectionError is an OSError
             self._say(f"not following {self.source.where}: {exc}")
@@ -187,16 +183,20 @@ class TreemailTui(App[None]):
         self.ready.set()
         self._status()
 
-    def _fold(self, number: int, event: Event) -> None:
-        row = self.board.add(number, event)
-        line = self.board.sessions.get(event.session_id)
-        if line is not None and isinstance(events.read(event), _RESIDENT_KINDS):
-            line.resident = True  # its run's actor was spawned: it lives in the daemon
-            self.spawns[event.session_id] = self.spawns.get(event.session_id, 0) + 1
-        self._show_session(event.session_id)
-        if row is not None and self.selected in (ALL, row.session_id):
-            self._show_row(row)
-        self._status()
+    def _fold(self, batch: list[tuple[int, Event]]) -> bool:
+        """Fold a batch of live events, then show what they changed, once: the screen is
+        drawn once a batch, not once an event (which kept a loaded TUI behind its feed), and
+        ends as showing them one by one would. Whether an approval was asked or answered."""
+        changed = self.board.live(batch)
+        with self.batch_update():
+            for session_id in changed.sessions:
+                self._show_session(session_id)
+            for row in changed.rows:
+                if self.selected in (ALL, row.session_id):
+                    self._show_row(row)
+            self._status()
+        self.batches += 1
+        return changed.approvals
 
     async def _residency(self) -> None:
         """Put out the dots of actors the daemon evicted. An answer that crossed a spawn
@@ -206,7 +206,7 @@ class TreemailTui(App[None]):
             lit = [sid for sid, line in self.board.sessions.items() if line.resident]
             if not lit:
                 continue
-            before = {sid: self.spawns.get(sid, 0) for sid in lit}
+            before = {sid: self.board.spawns.get(sid, 0) for sid in lit}
             try:
                 now = await self.source.resident(lit)
             except (OSError, RpcFailure, TreemailError):
@@ -214,7 +214,7 @@ class TreemailTui(App[None]):
             for sid, resident in now.items():
                 line = self.board.sessions.get(sid)
                 if (line is not None and not resident and line.resident
-                        and self.spawns.get(sid, 0) == before[sid]):
+                        and self.board.spawns.get(sid, 0) == before[sid]):
                     line.resident = False
                     self._show_session(sid)
 

@@ -22,10 +22,12 @@ from treemail.core import events
 from treemail.core.lifecycle import MessageState, SessionState
 from treemail.core.records import Event
 
-__all__ = ["WAITING", "Board", "SessionLine"]
+__all__ = ["WAITING", "Board", "Changed", "SessionLine"]
 
 WAITING = "waiting on you"  # a session one of whose calls is held for the user's answer
 _FINAL = frozenset({MessageState.CONSUMED.value, MessageState.DISCARDED.value})
+_APPROVAL_KINDS = (events.ApprovalRequested, events.ApprovalAnswered)
+_RESIDENT_KINDS = (events.RunQueued, events.RunStarted)  # a run's actor is in memory
 _RUN_STATES: Mapping[type, SessionState] = {
     events.RunQueued: SessionState.QUEUED, events.RunStarted: SessionState.RUNNING,
     events.RunFinished: SessionState.FINISHED, events.RunInterrupted: SessionState.IDLE,
@@ -60,8 +62,20 @@ class SessionLine:
         return f"{mark} {self.shown_state()}  ✉ {pending}  {self.handle}  {self.agent}{ghost}"
 
 
+@attrs.frozen
+class Changed:
+    """What a batch of live events changed, for the panes to show once: the sessions they
+    touched and each row they touched at its newest, both in the order first touched, and
+    whether one of them asked or answered an approval."""
+
+    sessions: list[str]
+    rows: list[Row]
+    approvals: bool
+
+
 class Board:
-    """Sessions and transcripts; ``add`` folds a live event, ``older`` a page of history."""
+    """Sessions and transcripts; ``live`` folds live events (``add`` one), ``older`` a page
+    of history."""
 
     def __init__(self) -> None:
         self.transcript = Transcript()
@@ -71,6 +85,7 @@ class Board:
         self.complete = False  # the whole history is folded
         self.sources: dict[str, list[Event]] = {}  # each row's events, oldest first
         self._open: dict[str, set[str]] = {}  # each session's mail rows not yet final
+        self.spawns: dict[str, int] = {}  # per session: the live events that lit its dot
 
     def start(self, lines: Iterable[SessionLine], head: int) -> None:
         """The sessions as they are now, at feed number ``head``; the history before it is
@@ -81,11 +96,32 @@ class Board:
         self.last = head
         self.complete = head == 0
 
-    def add(self, number: int, event: Event) -> Row | None:
-        """Fold one event newer than any folded so far."""
+    def live(self, batch: Iterable[tuple[int, Event]]) -> Changed:
+        """Fold live events, each newer than any folded so far, in order; what they changed.
+        A run queued or started lights its session's dot: its actor is in the daemon."""
+        sessions: dict[str, None] = {}
+        rows: dict[str, Row] = {}
+        approvals = False
+        for number, event in batch:
+            payload = events.read(event)
+            row = self.add(number, event, payload)
+            line = self.sessions.get(event.session_id)
+            if line is not None and isinstance(payload, _RESIDENT_KINDS):
+                line.resident = True
+                self.spawns[event.session_id] = self.spawns.get(event.session_id, 0) + 1
+            approvals = approvals or isinstance(payload, _APPROVAL_KINDS)
+            sessions[event.session_id] = None
+            if row is not None:
+                rows[row.key] = row  # a row touched again keeps its place, at its newest
+        return Changed(list(sessions), list(rows.values()), approvals)
+
+    def add(self, number: int, event: Event,
+            payload: events.Payload | events.UnknownEvent | None = None) -> Row | None:
+        """Fold one event newer than any folded so far (``payload``: its payload, when read
+        already)."""
         self.last = max(self.last, number)
         self.folded += 1
-        payload = events.read(event)
+        payload = events.read(event) if payload is None else payload
         line = self._session(event, payload)
         if line is not None:
             self._steer(line, payload)

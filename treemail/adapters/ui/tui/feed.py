@@ -44,6 +44,12 @@ class LiveFeed:
             if note.subscription_id == self.subscription:
                 return event_of(note.event)
 
+    def arrived(self, limit: int) -> list[tuple[int, Event]]:
+        """Up to ``limit`` of the next events that have already arrived, without waiting:
+        none when the feed is caught up."""
+        notes = self.client.arrived_notifications(EVENTS_EVENT, limit)
+        return [event_of(n.event) for n in notes if n.subscription_id == self.subscription]
+
 
 def stored_feed(store: str | Path, after: int = 0) -> list[tuple[int, Event]]:
     """The feed of the store ``store`` names (a directory or a store URL), read-only (no lock

@@ -32,10 +32,14 @@ from treemail.protocol.methods import (
     SESSION_LIST,
 )
 
-__all__ = ["PAGE", "LiveSource", "Snapshot", "Source", "StoreSource", "choose"]
+__all__ = ["BATCH", "PAGE", "LiveSource", "Snapshot", "Source", "StoreSource", "choose"]
 
 
 PAGE = 256  # events a page of history holds: the most one ``events.read`` answers
+# The most live events folded and shown in one go. A TUI that fell behind takes its backlog
+# in batches: one screen update per batch instead of one per event, which is what kept it
+# behind; bounded, so that keys are still read between batches of a long backlog.
+BATCH = 256
 
 
 @attrs.frozen
@@ -65,9 +69,10 @@ class Source:
         """The current state, and the live feed started after its ``head``."""
         raise NotImplementedError
 
-    def events(self) -> AsyncIterator[tuple[int, Event]]:
-        """The events after the snapshot's head, in order: a replay has none, a live feed
-        goes on."""
+    def batches(self) -> AsyncIterator[list[tuple[int, Event]]]:
+        """The events after the snapshot's head, in order, in batches: each batch is every
+        event that had arrived when it was taken (at most ``BATCH``, at least one). A replay
+        has none; a live feed goes on."""
         raise NotImplementedError
 
     def history(self, head: int) -> AsyncIterator[list[tuple[int, Event]]]:
@@ -129,10 +134,11 @@ class LiveSource(Source):
         sessions = await client.every(SESSION_LIST, t.SessionListParams())
         return Snapshot(head, msgspec.to_builtins(sessions), await self.approvals())
 
-    async def events(self) -> AsyncIterator[tuple[int, Event]]:
+    async def batches(self) -> AsyncIterator[list[tuple[int, Event]]]:
         assert self.feed is not None, "snapshot() first"
         while True:
-            yield await self.feed.next()
+            first = await self.feed.next()
+            yield [first, *self.feed.arrived(BATCH - 1)]
 
     async def history(self, head: int) -> AsyncIterator[list[tuple[int, Event]]]:
         client = self._client()
@@ -194,7 +200,7 @@ class StoreSource(Source):
             sessions = [msgspec.to_builtins(session_view(s)) for s in tx.sessions()]
         return Snapshot(head, sessions, await self.approvals())
 
-    async def events(self) -> AsyncIterator[tuple[int, Event]]:
+    async def batches(self) -> AsyncIterator[list[tuple[int, Event]]]:
         return
         yield  # an async generator that ends at once: a replay has nothing live
 
