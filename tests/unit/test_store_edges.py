@@ -382,10 +382,11 @@ def _read(tables: LmdbTables) -> None:
 
 
 # A flush of puts only reaches LMDB through a cursor's ``putmulti``: failing the cursor fails
-# the write.
-def _write(error: lmdb.Error) -> Callable[[LmdbTables], None]:
+# the write. A flush of rows of several tables names each of them.
+def _write(error: lmdb.Error, *changed: Table) -> Callable[[LmdbTables], None]:
     def write(tables: LmdbTables) -> None:
-        tables.put(Table.RUNS, b"r", "a run")
+        for table in changed or (Table.RUNS,):
+            tables.put(table, b"r", "a row")
         tables.stack[-1] = _failing(tables.stack[-1], "cursor", error)
         tables.flush()
     return write
@@ -420,12 +421,15 @@ def _open_a_savepoint(tables: LmdbTables) -> None:
     (_scan, StorageError, "lmdb failed to scan runs: injected"),
     (_count, StorageError, "lmdb failed to count feed: injected"),
     (_write(lmdb.Error("injected")), StorageError, "lmdb failed to write runs: injected"),
+    (_write(lmdb.Error("injected"), Table.RUNS, Table.APPROVALS), StorageError,
+     "lmdb failed to write runs, approvals: injected"),
     (_write(lmdb.DiskError("injected")), StoreFull,
      "the disk holding the store is full (injected): nothing of this operation was stored; "
      "free space, then retry"),
     (_below_a_savepoint, StorageError, "lmdb failed to write below a savepoint: injected"),
     (_open_a_savepoint, StorageError, "lmdb failed to open a savepoint: injected"),
-], ids=["read", "scan", "count", "write", "full disk", "below a savepoint", "open a savepoint"])
+], ids=["read", "scan", "count", "write", "write two tables", "full disk", "below a savepoint",
+        "open a savepoint"])
 def test_an_lmdb_failure_is_a_typed_error_naming_the_step_and_the_cause(
         tmp_path: Path, step: Callable[[LmdbTables], None], error: type[StorageError],
         said: str) -> None:

@@ -232,3 +232,34 @@ def test_a_tally_written_beside_a_row_of_its_key_is_read_back_without_a_decode(
     assert traffic.reads[Table.TALLY] == 1
     assert traffic.decoded[(Table.TALLY, keys.identity("s"))] == 0
     store.close()
+
+
+def test_the_written_tallies_kept_are_bounded_and_rewriting_a_kept_one_keeps_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, traffic: Traffic) -> None:
+    """The process keeps the written bytes of up to ``_WRITTEN_LIMIT`` sessions' tallies,
+    then starts afresh: a new session's tally past the bound empties the memory, a tally it
+    already keeps (every send rewrites its recipient's) does not."""
+    monkeypatch.setattr(lmdb_txn, "_WRITTEN_TALLIES", {})  # none of the other tests' sessions
+    monkeypatch.setattr(lmdb_txn, "_WRITTEN_LIMIT", 2)
+    store = LmdbStore.open(tmp_path, sync=False)
+
+    def note(*names: str) -> Callable[[WriteTxn], None]:
+        def work(tx: WriteTxn) -> None:
+            for name in names:
+                tx.append(name, "Note", {})
+        return work
+
+    def kept() -> list[bytes]:
+        return sorted(lmdb_txn._WRITTEN_TALLIES)
+
+    s1, s2, s3 = (keys.identity(name) for name in ("s1", "s2", "s3"))
+    store.transact(note("s1", "s2"))
+    assert kept() == [s1, s2]
+    traffic.clear()
+    store.transact(note("s1", "s2"))  # both tallies read back as written: no decode
+    assert traffic.reads[Table.TALLY] == 2
+    assert traffic.decoded[(Table.TALLY, s1)] == traffic.decoded[(Table.TALLY, s2)] == 0
+    assert kept() == [s1, s2]  # rewritten at the bound: each already kept
+    store.transact(note("s3"))
+    assert kept() == [s3]  # a third session's: the memory starts afresh
+    store.close()
