@@ -471,6 +471,19 @@ def test_the_owner_s_description_is_what_a_refused_writer_is_told(
                                           "store read-only to look at it")
 
 
+def test_a_second_open_in_one_process_is_refused_naming_the_store_and_lmdb_s_reason(
+        held: LmdbStore, tmp_path: Path) -> None:
+    """LMDB opens an environment once per process: a reader opened beside this process's
+    writer is refused, typed, with the store's path and what LMDB said."""
+    path = str(tmp_path / "db")
+    with pytest.raises(StorageError) as refused:
+        LmdbStore.open(path, readonly=True)
+    assert type(refused.value) is StorageError
+    assert refused.value.message.startswith(f"cannot open the store at {path!r}: ")
+    assert "already open in this process" in refused.value.message  # LMDB's own words
+    assert refused.value.details == {"path": path}
+
+
 @pytest.mark.parametrize(("call", "to"), [
     (lambda reader: reader.own({"role": "daemon"}), "own it"),
     (lambda reader: reader.transact(lambda tx: tx.add(CounterName("n"), 1)), "write"),
