@@ -153,6 +153,14 @@ def test_a_map_at_its_bound_is_a_store_full_naming_the_store(tmp_path: Path) -> 
     assert full.value.details == {"path": path}
 
 
+def test_a_map_bound_below_the_first_map_is_refused_before_anything_is_made(
+        tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as refused:
+        LmdbStore.open(tmp_path / "db", map_size=1 << 20, max_map_size=1 << 16)
+    assert str(refused.value) == "max_map_size 65536 is below map_size 1048576"
+    assert not (tmp_path / "db").exists()
+
+
 def test_the_map_doubles_as_it_grows(tmp_path: Path) -> None:
     store = LmdbStore.open(tmp_path / "db", sync=False, map_size=1 << 16,
                            max_map_size=1 << 26)
