@@ -389,6 +389,11 @@ def _read(tables: LmdbTables) -> None:
     tables.get(Table.SESSIONS, b"s")
 
 
+def _read_rows(tables: LmdbTables) -> None:
+    tables.stack[-1] = _failing(tables.stack[-1], "get", lmdb.Error("injected"))
+    tables.get_rows([(Table.SESSIONS, b"s")])
+
+
 # A flush of puts only reaches LMDB through a cursor's ``putmulti``: failing the cursor fails
 # the write. A flush of rows of several tables names each of them.
 def _write(error: lmdb.Error, *changed: Table) -> Callable[[LmdbTables], None]:
@@ -426,6 +431,7 @@ def _open_a_savepoint(tables: LmdbTables) -> None:
 
 @pytest.mark.parametrize(("step", "error", "said"), [
     (_read, StorageError, "lmdb failed to read sessions: injected"),
+    (_read_rows, StorageError, "lmdb failed to read sessions: injected"),
     (_scan, StorageError, "lmdb failed to scan runs: injected"),
     (_count, StorageError, "lmdb failed to count feed: injected"),
     (_write(lmdb.Error("injected")), StorageError, "lmdb failed to write runs: injected"),
@@ -436,7 +442,7 @@ def _open_a_savepoint(tables: LmdbTables) -> None:
      "free space, then retry"),
     (_below_a_savepoint, StorageError, "lmdb failed to write below a savepoint: injected"),
     (_open_a_savepoint, StorageError, "lmdb failed to open a savepoint: injected"),
-], ids=["read", "scan", "count", "write", "write two tables", "full disk", "below a savepoint",
+], ids=["read", "read rows", "scan", "count", "write", "write two tables", "full disk", "below a savepoint",
         "open a savepoint"])
 def test_an_lmdb_failure_is_a_typed_error_naming_the_step_and_the_cause(
         tmp_path: Path, step: Callable[[LmdbTables], None], error: type[StorageError],
@@ -459,6 +465,17 @@ def test_a_record_that_fails_to_decode_is_named_by_its_table_and_key(raw: bytes)
     assert damaged.value.details == {"db": "counters", "key": b"k"}
     assert damaged.value.message.startswith(
         "cannot decode a int in database 'counters' at key b'k': ")
+
+
+def test_a_damaged_row_read_with_others_is_named_by_its_table_and_key(tmp_path: Path) -> None:
+    """``get_rows`` (a send's first reads) names a damaged row as ``get`` does."""
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    store.write_raw(Table.APPROVALS, b"k", b"not a record")
+    with pytest.raises(StoreDamaged) as damaged:
+        store.transact(lambda tx: cast(LmdbTxn, tx).tables.get_rows(
+            [(Table.SESSIONS, b"s"), (Table.APPROVALS, b"k")]))
+    assert damaged.value.details == {"db": Table.APPROVALS, "key": b"k"}
+    store.close()
 
 
 @pytest.fixture
