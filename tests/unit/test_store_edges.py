@@ -442,8 +442,8 @@ def _open_a_savepoint(tables: LmdbTables) -> None:
      "free space, then retry"),
     (_below_a_savepoint, StorageError, "lmdb failed to write below a savepoint: injected"),
     (_open_a_savepoint, StorageError, "lmdb failed to open a savepoint: injected"),
-], ids=["read", "read rows", "scan", "count", "write", "write two tables", "full disk", "below a savepoint",
-        "open a savepoint"])
+], ids=["read", "read rows", "scan", "count", "write", "write two tables", "full disk",
+        "below a savepoint", "open a savepoint"])
 def test_an_lmdb_failure_is_a_typed_error_naming_the_step_and_the_cause(
         tmp_path: Path, step: Callable[[LmdbTables], None], error: type[StorageError],
         said: str) -> None:
