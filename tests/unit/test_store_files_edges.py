@@ -222,14 +222,19 @@ def test_a_new_store_is_private_from_its_first_open_under_the_usual_umask(
                                        OWNER_FILE: 0o600}
 
 
-def test_a_directory_open_to_others_that_holds_no_store_is_refused_and_left_as_it_was(
-        tmp_path: Path) -> None:
-    """Only a directory holding a store (its ``data.mdb``) is treemail's to make private."""
-    directory = tmp_path / "home"
+def not_treemails(directory: Path) -> Path:
+    """A directory open to others (0755) holding a user's file (0644), and no store."""
     directory.mkdir()
     directory.chmod(0o755)
     (directory / "notes.txt").write_text("the user's own\n")
     (directory / "notes.txt").chmod(0o644)
+    return directory
+
+
+def test_a_directory_open_to_others_that_holds_no_store_is_refused_and_left_as_it_was(
+        tmp_path: Path) -> None:
+    """Only a directory holding a store (its ``data.mdb``) is treemail's to make private."""
+    directory = not_treemails(tmp_path / "home")
     with pytest.raises(StoreNotPrivate) as refused:
         LmdbStore.open(directory, sync=False)
     assert "holds files that are not treemail's" in refused.value.message
