@@ -15,6 +15,7 @@ import pytest
 
 import treemail
 from tests.daemon.conftest import DaemonProcess, run
+from tests.unit.test_store_files_edges import not_treemails
 from treemail.adapters.daemon.registered import REGISTERED_DIR
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.adapters.store.private import private_dir, private_files
@@ -106,10 +107,7 @@ def test_a_data_directory_left_open_to_others_is_repaired_and_said(tmp_path: Pat
 
 def test_a_directory_that_is_not_treemails_is_refused_and_left_as_it_was(
         tmp_path: Path) -> None:
-    data = tmp_path / "home"
-    data.mkdir()
-    data.chmod(0o755)
-    (data / "notes.txt").write_text("the user's own\n")
+    data = not_treemails(tmp_path / "home")
     done = subprocess.run(
         [sys.executable, "-m", "treemail", "daemon", "--data-dir", str(data)],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)

@@ -153,6 +153,14 @@ def test_a_map_at_its_bound_is_a_store_full_naming_the_store(tmp_path: Path) -> 
     assert full.value.details == {"path": path}
 
 
+def test_a_map_bound_below_the_first_map_is_refused_before_anything_is_made(
+        tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as refused:
+        LmdbStore.open(tmp_path / "db", map_size=1 << 20, max_map_size=1 << 16)
+    assert str(refused.value) == "max_map_size 65536 is below map_size 1048576"
+    assert not (tmp_path / "db").exists()
+
+
 def test_the_map_doubles_as_it_grows(tmp_path: Path) -> None:
     store = LmdbStore.open(tmp_path / "db", sync=False, map_size=1 << 16,
                            max_map_size=1 << 26)
@@ -381,11 +389,17 @@ def _read(tables: LmdbTables) -> None:
     tables.get(Table.SESSIONS, b"s")
 
 
+def _read_rows(tables: LmdbTables) -> None:
+    tables.stack[-1] = _failing(tables.stack[-1], "get", lmdb.Error("injected"))
+    tables.get_rows([(Table.SESSIONS, b"s")])
+
+
 # A flush of puts only reaches LMDB through a cursor's ``putmulti``: failing the cursor fails
-# the write.
-def _write(error: lmdb.Error) -> Callable[[LmdbTables], None]:
+# the write. A flush of rows of several tables names each of them.
+def _write(error: lmdb.Error, *changed: Table) -> Callable[[LmdbTables], None]:
     def write(tables: LmdbTables) -> None:
-        tables.put(Table.RUNS, b"r", "a run")
+        for table in changed or (Table.RUNS,):
+            tables.put(table, b"r", "a row")
         tables.stack[-1] = _failing(tables.stack[-1], "cursor", error)
         tables.flush()
     return write
@@ -417,15 +431,19 @@ def _open_a_savepoint(tables: LmdbTables) -> None:
 
 @pytest.mark.parametrize(("step", "error", "said"), [
     (_read, StorageError, "lmdb failed to read sessions: injected"),
+    (_read_rows, StorageError, "lmdb failed to read sessions: injected"),
     (_scan, StorageError, "lmdb failed to scan runs: injected"),
     (_count, StorageError, "lmdb failed to count feed: injected"),
     (_write(lmdb.Error("injected")), StorageError, "lmdb failed to write runs: injected"),
+    (_write(lmdb.Error("injected"), Table.RUNS, Table.APPROVALS), StorageError,
+     "lmdb failed to write runs, approvals: injected"),
     (_write(lmdb.DiskError("injected")), StoreFull,
      "the disk holding the store is full (injected): nothing of this operation was stored; "
      "free space, then retry"),
     (_below_a_savepoint, StorageError, "lmdb failed to write below a savepoint: injected"),
     (_open_a_savepoint, StorageError, "lmdb failed to open a savepoint: injected"),
-], ids=["read", "scan", "count", "write", "full disk", "below a savepoint", "open a savepoint"])
+], ids=["read", "read rows", "scan", "count", "write", "write two tables", "full disk",
+        "below a savepoint", "open a savepoint"])
 def test_an_lmdb_failure_is_a_typed_error_naming_the_step_and_the_cause(
         tmp_path: Path, step: Callable[[LmdbTables], None], error: type[StorageError],
         said: str) -> None:
@@ -449,6 +467,17 @@ def test_a_record_that_fails_to_decode_is_named_by_its_table_and_key(raw: bytes)
         "cannot decode a int in database 'counters' at key b'k': ")
 
 
+def test_a_damaged_row_read_with_others_is_named_by_its_table_and_key(tmp_path: Path) -> None:
+    """``get_rows`` (a send's first reads) names a damaged row as ``get`` does."""
+    store = LmdbStore.open(tmp_path / "db", sync=False)
+    store.write_raw(Table.APPROVALS, b"k", b"not a record")
+    with pytest.raises(StoreDamaged) as damaged:
+        store.transact(lambda tx: cast(LmdbTxn, tx).tables.get_rows(
+            [(Table.SESSIONS, b"s"), (Table.APPROVALS, b"k")]))
+    assert damaged.value.details == {"db": Table.APPROVALS, "key": b"k"}
+    store.close()
+
+
 @pytest.fixture
 def held(tmp_path: Path) -> Iterator[LmdbStore]:
     store = LmdbStore.open(tmp_path / "db", sync=False)
@@ -465,6 +494,19 @@ def test_the_owner_s_description_is_what_a_refused_writer_is_told(
     assert "is in use by daemon (pid " in refused.value.message
     assert refused.value.message.endswith(", socket /run/t.sock); stop it first, or open the "
                                           "store read-only to look at it")
+
+
+def test_a_second_open_in_one_process_is_refused_naming_the_store_and_lmdb_s_reason(
+        held: LmdbStore, tmp_path: Path) -> None:
+    """LMDB opens an environment once per process: a reader opened beside this process's
+    writer is refused, typed, with the store's path and what LMDB said."""
+    path = str(tmp_path / "db")
+    with pytest.raises(StorageError) as refused:
+        LmdbStore.open(path, readonly=True)
+    assert type(refused.value) is StorageError
+    assert refused.value.message.startswith(f"cannot open the store at {path!r}: ")
+    assert "already open in this process" in refused.value.message  # LMDB's own words
+    assert refused.value.details == {"path": path}
 
 
 @pytest.mark.parametrize(("call", "to"), [

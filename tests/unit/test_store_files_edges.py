@@ -15,7 +15,7 @@ import pytest
 
 from treemail.adapters.store.lmdb_files import DATA_FILE, OWNER_FILE, Header, check_data_file
 from treemail.adapters.store.lmdb_store import LmdbStore
-from treemail.core.errors import StoreDamaged, StoreLocked, StoreMissing
+from treemail.core.errors import StoreDamaged, StoreLocked, StoreMissing, StoreNotPrivate
 
 MAGIC, VERSION = 0xBEEFC0DE, 1
 
@@ -202,3 +202,40 @@ def test_an_owner_file_in_any_state_still_gives_a_refusal_that_reads(
     assert (refused.details["pid"], refused.details["holder"]) == (pid, holder)
     assert f"(pid {pid}" in refused.message
     LmdbStore.open(directory, sync=False).close()  # the lock went with the descriptor
+
+
+def _modes(directory: Path) -> dict[str, int]:
+    return {path.name: path.stat().st_mode & 0o777 for path in [directory, *directory.iterdir()]}
+
+
+def test_a_new_store_is_private_from_its_first_open_under_the_usual_umask(
+        tmp_path: Path) -> None:
+    """LMDB creates ``data.mdb`` and ``lock.mdb`` itself, with the mode the store gives it:
+    0644 by LMDB's default under umask 022, readable by every local user until the next
+    open repaired it."""
+    old = os.umask(0o022)
+    try:
+        LmdbStore.open(tmp_path / "db", sync=False).close()
+    finally:
+        os.umask(old)
+    assert _modes(tmp_path / "db") == {"db": 0o700, DATA_FILE: 0o600, "lock.mdb": 0o600,
+                                       OWNER_FILE: 0o600}
+
+
+def not_treemails(directory: Path) -> Path:
+    """A directory open to others (0755) holding a user's file (0644), and no store."""
+    directory.mkdir()
+    directory.chmod(0o755)
+    (directory / "notes.txt").write_text("the user's own\n")
+    (directory / "notes.txt").chmod(0o644)
+    return directory
+
+
+def test_a_directory_open_to_others_that_holds_no_store_is_refused_and_left_as_it_was(
+        tmp_path: Path) -> None:
+    """Only a directory holding a store (its ``data.mdb``) is treemail's to make private."""
+    directory = not_treemails(tmp_path / "home")
+    with pytest.raises(StoreNotPrivate) as refused:
+        LmdbStore.open(directory, sync=False)
+    assert "holds files that are not treemail's" in refused.value.message
+    assert _modes(directory) == {"home": 0o755, "notes.txt": 0o644}  # nothing made, no chmod

@@ -71,8 +71,33 @@ def test_an_lmdb_directory_without_treemail_tables_is_refused_to_a_reader(
     lmdb.open(str(tmp_path / "s")).close()
     with pytest.raises(StoreDamaged) as refused:
         LmdbStore.open(tmp_path / "s", readonly=True)
-    assert "not a treemail store" in str(refused.value)
-    assert refused.value.details["path"] == str(tmp_path / "s")
+    path = str(tmp_path / "s")
+    assert refused.value.message == (
+        f"{path!r} holds an LMDB file but not a treemail store (a table is missing)")
+    assert refused.value.details["path"] == path
+
+
+@pytest.mark.parametrize("readonly", [True, False], ids=["reader", "writer"])
+def test_an_lmdb_file_with_a_plain_key_where_a_table_belongs_is_refused_typed(
+        tmp_path: Path, readonly: bool) -> None:
+    """Another program's LMDB file whose main database holds a plain ``rows`` key, where the
+    store's table is a database: LMDB refuses to open it as one. A reader was given LMDB's
+    own ``IncompatibleError``; both are told, typed, which store and why."""
+    directory = tmp_path / "s"
+    env = lmdb.open(str(directory))
+    with env.begin(write=True) as tx:
+        tx.put(b"rows", b"not a database")
+    env.close()
+    with pytest.raises(StorageError) as refused:
+        LmdbStore.open(directory, readonly=readonly, sync=False)
+    path = str(directory)
+    assert type(refused.value) is StorageError
+    assert refused.value.message.startswith(f"cannot open the store at {path!r}: ")
+    assert "MDB_INCOMPATIBLE" in refused.value.message  # LMDB's reason
+    assert refused.value.details == {"path": path}
+    with pytest.raises(StorageError) as again:  # the refused open closed its environment
+        LmdbStore.open(directory, readonly=readonly, sync=False)
+    assert again.value.message == refused.value.message
 
 
 def test_an_empty_pre_checksum_store_is_opened_by_a_writer_as_a_new_one(

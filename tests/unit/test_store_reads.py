@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -24,7 +24,7 @@ from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core import keys
 from treemail.core.engine import Engine
 from treemail.core.keys import CounterName, Table
-from treemail.core.records import Session
+from treemail.core.records import Approval, Session
 from treemail.core.runs import Request
 from treemail.core.store import WriteTxn
 from treemail.testing.store_sample import session
@@ -231,4 +231,61 @@ def test_a_tally_written_beside_a_row_of_its_key_is_read_back_without_a_decode(
     assert store.transact(lambda tx: tx.append("s", "Note", {})).seq == 2
     assert traffic.reads[Table.TALLY] == 1
     assert traffic.decoded[(Table.TALLY, keys.identity("s"))] == 0
+    store.close()
+
+
+def test_the_written_tallies_kept_are_bounded_and_rewriting_a_kept_one_keeps_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, traffic: Traffic) -> None:
+    """The process keeps the written bytes of up to ``_WRITTEN_LIMIT`` sessions' tallies,
+    then starts afresh: a new session's tally past the bound empties the memory, a tally it
+    already keeps (every send rewrites its recipient's) does not."""
+    monkeypatch.setattr(lmdb_txn, "_WRITTEN_TALLIES", {})  # none of the other tests' sessions
+    monkeypatch.setattr(lmdb_txn, "_WRITTEN_LIMIT", 2)
+    store = LmdbStore.open(tmp_path, sync=False)
+
+    def note(*names: str) -> Callable[[WriteTxn], None]:
+        def work(tx: WriteTxn) -> None:
+            for name in names:
+                tx.append(name, "Note", {})
+        return work
+
+    def kept() -> list[bytes]:
+        return sorted(lmdb_txn._WRITTEN_TALLIES)
+
+    s1, s2, s3 = (keys.identity(name) for name in ("s1", "s2", "s3"))
+    store.transact(note("s1", "s2"))
+    assert kept() == [s1, s2]
+    traffic.clear()
+    store.transact(note("s1", "s2"))  # both tallies read back as written: no decode
+    assert traffic.reads[Table.TALLY] == 2
+    assert traffic.decoded[(Table.TALLY, s1)] == traffic.decoded[(Table.TALLY, s2)] == 0
+    assert kept() == [s1, s2]  # rewritten at the bound: each already kept
+    store.transact(note("s3"))
+    assert kept() == [s3]  # a third session's: the memory starts afresh
+    store.close()
+
+
+def test_rows_read_together_are_decoded_once_if_steady_and_afresh_if_not(
+        tmp_path: Path, traffic: Traffic) -> None:
+    """``get_rows`` keeps a session's decoded record across transactions by its bytes, as
+    ``get`` does; a row that changes (an approval, here) is decoded and checked afresh."""
+    store = LmdbStore.open(tmp_path, sync=False)
+    sid, aid = keys.identity("s"), keys.identity("a1")
+
+    def work(tx: WriteTxn) -> None:
+        tx.put_session(session("s", "s", None, 1))
+        tx.put_approval(Approval("a1", "s", "r", "a1", "send_message", {}, "ask"))
+
+    store.transact(work)
+    rows = [(Table.SESSIONS, sid), (Table.APPROVALS, aid)]
+
+    def read(tx: WriteTxn) -> list[Any]:
+        return cast(lmdb_txn.LmdbTxn, tx).tables.get_rows(rows)
+
+    store.transact(read)
+    traffic.clear()
+    found = store.transact(read)
+    assert [found[0].session_id, found[1].approval_id] == ["s", "a1"]
+    assert traffic.decoded[(Table.SESSIONS, sid)] == 0
+    assert traffic.decoded[(Table.APPROVALS, aid)] == 1
     store.close()

@@ -65,13 +65,19 @@ T = TypeVar("T")
 MiB = 1 << 20
 
 
+def _cannot_open(directory: Path, exc: lmdb.Error) -> StorageError:
+    """LMDB refused to open the store or its tables: typed, naming the store and LMDB's
+    reason, for a reader as for the writer."""
+    return StorageError(f"cannot open the store at {str(directory)!r}: {exc}",
+                        path=str(directory))
+
+
 def _lmdb_open(directory: Path, **options: object) -> lmdb.Environment:
     try:
         return lmdb.open(str(directory), max_dbs=MAX_DBS, subdir=True, create=False,
                          **options)  # type: ignore[arg-type]
     except lmdb.Error as exc:
-        raise StorageError(f"cannot open the store at {str(directory)!r}: {exc}",
-                           path=str(directory)) from exc
+        raise _cannot_open(directory, exc) from exc
 
 
 def _open_tables(env: lmdb.Environment, directory: Path, *, write: bool) -> Any:
@@ -86,8 +92,7 @@ def _open_tables(env: lmdb.Environment, directory: Path, *, write: bool) -> Any:
                            "(a table is missing)", path=str(directory)) from None
     except lmdb.Error as exc:
         env.close()
-        raise StorageError(f"cannot open the store at {str(directory)!r}: {exc}",
-                           path=str(directory)) from exc
+        raise _cannot_open(directory, exc) from exc
 
 
 def _table_rows(txn: Txn, db: Db, table: Table) -> Iterator[tuple[bytes, bytes]]:
@@ -251,6 +256,9 @@ class LmdbStore:
         env = _lmdb_open(directory, map_size=header.map_size, readonly=True, lock=locked)
         try:
             check_readable(env, directory)
+        except lmdb.Error as exc:  # a foreign LMDB file's main database, say (see the test)
+            env.close()
+            raise _cannot_open(directory, exc) from exc
         except BaseException:
             env.close()
             raise

@@ -247,11 +247,14 @@ class LmdbTables:
 
     def flush(self) -> None:
         """Write every changed row to LMDB (one pass over every table's rows: a send
-        changes six tables, and a pass per table cost more calls than its writes)."""
+        changes six tables, and a pass per table cost more calls than its writes).
+
+        Only two callers flush, neither with a savepoint open that lacks its nested
+        transaction: the commit (no savepoint open) and a nested savepoint's exit. So every
+        row goes where an open savepoint can undo it without a ``_nest`` here."""
         if not self.dirty:
             return
-        if self.savepoints and not self.savepoints[-1].nested:
-            self._nest()  # the rows go where the open savepoints can undo them
+        assert not self.savepoints or self.savepoints[-1].nested  # see the docstring
         dirty, self.dirty = self.dirty, {}
         self._write(dirty)
 
