@@ -70,7 +70,8 @@ class ReadTxn(Protocol):
     def recall(self, key: IdempotencyKey | ProducerKey) -> SendResult | None: ...
     def tool_call(self, session_id: str, run_id: str, key: IdempotencyKey) -> CallContext:
         """``session(session_id)``, ``run(run_id)`` and ``recall(key)``, in one read: what
-        every send reads first."""
+        every send reads first. The call id of ``key`` must be ``ids.storable`` (a send
+        checks it first): it is its replay row's key part as it is, not checked again."""
         ...
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
         """The session's events with ``seq > after``, in order."""
@@ -288,8 +289,8 @@ class Indexed:
         return found
 
     def tool_call(self, session_id: str, run_id: str, key: IdempotencyKey) -> CallContext:
-        try:  # as ``recall`` keys it
-            raw: bytes | None = keys.call_replay(key)
+        try:  # as ``recall`` keys it, the call id checked by the caller (see the port)
+            raw: bytes | None = keys.storable_call_replay(key)
         except (StorageError, UnicodeEncodeError):
             raw = None
         session_key, run_key = keys.lookup(session_id), keys.lookup(run_id)
