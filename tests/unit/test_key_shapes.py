@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from treemail.core import keys
-from treemail.core.ids import MAX_REFERENCE, storable
+from treemail.core.ids import MAX_REFERENCE, canonical_uuid, storable
 from treemail.core.keys import NUMBERED, Table
 from treemail.core.records import IdempotencyKey
 
@@ -31,3 +31,11 @@ def test_a_numbered_rows_stored_key_is_its_tag_before_its_number(
     assert key[:-8] + NUMBERED[table] + key[-8:] == keys.stored_key(table, key)
     assert keys.logical_key(keys.stored_key(table, key)) == (table, key)
 
+
+def test_a_uuid_spelling_is_remembered_as_it_was_answered() -> None:
+    upper = SESSION.upper()
+    for _ in range(2):  # the second answer comes from what the first kept
+        assert canonical_uuid(upper) == SESSION
+        assert canonical_uuid(SESSION) == SESSION
+        assert canonical_uuid(SESSION + "\n") is None
+        assert canonical_uuid("worker_00000001") is None

@@ -188,3 +188,14 @@ def test_of_refuses_a_bad_action() -> None:
     with pytest.raises(AgentDocError) as caught:
         Rules.of({"child": "yes"})
     assert caught.value.details["field"] == "permissions.message.child"
+
+
+def test_a_decision_is_remembered_for_its_rule_set_alone() -> None:
+    """``decide`` remembers by the rule set's identity: another set, equal or not, made
+    while the first is kept, gets its own answer."""
+    allow, deny = Rules.of({"*": "allow"}), Rules.of({"*": "deny"})
+    for _ in range(2):
+        assert allow.decide("child") is Action.ALLOW
+        assert deny.decide("child") is Action.DENY
+        assert Rules.of({"*": "allow"}).decide("child") is Action.ALLOW
+        assert Rules.of({"child": "ask"}).decide("child") is Action.ASK
