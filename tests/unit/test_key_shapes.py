@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from treemail.core import keys
+from treemail.core import ids, keys
 from treemail.core.ids import MAX_REFERENCE, canonical_uuid, storable
 from treemail.core.keys import NUMBERED, Table
 from treemail.core.records import IdempotencyKey
@@ -39,3 +39,12 @@ def test_a_uuid_spelling_is_remembered_as_it_was_answered() -> None:
         assert canonical_uuid(SESSION) == SESSION
         assert canonical_uuid(SESSION + "\n") is None
         assert canonical_uuid("worker_00000001") is None
+
+
+def test_a_full_memory_of_uuid_spellings_starts_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ids, "_CANONICAL_LIMIT", 2)
+    monkeypatch.setattr(ids, "_CANONICAL", {})
+    spellings = [f"0000000{n}-0000-4000-8000-00000000000A" for n in range(5)]
+    for _ in range(2):
+        assert [canonical_uuid(s) for s in spellings] == [s.lower() for s in spellings]
+    assert 0 < len(ids._CANONICAL) <= 2

@@ -73,13 +73,17 @@ _CANONICAL_LIMIT = 1 << 12
 
 def canonical_uuid(reference: str) -> str | None:
     """The lower-case UUID ``reference`` spells, or ``None`` when it is not a UUID."""
-    if reference in _CANONICAL:  # a membership test is no call, unlike ``.get``
-        return _CANONICAL[reference]
+    global _CANONICAL
+    known = _CANONICAL
+    if reference in known:  # a membership test is no call, unlike ``.get``
+        return known[reference]
     if _UUID_RE.fullmatch(reference) is None:  # `$` alone lets a trailing "\n" through
         return None
-    if len(_CANONICAL) >= _CANONICAL_LIMIT:
-        _CANONICAL.clear()
-    canonical = _CANONICAL[reference] = reference.lower()
+    if len(known) >= _CANONICAL_LIMIT:
+        # A new dict, not the old one cleared: a thread between its membership test and its
+        # lookup holds the old one, where its entry still is.
+        _CANONICAL = known = {}
+    canonical = known[reference] = reference.lower()
     return canonical
 
 

@@ -88,13 +88,16 @@ class Rules:
         # reused while the entry stands): a session's rules are one record across its sends
         # (a store decodes a steady row once), and ``_decide``'s key hashes every rule, two
         # calls each (attrs' ``__hash__`` and ``hash``), at every decision.
-        key = (id(self), label)
-        if key in _DECIDED and _DECIDED[key][0] is self:  # membership: no call
-            return _DECIDED[key][1]
-        if len(_DECIDED) >= _DECIDED_LIMIT:
-            _DECIDED.clear()
+        global _DECIDED
+        key, decided = (id(self), label), _DECIDED
+        if key in decided and decided[key][0] is self:  # membership: no call
+            return decided[key][1]
         action = _decide(self.rules, label)
-        _DECIDED[key] = (self, action)
+        if len(decided) >= _DECIDED_LIMIT:
+            # A new dict, not the old one cleared: a thread between its membership test and
+            # its lookup holds the old one, where its entry still is.
+            _DECIDED = decided = {}
+        decided[key] = (self, action)
         return action
 
     @property
