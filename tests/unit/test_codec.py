@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from treemail.adapters.store.codec import decode, encode
+from treemail.adapters.store.codec import decode, encode, encode_rows
 from treemail.adapters.store.lmdb_store import LmdbStore
 from treemail.core import keys
 from treemail.core.errors import StoreDamaged
@@ -133,3 +133,20 @@ def test_decoding_is_strict_and_names_the_record(payload: bytes, reason: str) ->
     with pytest.raises(StoreDamaged, match=reason) as caught:
         decode(Run, encode(payload, b"r1"), db="runs", key=b"r1")
     assert "a Run in database 'runs' at key b'r1'" in caught.value.message
+
+
+def test_a_flush_encodes_each_row_as_encode_does() -> None:
+    """``encode_rows`` encodes a flush's records in one encoder call, as JSON lines, and
+    splits them at their newlines: each row's bytes are still ``encode``'s, newlines and
+    other control characters inside strings, raw bytes holding a newline, and deletes
+    among them."""
+    odd = Message("m\n2", S, None, Owner.USER, "line\nnext\r\x00\u2028 \U0001f600", Mode.QUEUE,
+                  0, 1)
+    rows: list[tuple[bytes, bytes, object]] = [
+        (b"w" + bytes([n]), key, value) for n, (_, key, value, _) in enumerate(WRITTEN_BEFORE)]
+    rows += [(b"odd", b"m\n2", odd), (b"raw", b"f\n", b"\x00\n\xff\n"), (b"gone", b"k", None),
+             (b"text", b"t", "a\nb"), (b"number", b"n", 7)]
+    assert encode_rows(rows) == [
+        (where, None if value is None else encode(value, key)) for where, key, value in rows]
+    assert encode_rows(rows[-1:]) == [(b"number", encode(7, b"n"))]
+    assert encode_rows([]) == []

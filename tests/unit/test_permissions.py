@@ -188,3 +188,27 @@ def test_of_refuses_a_bad_action() -> None:
     with pytest.raises(AgentDocError) as caught:
         Rules.of({"child": "yes"})
     assert caught.value.details["field"] == "permissions.message.child"
+
+
+def test_a_decision_is_remembered_for_its_rule_set_alone() -> None:
+    """``decide`` remembers by the rule set's identity: another set, equal or not, made
+    while the first is kept, gets its own answer."""
+    allow, deny = Rules.of({"*": "allow"}), Rules.of({"*": "deny"})
+    for _ in range(2):
+        assert allow.decide("child") is Action.ALLOW
+        assert deny.decide("child") is Action.DENY
+        assert Rules.of({"*": "allow"}).decide("child") is Action.ALLOW
+        assert Rules.of({"child": "ask"}).decide("child") is Action.ASK
+
+
+def test_a_full_memory_of_decisions_starts_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    from treemail.core import permissions
+
+    monkeypatch.setattr(permissions, "_DECIDED_LIMIT", 3)
+    monkeypatch.setattr(permissions, "_DECIDED", {})
+    sets = [Rules.of({"*": "allow"}), Rules.of({"*": "deny"})] * 3
+    for _ in range(2):
+        for rules, expected in zip(sets, [Action.ALLOW, Action.DENY] * 3, strict=True):
+            assert rules.decide("child") is expected
+            assert rules.decide("parent") is expected
+    assert 0 < len(permissions._DECIDED) <= 3

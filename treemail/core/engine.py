@@ -212,7 +212,7 @@ class Engine:
                 runs.reconcile(tx, self.ids, sent.recipient)
             return sent.result
 
-        return self._transact(work)
+        return self.store.transact(work)  # ``_transact`` written out: every send's
 
     def grant(self, scope: str, subject: str, label: str) -> None:
         """Record the user's approval of send_message to ``label`` peers.

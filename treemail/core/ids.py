@@ -64,11 +64,27 @@ def storable(reference: str) -> bool:
                  or len(reference.encode("utf-8")) <= MAX_REFERENCE))
 
 
+# The references found to spell a UUID, each with its lower-case spelling: a send names the
+# same few peers over and over, and matching and lowering one cost two calls at every send.
+# Only UUIDs are kept (36 characters each), so a model's odd references cannot fill it.
+_CANONICAL: dict[str, str] = {}
+_CANONICAL_LIMIT = 1 << 12
+
+
 def canonical_uuid(reference: str) -> str | None:
     """The lower-case UUID ``reference`` spells, or ``None`` when it is not a UUID."""
+    global _CANONICAL
+    known = _CANONICAL
+    if reference in known:  # a membership test is no call, unlike ``.get``
+        return known[reference]
     if _UUID_RE.fullmatch(reference) is None:  # `$` alone lets a trailing "\n" through
         return None
-    return reference.lower()
+    if len(known) >= _CANONICAL_LIMIT:
+        # A new dict, not the old one cleared: a thread between its membership test and its
+        # lookup holds the old one, where its entry still is.
+        _CANONICAL = known = {}
+    canonical = known[reference] = reference.lower()
+    return canonical
 
 
 def make_handle(agent_name: str, session_id: str) -> str:

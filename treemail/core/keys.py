@@ -31,6 +31,7 @@ from typing import NewType
 import attrs
 
 from treemail.core.errors import StorageError, StoreDamaged
+from treemail.core.ids import MAX_REFERENCE
 from treemail.core.records import (
     Approval,
     Event,
@@ -46,6 +47,7 @@ from treemail.core.records import (
 __all__ = [
     "HEADS",
     "MAX_KEY",
+    "NUMBERED",
     "OWNED",
     "SEP",
     "SEQ_LIMIT",
@@ -82,6 +84,7 @@ __all__ = [
     "runs_counter",
     "seq_bytes",
     "seq_counter",
+    "storable_call_replay",
     "stored_key",
     "stored_prefix",
     "table_of",
@@ -326,6 +329,18 @@ def call_replay(key: IdempotencyKey) -> bytes:
     return _owned(key.session_id) + _owned(key.run_id) + identity(key.tool_call_id)
 
 
+def storable_call_replay(key: IdempotencyKey) -> bytes:
+    """``call_replay`` of a key whose call id ``ids.storable`` passed, as every send's did
+    (``ReadTxn.tool_call``): printable, so without NUL, and at most ``MAX_REFERENCE`` bytes,
+    under ``MAX_KEY``, it passes ``identity``'s checks, so its UTF-8 is its key part. The id
+    is checked once, not twice, and a send's new call id, which ``identity``'s cache would
+    miss every time, does not push out an id that reads hit (two calls a send)."""
+    return _owned(key.session_id) + _owned(key.run_id) + key.tool_call_id.encode()
+
+
+assert MAX_REFERENCE <= MAX_KEY, "a storable id must pass identity's checks"
+
+
 def events_of(session_id: str) -> bytes:
     return _owned(session_id)
 
@@ -393,6 +408,13 @@ _BY_TAG = {tag[0]: table for table, tag in _TAGS.items()}
 # ``HEADS[table] + key`` (``stored_key``, without a call).
 HEADS: Mapping[Table, bytes] = {table: SEP + tag for table, tag in _TAGS.items()
                                 if table not in OWNED}
+# The session's rows keyed by its id, SEP and an 8-byte number (``pending``, ``event``,
+# ``tree``), and their tags: such a row ``key`` is stored at ``key[:-8] + NUMBERED[table] +
+# key[-8:]``, the owner and SEP being all but the number (no search for SEP). A send writes
+# two of them under new keys, which ``stored_key``'s cache would miss (and drop a key that
+# reads hit), so a flush builds them from this, without a call.
+NUMBERED: Mapping[Table, bytes] = {table: _TAGS[table]
+                                   for table in (Table.EVENTS, Table.PENDING, Table.TREE)}
 
 
 # Cached: a send reads and writes the same few rows of its sessions, run and tally every time.
@@ -402,17 +424,12 @@ def stored_key(table: Table, key: bytes) -> bytes:
     tag = _TAGS[table]
     if table is Table.TALLY:
         return key + SEP + tag
-    if table in _NUMBERED:  # the owner and SEP are all but the number: no search for SEP
+    if table in NUMBERED:
         return key[:-8] + tag + key[-8:]
     if table in OWNED:
         cut = key.index(SEP) + 1
         return key[:cut] + tag + key[cut:]
     return SEP + tag + key
-
-
-# The session's rows keyed by its id, SEP and an 8-byte number (``pending``, ``event``,
-# ``tree``): a send writes two of them under new keys, which ``stored_key``'s cache misses.
-_NUMBERED = frozenset((Table.EVENTS, Table.PENDING, Table.TREE))
 
 
 def stored_prefix(table: Table, prefix: bytes) -> bytes:

@@ -84,12 +84,31 @@ class Rules:
 
     def decide(self, label: str) -> Action:
         """The action for ``label``: the most specific matching rule, else deny."""
-        return _decide(self.rules, label)
+        # Remembered by this rule set's identity (the entry keeps it alive, so the id is not
+        # reused while the entry stands): a session's rules are one record across its sends
+        # (a store decodes a steady row once), and ``_decide``'s key hashes every rule, two
+        # calls each (attrs' ``__hash__`` and ``hash``), at every decision.
+        global _DECIDED
+        key, decided = (id(self), label), _DECIDED
+        if key in decided and decided[key][0] is self:  # membership: no call
+            return decided[key][1]
+        action = _decide(self.rules, label)
+        if len(decided) >= _DECIDED_LIMIT:
+            # A new dict, not the old one cleared: a thread between its membership test and
+            # its lookup holds the old one, where its entry still is.
+            _DECIDED = decided = {}
+        decided[key] = (self, action)
+        return action
 
     @property
     def visible(self) -> bool:
         """send_message is shown to the model only when some rule could let a send through."""
         return any(rule.action is not Action.DENY for rule in self.rules)
+
+
+# The decisions of the rule sets in use, by the set's identity and the label (``decide``).
+_DECIDED: dict[tuple[int, str], tuple[Rules, Action]] = {}
+_DECIDED_LIMIT = 1024
 
 
 # Every send decides once; the rule sets and labels in use are few, and a decision depends

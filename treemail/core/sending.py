@@ -459,5 +459,6 @@ def _accept(
                       args.mode, attempt.run.base_hop + 1, attempt.counts[0] + 1, aged=now)
     result = SendResult(message.message_id, effective, state, attempt.digest)
     assert attempt.key is not None
-    tx.accept_mail(message, events.ACCEPTED, events.accepted_data(message), attempt.key, result)
+    tx.accept_mail(message, events.ACCEPTED, events.accepted_data(message), attempt.key, result,
+                   attempt.counts)
     return result

@@ -70,7 +70,8 @@ class ReadTxn(Protocol):
     def recall(self, key: IdempotencyKey | ProducerKey) -> SendResult | None: ...
     def tool_call(self, session_id: str, run_id: str, key: IdempotencyKey) -> CallContext:
         """``session(session_id)``, ``run(run_id)`` and ``recall(key)``, in one read: what
-        every send reads first."""
+        every send reads first. The call id of ``key`` must be ``ids.storable`` (a send
+        checks it first): it is its replay row's key part as it is, not checked again."""
         ...
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
         """The session's events with ``seq > after``, in order."""
@@ -99,10 +100,11 @@ class WriteTxn(ReadTxn, Protocol):
         ...
     def remember(self, key: IdempotencyKey | ProducerKey, result: SendResult) -> None: ...
     def accept_mail(self, message: Message, kind: str, data: Mapping[str, object],
-                    key: IdempotencyKey, result: SendResult) -> None:
+                    key: IdempotencyKey, result: SendResult, counts: MailCounts) -> None:
         """A send's writes in one step, the same as ``put_message(message)``, ``add`` 1 to
         its recipient's seq, inbox and pair counters, ``append`` and ``remember``: for new
-        agent mail (a new id; its seq ``mail_counts(...)[0] + 1``)."""
+        agent mail (a new id; its seq ``counts[0] + 1``), where ``counts`` is what
+        ``mail_counts(recipient, sender)`` read in this transaction, unchanged since."""
         ...
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
         """Append to the session's log and to the global feed, in one step."""
@@ -288,8 +290,8 @@ class Indexed:
         return found
 
     def tool_call(self, session_id: str, run_id: str, key: IdempotencyKey) -> CallContext:
-        try:  # as ``recall`` keys it
-            raw: bytes | None = keys.call_replay(key)
+        try:  # as ``recall`` keys it, the call id checked by the caller (see the port)
+            raw: bytes | None = keys.storable_call_replay(key)
         except (StorageError, UnicodeEncodeError):
             raw = None
         session_key, run_key = keys.lookup(session_id), keys.lookup(run_id)
@@ -378,19 +380,20 @@ class Indexed:
         self._t.put(Table.REPLAY, keys.replay(key), result)
 
     def accept_mail(self, message: Message, kind: str, data: Mapping[str, object],
-                    key: IdempotencyKey, result: SendResult) -> None:
+                    key: IdempotencyKey, result: SendResult, counts: MailCounts) -> None:
         # The general path reads the recipient's tally four times and writes it four times,
         # looks for an older version of the new message, and keys the counters by name; here
-        # the tally is read once and written once, every key is built once.
+        # the tally is read once and written once, every key is built once, and the inbox
+        # and pair counts are the ones the inbox guard read, not looked up again (two calls).
         recipient, seq = message.recipient, message.seq
         owner = keys.identity(recipient)
         tally: Tally = self._t.get(Table.TALLY, owner) or _NO_TALLY
-        counters = dict(tally.counters)  # a new row: the stored one may be shared (fork)
-        pair = f"{_PAIR_SLOT}/{message.sender}"
-        # Counts of pending mail, one more each: a count added to never reaches 0 (``_bump``).
-        counters[_SEQ_SLOT] = seq
-        counters[_INBOX_SLOT] = counters.get(_INBOX_SLOT, 0) + 1
-        counters[pair] = counters.get(pair, 0) + 1
+        _, inbox, pair_count = counts
+        # A new row (the stored one may be shared: fork), its slots in the order the
+        # general path leaves them. Counts of pending mail, one more each: a count added to
+        # never reaches 0 (``_bump``).
+        counters = {**tally.counters, _SEQ_SLOT: seq, _INBOX_SLOT: inbox + 1,
+                    f"{_PAIR_SLOT}/{message.sender}": pair_count + 1}
         recalled, replay_key = self._recalled
         if recalled is not key or not replay_key:
             replay_key = keys.call_replay(key)

@@ -71,12 +71,12 @@ def _sends(tx: WriteTxn, general: bool) -> None:
     tx.add(keys.seq_counter(CHILD), 2)  # populate's mail to CHILD holds seqs 1 and 2
     tx.add(keys.inbox_counter(GHOST), -1)
     for n, (recipient, sender) in enumerate(((CHILD, ROOT), (CHILD, GHOST), (GHOST, ROOT))):
-        seq = tx.mail_counts(recipient, sender)[0] + 1
-        mail, data, key, result = _mail(n, recipient, sender, seq)
+        counts = tx.mail_counts(recipient, sender)
+        mail, data, key, result = _mail(n, recipient, sender, counts[0] + 1)
         if general:
             _general(tx, mail, data, key, result)
         else:
-            tx.accept_mail(mail, KIND, data, key, result)
+            tx.accept_mail(mail, KIND, data, key, result, counts)
 
 
 def _shown(tx: ReadTxn) -> dict[str, Any]:
@@ -128,7 +128,7 @@ class SendContract(StoreHarness):
             before = snapshot(tx), list(tx.feed()), tx.mail_counts(CHILD, ROOT)
             try:
                 with tx.savepoint() as inner:
-                    inner.accept_mail(mail, KIND, data, key, result)
+                    inner.accept_mail(mail, KIND, data, key, result, before[2])
                     assert inner.mail_counts(CHILD, ROOT) == (3, 3, 2)
                     raise Boom
             except Boom:

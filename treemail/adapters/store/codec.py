@@ -37,7 +37,9 @@ T = TypeVar("T")
 
 CHECKSUM_BYTES = 4
 
-_encode = msgspec.json.Encoder().encode
+_ENCODER = msgspec.json.Encoder()
+_encode = _ENCODER.encode
+_encode_lines = _ENCODER.encode_lines
 _crc32 = zlib.crc32
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
@@ -54,12 +56,23 @@ def encode(value: object, key: bytes) -> bytes:
 def encode_rows(
         rows: list[tuple[bytes, bytes, object]]) -> list[tuple[bytes, bytes | None]]:
     """``(where, encode(value, key))`` of each ``(where, key, value)``, None for a value of
-    None (a delete): a flush's rows encoded in one call, each costing its encoding and its
-    checksum and no call of its own."""
+    None (a delete): a flush's rows encoded in one call, its records in one encoding, each
+    row costing its checksum and no call of its own."""
+    if not rows:
+        return []
+    wheres, keys, values = zip(*rows, strict=True)
+    # Every value in one call of the encoder, as JSON lines, the same documents ``encode``
+    # writes: compact JSON writes a newline inside a string as an escape, so the lines are
+    # the values' documents in order. A raw value's line (bytes, as base64) and a delete's
+    # (``null``) go unused. A send's five records were five encoder calls; now two (the
+    # encoding and its split, whose last piece is the nothing after the last newline).
+    lines = _encode_lines(values).split(b"\n")[:-1]
+    # Strict: were a document ever to hold a newline, the line count would be off and the
+    # flush would fail here, not store one row's document under another's key.
     return [(where, None if value is None else
-             (body := value if type(value) is bytes else _encode(value))
+             (body := value if type(value) is bytes else line)
              + _crc32(key + body).to_bytes(CHECKSUM_BYTES, "big"))
-            for where, key, value in rows]
+            for where, key, value, line in zip(wheres, keys, values, lines, strict=True)]
 
 
 def payload(raw: bytes, *, db: str, key: bytes) -> bytes:

@@ -33,7 +33,15 @@ import lmdb
 
 from treemail.adapters.store.codec import decode, encode_rows
 from treemail.core.errors import StorageError, StoreFull
-from treemail.core.keys import HEADS, VALUE_KINDS, Table, Tally, stored_key, stored_prefix
+from treemail.core.keys import (
+    HEADS,
+    NUMBERED,
+    VALUE_KINDS,
+    Table,
+    Tally,
+    stored_key,
+    stored_prefix,
+)
 from treemail.core.store import Indexed, WriteTxn
 
 __all__ = ["Db", "LmdbTables", "LmdbTxn", "abort", "disk_full", "failure"]
@@ -271,11 +279,15 @@ class LmdbTables:
         pass, no call per row but its key's place and its encoding. A failure names
         ``where`` the rows went, else their tables."""
         seen = self.seen
-        # A row of a table keyed by its own id or number (a message, a feed entry: most of
-        # a send's rows are new) is stored under its table's head and its key, built here:
-        # ``stored_key``'s cache would miss it, and drop a key that reads hit.
-        rows = [(HEADS[table] + key if table in HEADS else stored_key(table, key), key,
-                 seen[(table, key)]) for table, changed in dirty.items() for key in changed]
+        # Most of a send's rows are new (its message, feed entry, event and pending entry),
+        # so their stored keys are built here, without a call: ``stored_key``'s cache would
+        # miss them and drop a key that reads hit. A row of a table keyed by its own id or
+        # number goes under its table's head; a session's numbered row has its tag put
+        # before its number (``keys.NUMBERED``). The tally and replay rows, read first, hit.
+        rows = [(HEADS[table] + key if table in HEADS
+                 else key[:-8] + NUMBERED[table] + key[-8:] if table in NUMBERED
+                 else stored_key(table, key), key, seen[(table, key)])
+                for table, changed in dirty.items() for key in changed]
         encoded = encode_rows(rows)
         for (_, raw), (_, key, value) in zip(encoded, rows, strict=True):
             # A tally's bytes are kept with it, for the next read (``_WRITTEN_TALLIES``).
