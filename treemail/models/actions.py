@@ -25,7 +25,8 @@ from treemail.core.results import CallOutcome
 from treemail.models.reference import Reference
 from treemail.models.world import SessionRecord
 
-__all__ = ["Action", "Move", "mail_owner", "outcome", "perform", "perform_move", "short"]
+__all__ = ["Action", "Move", "failed", "mail_owner", "outcome", "perform", "perform_move",
+           "short"]
 
 @attrs.frozen
 class Action:
@@ -170,11 +171,17 @@ def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
     """("ok", value) or ("error", code, candidates); any other exception is a crash."""
     try:
         return ("ok", _normal(call()))
-    except TreemailError as exc:
+    except Exception as exc:  # a crash on either side is a disagreement, reported as such
+        return failed(exc)
+
+
+def failed(exc: Exception) -> tuple[Any, ...]:
+    """``outcome`` of a call that raised ``exc``: ("error", code, candidates) for a refusal,
+    ("crash", what) for anything else."""
+    if isinstance(exc, TreemailError):
         found = exc.details.get("candidates")
         return ("error", exc.code, tuple(found) if isinstance(found, list | tuple) else ())
-    except Exception as exc:  # a crash on either side is a disagreement, reported as such
-        return ("crash", f"{type(exc).__name__}: {exc}")
+    return ("crash", f"{type(exc).__name__}: {exc}")
 
 
 Move = tuple[str, tuple[Any, ...]]  # an action's kind and arguments, without its label
