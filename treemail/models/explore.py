@@ -76,8 +76,14 @@ class Bounds:
     # smaller than the last: 6.5, 5.7, 4.8), and a fifth message grows with each level
     # (51,504 states to depth 7 against 39,777; 287,086 at level 8 against 157,012): depth
     # 9 with it is 1,964,422 (counted on the model's keys alone, the way that reproduces
-    # 196,789 here). At about 700 states per CPU second a million take 24 CPU minutes: the
-    # defaults move once the rate allows and a whole check at the new bounds is measured.
+    # 196,789 here). An external session (``external`` below) about doubles each level
+    # (67,225 states to depth 7, 382,042 to depth 8); at depth 8 beside it, a fifth message
+    # makes 549,128, a fifth session too 644,895, a second held call 553,612 and a second
+    # restart (with four messages) 404,633: no depth-8 bounds near these reach the million,
+    # and depth 9 with an external session is about two million. Measured on the whole
+    # search, a default check runs at 370 to 730 states per CPU second on this kind of
+    # machine, so a million take 23 to 45 CPU minutes: the defaults move once the rate
+    # allows and a whole check at the new bounds is measured.
     trees: int = 1
     # External sessions attached (MCP clients' sessions, spec/external.md): check_mail
     # claims, the client's next call consumes, its connection's end releases, a call opens a
