@@ -116,6 +116,7 @@ class _DictTables:
 
 
 _NO_TALLY = Tally()
+_SEP = keys.SEP
 _ORDINAL = attrgetter("ordinal")
 _SESSIONS, _RUNS, _MESSAGES, _EVENTS = Table.SESSIONS, Table.RUNS, Table.MESSAGES, Table.EVENTS
 _TREE, _HANDLES, _PENDING, _TALLY, _FEED = (
@@ -266,9 +267,13 @@ class _MemoryTxn(Indexed):
         found: Tally | None = tallies.get(owner)
         tally = found or _NO_TALLY
         seq = tally.last_event + 1
+        try:  # ``keys.event`` and ``keys.feed`` written out: every stored step appends
+            key = owner + _SEP + seq.to_bytes(8, "big")
+            number = (len(feed) + 1).to_bytes(8, "big")
+        except OverflowError:
+            keys.event(session_id, seq), keys.feed(len(feed) + 1)  # raise their refusal
+            raise
         event = Event(session_id, seq, kind, dict(data))
-        key = keys.event(session_id, seq)
-        number = keys.feed(len(feed) + 1)
         old_event = logs.get(key, _MISSING)
         # ``_put`` of the tally, the event and the feed's new last row, written out.
         tables.undo += ((_TALLY, tallies, owner, found if found is not None else _MISSING),

@@ -80,13 +80,13 @@ def evolve(record: R, **changes: Any) -> R:
     passed by position instead of looked up and passed by name one by one: every stored
     state change makes one, and the model checker makes millions."""
     cls: type[Any] = type(record)
-    places, positional, read = _layout(cls)
+    places, positional, read = _LAYOUTS.get(cls) or _layout(cls)
     values = list(read(record))
-    for name, value in changes.items():
-        place = places.get(name)
-        if place is None:
-            raise TypeError(f"{cls.__name__} has no field {name!r} to evolve")
-        values[place] = value
+    try:  # a field's place looked up once, not asked for and then checked
+        for name, value in changes.items():
+            values[places[name]] = value
+    except KeyError:
+        raise TypeError(f"{cls.__name__} has no field {name!r} to evolve") from None
     if positional == len(values):
         made: R = cls(*values)
         return made
@@ -173,7 +173,7 @@ def step_session(
     run_id = run.run_id if state.has_run else None
     updated = evolve(session, state=state, run_id=run_id)
     tx.put_session(updated)
-    events.record(tx, session.session_id, events.run_payload(trigger, run, reason, fault))
+    events.record_run(tx, session.session_id, trigger, run, reason, fault)
     return updated
 
 
