@@ -123,17 +123,6 @@ _TREE, _HANDLES, _PENDING, _TALLY, _FEED = (
     Table.TREE, Table.HANDLES, Table.PENDING, Table.TALLY, Table.FEED)
 
 
-def _stored_id(record_id: str) -> bytes | None:
-    """The key ``keys.identity`` gives ``record_id``, for a read: None for an id no store could
-    hold (a lone surrogate, or empty). An id with NUL or over ``MAX_KEY`` bytes is never
-    stored either (``keys.identity`` refused it on the way in), so its plain bytes find
-    nothing, as ``Indexed`` answers, without checking them on every read."""
-    try:
-        return record_id.encode() if record_id else None
-    except UnicodeEncodeError:
-        return None
-
-
 class _MemoryTxn(Indexed):
     """``Indexed`` over dicts, with its busiest reads and writes written against the dicts.
 
@@ -158,18 +147,34 @@ class _MemoryTxn(Indexed):
 
     # -- reads ---------------------------------------------------------------------------
 
+    # A record by id, under the key ``keys.identity`` gives it, written out in each of the
+    # three (each engine step reads several records; the checker takes millions of steps).
+    # An id no store could hold (a lone surrogate, or empty) names nothing. An id with NUL
+    # or over ``MAX_KEY`` bytes is never stored either (``keys.identity`` refused it on the
+    # way in), so its plain bytes find nothing, as ``Indexed`` answers, without checking
+    # them on every read.
+
     def session(self, session_id: str) -> Session | None:
-        key = _stored_id(session_id)
+        try:
+            key = session_id.encode()
+        except UnicodeEncodeError:
+            return None
         found: Session | None = self._dicts.data[_SESSIONS].get(key) if key else None
         return found
 
     def run(self, run_id: str) -> Run | None:
-        key = _stored_id(run_id)
+        try:
+            key = run_id.encode()
+        except UnicodeEncodeError:
+            return None
         found: Run | None = self._dicts.data[_RUNS].get(key) if key else None
         return found
 
     def message(self, message_id: str) -> Message | None:
-        key = _stored_id(message_id)
+        try:
+            key = message_id.encode()
+        except UnicodeEncodeError:
+            return None
         found: Message | None = self._dicts.data[_MESSAGES].get(key) if key else None
         return found
 
@@ -217,10 +222,17 @@ class _MemoryTxn(Indexed):
         first = max(after, 0) + 1
         if first >= keys.SEQ_LIMIT:
             return iter(())
-        data = self._dicts.data
-        feed = data[_FEED]
-        return ((number, self._follow(_EVENTS, feed[keys.feed(number)]))
-                for number in range(first, len(feed) + 1))
+        feed = self._dicts.data[_FEED]
+        return self._feed(feed, first, len(feed) + 1)  # its end read now, as a scan would
+
+    def _feed(self, feed: dict[bytes, bytes], first: int, end: int
+              ) -> Iterator[tuple[int, Event]]:
+        # ``keys.feed`` and ``_follow`` written out: the checker reads every step's events.
+        tables = self._dicts
+        for number in range(first, end):
+            key = feed[number.to_bytes(8, "big")]  # under SEQ_LIMIT: the feed is dense
+            found: Event | None = tables.data[_EVENTS].get(key)
+            yield (number, found if found is not None else self._follow(_EVENTS, key))
 
     # -- writes --------------------------------------------------------------------------
 
