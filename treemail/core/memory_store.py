@@ -337,13 +337,17 @@ class MemoryStore:
     def __init__(self) -> None:
         self._tables = _DictTables()
 
+    # ``_check_open`` written out in ``read`` and ``transact``: the checker opens one of each
+    # per step.
     def read(self) -> AbstractContextManager[ReadTxn]:
-        self._check_open()
+        if isinstance(self._tables.data, _Closed):
+            raise StoreClosed("the memory store is closed; open a new one")
         return _MemoryTxn(self._tables)
 
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
-        self._check_open()
         tables = self._tables
+        if isinstance(tables.data, _Closed):
+            raise StoreClosed("the memory store is closed; open a new one")
         mark = len(tables.undo)
         try:
             result = work(_MemoryTxn(tables))
