@@ -246,12 +246,20 @@ class _MemoryTxn(Indexed):
         root = session.root_session_id
         handle_key = (keys.handle(root, session.handle)
                       if session.handle is not None and session.live else None)
-        if old is not None and old.handle is not None:
+        # The old handle's key is the new one exactly when both name the same root and handle
+        # (keys are joined at a NUL no part holds): then it is not built again.
+        if old is not None and old.handle is not None and (
+                handle_key is None or old.handle != session.handle
+                or old.root_session_id != root):
             old_handle = keys.handle(old.root_session_id, old.handle)
             if old_handle != handle_key:
                 self._dicts.delete(_HANDLES, old_handle)
         self._put(_SESSIONS, key, session)
-        tree_key = keys.tree(root, session.ordinal)
+        try:  # ``keys.tree`` written out
+            tree_key = keys.tree_of(root) + session.ordinal.to_bytes(8, "big")
+        except OverflowError:
+            keys.tree(root, session.ordinal)  # raises its refusal
+            raise
         if data[_TREE].get(tree_key) != session_id:
             self._put(_TREE, tree_key, session_id)
         if handle_key is not None and data[_HANDLES].get(handle_key) != session_id:
@@ -264,11 +272,11 @@ class _MemoryTxn(Indexed):
         record = keys.identity(message.message_id)
         old: Message | None = self._dicts.data[_MESSAGES].get(record)
         self._put(_MESSAGES, record, message)
-        if message.pending:
+        if message.state.pending:  # the state's, kept on the member: ``Message.pending``'s
             if old is None:
                 self._put(_PENDING, keys.pending(message.recipient, message.seq),
                           message.message_id)
-        elif old is None or old.pending:
+        elif old is None or old.state.pending:
             self._dicts.delete(_PENDING, keys.pending(message.recipient, message.seq))
 
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:

@@ -160,7 +160,7 @@ def step_message(
     state = MESSAGE.step(f"message {message.message_id}", message.state, trigger)
     updated = evolve(message, state=state, **changes)
     tx.put_message(updated)
-    if not updated.pending:
+    if not state.pending:
         _track(tx, updated, -1)
     events.record_message(tx, updated)
     return updated
