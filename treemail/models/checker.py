@@ -44,7 +44,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import operator
+import pickle
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -55,14 +57,14 @@ import attrs
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
-from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
+from treemail.core.lifecycle import ApprovalState, MessageState, RunState, SessionState
 from treemail.core.memory_store import MemoryStore
 from treemail.core.records import Mode, Owner, RecipientState
 from treemail.models import heap
 from treemail.models.actions import Action, Move, failed, outcome, perform, perform_move
 from treemail.models.coverage import REPLAY, Coverage, boundary_step, guard_of, recording
 from treemail.models.drain import drain_move, drain_step, labelled
-from treemail.models.explore import Bounds, alphabet, ended_run
+from treemail.models.explore import Bounds, alphabet
 from treemail.models.invariants import (
     INVARIANTS,
     Failure,
@@ -78,6 +80,7 @@ from treemail.models.invariants import (
 from treemail.models.reference import Reference
 from treemail.models.replay import Replay
 from treemail.models.snapshots import CopyableWorld, Lockstep, Node, clone, model_step, untouched
+from treemail.models.world import FINAL, World
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -128,68 +131,110 @@ class Result:
 
 
 def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
-    """A digest of the model's world with ids renamed by order of first appearance.
+    """A digest of the model's world with ids renamed by order of first appearance
+    (``canonical_key``)."""
+    return hashlib.blake2b(encoded(canonical_key(model, restarts, history)),
+                           digest_size=16).digest()
+
+
+def canonical_key(model: Reference, restarts: int, history: bool = False) -> tuple[Any, ...]:
+    """The model's world with ids renamed by order of first appearance.
 
     Without ``history``, the past is forgotten too: runs that ended (unless a held call names
     one), run numbers, tool calls of ended runs, and which run and request consumed a final
     message (kept only for agent mail consumed by a current run: its hop is that run's base
     hop). Nothing ahead reads them, so a state reached after one more cancelled run is the
-    same state; this makes the space finite, and the search can reach the bottom of it."""
+    same state; this makes the space finite, and the search can reach the bottom of it.
+
+    Built once per transition the search takes, so written for speed: each id named in place
+    where it is known to be named already (the sessions first, then the live runs, then the
+    mail), the rest through ``n``, in the same order as a plain traversal would."""
     world = model.world
-    names: dict[str, int] = {}
+    sessions = sorted(world.sessions.values(), key=_ORDINAL)
+    names: dict[str, int] = {s.session_id: name for name, s in enumerate(sessions)}
 
     def n(some_id: str | None) -> int | None:
         return None if some_id is None else names.setdefault(some_id, len(names))
 
-    sessions = sorted(world.sessions.values(), key=_ORDINAL)
-    names.update((s.session_id, name) for name, s in enumerate(sessions))  # the first names
-    handles = [(s.handle, f"<{n(s.session_id)}>") for s in sessions if s.handle is not None]
-    live = {s.run_id for s in sessions} | {a.run_id for a in world.approvals.values()
-                                           if a.state is ApprovalState.PENDING}
-    live |= {r.open_request for r in world.runs.values() if r.run_id in live}
-    runs = sorted((r for r in world.runs.values() if history or r.run_id in live),
+    runs_of = world.runs
+    live = {s.run_id for s in sessions}
+    if world.approvals:
+        live |= {a.run_id for a in world.approvals.values() if a.state is ApprovalState.PENDING}
+    live |= {r.open_request for r in runs_of.values() if r.run_id in live}
+    runs = sorted((r for r in runs_of.values() if history or r.run_id in live),
                   key=lambda r: (n(r.session_id), r.number))
     for run in runs:
-        n(run.run_id)
-
-    def past(some_id: str | None, needed: bool = True) -> int | str | None:
-        if history or some_id is None or (needed and some_id in live):
-            return n(some_id)
-        return "past"
-
+        names.setdefault(run.run_id, len(names))
     messages = sorted(world.messages.values(), key=lambda m: (n(m.recipient), m.seq))
     for message in messages:
-        n(message.message_id)
-
-    def body(text: str) -> str:
-        return _renamed(text, handles)
-
-    def path(text: str) -> tuple[Any, ...]:  # grant subjects and approval ids: "sid/rid/call"
-        return tuple(names.get(part, part) for part in text.split("/"))
-
+        names.setdefault(message.message_id, len(names))
+    # A session idle after a run that ended may still see a late call from it (``ended_run``).
+    ended = {r.session_id for r in runs_of.values() if r.status in _ENDED}
+    handles = [(s.handle, f"<{name}>") for name, s in enumerate(sessions)
+               if s.handle is not None]
+    idle, claimed, agent = SessionState.IDLE, MessageState.CLAIMED, Owner.AGENT
+    value = _VALUE
+    past = "past"
     key = (
         restarts, model.shut, model.config.enabled,
         [(n(s.root_session_id), n(s.parent_session_id), s.agent.name, s.handle is None,
           s.ordinal, str(s.state), n(s.run_id), s.live,
-          s.state == SessionState.IDLE and ended_run(world, s) is not None)  # a late call's
+          s.state == idle and s.session_id in ended)  # a late call's
          for s in sessions],
         [(n(r.session_id), r.number if history else 0, str(r.status), n(r.open_request))
          for r in runs],
-        [(n(m.recipient), n(m.sender), _VALUE[m.owner], body(m.body), _VALUE[m.mode], m.hop, m.seq,
-          str(m.state), past(m.run_id, m.pending or m.owner is Owner.AGENT),
-          past(m.request_id, m.state == MessageState.CLAIMED), m.reason) for m in messages],
-        sorted((n(s), n(r), call, n(v.message_id), _VALUE[v.mode], _VALUE[v.recipient_state])
-               for (s, r, call), v in world.results.items() if history or r in live),
-        sorted((n(s), _VALUE[owner], key, n(first), mail[0], _VALUE[mail[1]], n(mail[2]))
-               for (s, owner, key), (first, mail) in world.produced.items()),
-        sorted((scope, path(subject), label) for scope, subject, label in world.grants),
-        sorted((path(a.approval_id), a.label, a.state, a.scope,
-                sorted((k, names.get(v, v)) for k, v in (a.outcome or {}).items()))
-               for a in world.approvals.values()),
-        sorted(n(sid) or 0 for sid in world.reported),
+        [(names[m.recipient], n(m.sender), value[m.owner],
+          m.body if "_" not in m.body else _renamed(m.body, handles), value[m.mode], m.hop,
+          m.seq, str(m.state),
+          # The run and request that took a message, while anything ahead may read them.
+          n(m.run_id) if history or m.run_id is None or (
+              (m.state not in FINAL or m.owner is agent) and m.run_id in live) else past,
+          n(m.request_id) if history or m.request_id is None or (
+              m.state == claimed and m.request_id in live) else past,
+          m.reason) for m in messages],
+        sorted((n(s), n(r), call, n(v.message_id), value[v.mode], value[v.recipient_state])
+               for (s, r, call), v in world.results.items() if history or r in live)
+        if world.results else [],
+        sorted((n(s), value[owner], key, n(first), mail[0], value[mail[1]], n(mail[2]))
+               for (s, owner, key), (first, mail) in world.produced.items())
+        if world.produced else [],
+        _grants(world, names) if world.grants else [],
+        _approvals(world, names) if world.approvals else [],
+        sorted(n(sid) or 0 for sid in world.reported) if world.reported else [],
     )
-    # States as plain strings: an enum member's repr is slow, and a state's name is its value.
-    return hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
+    return key
+
+
+def _path(names: dict[str, int], text: str) -> tuple[Any, ...]:
+    """A grant subject or approval id ("sid/rid/call") with its ids renamed."""
+    return tuple(names.get(part, part) for part in text.split("/"))
+
+
+def _grants(world: World, names: dict[str, int]) -> list[Any]:
+    return sorted((scope, _path(names, subject), label) for scope, subject, label in world.grants)
+
+
+def _approvals(world: World, names: dict[str, int]) -> list[Any]:
+    return sorted((_path(names, a.approval_id), a.label, a.state, a.scope,
+                   sorted((k, names.get(v, v)) for k, v in (a.outcome or {}).items()))
+                  for a in world.approvals.values())
+
+
+_ENDED = (RunState.FINISHED, RunState.INTERRUPTED)  # as ``ended_run`` reads them
+
+
+def encoded(key: object) -> bytes:
+    """``key`` as bytes that depend on its value alone: a pickle without its memo ("fast"
+    mode). With the memo, an object met twice is written once and then referred to, so two
+    equal keys that share their strings differently would differ; without it, each value is
+    written out whole, and the bytes are a faithful, injective encoding of the key (they
+    unpickle to an equal key). Several times as fast as ``repr``, which quoted every string
+    and formatted every number."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, 5)
+    pickler.fast = True
+    pickler.dump(key)
+    return out.getvalue()
 
 
 _ORDINAL = operator.attrgetter("ordinal")
