@@ -13,6 +13,9 @@ request) is renamed by its order of first appearance in a traversal of the model
 follows creation order, seq and run numbers, never id values, and the past no action reads
 again is dropped; restarts used, and whether messaging is on, are part of the key.
 Breadth-first order plus parent pointers make the first counterexample a shortest one.
+Four states in five are at the depth cap, drained but not expanded: each is drained as soon
+as it is found new (``Checker._found``), so the search holds the level above the cap, never
+the cap's own.
 
 That renaming is the whole symmetry reduction, and it is sound: ids are names to both sides.
 They store and look records up by them and order by creation, ordinal or seq, never by id
