@@ -13,6 +13,9 @@ request) is renamed by its order of first appearance in a traversal of the model
 follows creation order, seq and run numbers, never id values, and the past no action reads
 again is dropped; restarts used, and whether messaging is on, are part of the key.
 Breadth-first order plus parent pointers make the first counterexample a shortest one.
+Four states in five are at the depth cap, drained but not expanded: each is drained as soon
+as it is found new (``Checker._found``), so the search holds the level above the cap, never
+the cap's own.
 
 That renaming is the whole symmetry reduction, and it is sound: ids are names to both sides.
 They store and look records up by them and order by creation, ordinal or seq, never by id
@@ -263,6 +266,10 @@ def _renamed(text: str, handles: list[tuple[str, str]]) -> str:
 DEFAULT_STATES = 196_789
 
 
+def _expands_nothing(child: Node, action: Action, index: int) -> None:
+    raise AssertionError("a state at the depth cap is not expanded")
+
+
 def eta(visited: int, seconds: float, expected: int | None) -> str:
     """The progress line's end: the states visited per second, and at that rate the time left
     to ``expected`` states (None: bounds other than the default, whose size nobody knows)."""
@@ -304,6 +311,9 @@ class Checker:
         self.drained = 0  # states whose drain ran to the end (the others chain into it)
         self.coverage = Coverage()
         self._shown = 0.0
+        # The first shortest counterexample above the depth cap, and at it (``_found``).
+        self._best: Counterexample | None = None
+        self._bottom: Counterexample | None = None
         self._answer: tuple[Any, ...] = ()  # the model's answer to the last action stepped
 
     def step(self, node: Node, action: Action) -> tuple[Node, Failure | None, bool]:
@@ -489,9 +499,11 @@ class Checker:
         self.parents[root.key] = None
         if self.replay is not None:
             self.replay.reached(root.key, None, None)
-        queue, best, level = deque([root]), None, -1
+        queue, level = deque([root]), -1
+        self._best = self._bottom = None
         while queue:
             node = queue.popleft()
+            best: Counterexample | None = self._best
             if best is not None and node.depth >= len(best.trace):
                 break  # nothing shorter is left to find
             if node.depth > level:
@@ -500,20 +512,41 @@ class Checker:
             self._show(len(queue), started)
             found = functools.partial(self._found, node, queue)
             for failure in self.visit(node, found, None if best is None else len(best.trace)):
-                if best is None or len(failure.trace) < len(best.trace):
-                    best = failure
+                if self._best is None or len(failure.trace) < len(self._best.trace):
+                    self._best = failure
         self._show(len(queue), started, final=True)
+        # The states at the cap come after every other in the search's order: of two
+        # counterexamples as short, one of theirs is the later.
+        best, bottom = self._best, self._bottom
+        if bottom is not None and (best is None or len(bottom.trace) < len(best.trace)):
+            best = bottom
         return self.result(len(self.parents), best, time.monotonic() - started,
                            time.process_time() - cpu)
 
     def _found(self, parent: Node, queue: deque[Node], child: Node, action: Action,
                index: int) -> None:
         del index  # the queue keeps the order of discovery
-        if child.key not in self.parents:
-            self.parents[child.key] = (parent.key, action.label)
-            if self.replay is not None:
-                self.replay.reached(child.key, parent.key, action)
+        if child.key in self.parents:
+            return
+        self.parents[child.key] = (parent.key, action.label)
+        if self.replay is not None:
+            self.replay.reached(child.key, parent.key, action)
+        if child.depth < self.bounds.depth:
             queue.append(child)
+            return
+        # A state at the cap is drained now, not queued: the search held the whole bottom
+        # level (four states in five) until its turn, and the drain's verdict is the same
+        # whenever it runs. It is drained only where its turn would have come: before any
+        # counterexample as short as its depth (its own are no shorter), and its failures
+        # are kept apart from the others' (``_search``): the order it would have met them in
+        # is after every state above the cap, and the bottom's own order is this one.
+        shortest = min((len(f.trace) for f in (self._best, self._bottom) if f is not None),
+                       default=None)
+        if shortest is not None and child.depth >= shortest:
+            return
+        for failure in self.visit(child, _expands_nothing, None):
+            if self._bottom is None or len(failure.trace) < len(self._bottom.trace):
+                self._bottom = failure
 
     def result(self, states: int, best: Counterexample | None, seconds: float, cpu: float
                ) -> Result:
