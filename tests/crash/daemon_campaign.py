@@ -1,7 +1,8 @@
 """The kill campaign against a real daemon (``treemail daemon``), for ``just soak``.
 
-Each round starts a daemon on a data directory, drives it for a random 150-600 ms over its
-socket from this process with mixed load, and SIGKILLs it while requests are in flight:
+Each round starts a daemon on a data directory, drives it over its socket from this process
+with mixed load until it has answered a random 20 to 160 requests, and SIGKILLs it while
+requests are in flight:
 
 * users submit and steer (queue and steer mail), plugins send mail, the tree grows by
   delegation, and running sessions call ``send_message`` through ``tool.call`` (the daemon as
@@ -75,7 +76,11 @@ delay = 0.04
 # The scenario's worker, with siblings allowed outright (no approval holds the soak up).
 WORKER = SCENARIO_WORKER.replace("sibling: ask", "sibling: allow")
 assert "sibling: allow" in WORKER
-RUN_MS = (150, 600)
+# How much a daemon serves before its kill, in requests answered: progress, not wall time, so
+# a loaded machine slows a round down instead of thinning it out (a clock-timed kill under a
+# CPU hog found rounds too short to fill a pair window). About 150-600 ms of an idle machine.
+ANSWERS_BEFORE_KILL = (20, 160)
+ANSWER_TIMEOUT = 120.0  # a daemon that answers nothing for this long is stuck, not slow
 RSS_BOUND = 256 << 20  # the daemon's peak resident memory, whatever the hostile peers do
 STALLED = 2  # subscribers that stop reading
 BURST = 32  # requests per pipelined burst
@@ -96,7 +101,7 @@ def run_daemon_campaign(base: Path, kills: int, *, per_store: int, drain_every: 
         sent = acked.setdefault(str(data), set())
         daemon = DaemonProcess(data, "--tcp", f"127.0.0.1:{_free_port()}")
         asyncio.run(Load(daemon, random.Random(rng.random()), sent, tally).drive(
-            rng.uniform(*RUN_MS) / 1000))
+            rng.randint(*ANSWERS_BEFORE_KILL)))
         tally.kills += 1
         last_of_store = (kill + 1) % per_store == 0 or kill + 1 == kills
         with opened(data / "store", tally, LIMITS) as engine:
@@ -133,10 +138,13 @@ class Load:
         self.acked = acked
         self.tally = tally
         self.calls = 0
+        self.answered = 0  # requests of the lanes answered, a success or a refusal
+        self.enough = asyncio.Event()  # set once ``answered`` reaches the round's count
+        self.wanted = 0
         self.round = f"{rng.getrandbits(32):08x}"  # tool-call ids unique across rounds
         self.sessions: list[t.SessionView] = []
 
-    async def drive(self, seconds: float) -> None:
+    async def drive(self, answers: int) -> None:
         client = await self.daemon.client()
         hostile = Hostile(self.daemon)
         try:
@@ -144,9 +152,10 @@ class Load:
             await hostile.connect()
             async with asyncio.timeout(30):  # served, with the hostile peers connected
                 await client.request(SESSION_LIST, t.SessionListParams())
+            self.wanted = answers
             lanes = [asyncio.create_task(self.lane(client)) for _ in range(LANES)]
             lanes.append(asyncio.create_task(hostile.pipeline(self.tally)))
-            await asyncio.sleep(seconds)
+            await self.progress(lanes)
             peak = _vm(self.daemon.proc.pid, "VmHWM")
             os.kill(self.daemon.proc.pid, signal.SIGKILL)
             await asyncio.gather(*lanes)
@@ -156,6 +165,18 @@ class Load:
             self.daemon.kill()
         assert self.daemon.proc.returncode == -signal.SIGKILL, self.daemon.proc.returncode
         assert peak < RSS_BOUND, f"daemon peak RSS {peak >> 20} MiB"
+
+    async def progress(self, lanes: list[asyncio.Task[None]]) -> None:
+        """Until the lanes have had ``wanted`` answers; a lane that fails first fails this."""
+        waiting = asyncio.create_task(self.enough.wait())
+        done, _ = await asyncio.wait([waiting, *lanes], timeout=ANSWER_TIMEOUT,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if waiting not in done:
+            waiting.cancel()
+            for lane in done:
+                lane.result()  # a lane's own failure, raised here
+            raise AssertionError(f"the daemon answered {self.answered} of {self.wanted} "
+                                 f"requests in {ANSWER_TIMEOUT:.0f} s")
 
     async def tree(self, client: DaemonClient) -> None:
         listed = await client.every(SESSION_LIST, t.SessionListParams())
@@ -190,15 +211,19 @@ class Load:
             elif roll < 0.5:
                 self.ack(await client.request(PLUGIN_PRODUCER_SEND, t.ProducerSendParams(
                     session_id=sid, body=f"plugin {self.calls}")))
-            else:
-                await self.send(client, sid)
+            elif not await self.send(client, sid):
+                return  # no peer to write to yet: nothing was asked
         except RpcFailure as refused:
             assert refused.data_code not in (None, InternalError.code), refused
+        self.answered += 1
+        if self.answered >= self.wanted:
+            self.enough.set()
 
-    async def send(self, client: DaemonClient, sid: str) -> None:
+    async def send(self, client: DaemonClient, sid: str) -> bool:
+        """A ``send_message`` call to a random peer, if there is one."""
         peers = [s for s in self.sessions if s.session_id != sid]
         if not peers:
-            return
+            return False
         peer = self.rng.choice(peers)
         answer = await client.request(TOOL_CALL, t.ToolCallParams(
             session_id=sid, tool_call_id=f"soak-{self.round}-{self.calls}",
@@ -207,6 +232,7 @@ class Load:
                 "mode": self.rng.choice(("steer", "queue"))}))
         if answer.accepted is not None:  # the send's mail, read back by the daemon
             self.ack(answer.accepted)
+        return True
 
     def ack(self, answer: t.ProducerAccepted) -> None:
         self.acked.add(answer.message_id)

@@ -184,6 +184,22 @@ def test_canonical_form_ignores_id_numbering_only() -> None:
     assert canonical(a, 0) != canonical(b, 0)
 
 
+def test_canonical_encoding_depends_on_values_alone() -> None:
+    """The key's bytes are a pickle without its memo: equal keys give equal bytes however
+    their strings are shared (a memo would write a shared string once and refer back), and
+    keys that differ as values, ``repr`` would tell apart, differ."""
+    name = "worker_0a1b"
+    shared = (1, [(name, name, "hi")], [(0, name)])
+    fresh = (1, [("".join(["worker", "_0a1b"]), "".join(["worker_", "0a1b"]), "hi")],
+             [(0, "worker_0a1b"[:])])
+    assert shared == fresh and shared[1][0][0] is not fresh[1][0][0]
+    assert checker.encoded(shared) == checker.encoded(fresh)
+    different = [(1,), (True,), [1], ("1",), (None,), ("None",), (1.0,), ((1, None),),
+                 ((1, "past"),), (ApprovalState.PENDING,), (ApprovalState.PENDING.value,)]
+    assert len({checker.encoded(key) for key in different}) == len(different)
+    assert len({repr(key) for key in different}) == len(different)
+
+
 def test_copied_world_is_independent() -> None:
     model = _world_after(1, True)
     twin = copy.deepcopy(model.world)

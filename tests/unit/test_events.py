@@ -10,8 +10,8 @@ import pytest
 
 from treemail.core import events, external, owners
 from treemail.core.events import EventKind, Reply, UnknownEvent
-from treemail.core.lifecycle import MessageState
-from treemail.core.records import Event, Message, Mode, Owner
+from treemail.core.lifecycle import MessageState, SessionTrigger
+from treemail.core.records import Event, Message, Mode, Owner, Run
 from treemail.core.shapes import shape
 from treemail.core.store import Store
 
@@ -182,4 +182,24 @@ def test_record_message_writes_what_its_payload_encodes(state: MessageState,
     fast, general = _Log(), _Log()
     events.record_message(fast, message)  # type: ignore[arg-type]  # append is all it uses
     events.record(general, "r1", events.message_payload(message))  # type: ignore[arg-type]
+    assert fast.entries == general.entries
+
+
+@pytest.mark.parametrize("trigger", list(SessionTrigger))
+@pytest.mark.parametrize("reason", [None, "why"])
+@pytest.mark.parametrize("fault", [None, events.Fault(), events.Fault(503, "https://m", "retry")])
+def test_record_run_writes_what_its_payload_encodes(
+    trigger: SessionTrigger, reason: str | None, fault: events.Fault | None
+) -> None:
+    run = Run("run", "s1", 4)
+    fast, general = _Log(), _Log()
+    try:
+        expected = events.run_payload(trigger, run, reason, fault)
+    except ValueError as refused:
+        with pytest.raises(ValueError) as caught:
+            events.record_run(fast, "s1", trigger, run, reason, fault)  # type: ignore[arg-type]
+        assert str(caught.value) == str(refused) and fast.entries == []
+        return
+    events.record_run(fast, "s1", trigger, run, reason, fault)  # type: ignore[arg-type]
+    events.record(general, "s1", expected)  # type: ignore[arg-type]
     assert fast.entries == general.entries

@@ -115,6 +115,7 @@ __all__ = [
     "read",
     "record",
     "record_message",
+    "record_run",
     "run_kind",
     "run_payload",
     "schema",
@@ -245,8 +246,11 @@ def record_message(tx: WriteTxn, message: Message) -> Event:
     so the data of a step past acceptance is built field by field, without a payload record
     (``test_events`` holds the two equal for every state and owner, key order included)."""
     kind = message_kind(message.state)
-    if not (kind in _MAIL_ONLY or kind is EventKind.PRODUCER_MESSAGE_DISCARDED) or (
-            message.owner is Owner.AGENT and message.sender is None):
+    if message.owner is Owner.AGENT and message.sender is None:
+        return record(tx, message.recipient, message_payload(message))  # which refuses it
+    if kind is EventKind.PRODUCER_MESSAGE_ACCEPTED:
+        return tx.append(message.recipient, ACCEPTED, accepted_data(message))
+    if not (kind in _MAIL_ONLY or kind is EventKind.PRODUCER_MESSAGE_DISCARDED):
         return record(tx, message.recipient, message_payload(message))
     data: dict[str, object] = {
         "message_id": message.message_id, "owner": _VALUES[message.owner],
@@ -299,6 +303,29 @@ def run_payload(trigger: SessionTrigger, run: Run, reason: str | None,
         return RunInterrupted(run.run_id, run.number, reason, fault.status, fault.endpoint,
                               fault.hint)
     return cls(run.run_id, run.number, reason)  # type: ignore[call-arg]
+
+
+_RUN_KINDS: Mapping[SessionTrigger, str] = {
+    trigger: _run_class(trigger).KIND.value for trigger in SessionTrigger}
+
+
+def record_run(tx: WriteTxn, session_id: str, trigger: SessionTrigger, run: Run,
+               reason: str | None, fault: Fault | None = None) -> Event:
+    """``record(tx, session_id, run_payload(trigger, run, reason, fault))``, its data built
+    field by field, as ``record_message``'s: every step of a session writes one (the model
+    checker millions). ``test_events`` holds the two equal for every trigger, key order
+    included."""
+    kind = _RUN_KINDS[trigger]
+    data: dict[str, object] = {"run_id": run.run_id, "run_number": run.number}
+    if trigger is SessionTrigger.START:
+        return tx.append(session_id, kind, data)
+    if reason is None:
+        raise ValueError(f"a {kind} event needs a reason")
+    data["reason"] = reason
+    if trigger is SessionTrigger.INTERRUPT:
+        data["status"], data["endpoint"], data["hint"] = (
+            (None, None, None) if fault is None else (fault.status, fault.endpoint, fault.hint))
+    return tx.append(session_id, kind, data)
 
 
 def schema(cls: type[Payload]) -> dict[str, object]:

@@ -25,6 +25,7 @@ real machine class from every state and checks that it agrees with the table.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from typing import Generic, TypeVar, cast
 
@@ -67,12 +68,14 @@ class MessageState(enum.StrEnum):
     CONSUMED = "consumed"
     DISCARDED = "discarded"
 
-    @property
+    # Cached on each member (read from its ``__dict__`` after the first time, without a call):
+    # every stored step of a message asks these.
+    @functools.cached_property
     def pending(self) -> bool:
         """Unacknowledged: in every state but the final ones (consumed, discarded)."""
         return self not in _MESSAGE_FINAL
 
-    @property
+    @functools.cached_property
     def deliverable(self) -> bool:
         """Waiting to be put into a model request (admitted, or released by an abort)."""
         return self in _DELIVERABLE
@@ -84,7 +87,7 @@ class SessionState(enum.StrEnum):
     RUNNING = "running"
     FINISHED = "finished"
 
-    @property
+    @functools.cached_property  # as ``MessageState.pending``
     def has_run(self) -> bool:
         """A run is queued or running; the session's ``run_id`` names it."""
         return self in _HAS_RUN

@@ -116,21 +116,11 @@ class _DictTables:
 
 
 _NO_TALLY = Tally()
+_SEP = keys.SEP
 _ORDINAL = attrgetter("ordinal")
 _SESSIONS, _RUNS, _MESSAGES, _EVENTS = Table.SESSIONS, Table.RUNS, Table.MESSAGES, Table.EVENTS
 _TREE, _HANDLES, _PENDING, _TALLY, _FEED = (
     Table.TREE, Table.HANDLES, Table.PENDING, Table.TALLY, Table.FEED)
-
-
-def _stored_id(record_id: str) -> bytes | None:
-    """The key ``keys.identity`` gives ``record_id``, for a read: None for an id no store could
-    hold (a lone surrogate, or empty). An id with NUL or over ``MAX_KEY`` bytes is never
-    stored either (``keys.identity`` refused it on the way in), so its plain bytes find
-    nothing, as ``Indexed`` answers, without checking them on every read."""
-    try:
-        return record_id.encode() if record_id else None
-    except UnicodeEncodeError:
-        return None
 
 
 class _MemoryTxn(Indexed):
@@ -157,18 +147,34 @@ class _MemoryTxn(Indexed):
 
     # -- reads ---------------------------------------------------------------------------
 
+    # A record by id, under the key ``keys.identity`` gives it, written out in each of the
+    # three (each engine step reads several records; the checker takes millions of steps).
+    # An id no store could hold (a lone surrogate, or empty) names nothing. An id with NUL
+    # or over ``MAX_KEY`` bytes is never stored either (``keys.identity`` refused it on the
+    # way in), so its plain bytes find nothing, as ``Indexed`` answers, without checking
+    # them on every read.
+
     def session(self, session_id: str) -> Session | None:
-        key = _stored_id(session_id)
+        try:
+            key = session_id.encode()
+        except UnicodeEncodeError:
+            return None
         found: Session | None = self._dicts.data[_SESSIONS].get(key) if key else None
         return found
 
     def run(self, run_id: str) -> Run | None:
-        key = _stored_id(run_id)
+        try:
+            key = run_id.encode()
+        except UnicodeEncodeError:
+            return None
         found: Run | None = self._dicts.data[_RUNS].get(key) if key else None
         return found
 
     def message(self, message_id: str) -> Message | None:
-        key = _stored_id(message_id)
+        try:
+            key = message_id.encode()
+        except UnicodeEncodeError:
+            return None
         found: Message | None = self._dicts.data[_MESSAGES].get(key) if key else None
         return found
 
@@ -216,10 +222,17 @@ class _MemoryTxn(Indexed):
         first = max(after, 0) + 1
         if first >= keys.SEQ_LIMIT:
             return iter(())
-        data = self._dicts.data
-        feed = data[_FEED]
-        return ((number, self._follow(_EVENTS, feed[keys.feed(number)]))
-                for number in range(first, len(feed) + 1))
+        feed = self._dicts.data[_FEED]
+        return self._feed(feed, first, len(feed) + 1)  # its end read now, as a scan would
+
+    def _feed(self, feed: dict[bytes, bytes], first: int, end: int
+              ) -> Iterator[tuple[int, Event]]:
+        # ``keys.feed`` and ``_follow`` written out: the checker reads every step's events.
+        tables = self._dicts
+        for number in range(first, end):
+            key = feed[number.to_bytes(8, "big")]  # under SEQ_LIMIT: the feed is dense
+            found: Event | None = tables.data[_EVENTS].get(key)
+            yield (number, found if found is not None else self._follow(_EVENTS, key))
 
     # -- writes --------------------------------------------------------------------------
 
@@ -233,12 +246,20 @@ class _MemoryTxn(Indexed):
         root = session.root_session_id
         handle_key = (keys.handle(root, session.handle)
                       if session.handle is not None and session.live else None)
-        if old is not None and old.handle is not None:
+        # The old handle's key is the new one exactly when both name the same root and handle
+        # (keys are joined at a NUL no part holds): then it is not built again.
+        if old is not None and old.handle is not None and (
+                handle_key is None or old.handle != session.handle
+                or old.root_session_id != root):
             old_handle = keys.handle(old.root_session_id, old.handle)
             if old_handle != handle_key:
                 self._dicts.delete(_HANDLES, old_handle)
         self._put(_SESSIONS, key, session)
-        tree_key = keys.tree(root, session.ordinal)
+        try:  # ``keys.tree`` written out
+            tree_key = keys.tree_of(root) + session.ordinal.to_bytes(8, "big")
+        except OverflowError:
+            keys.tree(root, session.ordinal)  # raises its refusal
+            raise
         if data[_TREE].get(tree_key) != session_id:
             self._put(_TREE, tree_key, session_id)
         if handle_key is not None and data[_HANDLES].get(handle_key) != session_id:
@@ -251,11 +272,11 @@ class _MemoryTxn(Indexed):
         record = keys.identity(message.message_id)
         old: Message | None = self._dicts.data[_MESSAGES].get(record)
         self._put(_MESSAGES, record, message)
-        if message.pending:
+        if message.state.pending:  # the state's, kept on the member: ``Message.pending``'s
             if old is None:
                 self._put(_PENDING, keys.pending(message.recipient, message.seq),
                           message.message_id)
-        elif old is None or old.pending:
+        elif old is None or old.state.pending:
             self._dicts.delete(_PENDING, keys.pending(message.recipient, message.seq))
 
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
@@ -266,9 +287,13 @@ class _MemoryTxn(Indexed):
         found: Tally | None = tallies.get(owner)
         tally = found or _NO_TALLY
         seq = tally.last_event + 1
+        try:  # ``keys.event`` and ``keys.feed`` written out: every stored step appends
+            key = owner + _SEP + seq.to_bytes(8, "big")
+            number = (len(feed) + 1).to_bytes(8, "big")
+        except OverflowError:
+            keys.event(session_id, seq), keys.feed(len(feed) + 1)  # raise their refusal
+            raise
         event = Event(session_id, seq, kind, dict(data))
-        key = keys.event(session_id, seq)
-        number = keys.feed(len(feed) + 1)
         old_event = logs.get(key, _MISSING)
         # ``_put`` of the tally, the event and the feed's new last row, written out.
         tables.undo += ((_TALLY, tallies, owner, found if found is not None else _MISSING),
@@ -320,13 +345,17 @@ class MemoryStore:
     def __init__(self) -> None:
         self._tables = _DictTables()
 
+    # ``_check_open`` written out in ``read`` and ``transact``: the checker opens one of each
+    # per step.
     def read(self) -> AbstractContextManager[ReadTxn]:
-        self._check_open()
+        if isinstance(self._tables.data, _Closed):
+            raise StoreClosed("the memory store is closed; open a new one")
         return _MemoryTxn(self._tables)
 
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
-        self._check_open()
         tables = self._tables
+        if isinstance(tables.data, _Closed):
+            raise StoreClosed("the memory store is closed; open a new one")
         mark = len(tables.undo)
         try:
             result = work(_MemoryTxn(tables))

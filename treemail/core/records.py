@@ -94,6 +94,16 @@ class AgentSpec:
         return self.delegate_rules is None or self.delegate_rules.visible
 
 
+# ``SessionState(state)`` and ``RunState(status)`` cost an enum call even for a member: every
+# step of a session or run makes a record (see ``_message_state``).
+def _session_state(state: str) -> SessionState:
+    return state if type(state) is SessionState else SessionState(state)
+
+
+def _run_state(status: str) -> RunState:
+    return status if type(status) is RunState else RunState(status)
+
+
 @attrs.frozen
 class Session:
     """A session of a delegation tree. ``handle`` is None for sessions stored before handles."""
@@ -105,7 +115,7 @@ class Session:
     handle: str | None
     ordinal: int
     # Converted, so that a record built from a plain state name still has the enum type.
-    state: SessionState = attrs.field(default=SessionState.IDLE, converter=SessionState)
+    state: SessionState = attrs.field(default=SessionState.IDLE, converter=_session_state)
     run_id: str | None = None
     # False once the branch that created it was reverted: reachable by UUID, not by handle.
     live: bool = True
@@ -132,7 +142,7 @@ class Run:
     session_id: str
     number: int
     # Stored as ``status`` (not ``state``) so that runs written before RunLifecycle still read.
-    status: RunState = attrs.field(default=RunState.QUEUED, converter=RunState)
+    status: RunState = attrs.field(default=RunState.QUEUED, converter=_run_state)
     base_hop: int = 0
     open_request: str | None = None
 

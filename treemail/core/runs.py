@@ -40,6 +40,7 @@ from treemail.core.store import ReadTxn, WriteTxn
 from treemail.core.transitions import (
     accept,
     admit_accepted,
+    bound_in,
     bound_to,
     evolve,
     step_message,
@@ -131,8 +132,8 @@ def reconcile(tx: WriteTxn, ids: IdSource, session_id: str, now: float | None = 
     session = need_session(tx, session_id)
     expire_due(tx, session_id, now, ttl)
     current = tx.run(session.run_id) if session.run_id is not None else None
-    admit_accepted(tx, session, current)
-    if not session.state.has_run and next(bound_to(tx, session_id, None), None):
+    pending = admit_accepted(tx, session, current)
+    if not session.state.has_run and next(bound_in(pending, None), None):
         number = tx.add(runs_counter(session_id), 1)
         run = Run(ids.new_id(), session_id, number)
         tx.put_run(run)
@@ -145,10 +146,11 @@ def start(tx: WriteTxn, session_id: str) -> Run:
     SESSION.step(f"session {session_id}", session.state, SessionTrigger.START)
     if session.run_id is None:
         raise UnknownTarget(f"session {session_id} is queued without a run")
-    admit_accepted(tx, session, None)  # mail accepted while queued belongs to this run
+    # Mail accepted while queued belongs to this run.
+    pending = admit_accepted(tx, session, None)
     run = step_run(tx, need_run(tx, session.run_id), RunTrigger.START)
-    step_session(tx, session, SessionTrigger.START, run)
-    for message in list(bound_to(tx, session_id, None)):
+    step_session(tx, session, SessionTrigger.START, run)  # neither step touches mail
+    for message in bound_in(pending, None):
         tx.put_message(evolve(message, run_id=run.run_id))
     return run
 
@@ -161,11 +163,11 @@ def begin(
     # Refused before the request id is minted.
     REQUEST.step(f"run {run_id}", run.request_state, RequestTrigger.BEGIN_REQUEST)
     expire_due(tx, session_id, now, ttl)  # a boundary: stale mail goes before the claim
-    admit_accepted(tx, session, run)
+    pending = admit_accepted(tx, session, run)
     request_id = ids.new_id()
     claimed = [
         step_message(tx, m, MessageTrigger.CLAIM, request_id=request_id, **flip(m, now))
-        for m in list(bound_to(tx, session_id, run_id))
+        for m in bound_in(pending, run_id)
     ]
     _step_request(tx, run, RequestTrigger.BEGIN_REQUEST, request_id)
     events.record(tx, session_id, events.RequestBegun(

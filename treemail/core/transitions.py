@@ -10,7 +10,7 @@ There is no other path that writes a ``state`` or ``status`` field. (A run's req
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 from typing import Any, TypeVar
 
@@ -37,6 +37,7 @@ from treemail.core.store import ReadTxn, WriteTxn
 __all__ = [
     "accept",
     "admit_accepted",
+    "bound_in",
     "bound_to",
     "evolve",
     "message_event",
@@ -80,13 +81,13 @@ def evolve(record: R, **changes: Any) -> R:
     passed by position instead of looked up and passed by name one by one: every stored
     state change makes one, and the model checker makes millions."""
     cls: type[Any] = type(record)
-    places, positional, read = _layout(cls)
+    places, positional, read = _LAYOUTS.get(cls) or _layout(cls)
     values = list(read(record))
-    for name, value in changes.items():
-        place = places.get(name)
-        if place is None:
-            raise TypeError(f"{cls.__name__} has no field {name!r} to evolve")
-        values[place] = value
+    try:  # a field's place looked up once, not asked for and then checked
+        for name, value in changes.items():
+            values[places[name]] = value
+    except KeyError:
+        raise TypeError(f"{cls.__name__} has no field {name!r} to evolve") from None
     if positional == len(values):
         made: R = cls(*values)
         return made
@@ -159,7 +160,7 @@ def step_message(
     state = MESSAGE.step(f"message {message.message_id}", message.state, trigger)
     updated = evolve(message, state=state, **changes)
     tx.put_message(updated)
-    if not updated.pending:
+    if not state.pending:
         _track(tx, updated, -1)
     events.record_message(tx, updated)
     return updated
@@ -173,7 +174,7 @@ def step_session(
     run_id = run.run_id if state.has_run else None
     updated = evolve(session, state=state, run_id=run_id)
     tx.put_session(updated)
-    events.record(tx, session.session_id, events.run_payload(trigger, run, reason, fault))
+    events.record_run(tx, session.session_id, trigger, run, reason, fault)
     return updated
 
 
@@ -187,19 +188,27 @@ def step_run(tx: WriteTxn, run: Run, trigger: RunTrigger, **changes: Any) -> Run
 
 def bound_to(tx: ReadTxn, recipient: str, run_id: str | None) -> Iterator[Message]:
     """Deliverable mail of ``recipient`` bound to ``run_id`` (None: the next run), in order."""
-    return (m for m in tx.pending(recipient) if m.state.deliverable and m.run_id == run_id)
+    return bound_in(tx.pending(recipient), run_id)
 
 
-def admit_accepted(tx: WriteTxn, session: Session, current: Run | None) -> int:
+def bound_in(pending: Iterable[Message], run_id: str | None) -> Iterator[Message]:
+    """``bound_to`` over ``pending``: a recipient's pending mail, as ``admit_accepted``
+    answers it, read once instead of scanned again."""
+    return (m for m in pending if m.state.deliverable and m.run_id == run_id)
+
+
+def admit_accepted(tx: WriteTxn, session: Session, current: Run | None) -> list[Message]:
     """Take accepted mail into pending input: steer joins the running run, the rest waits for
-    the next one. A steer that lost the race with the end of its run lands in the next run."""
+    the next one. A steer that lost the race with the end of its run lands in the next run.
+
+    Returns the session's pending mail as it is now, in order: every caller reads it next,
+    and admission adds and drops no pending mail, so a second scan would find the same."""
     running = current if current is not None and current.status is RunState.RUNNING else None
-    admitted = 0
-    for message in list(tx.pending(session.session_id)):
+    pending = list(tx.pending(session.session_id))
+    for at, message in enumerate(pending):
         if message.state is not MessageState.ACCEPTED:
             continue
         joins = running is not None and message.mode is Mode.STEER
-        step_message(tx, message, MessageTrigger.ADMIT,
-                     run_id=running.run_id if joins and running else None)
-        admitted += 1
-    return admitted
+        pending[at] = step_message(tx, message, MessageTrigger.ADMIT,
+                                   run_id=running.run_id if joins and running else None)
+    return pending

@@ -13,6 +13,9 @@ request) is renamed by its order of first appearance in a traversal of the model
 follows creation order, seq and run numbers, never id values, and the past no action reads
 again is dropped; restarts used, and whether messaging is on, are part of the key.
 Breadth-first order plus parent pointers make the first counterexample a shortest one.
+Four states in five are at the depth cap, drained but not expanded: each is drained as soon
+as it is found new (``Checker._found``), so the search holds the level above the cap, never
+the cap's own.
 
 That renaming is the whole symmetry reduction, and it is sound: ids are names to both sides.
 They store and look records up by them and order by creation, ordinal or seq, never by id
@@ -44,7 +47,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import operator
+import pickle
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -55,14 +60,14 @@ import attrs
 from treemail.core.config import MessagingConfig
 from treemail.core.engine import Engine
 from treemail.core.ids import CountingIds
-from treemail.core.lifecycle import ApprovalState, MessageState, SessionState
+from treemail.core.lifecycle import ApprovalState, MessageState, RunState, SessionState
 from treemail.core.memory_store import MemoryStore
 from treemail.core.records import Mode, Owner, RecipientState
 from treemail.models import heap
 from treemail.models.actions import Action, Move, failed, outcome, perform, perform_move
 from treemail.models.coverage import REPLAY, Coverage, boundary_step, guard_of, recording
 from treemail.models.drain import drain_move, drain_step, labelled
-from treemail.models.explore import Bounds, alphabet, ended_run
+from treemail.models.explore import Bounds, alphabet
 from treemail.models.invariants import (
     INVARIANTS,
     Failure,
@@ -78,6 +83,7 @@ from treemail.models.invariants import (
 from treemail.models.reference import Reference
 from treemail.models.replay import Replay
 from treemail.models.snapshots import CopyableWorld, Lockstep, Node, clone, model_step, untouched
+from treemail.models.world import FINAL, World
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -128,68 +134,110 @@ class Result:
 
 
 def canonical(model: Reference, restarts: int, history: bool = False) -> bytes:
-    """A digest of the model's world with ids renamed by order of first appearance.
+    """A digest of the model's world with ids renamed by order of first appearance
+    (``canonical_key``)."""
+    return hashlib.blake2b(encoded(canonical_key(model, restarts, history)),
+                           digest_size=16).digest()
+
+
+def canonical_key(model: Reference, restarts: int, history: bool = False) -> tuple[Any, ...]:
+    """The model's world with ids renamed by order of first appearance.
 
     Without ``history``, the past is forgotten too: runs that ended (unless a held call names
     one), run numbers, tool calls of ended runs, and which run and request consumed a final
     message (kept only for agent mail consumed by a current run: its hop is that run's base
     hop). Nothing ahead reads them, so a state reached after one more cancelled run is the
-    same state; this makes the space finite, and the search can reach the bottom of it."""
+    same state; this makes the space finite, and the search can reach the bottom of it.
+
+    Built once per transition the search takes, so written for speed: each id named in place
+    where it is known to be named already (the sessions first, then the live runs, then the
+    mail), the rest through ``n``, in the same order as a plain traversal would."""
     world = model.world
-    names: dict[str, int] = {}
+    sessions = sorted(world.sessions.values(), key=_ORDINAL)
+    names: dict[str, int] = {s.session_id: name for name, s in enumerate(sessions)}
 
     def n(some_id: str | None) -> int | None:
         return None if some_id is None else names.setdefault(some_id, len(names))
 
-    sessions = sorted(world.sessions.values(), key=_ORDINAL)
-    names.update((s.session_id, name) for name, s in enumerate(sessions))  # the first names
-    handles = [(s.handle, f"<{n(s.session_id)}>") for s in sessions if s.handle is not None]
-    live = {s.run_id for s in sessions} | {a.run_id for a in world.approvals.values()
-                                           if a.state is ApprovalState.PENDING}
-    live |= {r.open_request for r in world.runs.values() if r.run_id in live}
-    runs = sorted((r for r in world.runs.values() if history or r.run_id in live),
+    runs_of = world.runs
+    live = {s.run_id for s in sessions}
+    if world.approvals:
+        live |= {a.run_id for a in world.approvals.values() if a.state is ApprovalState.PENDING}
+    live |= {r.open_request for r in runs_of.values() if r.run_id in live}
+    runs = sorted((r for r in runs_of.values() if history or r.run_id in live),
                   key=lambda r: (n(r.session_id), r.number))
     for run in runs:
-        n(run.run_id)
-
-    def past(some_id: str | None, needed: bool = True) -> int | str | None:
-        if history or some_id is None or (needed and some_id in live):
-            return n(some_id)
-        return "past"
-
+        names.setdefault(run.run_id, len(names))
     messages = sorted(world.messages.values(), key=lambda m: (n(m.recipient), m.seq))
     for message in messages:
-        n(message.message_id)
-
-    def body(text: str) -> str:
-        return _renamed(text, handles)
-
-    def path(text: str) -> tuple[Any, ...]:  # grant subjects and approval ids: "sid/rid/call"
-        return tuple(names.get(part, part) for part in text.split("/"))
-
+        names.setdefault(message.message_id, len(names))
+    # A session idle after a run that ended may still see a late call from it (``ended_run``).
+    ended = {r.session_id for r in runs_of.values() if r.status in _ENDED}
+    handles = [(s.handle, f"<{name}>") for name, s in enumerate(sessions)
+               if s.handle is not None]
+    idle, claimed, agent = SessionState.IDLE, MessageState.CLAIMED, Owner.AGENT
+    value = _VALUE
+    past = "past"
     key = (
         restarts, model.shut, model.config.enabled,
         [(n(s.root_session_id), n(s.parent_session_id), s.agent.name, s.handle is None,
           s.ordinal, str(s.state), n(s.run_id), s.live,
-          s.state == SessionState.IDLE and ended_run(world, s) is not None)  # a late call's
+          s.state == idle and s.session_id in ended)  # a late call's
          for s in sessions],
         [(n(r.session_id), r.number if history else 0, str(r.status), n(r.open_request))
          for r in runs],
-        [(n(m.recipient), n(m.sender), _VALUE[m.owner], body(m.body), _VALUE[m.mode], m.hop, m.seq,
-          str(m.state), past(m.run_id, m.pending or m.owner is Owner.AGENT),
-          past(m.request_id, m.state == MessageState.CLAIMED), m.reason) for m in messages],
-        sorted((n(s), n(r), call, n(v.message_id), _VALUE[v.mode], _VALUE[v.recipient_state])
-               for (s, r, call), v in world.results.items() if history or r in live),
-        sorted((n(s), _VALUE[owner], key, n(first), mail[0], _VALUE[mail[1]], n(mail[2]))
-               for (s, owner, key), (first, mail) in world.produced.items()),
-        sorted((scope, path(subject), label) for scope, subject, label in world.grants),
-        sorted((path(a.approval_id), a.label, a.state, a.scope,
-                sorted((k, names.get(v, v)) for k, v in (a.outcome or {}).items()))
-               for a in world.approvals.values()),
-        sorted(n(sid) or 0 for sid in world.reported),
+        [(names[m.recipient], n(m.sender), value[m.owner],
+          m.body if "_" not in m.body else _renamed(m.body, handles), value[m.mode], m.hop,
+          m.seq, str(m.state),
+          # The run and request that took a message, while anything ahead may read them.
+          n(m.run_id) if history or m.run_id is None or (
+              (m.state not in FINAL or m.owner is agent) and m.run_id in live) else past,
+          n(m.request_id) if history or m.request_id is None or (
+              m.state == claimed and m.request_id in live) else past,
+          m.reason) for m in messages],
+        sorted((n(s), n(r), call, n(v.message_id), value[v.mode], value[v.recipient_state])
+               for (s, r, call), v in world.results.items() if history or r in live)
+        if world.results else [],
+        sorted((n(s), value[owner], key, n(first), mail[0], value[mail[1]], n(mail[2]))
+               for (s, owner, key), (first, mail) in world.produced.items())
+        if world.produced else [],
+        _grants(world, names) if world.grants else [],
+        _approvals(world, names) if world.approvals else [],
+        sorted(n(sid) or 0 for sid in world.reported) if world.reported else [],
     )
-    # States as plain strings: an enum member's repr is slow, and a state's name is its value.
-    return hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
+    return key
+
+
+def _path(names: dict[str, int], text: str) -> tuple[Any, ...]:
+    """A grant subject or approval id ("sid/rid/call") with its ids renamed."""
+    return tuple(names.get(part, part) for part in text.split("/"))
+
+
+def _grants(world: World, names: dict[str, int]) -> list[Any]:
+    return sorted((scope, _path(names, subject), label) for scope, subject, label in world.grants)
+
+
+def _approvals(world: World, names: dict[str, int]) -> list[Any]:
+    return sorted((_path(names, a.approval_id), a.label, a.state, a.scope,
+                   sorted((k, names.get(v, v)) for k, v in (a.outcome or {}).items()))
+                  for a in world.approvals.values())
+
+
+_ENDED = (RunState.FINISHED, RunState.INTERRUPTED)  # as ``ended_run`` reads them
+
+
+def encoded(key: object) -> bytes:
+    """``key`` as bytes that depend on its value alone: a pickle without its memo ("fast"
+    mode). With the memo, an object met twice is written once and then referred to, so two
+    equal keys that share their strings differently would differ; without it, each value is
+    written out whole, and the bytes are a faithful, injective encoding of the key (they
+    unpickle to an equal key). Several times as fast as ``repr``, which quoted every string
+    and formatted every number."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, 5)
+    pickler.fast = True
+    pickler.dump(key)
+    return out.getvalue()
 
 
 _ORDINAL = operator.attrgetter("ordinal")
@@ -216,6 +264,10 @@ def _renamed(text: str, handles: list[tuple[str, str]]) -> str:
 # workers), so the progress line can say how long is left; a change to the search that
 # changes it shows as a final line past or short of 100%, and this figure is updated.
 DEFAULT_STATES = 196_789
+
+
+def _expands_nothing(child: Node, action: Action, index: int) -> None:
+    raise AssertionError("a state at the depth cap is not expanded")
 
 
 def eta(visited: int, seconds: float, expected: int | None) -> str:
@@ -259,6 +311,9 @@ class Checker:
         self.drained = 0  # states whose drain ran to the end (the others chain into it)
         self.coverage = Coverage()
         self._shown = 0.0
+        # The first shortest counterexample above the depth cap, and at it (``_found``).
+        self._best: Counterexample | None = None
+        self._bottom: Counterexample | None = None
         self._answer: tuple[Any, ...] = ()  # the model's answer to the last action stepped
 
     def step(self, node: Node, action: Action) -> tuple[Node, Failure | None, bool]:
@@ -444,9 +499,11 @@ class Checker:
         self.parents[root.key] = None
         if self.replay is not None:
             self.replay.reached(root.key, None, None)
-        queue, best, level = deque([root]), None, -1
+        queue, level = deque([root]), -1
+        self._best = self._bottom = None
         while queue:
             node = queue.popleft()
+            best: Counterexample | None = self._best
             if best is not None and node.depth >= len(best.trace):
                 break  # nothing shorter is left to find
             if node.depth > level:
@@ -455,20 +512,41 @@ class Checker:
             self._show(len(queue), started)
             found = functools.partial(self._found, node, queue)
             for failure in self.visit(node, found, None if best is None else len(best.trace)):
-                if best is None or len(failure.trace) < len(best.trace):
-                    best = failure
+                if self._best is None or len(failure.trace) < len(self._best.trace):
+                    self._best = failure
         self._show(len(queue), started, final=True)
+        # The states at the cap come after every other in the search's order: of two
+        # counterexamples as short, one of theirs is the later.
+        best, bottom = self._best, self._bottom
+        if bottom is not None and (best is None or len(bottom.trace) < len(best.trace)):
+            best = bottom
         return self.result(len(self.parents), best, time.monotonic() - started,
                            time.process_time() - cpu)
 
     def _found(self, parent: Node, queue: deque[Node], child: Node, action: Action,
                index: int) -> None:
         del index  # the queue keeps the order of discovery
-        if child.key not in self.parents:
-            self.parents[child.key] = (parent.key, action.label)
-            if self.replay is not None:
-                self.replay.reached(child.key, parent.key, action)
+        if child.key in self.parents:
+            return
+        self.parents[child.key] = (parent.key, action.label)
+        if self.replay is not None:
+            self.replay.reached(child.key, parent.key, action)
+        if child.depth < self.bounds.depth:
             queue.append(child)
+            return
+        # A state at the cap is drained now, not queued: the search held the whole bottom
+        # level (four states in five) until its turn, and the drain's verdict is the same
+        # whenever it runs. It is drained only where its turn would have come: before any
+        # counterexample as short as its depth (its own are no shorter), and its failures
+        # are kept apart from the others' (``_search``): the order it would have met them in
+        # is after every state above the cap, and the bottom's own order is this one.
+        shortest = min((len(f.trace) for f in (self._best, self._bottom) if f is not None),
+                       default=None)
+        if shortest is not None and child.depth >= shortest:
+            return
+        for failure in self.visit(child, _expands_nothing, None):
+            if self._bottom is None or len(failure.trace) < len(self._bottom.trace):
+                self._bottom = failure
 
     def result(self, states: int, best: Counterexample | None, seconds: float, cpu: float
                ) -> Result:

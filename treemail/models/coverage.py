@@ -121,17 +121,26 @@ class Coverage:
             f"; not reached: {', '.join(gaps)}" if gaps else "")
 
 
+_STEP = Lifecycle.step
+
+
 @contextmanager
 def recording(into: Coverage) -> Iterator[None]:
     """Note every lifecycle step the engine takes while the block runs. The steps are noted
     as they come (the machine and the enum members: the checker takes millions of steps, and
     a member's ``str`` costs more than the note) and named once, when the block ends."""
     original = Lifecycle.step
+    plain = original is _STEP  # not wrapped already, by another recording
     taken: set[tuple[str, Any, Any]] = set()
     note = taken.add
 
     def step(self: Lifecycle[Any, Any], subject: str, state: Any, trigger: Any) -> Any:
-        target = original(self, subject, state, trigger)  # raises on an illegal step: not noted
+        # While ``original`` is the class's own (no other recording wraps it), its table is
+        # read here, so a legal step costs one call, not two; an illegal one goes through
+        # ``original``, which raises, and is not noted.
+        target = self.transitions.get((state, trigger)) if plain else None
+        if target is None:
+            target = original(self, subject, state, trigger)
         note((self.name, state, trigger))
         return target
 

@@ -324,18 +324,32 @@ class Ledger:
     ends: Mapping[str, int] = attrs.field(factory=dict)
 
     def then(self, events: Iterable[tuple[int, Event]]) -> Ledger:
-        accepted, ends, upto = list(self.accepted), dict(self.ends), self.upto
+        # The parent's tuple and dict are shared until an event adds to them: most steps
+        # append no settling event, and nothing mutates a ledger's ``ends`` once it is built.
+        accepted: list[str] | None = None
+        ends: dict[str, int] | None = None
+        upto = self.upto
         for number, event in events:
             upto = number
+            kind = event.kind
+            if kind not in _SETTLING:
+                continue
             # The kind and the message id are all this reads: no payload is decoded.
-            kind, message_id = event.kind, event.data.get("message_id")
-            if kind not in _SETTLING or not isinstance(message_id, str):
+            message_id = event.data.get("message_id")
+            if not isinstance(message_id, str):
                 continue
             if kind == _ACCEPTED:
+                if accepted is None:
+                    accepted = list(self.accepted)
                 accepted.append(message_id)
             else:
+                if ends is None:
+                    ends = dict(self.ends)
                 ends[message_id] = ends.get(message_id, 0) + 1
-        return Ledger(upto, tuple(accepted), ends)
+        if upto == self.upto and accepted is None and ends is None:
+            return self
+        return Ledger(upto, self.accepted if accepted is None else tuple(accepted),
+                      self.ends if ends is None else ends)
 
 
 def settled(tx: ReadTxn, ledger: Ledger = Ledger()) -> Failure | None:

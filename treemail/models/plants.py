@@ -195,10 +195,10 @@ def _outside_text_raw(original: Callable[..., Any]) -> Callable[..., Any]:
 def _steer_never_joins(original: Callable[..., Any]) -> Callable[..., Any]:
     """Steered mail never joins the running run: it always waits for the next one."""
 
-    def admit_accepted(tx: Any, session: Any, current: Any) -> int:
+    def admit_accepted(tx: Any, session: Any, current: Any) -> list[Message]:
         del current
-        admitted: int = original(tx, session, None)
-        return admitted
+        pending: list[Message] = original(tx, session, None)
+        return pending
 
     return admit_accepted
 
