@@ -68,7 +68,7 @@ class _DictTables:
             self.order[table] = None
 
     def append_feed(self, event: bytes) -> None:
-        self.put(Table.FEED, keys.feed(len(self.data[Table.FEED]) + 1), event)
+        self.put(_FEED, keys.feed(len(self.data[_FEED]) + 1), event)
 
     def put_rows(self, rows: Iterable[tuple[Table, bytes, object]]) -> None:
         for table, key, value in rows:
