@@ -52,7 +52,14 @@ import attrs
 from treemail.core.config import MessagingConfig
 from treemail.models import heap
 from treemail.models.actions import Action
-from treemail.models.checker import DEFAULT_CONFIG, Checker, Counterexample, Result, eta
+from treemail.models.checker import (
+    DEFAULT_CONFIG,
+    Checker,
+    Counterexample,
+    Result,
+    eta,
+    expands_nothing,
+)
 from treemail.models.coverage import Coverage, recording
 from treemail.models.explore import Bounds
 from treemail.models.replay import Replay, StoreFactory
@@ -224,7 +231,7 @@ class Partition(Checker):
                 elif shortest is None or node.depth < shortest:
                     self._trail = trail
                     failures += self._failures(node, place,
-                                               self.visit(node, _expands_nothing, None))
+                                               self.visit(node, expands_nothing, None))
                     drained += 1
         self.cpu += time.process_time() - cpu
         return failures, drained
@@ -262,10 +269,6 @@ class Partition(Checker):
 
 # A visited frontier entry's stand-in: the frontier is read once, and holds no state it read.
 _VISITED = cast(Entry, ((), None, None))
-
-
-def _expands_nothing(child: Node, action: Action, index: int) -> None:
-    raise AssertionError("a state at the depth cap is not expanded")
 
 
 class _Remote:
