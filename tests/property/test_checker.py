@@ -461,6 +461,19 @@ def test_the_external_boundary_is_searched_and_reported() -> None:
     assert "external" not in check(WINDOWED, attrs.evolve(ONE_TREE, depth=3)).coverage.line()
 
 
+def test_an_external_sessions_released_mail_expires_alike() -> None:
+    """With expiry on, mail an external session's check_mail claimed and its connection's end
+    released keeps its clock on both sides, so a late sweep expires it on both. The engine's
+    side once ran the boundary without the instant and TTL the daemon passes: the claim forgot
+    the clock, and the engine found nothing stale where the model expired the mail (the
+    default search at depth 9 with an external session found it, eight actions deep)."""
+    bounds = Bounds(sessions=2, messages=2, restarts=0, approvals=0, disabled=0, trees=1,
+                    external=1, depth=8)
+    result = check(checker.DEFAULT_CONFIG, bounds)
+    assert result.counterexample is None, result.counterexample
+    assert ("MessageLifecycle", MessageState.RELEASED, "expire") in result.coverage.transitions
+
+
 def test_the_checker_takes_the_recall_and_expiry_transitions() -> None:
     """With expiry on (the default config's TTL), the sender's cancel and the late sweep's
     expiry are among the transitions the search takes, and the engine agrees throughout."""
