@@ -266,7 +266,12 @@ class _MemoryTxn(Indexed):
             old_handle = keys.handle(old.root_session_id, old.handle)
             if old_handle != handle_key:
                 self._dicts.delete(_HANDLES, old_handle)
-        self._put(_SESSIONS, key, session)
+        rows = data[_SESSIONS]  # ``_put`` written out: every step of a session stores it
+        tables = self._dicts
+        tables.undo.append((_SESSIONS, rows, key, _MISSING if old is None else old))
+        rows[key] = session
+        if old is None:
+            tables.order[_SESSIONS] = None
         try:  # ``keys.tree`` written out
             tree_key = keys.tree_of(root) + session.ordinal.to_bytes(8, "big")
         except OverflowError:
