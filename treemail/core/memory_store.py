@@ -283,15 +283,7 @@ class _MemoryTxn(Indexed):
             self._put(_HANDLES, handle_key, session_id)
 
     def put_run(self, run: Run) -> None:
-        # ``_put`` written out: every step of a run stores it.
-        key = keys.identity(run.run_id)
-        tables = self._dicts
-        rows = tables.data[_RUNS]
-        old = rows.get(key, _MISSING)
-        tables.undo.append((_RUNS, rows, key, old))
-        rows[key] = run
-        if old is _MISSING:
-            tables.order[_RUNS] = None
+        self._put(_RUNS, keys.identity(run.run_id), run)
 
     def put_message(self, message: Message) -> None:
         record = keys.identity(message.message_id)
