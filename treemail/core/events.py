@@ -65,7 +65,7 @@ from treemail.core.event_payloads import (
     ToolResults,
     UnknownEvent,
 )
-from treemail.core.lifecycle import SessionTrigger
+from treemail.core.lifecycle import MessageState, SessionTrigger
 from treemail.core.owners import AgentOwner, owner_of
 from treemail.core.records import Event, Message, Mode, Owner, Run
 from treemail.core.shapes import CODEC, Unfit, shape
@@ -114,7 +114,9 @@ __all__ = [
     "message_state",
     "read",
     "record",
+    "record_closed",
     "record_message",
+    "record_opened",
     "record_run",
     "run_kind",
     "run_payload",
@@ -244,6 +246,8 @@ _ACCEPTED_KIND = EventKind.PRODUCER_MESSAGE_ACCEPTED
 _DISCARDED_KIND = EventKind.PRODUCER_MESSAGE_DISCARDED
 _START = SessionTrigger.START
 _INTERRUPT = SessionTrigger.INTERRUPT
+# ``message_kind`` of each state, read without its call on every message step.
+_STATE_KINDS: Mapping[str, EventKind] = {state: message_kind(state) for state in MessageState}
 _MAIL_ONLY = frozenset({EventKind.PRODUCER_MESSAGE_ADMITTED, EventKind.PRODUCER_MESSAGE_CLAIMED,
                         EventKind.PRODUCER_MESSAGE_RELEASED, EventKind.PRODUCER_MESSAGE_CONSUMED})
 
@@ -253,7 +257,7 @@ def record_message(tx: WriteTxn, message: Message) -> Event:
     into its current state. Every step of a message writes one (the model checker millions),
     so the data of a step past acceptance is built field by field, without a payload record
     (``test_events`` holds the two equal for every state and owner, key order included)."""
-    kind = message_kind(message.state)
+    kind = _STATE_KINDS.get(message.state) or message_kind(message.state)
     if message.owner is _AGENT and message.sender is None:
         return record(tx, message.recipient, message_payload(message))  # which refuses it
     if kind is _ACCEPTED_KIND:
@@ -334,6 +338,28 @@ def record_run(tx: WriteTxn, session_id: str, trigger: SessionTrigger, run: Run,
         data["status"], data["endpoint"], data["hint"] = (
             (None, None, None) if fault is None else (fault.status, fault.endpoint, fault.hint))
     return tx.append(session_id, kind, data)
+
+
+_OPENED = EventKind.REQUEST_BEGUN.value
+_COMMITTED = EventKind.REQUEST_COMMITTED.value
+_ABORTED = EventKind.REQUEST_ABORTED.value
+
+
+def record_opened(tx: WriteTxn, session_id: str, run_id: str, request_id: str,
+                  message_ids: Iterable[str]) -> Event:
+    """``record(tx, session_id, RequestBegun(run_id, request_id, tuple(message_ids)))``, its
+    data built field by field, as ``record_run``'s: every model request writes one (the model
+    checker millions). ``test_events`` holds the two equal, key order included."""
+    return tx.append(session_id, _OPENED, {"run_id": run_id, "request_id": request_id,
+                                           "message_ids": list(message_ids)})
+
+
+def record_closed(tx: WriteTxn, session_id: str, committed: bool, run_id: str,
+                  request_id: str) -> Event:
+    """``record`` of ``RequestCommitted(run_id, request_id)`` (``committed``), else of
+    ``RequestAborted``, its data built field by field, as ``record_opened``'s."""
+    return tx.append(session_id, _COMMITTED if committed else _ABORTED,
+                     {"run_id": run_id, "request_id": request_id})
 
 
 def schema(cls: type[Payload]) -> dict[str, object]:

@@ -302,7 +302,9 @@ def tree(root: str, ordinal: int) -> bytes:
     return _owned(root) + seq_bytes(ordinal)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def handle(root: str, name: str) -> bytes:
+    # Cached, as ``identity``: a session's handle row is looked for at every step of it.
     return _owned(root) + identity(name)
 
 

@@ -115,14 +115,9 @@ def session_event(trigger: SessionTrigger) -> EventKind:
     return events.run_kind(trigger)
 
 
-def _counted(message: Message) -> bool:
-    return message.owner is _AGENT and message.sender is not None
-
-
 def _track(tx: WriteTxn, message: Message, delta: int) -> None:
     """Keep the O(1) guard counters: pending agent mail per recipient and per directed pair."""
-    if _counted(message):
-        assert message.sender is not None
+    if message.owner is _AGENT and message.sender is not None:
         tx.add(inbox_counter(message.recipient), delta)
         tx.add(pair_counter(message.sender, message.recipient), delta)
 
