@@ -65,7 +65,7 @@ from treemail.models.reference import Reference
 # Small enough to be exhausted (no state left at the depth cap) in a few seconds. One tree,
 # and every restart keeps the config: the second tree and the restart that turns messaging
 # off have their own tests.
-SMALL = Bounds(sessions=2, messages=2, restarts=1, depth=20, disabled=0, trees=1)
+SMALL = Bounds(sessions=2, messages=2, restarts=1, depth=20, disabled=0, trees=1, external=0)
 # A pair window below the inbox cap, so the window is the guard that answers.
 WINDOWED = MessagingConfig(max_pending_per_session=2, max_inflight_per_pair=1, max_hops=1)
 SPEC = Path(__file__).resolve().parents[2] / "spec" / "invariants.json"
@@ -232,7 +232,8 @@ def test_a_drain_failure_at_the_bottom_is_found_through_chained_drains(
 
 
 def test_coverage_names_what_was_reached_and_what_was_not() -> None:
-    result = check(WINDOWED, Bounds(sessions=2, messages=2, restarts=1, depth=6, trees=1))
+    result = check(WINDOWED, Bounds(sessions=2, messages=2, restarts=1, depth=6, trees=1,
+                                   external=0))
     coverage = result.coverage
     assert {"recipient_resolution", "self_send", "invalid_arguments", "invalid_body",
             "inflight_full"} <= coverage.guards
@@ -257,7 +258,7 @@ def test_approvals_are_answered_in_every_scope_and_counted() -> None:
     """Two siblings ask before writing to each other: their held calls are approved in every
     grant scope and denied, and the approval machine's transitions are counted with the
     others (``tests/deep/test_check_coverage.py``: everything, at the default bounds)."""
-    bounds = Bounds(sessions=3, messages=2, restarts=0, depth=6, disabled=0, trees=1)
+    bounds = Bounds(sessions=3, messages=2, restarts=0, depth=6, disabled=0, trees=1, external=0)
     result = check(checker.DEFAULT_CONFIG, bounds)
     assert result.counterexample is None
     coverage = result.coverage
@@ -356,7 +357,7 @@ def test_the_ledger_carries_what_the_feed_said_before_the_drain() -> None:
 # Plants only the newer actions reach, each with the smallest bounds that reach it (one
 # tree, no restart) and how its shortest trace ends: a mode-only retry, a late call of an
 # ended run, a session-scoped approval, a revert, a cousin (four sessions in one tree).
-ONE_TREE = Bounds(sessions=3, messages=3, restarts=0, disabled=0, trees=1, depth=8)
+ONE_TREE = Bounds(sessions=3, messages=3, restarts=0, disabled=0, trees=1, depth=8, external=0)
 CHECKER_HUNTED: dict[str, tuple[Bounds, int, str]] = {
     "mode-retry-replays": (SMALL, 5, "reused call id, other mode)"),
     "rule-before-liveness": (attrs.evolve(ONE_TREE, depth=5), 5, "from the ended run)"),
@@ -425,7 +426,8 @@ def test_a_held_call_approved_after_its_run_ended_agrees() -> None:
         assert answers[0][1][3] and "message_id" in answers[0][1][3]
 
 
-LMDB_BOUNDS = Bounds(sessions=2, messages=2, restarts=1, depth=3, disabled=0, trees=1)
+LMDB_BOUNDS = Bounds(sessions=2, messages=2, restarts=1, depth=3, disabled=0, trees=1,
+                     external=0)
 
 
 def test_the_lmdb_mode_agrees_and_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
@@ -457,15 +459,28 @@ def test_the_external_boundary_is_searched_and_reported() -> None:
     assert result.counterexample is None
     assert result.coverage.boundary == set(BOUNDARY)
     assert f"external boundary {len(BOUNDARY)}/{len(BOUNDARY)}" in result.coverage.line()
-    # Without one (the default), the line has no external part.
+    # Without one, the line has no external part.
     assert "external" not in check(WINDOWED, attrs.evolve(ONE_TREE, depth=3)).coverage.line()
+
+
+def test_an_external_sessions_released_mail_expires_alike() -> None:
+    """With expiry on, mail an external session's check_mail claimed and its connection's end
+    released keeps its clock on both sides, so a late sweep expires it on both. The engine's
+    side once ran the boundary without the instant and TTL the daemon passes: the claim forgot
+    the clock, and the engine found nothing stale where the model expired the mail (the
+    default search at depth 9 with an external session found it, eight actions deep)."""
+    bounds = Bounds(sessions=2, messages=2, restarts=0, approvals=0, disabled=0, trees=1,
+                    external=1, depth=8)
+    result = check(checker.DEFAULT_CONFIG, bounds)
+    assert result.counterexample is None, result.counterexample
+    assert ("MessageLifecycle", MessageState.RELEASED, "expire") in result.coverage.transitions
 
 
 def test_the_checker_takes_the_recall_and_expiry_transitions() -> None:
     """With expiry on (the default config's TTL), the sender's cancel and the late sweep's
     expiry are among the transitions the search takes, and the engine agrees throughout."""
     result = check(checker.DEFAULT_CONFIG,
-                   Bounds(sessions=2, messages=2, restarts=1, depth=6, trees=1))
+                   Bounds(sessions=2, messages=2, restarts=1, depth=6, trees=1, external=0))
     assert result.counterexample is None
     assert {("MessageLifecycle", MessageState.ADMITTED, "cancel"),
             ("MessageLifecycle", MessageState.ADMITTED, "expire")} <= result.coverage.transitions

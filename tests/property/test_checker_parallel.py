@@ -11,9 +11,10 @@ import pytest
 
 from tests.property.test_checker import CHECKER_HUNTED, SMALL, WINDOWED
 from treemail.adapters.ui.cli import main
+from treemail.models import balance
 from treemail.models.checker import Result
 from treemail.models.explore import Bounds
-from treemail.models.parallel import _moves, check, explore, owner
+from treemail.models.parallel import check, explore, owner
 from treemail.models.plants import planted
 
 # Depth-capped at 5 with the default sizes: a thousand states, every kind of action, and
@@ -52,17 +53,48 @@ def test_the_states_are_spread_over_the_workers() -> None:
     assert all(share > 40 for share in shares), shares
 
 
+def _after(places: list[list[tuple[int, ...]]], window: int) -> list[list[tuple[int, ...]]]:
+    """Each worker's places once ``moves`` is carried out."""
+    given = balance.moves(places, window)
+    kept = [[place for at, place in enumerate(mine)
+             if not any(at in ats for ats in given[by].values())]
+            for by, mine in enumerate(places)]
+    for by, mine in enumerate(given):
+        assert by not in mine  # nobody gives to itself
+        for to, ats in mine.items():
+            kept[to] += [places[by][at] for at in ats]
+    return [sorted(mine) for mine in kept]
+
+
 @pytest.mark.parametrize("sizes", [[10, 0, 2], [0, 7], [3, 3, 3], [1, 0, 0], [0, 0], [9, 1, 1, 1]])
 def test_the_frontiers_are_evened_out_by_moving_the_surplus(sizes: list[int]) -> None:
     """Generators keep their winners, so one worker may hold most of the next frontier (the
     root's, at first): the surplus moves, and only the surplus, until each holds its share."""
-    moves = [row for (row,) in _moves(sizes)]
-    after = [size - sum(moves[index]) + sum(row[index] for row in moves)
-             for index, size in enumerate(sizes)]
-    assert sum(after) == sum(sizes) and max(after) - min(after) <= 1, (sizes, moves)
-    assert all(moves[index][index] == 0 for index in range(len(sizes)))
+    places: list[list[tuple[int, ...]]] = [[(by, at) for at in range(size)]
+                                           for by, size in enumerate(sizes)]
+    after = [len(mine) for mine in _after(places, 100)]
+    assert sum(after) == sum(sizes) and max(after) - min(after) <= 1, (sizes, after)
     floor = sum(sizes) // len(sizes)  # no worker gives away more than it holds above it
-    assert all(sum(moves[index]) <= max(0, size - floor) for index, size in enumerate(sizes))
+    given = balance.moves(places, 100)
+    assert all(sum(map(len, given[by].values())) <= max(0, size - floor)
+               for by, size in enumerate(sizes))
+
+
+def test_each_window_of_the_order_is_shared_out_not_only_the_sizes() -> None:
+    """Two frontiers of one size, one early in the order and one late (a worker whose early
+    states win the early duplicates level after level): each chunk-sized window of the order
+    ends up shared between them, so no chunk keeps a worker waiting."""
+    early: list[tuple[int, ...]] = [(0, at) for at in range(40)]
+    late: list[tuple[int, ...]] = [(1, at) for at in range(40)]
+    after = _after([early, late], 4)
+    for start in range(0, 80, 8):
+        window = sorted(early + late)[start:start + 8]
+        assert [len(set(mine) & set(window)) for mine in after] == [4, 4], start
+    assert balance.cuts([early, late], 4) == sorted(early + late)[8::8]
+    # Frontiers already interleaved in the order move nothing.
+    evens: list[tuple[int, ...]] = [(at,) for at in range(0, 80, 2)]
+    odds: list[tuple[int, ...]] = [(at,) for at in range(1, 80, 2)]
+    assert balance.moves([evens, odds], 4) == [{}, {}]
 
 
 @pytest.mark.parametrize("plant", ["pair-window", "recover-keeps-claims", "discard-claimed",

@@ -203,3 +203,21 @@ def test_record_run_writes_what_its_payload_encodes(
     events.record_run(fast, "s1", trigger, run, reason, fault)  # type: ignore[arg-type]
     events.record(general, "s1", expected)  # type: ignore[arg-type]
     assert fast.entries == general.entries
+
+
+@pytest.mark.parametrize("message_ids", [[], ["m1"], ["m1", "m2"]])
+def test_record_opened_writes_what_its_payload_encodes(message_ids: list[str]) -> None:
+    fast, general = _Log(), _Log()
+    events.record_opened(fast, "s1", "run", "req", message_ids)  # type: ignore[arg-type]
+    events.record(general, "s1",  # type: ignore[arg-type]
+                  events.RequestBegun("run", "req", tuple(message_ids)))
+    assert fast.entries == general.entries
+
+
+@pytest.mark.parametrize("committed", [True, False])
+def test_record_closed_writes_what_its_payload_encodes(committed: bool) -> None:
+    closed = events.RequestCommitted if committed else events.RequestAborted
+    fast, general = _Log(), _Log()
+    events.record_closed(fast, "s1", committed, "run", "req")  # type: ignore[arg-type]
+    events.record(general, "s1", closed("run", "req"))  # type: ignore[arg-type]
+    assert fast.entries == general.entries

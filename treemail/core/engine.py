@@ -55,6 +55,17 @@ __all__ = ["Delivery", "Engine", "Produced", "Request"]
 
 T = TypeVar("T")
 
+# Enum members read once, here: under Python 3.11 a member read through its class goes
+# through ``EnumType.__getattr__``'s hook, about ten times the cost of reading a global
+# (see ``runs``).
+_USER = Owner.USER
+_DELEGATION = Owner.DELEGATION
+_AGENT = Owner.AGENT
+_QUEUE = Mode.QUEUE
+_FINISH = RunTrigger.FINISH
+_INTERRUPT = RunTrigger.INTERRUPT
+_DISCARD = MessageTrigger.DISCARD
+
 
 class Engine:
     def __init__(
@@ -93,11 +104,11 @@ class Engine:
         in the same transaction: a refused task leaves no session behind."""
         if task is None:
             return self._transact(lambda tx: self._create(tx, agent, None, legacy))
-        check_mail(task, Owner.USER, "task")
+        check_mail(task, _USER, "task")
 
         def work(tx: WriteTxn) -> Session:
             root = self._create(tx, agent, None, legacy)
-            produce(tx, self.ids, root.session_id, task, Owner.USER, None, Mode.QUEUE, None)
+            produce(tx, self.ids, root.session_id, task, _USER, None, _QUEUE, None)
             runs.reconcile(tx, self.ids, root.session_id)
             return root
 
@@ -110,12 +121,12 @@ class Engine:
         """A child of ``parent_id`` in the same tree; its task arrives as delegation mail.
         ``description`` says what this child does, shown to its tree peers."""
 
-        check_mail(task, Owner.DELEGATION, "delegated task")
+        check_mail(task, _DELEGATION, "delegated task")
 
         def work(tx: WriteTxn) -> Session:
             parent = need_session(tx, parent_id)
             child = self._create(tx, agent, parent, legacy, description)
-            accept(tx, self.ids, child.session_id, task, Owner.DELEGATION, parent.session_id)
+            accept(tx, self.ids, child.session_id, task, _DELEGATION, parent.session_id)
             runs.reconcile(tx, self.ids, child.session_id)
             return child
 
@@ -178,7 +189,7 @@ class Engine:
         in-flight run at its next safe boundary (no message permission applies: the user is
         not an agent of the tree), else the next run. With ``key`` (an idempotency key, see
         ``producers``), a retry of the same mail is answered with the first accept."""
-        if owner is Owner.AGENT:
+        if owner is _AGENT:
             raise InvalidRequest(
                 "agent mail enters only through send_message, which runs the guards")
         check_mail(body, owner)
@@ -321,13 +332,16 @@ class Engine:
 
     def start_run(self, session_id: str) -> Run:
         """Start the session's queued run; mail waiting for the next run is bound to it."""
-        return self._transact(lambda tx: runs.start(tx, session_id))
+        # ``_transact`` written out in the engine's own steps (start, begin, commit, finish):
+        # the model checker's drains take millions of them.
+        return self.store.transact(lambda tx: runs.start(tx, session_id))
 
     def begin_request(self, session_id: str, run_id: str) -> Request:
         """A safe boundary: claim the run's deliverable mail into a new model request."""
-        now = self.instant
-        return self._transact(lambda tx: runs.begin(tx, self.ids, session_id, run_id,
-                                                     self.agents, now, self.ttl))
+        ttl = self.config.message_ttl_seconds  # ``ttl`` and ``instant`` written out
+        now = self.clock.now() if ttl > 0 else None
+        return self.store.transact(lambda tx: runs.begin(tx, self.ids, session_id, run_id,
+                                                         self.agents, now, ttl))
 
     def commit_request(
         self, session_id: str, run_id: str, request_id: str,
@@ -345,7 +359,7 @@ class Engine:
                 events.record(tx, session_id, events.ModelOutput(
                     run_id, request_id, output.inputs, output.text, output.tool_calls))
 
-        self._transact(work)
+        self.store.transact(work)
 
     def abort_request(self, session_id: str, run_id: str, request_id: str) -> None:
         """The request did not commit: its mail is released for the next boundary."""
@@ -373,11 +387,11 @@ class Engine:
         Returns whether it did (a woken session's later runs never report again)."""
 
         def work(tx: WriteTxn) -> bool:
-            session = runs.end(tx, self.ids, session_id, run_id, RunTrigger.FINISH,
+            session = runs.end(tx, self.ids, session_id, run_id, _FINISH,
                                "completed")
             return result is not None and runs.complete_delegation(tx, self.ids, session, result)
 
-        return self._transact(work)
+        return self.store.transact(work)
 
     def cancel_run(self, session_id: str, run_id: str, reason: str = "cancelled",
                    fault: events.Fault | None = None) -> None:
@@ -385,7 +399,7 @@ class Engine:
         records what a failed model call knew beside the reason."""
         now = self.instant
         self._transact(lambda tx: runs.end(tx, self.ids, session_id, run_id,
-                                           RunTrigger.INTERRUPT, reason, fault, now=now))
+                                           _INTERRUPT, reason, fault, now=now))
 
     def give_up_run(self, session_id: str, run_id: str, reason: str,
                     fault: events.Fault | None = None) -> bool:
@@ -395,7 +409,7 @@ class Engine:
         now = self.instant
 
         def work(tx: WriteTxn) -> bool:
-            session = runs.end(tx, self.ids, session_id, run_id, RunTrigger.INTERRUPT, reason,
+            session = runs.end(tx, self.ids, session_id, run_id, _INTERRUPT, reason,
                                fault, wake=False, now=now)
             return runs.report_interruption(tx, self.ids, session, reason)
 
@@ -410,7 +424,7 @@ class Engine:
             message = tx.message(message_id)
             if message is None:
                 raise UnknownTarget(f"no message {message_id}")
-            step_message(tx, message, MessageTrigger.DISCARD, reason=reason, run_id=None)
+            step_message(tx, message, _DISCARD, reason=reason, run_id=None)
 
         self._transact(work)
 

@@ -82,14 +82,19 @@ def render_plain(text: str) -> str:
     return neutralise(text)
 
 
+# Read once: under Python 3.11 a member read through its class goes through
+# ``EnumType.__getattr__``'s hook, about ten times the cost of reading a global.
+_AGENT, _DELEGATION = Owner.AGENT, Owner.DELEGATION
+
+
 def render_mail(owner: Owner, body: str, *, sender_reference: str | None,
                 from_child: bool, reply_hint: bool) -> str:
     """A stored message as its recipient's model reads it. ``sender_reference`` names the
     sending session, if any; ``from_child`` says that session is a child of the recipient,
     so that delegation mail from it is the child's result."""
-    if owner is Owner.AGENT and sender_reference is not None:
+    if owner is _AGENT and sender_reference is not None:
         return render_envelope(sender_reference, body, reply_hint=reply_hint)
-    if owner is Owner.DELEGATION and from_child and sender_reference is not None:
+    if owner is _DELEGATION and from_child and sender_reference is not None:
         return render_subagent_result(sender_reference, body)
     return render_plain(body)
 

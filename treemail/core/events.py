@@ -65,7 +65,7 @@ from treemail.core.event_payloads import (
     ToolResults,
     UnknownEvent,
 )
-from treemail.core.lifecycle import SessionTrigger
+from treemail.core.lifecycle import MessageState, SessionTrigger
 from treemail.core.owners import AgentOwner, owner_of
 from treemail.core.records import Event, Message, Mode, Owner, Run
 from treemail.core.shapes import CODEC, Unfit, shape
@@ -114,7 +114,9 @@ __all__ = [
     "message_state",
     "read",
     "record",
+    "record_closed",
     "record_message",
+    "record_opened",
     "record_run",
     "run_kind",
     "run_payload",
@@ -221,10 +223,10 @@ def message_payload(message: Message) -> MessagePayload:
     """The event recording ``message``'s entry into its current state."""
     owner, kind = owner_of(message), message_kind(message.state)
     common = (message.message_id, owner, message.sender, message.run_id, message.request_id)
-    if kind is EventKind.PRODUCER_MESSAGE_ACCEPTED:
+    if kind is _ACCEPTED_KIND:
         hop = message.hop if isinstance(owner, AgentOwner) else None
         return ProducerMessageAccepted(*common, message.mode, hop, message.body)
-    if kind is EventKind.PRODUCER_MESSAGE_DISCARDED:
+    if kind is _DISCARDED_KIND:
         return ProducerMessageDiscarded(*common, message.reason or "")
     cls = _CLASSES[kind.value]
     assert cls in (ProducerMessageAdmitted, ProducerMessageClaimed, ProducerMessageReleased,
@@ -236,6 +238,16 @@ def message_payload(message: Message) -> MessagePayload:
 # Enum values read through a table: ``member.value`` is a descriptor call, on every send.
 _VALUES: Mapping[object, str] = {member: member.value for member in (*Mode, *Owner)}
 _KIND_VALUES: Mapping[EventKind, str] = {kind: kind.value for kind in EventKind}
+# Enum members read once, here: under Python 3.11 a member read through its class goes
+# through ``EnumType.__getattr__``'s hook, about ten times the cost of reading a global
+# (see ``runs``).
+_AGENT = Owner.AGENT
+_ACCEPTED_KIND = EventKind.PRODUCER_MESSAGE_ACCEPTED
+_DISCARDED_KIND = EventKind.PRODUCER_MESSAGE_DISCARDED
+_START = SessionTrigger.START
+_INTERRUPT = SessionTrigger.INTERRUPT
+# ``message_kind`` of each state, read without its call on every message step.
+_STATE_KINDS: Mapping[str, EventKind] = {state: message_kind(state) for state in MessageState}
 _MAIL_ONLY = frozenset({EventKind.PRODUCER_MESSAGE_ADMITTED, EventKind.PRODUCER_MESSAGE_CLAIMED,
                         EventKind.PRODUCER_MESSAGE_RELEASED, EventKind.PRODUCER_MESSAGE_CONSUMED})
 
@@ -245,17 +257,17 @@ def record_message(tx: WriteTxn, message: Message) -> Event:
     into its current state. Every step of a message writes one (the model checker millions),
     so the data of a step past acceptance is built field by field, without a payload record
     (``test_events`` holds the two equal for every state and owner, key order included)."""
-    kind = message_kind(message.state)
-    if message.owner is Owner.AGENT and message.sender is None:
+    kind = _STATE_KINDS.get(message.state) or message_kind(message.state)
+    if message.owner is _AGENT and message.sender is None:
         return record(tx, message.recipient, message_payload(message))  # which refuses it
-    if kind is EventKind.PRODUCER_MESSAGE_ACCEPTED:
+    if kind is _ACCEPTED_KIND:
         return tx.append(message.recipient, ACCEPTED, accepted_data(message))
-    if not (kind in _MAIL_ONLY or kind is EventKind.PRODUCER_MESSAGE_DISCARDED):
+    if not (kind in _MAIL_ONLY or kind is _DISCARDED_KIND):
         return record(tx, message.recipient, message_payload(message))
     data: dict[str, object] = {
         "message_id": message.message_id, "owner": _VALUES[message.owner],
         "sender": message.sender, "run_id": message.run_id, "request_id": message.request_id}
-    if kind is EventKind.PRODUCER_MESSAGE_DISCARDED:
+    if kind is _DISCARDED_KIND:
         data["reason"] = message.reason or ""
     return tx.append(message.recipient, _KIND_VALUES[kind], data)
 ACCEPTED = EventKind.PRODUCER_MESSAGE_ACCEPTED.value
@@ -268,7 +280,7 @@ def accepted_data(message: Message) -> dict[str, object]:
     return {"message_id": message.message_id, "owner": _VALUES[message.owner],
             "sender": message.sender, "run_id": message.run_id,
             "request_id": message.request_id, "mode": _VALUES[message.mode],
-            "agent_hop": message.hop if message.owner is Owner.AGENT else None,
+            "agent_hop": message.hop if message.owner is _AGENT else None,
             "body": message.body}
 
 
@@ -317,15 +329,37 @@ def record_run(tx: WriteTxn, session_id: str, trigger: SessionTrigger, run: Run,
     included."""
     kind = _RUN_KINDS[trigger]
     data: dict[str, object] = {"run_id": run.run_id, "run_number": run.number}
-    if trigger is SessionTrigger.START:
+    if trigger is _START:
         return tx.append(session_id, kind, data)
     if reason is None:
         raise ValueError(f"a {kind} event needs a reason")
     data["reason"] = reason
-    if trigger is SessionTrigger.INTERRUPT:
+    if trigger is _INTERRUPT:
         data["status"], data["endpoint"], data["hint"] = (
             (None, None, None) if fault is None else (fault.status, fault.endpoint, fault.hint))
     return tx.append(session_id, kind, data)
+
+
+_OPENED = EventKind.REQUEST_BEGUN.value
+_COMMITTED = EventKind.REQUEST_COMMITTED.value
+_ABORTED = EventKind.REQUEST_ABORTED.value
+
+
+def record_opened(tx: WriteTxn, session_id: str, run_id: str, request_id: str,
+                  message_ids: Iterable[str]) -> Event:
+    """``record(tx, session_id, RequestBegun(run_id, request_id, tuple(message_ids)))``, its
+    data built field by field, as ``record_run``'s: every model request writes one (the model
+    checker millions). ``test_events`` holds the two equal, key order included."""
+    return tx.append(session_id, _OPENED, {"run_id": run_id, "request_id": request_id,
+                                           "message_ids": list(message_ids)})
+
+
+def record_closed(tx: WriteTxn, session_id: str, committed: bool, run_id: str,
+                  request_id: str) -> Event:
+    """``record`` of ``RequestCommitted(run_id, request_id)`` (``committed``), else of
+    ``RequestAborted``, its data built field by field, as ``record_opened``'s."""
+    return tx.append(session_id, _COMMITTED if committed else _ABORTED,
+                     {"run_id": run_id, "request_id": request_id})
 
 
 def schema(cls: type[Payload]) -> dict[str, object]:

@@ -39,6 +39,13 @@ __all__ = ["EXPIRED", "age", "expire_due", "flip"]
 
 EXPIRED = "expired"
 
+# Enum members read once, here: under Python 3.11 a member read through its class goes
+# through ``EnumType.__getattr__``'s hook, about ten times the cost of reading a global
+# (see ``runs``).
+_AGENT = Owner.AGENT
+_CLAIMED = MessageState.CLAIMED
+_EXPIRE = MessageTrigger.EXPIRE
+
 
 def flip(message: Message, now: float | None) -> dict[str, Any]:
     """The change to ``aged`` as ``message`` is claimed or released at ``now``: the age
@@ -55,7 +62,7 @@ def age(message: Message, now: float) -> float | None:
     """How long ``message`` has waited unclaimed by ``now``; None while it has no clock."""
     if message.aged is None:
         return None
-    if message.state is MessageState.CLAIMED:
+    if message.state is _CLAIMED:
         return message.aged
     return max(0.0, now - message.aged)
 
@@ -67,13 +74,13 @@ def expire_due(tx: WriteTxn, session_id: str, now: float | None, ttl: int) -> li
         return []
     expired = []
     for message in list(tx.pending(session_id)):
-        if message.owner is not Owner.AGENT or message.state is MessageState.CLAIMED:
+        if message.owner is not _AGENT or message.state is _CLAIMED:
             continue
         waited = age(message, now)
         if waited is None:
             tx.put_message(_stamped(message, now))
         elif waited >= ttl:
-            step_message(tx, message, MessageTrigger.EXPIRE, reason=EXPIRED, run_id=None)
+            step_message(tx, message, _EXPIRE, reason=EXPIRED, run_id=None)
             expired.append(message.message_id)
     return expired
 

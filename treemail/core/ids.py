@@ -37,9 +37,10 @@ class CountingIds:
         self._namespace = namespace
 
     def new_id(self) -> str:
-        minted = self.peek()
-        self._next += 1
-        return minted
+        # ``peek`` written out: the model checker mints ids by the million.
+        number = self._next
+        self._next = number + 1
+        return f"{number:08x}-0000-4000-8000-{self._namespace:012x}"
 
     def peek(self) -> str:
         """The id ``new_id`` will mint next, minting nothing."""

@@ -208,36 +208,41 @@ CounterName = NewType("CounterName", str)
 SESSIONS_COUNTER = CounterName(Counter.SESSIONS.value)
 
 
-def _named(kind: Counter, *parts: str) -> CounterName:
-    # A Counter is a str: joined as it is, without a call to read its value.
+def _named(kind: str, *parts: str) -> CounterName:
     return CounterName("/".join((kind, *parts)))
+
+
+# Each kind's name as a plain str, read once: a member read through its class goes through
+# ``EnumType.__getattr__``'s hook under Python 3.11, and an enum formats slower than a str.
+_SEQ, _RUNS, _INBOX, _PAIR, _GRANT, _DELEGATION = (kind.value for kind in (
+    Counter.SEQ, Counter.RUNS, Counter.INBOX, Counter.PAIR, Counter.GRANT, Counter.DELEGATION))
 
 
 # The counters every send names (its seq and its two guard counters) are spelt as f-strings:
 # a format costs no call, where ``_named`` costs two, and the text is the same.
 def seq_counter(session_id: str) -> CounterName:
-    return CounterName(f"{Counter.SEQ}/{session_id}")
+    return CounterName(f"{_SEQ}/{session_id}")
 
 
 def runs_counter(session_id: str) -> CounterName:
-    return _named(Counter.RUNS, session_id)
+    return _named(_RUNS, session_id)
 
 
 def inbox_counter(recipient: str) -> CounterName:
-    return CounterName(f"{Counter.INBOX}/{recipient}")
+    return CounterName(f"{_INBOX}/{recipient}")
 
 
 def pair_counter(sender: str, recipient: str) -> CounterName:
-    return CounterName(f"{Counter.PAIR}/{sender}/{recipient}")
+    return CounterName(f"{_PAIR}/{sender}/{recipient}")
 
 
 def grant_counter(scope: GrantScope, subject: str, operation: str, label: str) -> CounterName:
-    return _named(Counter.GRANT, scope.value, subject, operation, label)
+    return _named(_GRANT, scope.value, subject, operation, label)
 
 
 def delegation_counter(session_id: str) -> CounterName:
     """The flag set once a delegated session has reported its result to its parent."""
-    return _named(Counter.DELEGATION, session_id)
+    return _named(_DELEGATION, session_id)
 
 
 # The external sessions' counters predate the kinds above and keep their stored names; they
@@ -297,7 +302,9 @@ def tree(root: str, ordinal: int) -> bytes:
     return _owned(root) + seq_bytes(ordinal)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def handle(root: str, name: str) -> bytes:
+    # Cached, as ``identity``: a session's handle row is looked for at every step of it.
     return _owned(root) + identity(name)
 
 

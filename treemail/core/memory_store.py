@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from treemail.core import keys
 from treemail.core.errors import StorageError, StoreClosed
-from treemail.core.keys import Table, Tally
+from treemail.core.keys import CounterName, Table, Tally
 from treemail.core.records import Event, Message, Run, Session
 from treemail.core.store import Indexed, ReadTxn, WriteTxn
 
@@ -68,7 +68,7 @@ class _DictTables:
             self.order[table] = None
 
     def append_feed(self, event: bytes) -> None:
-        self.put(Table.FEED, keys.feed(len(self.data[Table.FEED]) + 1), event)
+        self.put(_FEED, keys.feed(len(self.data[_FEED]) + 1), event)
 
     def put_rows(self, rows: Iterable[tuple[Table, bytes, object]]) -> None:
         for table, key, value in rows:
@@ -119,8 +119,8 @@ _NO_TALLY = Tally()
 _SEP = keys.SEP
 _ORDINAL = attrgetter("ordinal")
 _SESSIONS, _RUNS, _MESSAGES, _EVENTS = Table.SESSIONS, Table.RUNS, Table.MESSAGES, Table.EVENTS
-_TREE, _HANDLES, _PENDING, _TALLY, _FEED = (
-    Table.TREE, Table.HANDLES, Table.PENDING, Table.TALLY, Table.FEED)
+_TREE, _HANDLES, _PENDING, _TALLY, _FEED, _COUNTERS = (
+    Table.TREE, Table.HANDLES, Table.PENDING, Table.TALLY, Table.FEED, Table.COUNTERS)
 
 
 class _MemoryTxn(Indexed):
@@ -178,34 +178,46 @@ class _MemoryTxn(Indexed):
         found: Message | None = self._dicts.data[_MESSAGES].get(key) if key else None
         return found
 
+    def count(self, name: CounterName) -> int:
+        # ``Indexed.count`` against the dicts: the model checker's invariants count every
+        # session's mail at every step.
+        try:
+            place = keys.counter_place(name)
+        except (StorageError, UnicodeEncodeError):
+            return 0  # a name no store could key was never counted
+        data = self._dicts.data
+        if place is not None:
+            tally: Tally | None = data[_TALLY].get(place.owner)
+            return 0 if tally is None else tally.counters.get(place.slot, 0)
+        key = keys.lookup(name)  # ``keys.counter``, or b"" where it refuses the name
+        value: int = (data[_COUNTERS].get(key) if key else None) or 0
+        return value
+
     def pending(self, recipient: str) -> Iterator[Message]:
         try:
             prefix = keys.pending_of(recipient)
         except (StorageError, UnicodeEncodeError):
             return iter(())
-        # ``scan``, written out to collect only the ids. They are read now, so the caller may
-        # rewrite messages while iterating; each was keyed by ``keys.identity`` when its
-        # message was stored.
+        # ``scan`` and ``_follow`` written out, the messages read at once rather than by a
+        # generator (a call per message): the model checker reads a recipient's pending mail
+        # several times per step. Read now, as ``Indexed`` reads the ids now, so the caller
+        # may rewrite messages while iterating; each id was keyed by ``keys.identity`` when
+        # its message was stored.
         tables = self._dicts
-        rows = tables.data[_PENDING]
+        data = tables.data
+        rows, messages = data[_PENDING], data[_MESSAGES]
         order = tables.order[_PENDING]
         if order is None:
             order = tables.order[_PENDING] = sorted(rows)
-        ids = []
+        found = []
         at, end = bisect_left(order, prefix), len(order)
         while at < end and order[at].startswith(prefix):
-            ids.append(rows[order[at]])
+            key = rows[order[at]].encode()
+            message: Message | None = messages.get(key)
+            found.append(message if message is not None
+                         else self._follow(_MESSAGES, key))  # raises: the index is damaged
             at += 1
-        return self._messages(ids) if ids else iter(())
-
-    def _messages(self, ids: list[str]) -> Iterator[Message]:
-        data = self._dicts.data
-        for mid in ids:
-            found: Message | None = data[_MESSAGES].get(mid.encode())
-            if found is None:
-                yield self._follow(_MESSAGES, mid.encode())  # raises: the index is damaged
-            else:
-                yield found
+        return iter(found)
 
     def sessions(self) -> Iterator[Session]:
         # ``Indexed.sessions`` (key order, then by ordinal), from the kept key order.
@@ -254,7 +266,12 @@ class _MemoryTxn(Indexed):
             old_handle = keys.handle(old.root_session_id, old.handle)
             if old_handle != handle_key:
                 self._dicts.delete(_HANDLES, old_handle)
-        self._put(_SESSIONS, key, session)
+        rows = data[_SESSIONS]  # ``_put`` written out: every step of a session stores it
+        tables = self._dicts
+        tables.undo.append((_SESSIONS, rows, key, _MISSING if old is None else old))
+        rows[key] = session
+        if old is None:
+            tables.order[_SESSIONS] = None
         try:  # ``keys.tree`` written out
             tree_key = keys.tree_of(root) + session.ordinal.to_bytes(8, "big")
         except OverflowError:
@@ -270,8 +287,15 @@ class _MemoryTxn(Indexed):
 
     def put_message(self, message: Message) -> None:
         record = keys.identity(message.message_id)
-        old: Message | None = self._dicts.data[_MESSAGES].get(record)
-        self._put(_MESSAGES, record, message)
+        tables = self._dicts
+        rows = tables.data[_MESSAGES]
+        old: Message | None = rows.get(record)
+        # ``_put`` written out (a message is never stored as None, so ``old`` is its old
+        # value): every step of a message stores it.
+        tables.undo.append((_MESSAGES, rows, record, _MISSING if old is None else old))
+        rows[record] = message
+        if old is None:
+            tables.order[_MESSAGES] = None
         if message.state.pending:  # the state's, kept on the member: ``Message.pending``'s
             if old is None:
                 self._put(_PENDING, keys.pending(message.recipient, message.seq),
@@ -344,13 +368,17 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._tables = _DictTables()
+        # Every transaction and read of this store goes through this one: a ``_MemoryTxn``
+        # holds nothing of its own but its tables (and ``recall``'s last key, which names
+        # the same row in any transaction), and the checker opens two or three per step.
+        self._txn = _MemoryTxn(self._tables)
 
     # ``_check_open`` written out in ``read`` and ``transact``: the checker opens one of each
     # per step.
     def read(self) -> AbstractContextManager[ReadTxn]:
         if isinstance(self._tables.data, _Closed):
             raise StoreClosed("the memory store is closed; open a new one")
-        return _MemoryTxn(self._tables)
+        return self._txn
 
     def transact(self, work: Callable[[WriteTxn], T]) -> T:
         tables = self._tables
@@ -358,7 +386,7 @@ class MemoryStore:
             raise StoreClosed("the memory store is closed; open a new one")
         mark = len(tables.undo)
         try:
-            result = work(_MemoryTxn(tables))
+            result = work(self._txn)
         except BaseException:
             tables.rollback_to(mark)
             raise
@@ -376,6 +404,7 @@ class MemoryStore:
         tables = self._tables
         twin._tables = _DictTables({table: dict(rows) for table, rows in tables.data.items()},
                                    dict(tables.order))
+        twin._txn = _MemoryTxn(twin._tables)
         return twin
 
     def rows(self, table: Table) -> dict[bytes, Any]:

@@ -21,7 +21,7 @@ from treemail.core import events
 from treemail.core.envelope import interruption_result, render_mail
 from treemail.core.errors import UnknownTarget
 from treemail.core.expiry import expire_due, flip
-from treemail.core.ids import IdSource, storable
+from treemail.core.ids import MAX_REFERENCE, IdSource, storable
 from treemail.core.keys import delegation_counter, runs_counter
 from treemail.core.lifecycle import (
     REQUEST,
@@ -70,6 +70,27 @@ __all__ = [
 # The reason recorded on a run that recovery found dead.
 CRASH = "crash found at restart"
 
+# Enum members read once, here: under Python 3.11 a member read through its class
+# (``Owner.AGENT``) goes through ``EnumType.__getattr__``'s hook, about ten times the cost of
+# reading a global, and the model checker takes millions of steps.
+_RUNNING = RunState.RUNNING
+_ENQUEUE = SessionTrigger.ENQUEUE
+_SESSION_START = SessionTrigger.START
+_RUN_START = RunTrigger.START
+_BEGIN_REQUEST = RequestTrigger.BEGIN_REQUEST
+_COMMIT_REQUEST = RequestTrigger.COMMIT_REQUEST
+_ABORT_REQUEST = RequestTrigger.ABORT_REQUEST
+_END = RequestTrigger.END
+_REQUEST_OPEN = RequestState.REQUEST_OPEN
+_NO_REQUEST = RequestState.NO_REQUEST
+_CLAIM = MessageTrigger.CLAIM
+_CONSUME = MessageTrigger.CONSUME
+_RELEASE = MessageTrigger.RELEASE
+_CLAIMED = MessageState.CLAIMED
+_INTERRUPT = RunTrigger.INTERRUPT
+_AGENT = Owner.AGENT
+_DELEGATION = Owner.DELEGATION
+
 def request_log(trigger: RequestTrigger) -> events.EventKind | None:
     """The event-log kind recording each request step (``end`` changes nothing, logs
     nothing); mypy checks every trigger is answered."""
@@ -104,15 +125,24 @@ class Request:
     deliveries: tuple[Delivery, ...]
 
 
+# ``storable`` answers True without measuring the UTF-8 of a printable id this short: every
+# minted id is. ``need_session`` and ``need_run`` test that first, without the call (every
+# engine operation reads a session and a run through them).
+_SHORT = MAX_REFERENCE // 4
+
+
 def need_session(tx: ReadTxn, session_id: str) -> Session:
-    session = tx.session(session_id) if storable(session_id) else None
+    known = ((0 < len(session_id) <= _SHORT and session_id.isprintable())
+             or storable(session_id))
+    session = tx.session(session_id) if known else None
     if session is None:
         raise UnknownTarget(f"no session {session_id}")
     return session
 
 
 def need_run(tx: ReadTxn, run_id: str) -> Run:
-    run = tx.run(run_id) if storable(run_id) else None
+    known = (0 < len(run_id) <= _SHORT and run_id.isprintable()) or storable(run_id)
+    run = tx.run(run_id) if known else None
     if run is None:
         raise UnknownTarget(f"no run {run_id}")
     return run
@@ -121,7 +151,7 @@ def need_run(tx: ReadTxn, run_id: str) -> Run:
 def live_run(tx: ReadTxn, session_id: str, run_id: str) -> tuple[Session, Run]:
     session = need_session(tx, session_id)
     run = need_run(tx, run_id)
-    if session.run_id != run_id or run.status is not RunState.RUNNING:
+    if session.run_id != run_id or run.status is not _RUNNING:
         raise UnknownTarget(f"run {run_id} is not the running run of session {session_id}")
     return session, run
 
@@ -137,19 +167,19 @@ def reconcile(tx: WriteTxn, ids: IdSource, session_id: str, now: float | None = 
         number = tx.add(runs_counter(session_id), 1)
         run = Run(ids.new_id(), session_id, number)
         tx.put_run(run)
-        step_session(tx, session, SessionTrigger.ENQUEUE, run, reason="wake")
+        step_session(tx, session, _ENQUEUE, run, reason="wake")
 
 
 def start(tx: WriteTxn, session_id: str) -> Run:
     session = need_session(tx, session_id)
     # Refused before anything is written; the error lists what the session allows instead.
-    SESSION.step(f"session {session_id}", session.state, SessionTrigger.START)
+    SESSION.step(f"session {session_id}", session.state, _SESSION_START)
     if session.run_id is None:
         raise UnknownTarget(f"session {session_id} is queued without a run")
     # Mail accepted while queued belongs to this run.
     pending = admit_accepted(tx, session, None)
-    run = step_run(tx, need_run(tx, session.run_id), RunTrigger.START)
-    step_session(tx, session, SessionTrigger.START, run)  # neither step touches mail
+    run = step_run(tx, need_run(tx, session.run_id), _RUN_START)
+    step_session(tx, session, _SESSION_START, run)  # neither step touches mail
     for message in bound_in(pending, None):
         tx.put_message(evolve(message, run_id=run.run_id))
     return run
@@ -161,18 +191,20 @@ def begin(
 ) -> Request:
     session, run = live_run(tx, session_id, run_id)
     # Refused before the request id is minted.
-    REQUEST.step(f"run {run_id}", run.request_state, RequestTrigger.BEGIN_REQUEST)
+    # ``run.request_state`` written out here and below: a property is a call.
+    REQUEST.step(f"run {run_id}", _NO_REQUEST if run.open_request is None else _REQUEST_OPEN,
+                 _BEGIN_REQUEST)
     expire_due(tx, session_id, now, ttl)  # a boundary: stale mail goes before the claim
     pending = admit_accepted(tx, session, run)
     request_id = ids.new_id()
     claimed = [
-        step_message(tx, m, MessageTrigger.CLAIM, request_id=request_id, **flip(m, now))
+        step_message(tx, m, _CLAIM, request_id=request_id, **flip(m, now))
         for m in bound_in(pending, run_id)
     ]
-    _step_request(tx, run, RequestTrigger.BEGIN_REQUEST, request_id)
-    events.record(tx, session_id, events.RequestBegun(
-        run_id, request_id, tuple(m.message_id for m in claimed)))
-    return Request(request_id, run_id, tuple(_delivery(tx, session, m, agents) for m in claimed))
+    _step_request(tx, run, _BEGIN_REQUEST, request_id)
+    events.record_opened(tx, session_id, run_id, request_id, [m.message_id for m in claimed])
+    return Request(request_id, run_id, tuple([_delivery(tx, session, m, agents)
+                                              for m in claimed]))
 
 
 def _delivery(
@@ -185,14 +217,14 @@ def _delivery(
         message.owner, message.body,
         sender_reference=sender.reference if sender is not None else None,
         from_child=sender is not None and sender.parent_session_id == recipient.session_id,
-        reply_hint=message.owner is Owner.AGENT and current_rules(agents, recipient).visible)
+        reply_hint=message.owner is _AGENT and current_rules(agents, recipient).visible)
     return Delivery(message.message_id, message.owner, text)
 
 
 def _sender(tx: ReadTxn, message: Message) -> Session | None:
     """The session that sent ``message``. Agent mail always has one; outside mail names one
     only as provenance (a library caller may name any id), so a missing one is no error."""
-    if message.owner is Owner.AGENT and message.sender is not None:
+    if message.owner is _AGENT and message.sender is not None:
         return need_session(tx, message.sender)
     if message.sender is None or not storable(message.sender):
         return None
@@ -212,8 +244,9 @@ def _step_request(
     **changes: Any,
 ) -> Run:
     """Step the run's request through ``REQUEST``; ``request_id`` names a request it opens."""
-    target = REQUEST.step(f"run {run.run_id}", run.request_state, trigger)
-    opened = request_id if target is RequestState.REQUEST_OPEN else None
+    target = REQUEST.step(f"run {run.run_id}",
+                          _NO_REQUEST if run.open_request is None else _REQUEST_OPEN, trigger)
+    opened = request_id if target is _REQUEST_OPEN else None
     updated = evolve(run, open_request=opened, **changes)
     tx.put_run(updated)
     return updated
@@ -222,20 +255,19 @@ def _step_request(
 def _settle(tx: WriteTxn, run: Run, committed: bool, now: float | None = None) -> Run:
     base_hop = run.base_hop
     for message in list(tx.pending(run.session_id)):
-        if message.state is not MessageState.CLAIMED or message.request_id != run.open_request:
+        if message.state is not _CLAIMED or message.request_id != run.open_request:
             continue
         if committed:
-            step_message(tx, message, MessageTrigger.CONSUME)
-            if message.owner is Owner.AGENT:
+            step_message(tx, message, _CONSUME)
+            if message.owner is _AGENT:
                 base_hop = max(base_hop, message.hop)
         else:
-            step_message(tx, message, MessageTrigger.RELEASE, request_id=None,
+            step_message(tx, message, _RELEASE, request_id=None,
                          **flip(message, now))
-    trigger = RequestTrigger.COMMIT_REQUEST if committed else RequestTrigger.ABORT_REQUEST
+    trigger = _COMMIT_REQUEST if committed else _ABORT_REQUEST
     settled = _step_request(tx, run, trigger, base_hop=base_hop)
     assert run.open_request is not None  # _settle is only called on an open request
-    closed = events.RequestCommitted if committed else events.RequestAborted
-    events.record(tx, run.session_id, closed(run.run_id, run.open_request))
+    events.record_closed(tx, run.session_id, committed, run.run_id, run.open_request)
     return settled
 
 
@@ -272,9 +304,10 @@ def _close(tx: WriteTxn, session: Session, run: Run, trigger: RunTrigger, reason
            fault: events.Fault | None, now: float | None = None) -> None:
     # An interrupt aborts an open request first; a finish with one open is refused by the
     # table (a run ends only between requests), naming commit_request and abort_request.
-    if run.request_state is RequestState.REQUEST_OPEN and trigger is RunTrigger.INTERRUPT:
+    if run.open_request is not None and trigger is _INTERRUPT:
         run = _settle(tx, run, committed=False, now=now)
-    REQUEST.step(f"run {run.run_id}", run.request_state, RequestTrigger.END)
+    REQUEST.step(f"run {run.run_id}",
+                 _NO_REQUEST if run.open_request is None else _REQUEST_OPEN, _END)
     step_session(tx, session, trigger.session, run, reason=reason, fault=fault)
     step_run(tx, run, trigger)
     # Mail bound to this run but never claimed in it waits for the next run.
@@ -289,7 +322,7 @@ def complete_delegation(tx: WriteTxn, ids: IdSource, child: Session, result: str
         return False
     tx.add(delegation_counter(child.session_id), 1)
     # Stored as the child wrote it; the parent's request renders it as a <subagent_result>.
-    message = accept(tx, ids, child.parent_session_id, result, Owner.DELEGATION,
+    message = accept(tx, ids, child.parent_session_id, result, _DELEGATION,
                      child.session_id)
     events.record(tx, child.session_id, events.DelegationCompleted(message.message_id))
     reconcile(tx, ids, child.parent_session_id)
@@ -301,7 +334,7 @@ def report_interruption(tx: WriteTxn, ids: IdSource, child: Session, reason: str
     stays open: a later finished run still reports its result."""
     if child.parent_session_id is None:
         return False
-    accept(tx, ids, child.parent_session_id, interruption_result(reason), Owner.DELEGATION,
+    accept(tx, ids, child.parent_session_id, interruption_result(reason), _DELEGATION,
            child.session_id)
     reconcile(tx, ids, child.parent_session_id)
     return True
@@ -317,8 +350,8 @@ def recover(tx: WriteTxn, ids: IdSource, trees: Collection[str] | None = None,
         if trees is not None and session.root_session_id not in trees:
             continue
         run = tx.run(session.run_id) if session.run_id is not None else None
-        if run is not None and run.status is RunState.RUNNING:
-            _end(tx, session, run, RunTrigger.INTERRUPT, CRASH, now=now)
+        if run is not None and run.status is _RUNNING:
+            _end(tx, session, run, _INTERRUPT, CRASH, now=now)
             dead += 1
         reconcile(tx, ids, session.session_id, now, ttl)
     return dead

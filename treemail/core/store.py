@@ -164,6 +164,21 @@ class Tables(Protocol):
 
 Rows = tuple[tuple[Table, bytes, object], ...]
 _NO_TALLY = Tally()
+# The tables, read once here: under Python 3.11 a member read through its enum class
+# (``Table.TALLY``) goes through ``EnumType.__getattr__``'s hook, about ten times the cost of
+# reading a global, and every store call names one or more.
+_SESSIONS = Table.SESSIONS
+_RUNS = Table.RUNS
+_MESSAGES = Table.MESSAGES
+_REPLAY = Table.REPLAY
+_EVENTS = Table.EVENTS
+_APPROVALS = Table.APPROVALS
+_TREE = Table.TREE
+_HANDLES = Table.HANDLES
+_PENDING = Table.PENDING
+_COUNTERS = Table.COUNTERS
+_TALLY = Table.TALLY
+_FEED = Table.FEED
 # The slots of a recipient's tally that a send counts in (``keys.counter_place`` of
 # ``seq_counter``, ``inbox_counter`` and, with the sender after it, ``pair_counter``).
 _SEQ_SLOT, _INBOX_SLOT, _PAIR_SLOT = (kind.value for kind in (
@@ -221,38 +236,38 @@ class Indexed:
     def session(self, session_id: str) -> Session | None:
         # ``_by_id`` written out, as in ``run``: every send reads two sessions and a run.
         key = keys.lookup(session_id)
-        found: Session | None = self._t.get(Table.SESSIONS, key) if key else None
+        found: Session | None = self._t.get(_SESSIONS, key) if key else None
         return found
 
     def sessions(self) -> Iterator[Session]:
         # Sorted rather than indexed: listing every session is not on any hot path.
-        rows: list[Session] = [s for _, s in self._t.scan(Table.SESSIONS, b"")]
+        rows: list[Session] = [s for _, s in self._t.scan(_SESSIONS, b"")]
         return iter(sorted(rows, key=lambda s: s.ordinal))
 
     def tree(self, root_session_id: str) -> Iterator[Session]:
         prefix = _lookup_key(keys.tree_of, root_session_id)
-        ids = self._t.scan(Table.TREE, prefix) if prefix else []
-        return (self._follow(Table.SESSIONS, keys.identity(sid)) for _, sid in ids)
+        ids = self._t.scan(_TREE, prefix) if prefix else []
+        return (self._follow(_SESSIONS, keys.identity(sid)) for _, sid in ids)
 
     def handle_owner(self, root_session_id: str, handle: str) -> str | None:
-        found: str | None = self._t.get(Table.HANDLES, keys.handle(root_session_id, handle))
+        found: str | None = self._t.get(_HANDLES, keys.handle(root_session_id, handle))
         return found
 
     def run(self, run_id: str) -> Run | None:
         key = keys.lookup(run_id)
-        found: Run | None = self._t.get(Table.RUNS, key) if key else None
+        found: Run | None = self._t.get(_RUNS, key) if key else None
         return found
 
     def message(self, message_id: str) -> Message | None:
-        found: Message | None = self._by_id(Table.MESSAGES, message_id)
+        found: Message | None = self._by_id(_MESSAGES, message_id)
         return found
 
     def pending(self, recipient: str) -> Iterator[Message]:
         # The ids are read now, so the caller may rewrite messages while iterating
         # (consuming them drops their index entries under the scan).
         prefix = _lookup_key(keys.pending_of, recipient)
-        ids = self._t.scan(Table.PENDING, prefix) if prefix else []
-        return (self._follow(Table.MESSAGES, keys.identity(mid)) for _, mid in ids)
+        ids = self._t.scan(_PENDING, prefix) if prefix else []
+        return (self._follow(_MESSAGES, keys.identity(mid)) for _, mid in ids)
 
     def count(self, name: CounterName) -> int:
         try:
@@ -260,25 +275,25 @@ class Indexed:
         except (StorageError, UnicodeEncodeError):
             return 0  # a name no store could key was never counted
         if place is not None:
-            tally: Tally = self._t.get(Table.TALLY, place.owner) or _NO_TALLY
+            tally: Tally = self._t.get(_TALLY, place.owner) or _NO_TALLY
             return tally.counters.get(place.slot, 0)
         key = _lookup_key(keys.counter, name)
-        value: int = (self._t.get(Table.COUNTERS, key) if key else None) or 0
+        value: int = (self._t.get(_COUNTERS, key) if key else None) or 0
         return value
 
     def mail_counts(self, recipient: str, sender: str) -> MailCounts:
         # The three counters are slots of the recipient's tally (keys.TALLIED): one row.
         key = keys.lookup(recipient)
-        tally: Tally = (self._t.get(Table.TALLY, key) if key else None) or _NO_TALLY
+        tally: Tally = (self._t.get(_TALLY, key) if key else None) or _NO_TALLY
         counters = tally.counters
         return (counters.get(_SEQ_SLOT, 0), counters.get(_INBOX_SLOT, 0),
                 counters.get(f"{_PAIR_SLOT}/{sender}", 0))
 
     def _put_tally(self, owner: bytes, tally: Tally) -> None:
         if tally.last_event or tally.counters:
-            self._t.put(Table.TALLY, owner, tally)
+            self._t.put(_TALLY, owner, tally)
         else:
-            self._t.delete(Table.TALLY, owner)
+            self._t.delete(_TALLY, owner)
 
     def recall(self, key: IdempotencyKey | ProducerKey) -> SendResult | None:
         try:  # ``_lookup_key`` written out: every send recalls its key
@@ -286,7 +301,7 @@ class Indexed:
         except (StorageError, UnicodeEncodeError):
             raw = None  # nor was a call whose ids no store could key
         self._recalled = (key, raw)
-        found: SendResult | None = self._t.get(Table.REPLAY, raw) if raw else None
+        found: SendResult | None = self._t.get(_REPLAY, raw) if raw else None
         return found
 
     def tool_call(self, session_id: str, run_id: str, key: IdempotencyKey) -> CallContext:
@@ -299,7 +314,7 @@ class Indexed:
             return self.session(session_id), self.run(run_id), self.recall(key)
         self._recalled = (key, raw)
         sender, run, result = self._t.get_rows(
-            ((Table.SESSIONS, session_key), (Table.RUNS, run_key), (Table.REPLAY, raw)))
+            ((_SESSIONS, session_key), (_RUNS, run_key), (_REPLAY, raw)))
         return sender, run, result
 
     def events(self, session_id: str, after: int = 0) -> Iterator[Event]:
@@ -307,56 +322,56 @@ class Indexed:
         prefix = _lookup_key(keys.events_of, session_id)
         if first >= keys.SEQ_LIMIT or prefix is None:
             return iter(())
-        rows = self._t.scan(Table.EVENTS, prefix, keys.seq_bytes(first))
+        rows = self._t.scan(_EVENTS, prefix, keys.seq_bytes(first))
         return iter([event for _, event in rows])
 
     def feed(self, after: int = 0) -> Iterator[tuple[int, Event]]:
         first = max(after, 0) + 1
         if first >= keys.SEQ_LIMIT:
             return iter(())
-        rows = self._t.scan(Table.FEED, b"", keys.feed(first))
-        return ((keys.feed_number(number), self._follow(Table.EVENTS, key)) for number, key in rows)
+        rows = self._t.scan(_FEED, b"", keys.feed(first))
+        return ((keys.feed_number(number), self._follow(_EVENTS, key)) for number, key in rows)
 
     def feed_end(self) -> int:
         # The feed is dense from 1 (append-only; a savepoint gives its numbers back), so its
         # size is its last number: O(1) in every backend.
-        return self._t.size(Table.FEED)
+        return self._t.size(_FEED)
 
     def approval(self, approval_id: str) -> Approval | None:
-        found: Approval | None = self._by_id(Table.APPROVALS, approval_id)
+        found: Approval | None = self._by_id(_APPROVALS, approval_id)
         return found
 
     def approvals(self) -> Iterator[Approval]:
-        return iter([a for _, a in self._t.scan(Table.APPROVALS, b"")])
+        return iter([a for _, a in self._t.scan(_APPROVALS, b"")])
 
     # -- writes --------------------------------------------------------------------------
 
     def put_session(self, session: Session) -> None:
         old = self.session(session.session_id)
         if old is not None and old.handle is not None:
-            self._t.delete(Table.HANDLES, keys.handle(old.root_session_id, old.handle))
-        self._t.put(Table.SESSIONS, keys.identity(session.session_id), session)
+            self._t.delete(_HANDLES, keys.handle(old.root_session_id, old.handle))
+        self._t.put(_SESSIONS, keys.identity(session.session_id), session)
         tree_key = keys.tree(session.root_session_id, session.ordinal)
-        self._t.put(Table.TREE, tree_key, session.session_id)
+        self._t.put(_TREE, tree_key, session.session_id)
         if session.handle is not None and session.live:
             handle_key = keys.handle(session.root_session_id, session.handle)
-            self._t.put(Table.HANDLES, handle_key, session.session_id)
+            self._t.put(_HANDLES, handle_key, session.session_id)
 
     def put_run(self, run: Run) -> None:
-        self._t.put(Table.RUNS, keys.identity(run.run_id), run)
+        self._t.put(_RUNS, keys.identity(run.run_id), run)
 
     def put_message(self, message: Message) -> None:
         record = keys.identity(message.message_id)
         # The pending entry never changes while the message is pending (a message never
         # becomes pending again), so it is written when the message is new and dropped when
         # it stops pending: not rewritten at every step. A step read the message already.
-        old: Message | None = self._t.get(Table.MESSAGES, record)
-        self._t.put(Table.MESSAGES, record, message)
+        old: Message | None = self._t.get(_MESSAGES, record)
+        self._t.put(_MESSAGES, record, message)
         if message.pending and old is None:
-            self._t.put(Table.PENDING, keys.pending(message.recipient, message.seq),
+            self._t.put(_PENDING, keys.pending(message.recipient, message.seq),
                         message.message_id)
         elif not message.pending and (old is None or old.pending):
-            self._t.delete(Table.PENDING, keys.pending(message.recipient, message.seq))
+            self._t.delete(_PENDING, keys.pending(message.recipient, message.seq))
 
     def add(self, name: CounterName, delta: int) -> int:
         place = keys.counter_place(name)
@@ -364,20 +379,20 @@ class Indexed:
             return self._add_tallied(place, delta)
         value = self.count(name) + delta
         if value:
-            self._t.put(Table.COUNTERS, keys.counter(name), value)
+            self._t.put(_COUNTERS, keys.counter(name), value)
         else:
-            self._t.delete(Table.COUNTERS, keys.counter(name))
+            self._t.delete(_COUNTERS, keys.counter(name))
         return value
 
     def _add_tallied(self, place: keys.CounterPlace, delta: int) -> int:
-        tally: Tally = self._t.get(Table.TALLY, place.owner) or _NO_TALLY
+        tally: Tally = self._t.get(_TALLY, place.owner) or _NO_TALLY
         counters = dict(tally.counters)  # a new row: the stored one may be shared (fork)
         value = _bump(counters, place.slot, delta)
         self._put_tally(place.owner, Tally(tally.last_event, counters))
         return value
 
     def remember(self, key: IdempotencyKey | ProducerKey, result: SendResult) -> None:
-        self._t.put(Table.REPLAY, keys.replay(key), result)
+        self._t.put(_REPLAY, keys.replay(key), result)
 
     def accept_mail(self, message: Message, kind: str, data: Mapping[str, object],
                     key: IdempotencyKey, result: SendResult, counts: MailCounts) -> None:
@@ -387,7 +402,7 @@ class Indexed:
         # and pair counts are the ones the inbox guard read, not looked up again (two calls).
         recipient, seq = message.recipient, message.seq
         owner = keys.identity(recipient)
-        tally: Tally = self._t.get(Table.TALLY, owner) or _NO_TALLY
+        tally: Tally = self._t.get(_TALLY, owner) or _NO_TALLY
         _, inbox, pair_count = counts
         # A new row (the stored one may be shared: fork), its slots in the order the
         # general path leaves them. Counts of pending mail, one more each: a count added to
@@ -401,13 +416,13 @@ class Indexed:
         # always pass), so its bytes are its key: through ``identity``'s cache every new id
         # would miss, and push out an id that reads hit.
         self._append(owner, recipient, Tally(tally.last_event + 1, counters), kind, data, (
-            (Table.MESSAGES, message.message_id.encode(), message),
-            (Table.PENDING, keys.pending(recipient, seq), message.message_id),
-            (Table.REPLAY, replay_key, result)))
+            (_MESSAGES, message.message_id.encode(), message),
+            (_PENDING, keys.pending(recipient, seq), message.message_id),
+            (_REPLAY, replay_key, result)))
 
     def append(self, session_id: str, kind: str, data: Mapping[str, object]) -> Event:
         owner = keys.identity(session_id)
-        tally: Tally = self._t.get(Table.TALLY, owner) or _NO_TALLY
+        tally: Tally = self._t.get(_TALLY, owner) or _NO_TALLY
         return self._append(owner, session_id, Tally(tally.last_event + 1, tally.counters),
                             kind, data)
 
@@ -421,9 +436,9 @@ class Indexed:
         event = Event(session_id, seq, kind, dict(data))
         key = keys.event(session_id, seq)
         # seq > 0: the tally is never empty
-        self._t.put_rows((*rows, (Table.TALLY, owner, tally), (Table.EVENTS, key, event)))
+        self._t.put_rows((*rows, (_TALLY, owner, tally), (_EVENTS, key, event)))
         self._t.append_feed(key)
         return event
 
     def put_approval(self, approval: Approval) -> None:
-        self._t.put(Table.APPROVALS, keys.identity(approval.approval_id), approval)
+        self._t.put(_APPROVALS, keys.identity(approval.approval_id), approval)

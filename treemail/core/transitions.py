@@ -49,6 +49,15 @@ __all__ = [
 
 R = TypeVar("R")
 
+# Enum members read once, here: under Python 3.11 a member read through its class goes
+# through ``EnumType.__getattr__``'s hook, about ten times the cost of reading a global
+# (see ``runs``).
+_AGENT = Owner.AGENT
+_RUNNING = RunState.RUNNING
+_ACCEPTED = MessageState.ACCEPTED
+_STEER = Mode.STEER
+_ADMIT = MessageTrigger.ADMIT
+
 
 # A record class's init arguments: each one's place, how many are passed by position (the
 # rest are keyword-only, by name), and one getter reading them all in that order.
@@ -106,14 +115,9 @@ def session_event(trigger: SessionTrigger) -> EventKind:
     return events.run_kind(trigger)
 
 
-def _counted(message: Message) -> bool:
-    return message.owner is Owner.AGENT and message.sender is not None
-
-
 def _track(tx: WriteTxn, message: Message, delta: int) -> None:
     """Keep the O(1) guard counters: pending agent mail per recipient and per directed pair."""
-    if _counted(message):
-        assert message.sender is not None
+    if message.owner is _AGENT and message.sender is not None:
         tx.add(inbox_counter(message.recipient), delta)
         tx.add(pair_counter(message.sender, message.recipient), delta)
 
@@ -136,7 +140,7 @@ def accept(
         mode=mode,
         hop=hop,
         seq=tx.add(seq_counter(recipient), 1),
-        aged=now if owner is Owner.AGENT else None,
+        aged=now if owner is _AGENT else None,
     )
     tx.put_message(message)
     _track(tx, message, +1)
@@ -203,12 +207,12 @@ def admit_accepted(tx: WriteTxn, session: Session, current: Run | None) -> list[
 
     Returns the session's pending mail as it is now, in order: every caller reads it next,
     and admission adds and drops no pending mail, so a second scan would find the same."""
-    running = current if current is not None and current.status is RunState.RUNNING else None
+    running = current if current is not None and current.status is _RUNNING else None
     pending = list(tx.pending(session.session_id))
     for at, message in enumerate(pending):
-        if message.state is not MessageState.ACCEPTED:
+        if message.state is not _ACCEPTED:
             continue
-        joins = running is not None and message.mode is Mode.STEER
-        pending[at] = step_message(tx, message, MessageTrigger.ADMIT,
+        joins = running is not None and message.mode is _STEER
+        pending[at] = step_message(tx, message, _ADMIT,
                                    run_id=running.run_id if joins and running else None)
     return pending

@@ -116,18 +116,22 @@ def _attach(target: Any, parent: str, agent: AgentSpec) -> Any:
 
 
 # The external boundary on the engine's side is the core's, run in one transaction as the
-# daemon runs it (``adapters/daemon/external.py``); the model has a method for each.
+# daemon runs it (``adapters/daemon/external.py``), with the engine's instant and TTL as the
+# daemon passes them: without them a claim and its release forget the mail's clock, and the
+# late sweep that follows finds nothing stale (a search at depth 8 with an external session
+# found that the model expires it); the model has a method for each.
 def _external_check(target: Any, sid: str) -> Any:
     if isinstance(target, Reference):
         return target.external_check(sid)
-    return target.store.transact(
-        lambda tx: external.check_mail(tx, target.ids, sid, target.agents))
+    return target.store.transact(lambda tx: external.check_mail(
+        tx, target.ids, sid, target.agents, target.instant, target.ttl))
 
 
 def _external_settle(target: Any, sid: str, rid: str, req: str, committed: bool) -> Any:
     if isinstance(target, Reference):
         return target.external_settle(sid, rid, req, committed)
-    return target.store.transact(lambda tx: external.settle(tx, sid, rid, req, committed))
+    return target.store.transact(
+        lambda tx: external.settle(tx, sid, rid, req, committed, target.instant))
 
 
 def _external_turn_run(target: Any, sid: str) -> Any:

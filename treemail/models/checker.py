@@ -266,7 +266,8 @@ def _renamed(text: str, handles: list[tuple[str, str]]) -> str:
 DEFAULT_STATES = 196_789
 
 
-def _expands_nothing(child: Node, action: Action, index: int) -> None:
+def expands_nothing(child: Node, action: Action, index: int) -> None:
+    """The successors' callback of a state at the depth cap, which has none."""
     raise AssertionError("a state at the depth cap is not expanded")
 
 
@@ -544,7 +545,7 @@ class Checker:
                        default=None)
         if shortest is not None and child.depth >= shortest:
             return
-        for failure in self.visit(child, _expands_nothing, None):
+        for failure in self.visit(child, expands_nothing, None):
             if self._bottom is None or len(failure.trace) < len(self._bottom.trace):
                 self._bottom = failure
 

@@ -14,7 +14,6 @@ in the spec: it is how the model serves as the oracle). Every check returns ``No
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
@@ -214,31 +213,45 @@ def limits(tx: ReadTxn, config: MessagingConfig, pending_by: Pending | None = No
     ``listed``: the store's sessions, when the caller has read them already."""
     sessions = {s.session_id: s for s in (listed if listed is not None else tx.sessions())}
     pending_by = pending_by if pending_by is not None else pending_mail(tx)
-    window = config.max_inflight_per_pair
+    window, count, agent_mail = config.max_inflight_per_pair, tx.count, Owner.AGENT
     for recipient, session in sessions.items():
         pending = pending_by[recipient]
-        agent = [m for m in pending if m.owner is Owner.AGENT]
+        agent = [m for m in pending if m.owner is agent_mail]
         if len(agent) > config.max_pending_per_session:
             return "INV4", f"{recipient} holds {len(agent)} pending agent messages"
-        if tx.count(inbox_counter(recipient)) != len(agent):
+        if count(_inbox_counter(recipient)) != len(agent):
             return "INV10", f"inbox counter of {recipient} is not {len(agent)}"
-        pairs = Counter(m.sender for m in agent).get
+        pairs: dict[str | None, int] = {}  # a plain dict: a Counter's constructor is Python
+        for m in agent:
+            pairs[m.sender] = pairs.get(m.sender, 0) + 1
         for sender in sessions:
-            pair = pairs(sender, 0)
+            pair = pairs.get(sender, 0)
             if window > 0 and pair > window:
                 return "INV5", f"pair {sender} -> {recipient} holds {pair} pending messages"
-            if tx.count(_pair_counter(sender, recipient)) != pair:
+            if count(_pair_counter(sender, recipient)) != pair:
                 return "INV10", f"pair counter {sender} -> {recipient} is not {pair}"
-        run = tx.run(session.run_id) if session.run_id is not None else None
-        for m in pending:
-            if m.state == MessageState.CLAIMED and (
-                    run is None or run.status != RunState.RUNNING or m.run_id != run.run_id
-                    or m.request_id != run.open_request):
-                return "INV14", f"{m.message_id} is claimed outside its run's open request"
+        failure = _claims(tx, session, pending)
+        if failure is not None:
+            return failure
     return None
 
 
-# The counters' names, built once for each pair: the same few ids recur in every state.
+def _claims(tx: ReadTxn, session: Session, pending: list[Message]) -> Failure | None:
+    """INV14 for one recipient: its claimed mail is its run's open request's."""
+    claimed = [m for m in pending if m.state == MessageState.CLAIMED]
+    if not claimed:
+        return None  # the run is read only when there is a claim to hold it to
+    run = tx.run(session.run_id) if session.run_id is not None else None
+    for m in claimed:
+        if (run is None or run.status != RunState.RUNNING or m.run_id != run.run_id
+                or m.request_id != run.open_request):
+            return "INV14", f"{m.message_id} is claimed outside its run's open request"
+    return None
+
+
+# The counters' names, built once for each recipient and pair: the same few ids recur in
+# every state.
+_inbox_counter = functools.lru_cache(maxsize=4096)(inbox_counter)
 _pair_counter = functools.lru_cache(maxsize=4096)(pair_counter)
 
 

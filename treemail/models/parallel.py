@@ -19,10 +19,11 @@ process) and the workers:
    worker holds more of them than a chunk makes (holding the whole bottom level until its
    turn took 2 GB a worker at depth 8). The others join the next frontier.
 
-When the level is done, ``give``: a worker holding more than its share of the next frontier
-sends the surplus, pickled, to those holding less, spread over the order; they join its
-frontier as the next level begins. (Shipping each winner to its owner instead pickled half
-of every frontier: a tenth of the search.)
+When the level is done, ``give``: the order is cut into windows of ``CHUNK`` states a
+worker, and in each a worker holding more than its share sends the surplus, pickled, to those
+holding less (``balance``); they join its frontier as the next level begins, and the windows
+are the next level's chunks. (Shipping each winner to its owner instead pickled half of every
+frontier: a tenth of the search.)
 
 The order is the one the one-process search discovers states in: a state's place is its
 parent's place followed by the index of the action in the parent's alphabet, compared as
@@ -50,9 +51,17 @@ from typing import Any, TextIO, cast
 import attrs
 
 from treemail.core.config import MessagingConfig
-from treemail.models import heap
+from treemail.models import balance, heap
 from treemail.models.actions import Action
-from treemail.models.checker import DEFAULT_CONFIG, Checker, Counterexample, Result, eta
+from treemail.models.balance import Place
+from treemail.models.checker import (
+    DEFAULT_CONFIG,
+    Checker,
+    Counterexample,
+    Result,
+    eta,
+    expands_nothing,
+)
 from treemail.models.coverage import Coverage, recording
 from treemail.models.explore import Bounds
 from treemail.models.replay import Replay, StoreFactory
@@ -60,7 +69,6 @@ from treemail.models.snapshots import Node
 
 __all__ = ["check", "explore", "owner"]
 
-Place = tuple[int, ...]  # a state's place in the one-process search's order of discovery
 Trail = tuple[str, Any] | None  # the labels to a state, last first, sharing the parent's
 Entry = tuple[Place, Trail, Node]
 Failed = tuple[tuple[Any, ...], Counterexample]  # a counterexample, and its place in the order
@@ -122,10 +130,9 @@ class Partition(Checker):
             self.seen.add(root.key)
             self.next.append(((), None, root))
 
-    def begin(self, shipped: Sequence[bytes]) -> tuple[int, list[Place]]:
+    def begin(self, shipped: Sequence[bytes]) -> int:
         """A level begins: the states ``shipped`` here by ``give`` join the frontier, in the
-        one-process order. Its size, and every ``CHUNK``-th place in it: where the chunks
-        may end (``_levels``)."""
+        one-process order. Its size."""
         cpu = time.process_time()
         self.frontier, self.next = self.next, []
         self.frontier += [pickle.loads(entry) for entry in shipped]
@@ -133,7 +140,7 @@ class Partition(Checker):
         self.visited = 0
         heap.settle()  # a worker is its own process: what it freezes is its own
         self.cpu += time.process_time() - cpu
-        return len(self.frontier), [entry[0] for entry in self.frontier[CHUNK::CHUNK]]
+        return len(self.frontier)
 
     def level(self, until: Place | None, shortest: int | None) -> Level:
         """Visit the frontier's states before place ``until`` (None: all that are left), in
@@ -224,36 +231,28 @@ class Partition(Checker):
                 elif shortest is None or node.depth < shortest:
                     self._trail = trail
                     failures += self._failures(node, place,
-                                               self.visit(node, _expands_nothing, None))
+                                               self.visit(node, expands_nothing, None))
                     drained += 1
         self.cpu += time.process_time() - cpu
         return failures, drained
 
-    def give(self, counts: Sequence[int]) -> list[list[bytes]]:
-        """``counts[to]`` states of the next frontier, pickled for worker ``to``, and no
-        longer visited here: the frontiers evened out. The states given are spread over the
-        frontier's order, and so are each taker's: a giver that gave its last states kept
-        the first places, won most duplicates in the next level (the first in the order
-        wins), and had to give again; measured at depth 6, 221 of 1,064 states shipped,
-        each costing about as much to pickle and load as to visit."""
+    def give(self, moves: balance.Moves) -> list[list[bytes]]:
+        """The states of the next frontier that ``moves`` names (by index), pickled for the
+        worker each goes to, and no longer visited here."""
         cpu = time.process_time()
-        total, frontier = sum(counts), self.next
-        shipped: list[list[bytes]] = [[] for _ in counts]
-        if total:
-            # The taker of each state given, in turn, each as evenly spread as its count.
-            takers = [to for _, to in sorted(((k + 0.5) / count, to)
-                                             for to, count in enumerate(counts)
-                                             for k in range(count))]
-            given = {len(frontier) * k // total: to for k, to in enumerate(takers)}
+        shipped: list[list[bytes]] = [[] for _ in range(self.workers)]
+        given = {at: to for to, ats in moves.items() for at in ats}
+        if given:
             for at, to in given.items():
-                shipped[to].append(pickle.dumps(frontier[at], pickle.HIGHEST_PROTOCOL))
-            self.next = [entry for at, entry in enumerate(frontier) if at not in given]
+                shipped[to].append(pickle.dumps(self.next[at], pickle.HIGHEST_PROTOCOL))
+            self.next = [entry for at, entry in enumerate(self.next) if at not in given]
         self.cpu += time.process_time() - cpu
         return shipped
 
-    def size(self) -> int:
-        """The next frontier's size, for ``give``."""
-        return len(self.next)
+    def places(self) -> list[Place]:
+        """The next frontier's places, in the order (``keep`` adds them chunk by chunk), for
+        ``give``."""
+        return [entry[0] for entry in self.next]
 
     def totals(self) -> tuple[int, Result]:
         """The states this worker owns, and its counts (in a ``Result`` without a verdict)."""
@@ -262,10 +261,6 @@ class Partition(Checker):
 
 # A visited frontier entry's stand-in: the frontier is read once, and holds no state it read.
 _VISITED = cast(Entry, ((), None, None))
-
-
-def _expands_nothing(child: Node, action: Action, index: int) -> None:
-    raise AssertionError("a state at the depth cap is not expanded")
 
 
 class _Remote:
@@ -360,12 +355,11 @@ def _levels(pool: Sequence[_Remote | _Local], started: float, cpu: float,
     best: Failed | None = None
     bottom: Failed | None = None
     depth = visited = 0
+    ends: list[Place | None] = [None]  # the root's level: one chunk
     while True:
-        begun: list[tuple[int, list[Place]]] = _all(pool, "begin", [(mine,) for mine in shipped])
-        if not any(size for size, _ in begun):
+        begun: list[int] = _all(pool, "begin", [(mine,) for mine in shipped])
+        if not any(begun):
             break
-        ends: list[Place | None] = [*sorted({place for _, marks in begun for place in marks}),
-                                    None]
         for until in ends:
             shortest = None if best is None else len(best[1].trace)
             levels: list[Level] = _all(pool, "level", [(until, shortest)] * len(pool))
@@ -374,13 +368,14 @@ def _levels(pool: Sequence[_Remote | _Local], started: float, cpu: float,
             kept = _exchange(pool, levels, shortest)
             bottom = _first([failure for failures, _ in kept for failure in failures], bottom)
             visited += sum(drained for _, drained in kept)
-        sizes = _all(pool, "size", [()] * len(pool))
-        shipped = _give(pool, sizes)
+        places: list[list[Place]] = _all(pool, "places", [()] * len(pool))
+        shipped = _give(pool, places)
+        ends = [*balance.cuts(places, CHUNK), None]
         depth += 1
-        frontier = sum(size for size, _ in begun)
-        visited += frontier  # each state is in one level's frontier: the one it is visited in
+        visited += sum(begun)  # each state is in one level's frontier: the one it is visited in
         if progress is not None:
-            progress.write(f"\r  level {depth:>2} done; next frontier {sum(sizes):>8}  "
+            next_size = sum(len(mine) for mine in places)
+            progress.write(f"\r  level {depth:>2} done; next frontier {next_size:>8}  "
                            f"{eta(visited, time.monotonic() - started, expected)} ")
             progress.flush()
     return _merge(_all(pool, "totals", [()] * len(pool)), _first([bottom] if bottom else [], best),
@@ -407,33 +402,14 @@ def _exchange(pool: Sequence[_Remote | _Local], levels: list[Level], shortest: i
     return kept
 
 
-def _give(pool: Sequence[_Remote | _Local], sizes: Sequence[int]) -> list[list[bytes]]:
-    """The surplus of the fuller next frontiers (pickled) for the emptier ones."""
+def _give(pool: Sequence[_Remote | _Local], places: Sequence[Sequence[Place]]
+          ) -> list[list[bytes]]:
+    """Each window's surplus (pickled) for the workers short of their share of it."""
     shipped: list[list[bytes]] = [[] for _ in pool]
-    for given in _all(pool, "give", _moves(sizes)):
+    for given in _all(pool, "give", [(mine,) for mine in balance.moves(places, CHUNK)]):
         for to, pickles in enumerate(given):
             shipped[to] += pickles
     return shipped
-
-
-def _moves(sizes: Sequence[int]) -> list[tuple[list[int]]]:
-    """For each worker, how many of its states to give to each other worker so that every
-    frontier holds its share (within one) of their total: the fullest give to the emptiest."""
-    total, workers = sum(sizes), len(sizes)
-    share = [total // workers + (index < total % workers) for index in range(workers)]
-    surplus = [size - want for size, want in zip(sizes, share, strict=True)]
-    counts = [[0] * workers for _ in sizes]
-    takers = [index for index, extra in enumerate(surplus) if extra < 0]
-    for giver, extra in enumerate(surplus):
-        for taker in takers:
-            if extra <= 0:
-                break
-            moved = min(extra, -surplus[taker])
-            if moved > 0:
-                counts[giver][taker] += moved
-                surplus[taker] += moved
-                extra -= moved
-    return [(row,) for row in counts]
 
 
 def _merge(totals: list[tuple[int, Result]],

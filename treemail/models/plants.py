@@ -276,10 +276,11 @@ def _consume_at_claim(original: Callable[..., Any]) -> Callable[..., Any]:
     """An external session's check_mail consumes the mail it claims at once, not at the
     client's next call: a connection that ends before that call loses the mail."""
 
-    def check_mail(tx: WriteTxn, ids: Any, session_id: str, agents: Any = None) -> Any:
-        request = original(tx, ids, session_id, agents)
+    def check_mail(tx: WriteTxn, ids: Any, session_id: str, agents: Any = None,
+                   now: float | None = None, ttl: int = 0) -> Any:
+        request = original(tx, ids, session_id, agents, now, ttl)
         if request is not None:
-            runs.close(tx, session_id, request.run_id, request.request_id, True)
+            runs.close(tx, session_id, request.run_id, request.request_id, True, now)
         return request
 
     return check_mail
