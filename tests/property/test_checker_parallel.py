@@ -55,7 +55,7 @@ def test_the_states_are_spread_over_the_workers() -> None:
 
 def _after(places: list[list[tuple[int, ...]]], window: int) -> list[list[tuple[int, ...]]]:
     """Each worker's places once ``moves`` is carried out."""
-    given = balance.moves(places, window)
+    given, _ = balance.plan(places, window)
     kept = [[place for at, place in enumerate(mine)
              if not any(at in ats for ats in given[by].values())]
             for by, mine in enumerate(places)]
@@ -75,7 +75,7 @@ def test_the_frontiers_are_evened_out_by_moving_the_surplus(sizes: list[int]) ->
     after = [len(mine) for mine in _after(places, 100)]
     assert sum(after) == sum(sizes) and max(after) - min(after) <= 1, (sizes, after)
     floor = sum(sizes) // len(sizes)  # no worker gives away more than it holds above it
-    given = balance.moves(places, 100)
+    given, _ = balance.plan(places, 100)
     assert all(sum(map(len, given[by].values())) <= max(0, size - floor)
                for by, size in enumerate(sizes))
 
@@ -90,11 +90,11 @@ def test_each_window_of_the_order_is_shared_out_not_only_the_sizes() -> None:
     for start in range(0, 80, 8):
         window = sorted(early + late)[start:start + 8]
         assert [len(set(mine) & set(window)) for mine in after] == [4, 4], start
-    assert balance.cuts([early, late], 4) == sorted(early + late)[8::8]
+    assert balance.plan([early, late], 4)[1] == sorted(early + late)[8::8]
     # Frontiers already interleaved in the order move nothing.
     evens: list[tuple[int, ...]] = [(at,) for at in range(0, 80, 2)]
     odds: list[tuple[int, ...]] = [(at,) for at in range(1, 80, 2)]
-    assert balance.moves([evens, odds], 4) == [{}, {}]
+    assert balance.plan([evens, odds], 4)[0] == [{}, {}]
 
 
 @pytest.mark.parametrize("plant", ["pair-window", "recover-keeps-claims", "discard-claimed",

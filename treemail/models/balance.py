@@ -13,7 +13,7 @@ worker waited for the other most of the level (5 CPU minutes against 18).
 So the order is cut into windows of ``window`` states per worker, and in each window the
 surplus moves, and only the surplus: every worker holds its share of every window, within
 one. Frontiers spread alike over the order move almost nothing; the chunks are then the
-windows (``cuts``).
+windows (``plan``).
 """
 
 from __future__ import annotations
@@ -22,18 +22,21 @@ import heapq
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-__all__ = ["cuts", "moves"]
+__all__ = ["plan"]
 
 Place = tuple[int, ...]  # a state's place in the one-process search's order (``parallel``)
 Moves = dict[int, list[int]]  # a giver's moves: taker -> indexes into the giver's frontier
 
 
-def moves(places: Sequence[Sequence[Place]], window: int) -> list[Moves]:
+def plan(places: Sequence[Sequence[Place]], window: int) -> tuple[list[Moves], list[Place]]:
     """For each worker, which states of its next frontier (indexes into ``places[worker]``,
-    each in the order) to give to which other worker."""
+    each in the order) to give to which other worker; and the first place of every window
+    but the first, where the level's chunks end. One pass over the merged order."""
     workers = len(places)
     given: list[Moves] = [{} for _ in places]
+    cuts: list[Place] = []
     for batch in _windows(places, window * workers):
+        cuts.append(batch[0][0])
         held: list[list[int]] = [[] for _ in places]
         for _, by, at in batch:
             held[by].append(at)
@@ -45,12 +48,7 @@ def moves(places: Sequence[Sequence[Place]], window: int) -> list[Moves]:
         for giver, mine in enumerate(held):
             for at in _spread(mine, len(mine) - share[giver]):
                 given[giver].setdefault(next(takers), []).append(at)
-    return given
-
-
-def cuts(places: Sequence[Sequence[Place]], window: int) -> list[Place]:
-    """The first place of every window but the first: where the level's chunks end."""
-    return [batch[0][0] for batch in _windows(places, window * len(places))][1:]
+    return given, cuts[1:]
 
 
 def _windows(places: Sequence[Sequence[Place]], size: int

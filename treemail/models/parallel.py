@@ -369,8 +369,9 @@ def _levels(pool: Sequence[_Remote | _Local], started: float, cpu: float,
             bottom = _first([failure for failures, _ in kept for failure in failures], bottom)
             visited += sum(drained for _, drained in kept)
         places: list[list[Place]] = _all(pool, "places", [()] * len(pool))
-        shipped = _give(pool, places)
-        ends = [*balance.cuts(places, CHUNK), None]
+        moves, cuts = balance.plan(places, CHUNK)
+        shipped = _give(pool, moves)
+        ends = [*cuts, None]
         depth += 1
         visited += sum(begun)  # each state is in one level's frontier: the one it is visited in
         if progress is not None:
@@ -402,11 +403,11 @@ def _exchange(pool: Sequence[_Remote | _Local], levels: list[Level], shortest: i
     return kept
 
 
-def _give(pool: Sequence[_Remote | _Local], places: Sequence[Sequence[Place]]
+def _give(pool: Sequence[_Remote | _Local], moves: Sequence[balance.Moves]
           ) -> list[list[bytes]]:
     """Each window's surplus (pickled) for the workers short of their share of it."""
     shipped: list[list[bytes]] = [[] for _ in pool]
-    for given in _all(pool, "give", [(mine,) for mine in balance.moves(places, CHUNK)]):
+    for given in _all(pool, "give", [(mine,) for mine in moves]):
         for to, pickles in enumerate(given):
             shipped[to] += pickles
     return shipped
