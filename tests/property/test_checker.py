@@ -96,7 +96,7 @@ def test_the_default_search_to_depth_5_is_the_size_it_was() -> None:
     result = check(DEFAULT_CONFIG, attrs.evolve(Bounds(), depth=5))
     assert result.counterexample is None
     assert (result.states, result.transitions, result.drain_steps, result.drained) == (
-        1064, 2413, 8956, 902)
+        1596, 3676, 12867, 1389)
 
 
 def test_pair_window_off_by_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,8 +15,8 @@ from treemail.models.parallel import check
 
 
 def test_the_eta_is_the_states_left_at_the_rate_so_far() -> None:
-    # 1,000 states in 10 s: 100/s, and 176,569 left take 1,765.69 s.
-    assert eta(1_000, 10.0, DEFAULT_STATES) == "100 states/s  ETA 32m38s (1% of 196,789)"
+    # 1,000 states in 10 s: 100/s, and 1,945,064 left take 19,450.64 s.
+    assert eta(1_000, 10.0, DEFAULT_STATES) == "100 states/s  ETA 5h24m (0% of 1,946,064)"
     assert eta(50, 1.0, 100) == "50 states/s  ETA 1s (50% of 100)"
     assert eta(10, 1.0, 100_000) == "10 states/s  ETA 2h46m (0% of 100,000)"
     assert eta(100, 4.0, 100) == "25 states/s  ETA 0s (100% of 100)"

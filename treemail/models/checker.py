@@ -263,7 +263,7 @@ def _renamed(text: str, handles: list[tuple[str, str]]) -> str:
 # no history, no planted bug). The count is exact and stable (the same for any number of
 # workers), so the progress line can say how long is left; a change to the search that
 # changes it shows as a final line past or short of 100%, and this figure is updated.
-DEFAULT_STATES = 196_789
+DEFAULT_STATES = 1_946_064
 
 
 def expands_nothing(child: Node, action: Action, index: int) -> None:

@@ -57,38 +57,37 @@ class Bounds:
     messages: int = 4  # accepted, of every owner: two tasks and two sends fill an inbox
     restarts: int = 1
     approvals: int = 1  # held calls; 0: every agent allows every peer, nothing is ever held
-    # Actions from the empty world. Within the other defaults every send guard and every
-    # lifecycle transition is reached by depth 8 (the hop limit and the inbox cap last: a
-    # relay of relayed mail, two children filling their parent's inbox); each level is
-    # four to six times the last.
-    depth: int = 8
+    # Actions from the empty world. Every send guard and every lifecycle transition is
+    # reached by depth 8 (the hop limit and the inbox cap last: a relay of relayed mail, two
+    # children filling their parent's inbox); the ninth level takes each of them on from
+    # more states: it holds four states in five of the search.
+    depth: int = 9
     # 1: a restart may also bring the engine back with messaging turned off, the one way the
     # `disabled` guard answers; 0: every restart keeps the config.
     disabled: int = 1
     # 2: a second root too, counted among the sessions; a send may name the other tree's
     # root by its handle, which no tree but its own resolves. 1 by default: the four
     # sessions go to one tree, where the cousin is (the other tree's handle has its test).
-    # So bounded, the defaults explore 196,789 states (``checker.DEFAULT_STATES``), every
-    # guard, transition and grant scope. `treemail check` is to reach a million in five
-    # minutes on two cores (`just bench` line (h)). Larger bounds explore a superset, so keep
-    # the coverage, but the nearest miss the million or overshoot it: depth 9 alone is
-    # about 830,000 (levels 5 to 8 hold 895, 5,794, 32,919 and 157,012 states, each ratio
-    # smaller than the last: 6.5, 5.7, 4.8), and a fifth message grows with each level
-    # (51,504 states to depth 7 against 39,777; 287,086 at level 8 against 157,012): depth
-    # 9 with it is 1,964,422 (counted on the model's keys alone, the way that reproduces
-    # 196,789 here). An external session (``external`` below) about doubles each level
-    # (67,225 states to depth 7, 382,042 to depth 8); at depth 8 beside it, a fifth message
-    # makes 549,128, a fifth session too 644,895, a second held call 553,612 and a second
-    # restart (with four messages) 404,633: no depth-8 bounds near these reach the million,
-    # and depth 9 with an external session is about two million. Measured on the whole
-    # search, a default check runs at 370 to 730 states per CPU second on this kind of
-    # machine, so a million take 23 to 45 CPU minutes: the defaults move once the rate
-    # allows and a whole check at the new bounds is measured.
     trees: int = 1
     # External sessions attached (MCP clients' sessions, spec/external.md): check_mail
     # claims, the client's next call consumes, its connection's end releases, a call opens a
-    # turn. 0 by default, so the default search is the hosted one whose size is pinned.
-    external: int = 0
+    # turn. One by default, so the boundary is in every default search, beside the hosted
+    # sessions (the root's external child counts among the four).
+    #
+    # So bounded, the defaults explore 1,946,064 states (``checker.DEFAULT_STATES``; 1,564,022
+    # of them at the depth cap), every guard, transition, grant scope and boundary step: the
+    # checker's aim is a million. Measured whole on two idle cores: 2,625 s wall, 4,688 CPU s
+    # (415 states per CPU second; `just bench` line (h) holds it against the aim of a
+    # million in five minutes). The nearest bounds miss the million or overshoot it more
+    # (counted on the model's keys alone): the
+    # old defaults (depth 8, no external session) were 196,789 states; an external session
+    # about doubles each level (382,042 to depth 8); beside it at depth 8 a fifth message
+    # makes 549,128, a fifth session too 644,895, a second held call 553,612, a second
+    # restart 404,633; depth 9 without it is about 830,000, and with a fifth message about
+    # two million. The first whole search at these bounds found the checker's own engine
+    # side running the external boundary without the clock the daemon gives it
+    # (``actions._external_check``).
+    external: int = 1
 
     def __attrs_post_init__(self) -> None:
         for field in attrs.fields(Bounds):
