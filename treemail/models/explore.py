@@ -79,9 +79,9 @@ class Bounds:
     # checker's aim is a million. Measured whole on two idle cores: 2,625 s wall, 4,688 CPU s
     # (415 states per CPU second; `just bench` line (h) holds it against the aim of a
     # million in five minutes). The nearest bounds miss the million or overshoot it more
-    # (counted on the model's keys alone): the
-    # old defaults (depth 8, no external session) were 196,789 states; an external session
-    # about doubles each level (382,042 to depth 8); beside it at depth 8 a fifth message
+    # (counted on the model's keys alone): the old defaults (depth 8, no external session)
+    # were 196,789 states; an external session about doubles each level (382,042 to depth
+    # 8); beside it at depth 8 a fifth message
     # makes 549,128, a fifth session too 644,895, a second held call 553,612, a second
     # restart 404,633; depth 9 without it is about 830,000, and with a fifth message about
     # two million. The first whole search at these bounds found the checker's own engine
