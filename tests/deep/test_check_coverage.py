@@ -1,8 +1,8 @@
 """``treemail check`` at its default bounds reaches everything it reports on: every send
 guard, every transition of every lifecycle the core declares (approvals too), every grant
 scope an approval is answered in and every step of the external boundary, and finds
-nothing, in exactly ``DEFAULT_STATES`` states. About 45 minutes on two cores (78 CPU
-minutes), so it runs with ``just deep``; the suite checks each part at small bounds
+nothing, in exactly ``DEFAULT_STATES`` states. 26 to 44 minutes on two cores (48 to
+78 CPU minutes), so it runs with ``just deep``; the suite checks each part at small bounds
 (``tests/property/test_checker.py``, the depth-5 search pinned there)."""
 
 from __future__ import annotations

@@ -76,16 +76,17 @@ class Bounds:
     #
     # So bounded, the defaults explore 1,946,064 states (``checker.DEFAULT_STATES``;
     # 1,564,022 of them at the depth cap), every guard, transition, grant scope and boundary
-    # step: the checker's aim is a million. Measured whole on two idle cores: 2,625 s wall,
-    # 4,688 CPU s (415 states per CPU second; `just bench` line (h) holds it against the aim
-    # of a million in five minutes). The nearest bounds miss the million or overshoot it
-    # more (counted on the model's keys alone): the old defaults (depth 8, no external
-    # session) were 196,789 states; an external session about doubles each level (382,042 to
-    # depth 8); beside it at depth 8 a fifth message makes 549,128, a fifth session too
-    # 644,895, a second held call 553,612, a second restart 404,633; depth 9 without it is
-    # about 830,000, and with a fifth message about two million. The first whole search at
-    # these bounds found the checker's own engine side running the external boundary without
-    # the clock the daemon gives it (``actions._external_check``).
+    # step: the checker's aim is a million. Measured whole twice on two idle cores: 1,557 s
+    # wall and 2,897 CPU s in one, 2,625 s and 4,688 CPU s in the other (672 and 415 states
+    # per CPU second: the machine's speed varies; `just bench` line (h) holds the rate
+    # against the aim of a million in five minutes). The nearest bounds miss the million or
+    # overshoot it more (counted on the model's keys alone): the old defaults (depth 8, no
+    # external session) were 196,789 states; an external session about doubles each level
+    # (382,042 to depth 8); beside it at depth 8 a fifth message makes 549,128, a fifth
+    # session too 644,895, a second held call 553,612, a second restart 404,633; depth 9
+    # without it is about 830,000, and with a fifth message about two million. The first
+    # whole search at these bounds found the checker's own engine side running the external
+    # boundary without the clock the daemon gives it (``actions._external_check``).
     external: int = 1
 
     def __attrs_post_init__(self) -> None:
