@@ -338,10 +338,9 @@ class Engine:
 
     def begin_request(self, session_id: str, run_id: str) -> Request:
         """A safe boundary: claim the run's deliverable mail into a new model request."""
-        ttl = self.config.message_ttl_seconds  # ``ttl`` and ``instant`` written out
-        now = self.clock.now() if ttl > 0 else None
+        now = self.instant
         return self.store.transact(lambda tx: runs.begin(tx, self.ids, session_id, run_id,
-                                                         self.agents, now, ttl))
+                                                         self.agents, now, self.ttl))
 
     def commit_request(
         self, session_id: str, run_id: str, request_id: str,

@@ -21,7 +21,7 @@ from treemail.core import events
 from treemail.core.envelope import interruption_result, render_mail
 from treemail.core.errors import UnknownTarget
 from treemail.core.expiry import expire_due, flip
-from treemail.core.ids import MAX_REFERENCE, IdSource, storable
+from treemail.core.ids import IdSource, storable
 from treemail.core.keys import delegation_counter, runs_counter
 from treemail.core.lifecycle import (
     REQUEST,
@@ -82,7 +82,6 @@ _COMMIT_REQUEST = RequestTrigger.COMMIT_REQUEST
 _ABORT_REQUEST = RequestTrigger.ABORT_REQUEST
 _END = RequestTrigger.END
 _REQUEST_OPEN = RequestState.REQUEST_OPEN
-_NO_REQUEST = RequestState.NO_REQUEST
 _CLAIM = MessageTrigger.CLAIM
 _CONSUME = MessageTrigger.CONSUME
 _RELEASE = MessageTrigger.RELEASE
@@ -125,24 +124,15 @@ class Request:
     deliveries: tuple[Delivery, ...]
 
 
-# ``storable`` answers True without measuring the UTF-8 of a printable id this short: every
-# minted id is. ``need_session`` and ``need_run`` test that first, without the call (every
-# engine operation reads a session and a run through them).
-_SHORT = MAX_REFERENCE // 4
-
-
 def need_session(tx: ReadTxn, session_id: str) -> Session:
-    known = ((0 < len(session_id) <= _SHORT and session_id.isprintable())
-             or storable(session_id))
-    session = tx.session(session_id) if known else None
+    session = tx.session(session_id) if storable(session_id) else None
     if session is None:
         raise UnknownTarget(f"no session {session_id}")
     return session
 
 
 def need_run(tx: ReadTxn, run_id: str) -> Run:
-    known = (0 < len(run_id) <= _SHORT and run_id.isprintable()) or storable(run_id)
-    run = tx.run(run_id) if known else None
+    run = tx.run(run_id) if storable(run_id) else None
     if run is None:
         raise UnknownTarget(f"no run {run_id}")
     return run
@@ -191,9 +181,7 @@ def begin(
 ) -> Request:
     session, run = live_run(tx, session_id, run_id)
     # Refused before the request id is minted.
-    # ``run.request_state`` written out here and below: a property is a call.
-    REQUEST.step(f"run {run_id}", _NO_REQUEST if run.open_request is None else _REQUEST_OPEN,
-                 _BEGIN_REQUEST)
+    REQUEST.step(f"run {run_id}", run.request_state, _BEGIN_REQUEST)
     expire_due(tx, session_id, now, ttl)  # a boundary: stale mail goes before the claim
     pending = admit_accepted(tx, session, run)
     request_id = ids.new_id()
@@ -244,8 +232,7 @@ def _step_request(
     **changes: Any,
 ) -> Run:
     """Step the run's request through ``REQUEST``; ``request_id`` names a request it opens."""
-    target = REQUEST.step(f"run {run.run_id}",
-                          _NO_REQUEST if run.open_request is None else _REQUEST_OPEN, trigger)
+    target = REQUEST.step(f"run {run.run_id}", run.request_state, trigger)
     opened = request_id if target is _REQUEST_OPEN else None
     updated = evolve(run, open_request=opened, **changes)
     tx.put_run(updated)
@@ -304,10 +291,9 @@ def _close(tx: WriteTxn, session: Session, run: Run, trigger: RunTrigger, reason
            fault: events.Fault | None, now: float | None = None) -> None:
     # An interrupt aborts an open request first; a finish with one open is refused by the
     # table (a run ends only between requests), naming commit_request and abort_request.
-    if run.open_request is not None and trigger is _INTERRUPT:
+    if run.request_state is _REQUEST_OPEN and trigger is _INTERRUPT:
         run = _settle(tx, run, committed=False, now=now)
-    REQUEST.step(f"run {run.run_id}",
-                 _NO_REQUEST if run.open_request is None else _REQUEST_OPEN, _END)
+    REQUEST.step(f"run {run.run_id}", run.request_state, _END)
     step_session(tx, session, trigger.session, run, reason=reason, fault=fault)
     step_run(tx, run, trigger)
     # Mail bound to this run but never claimed in it waits for the next run.
