@@ -48,7 +48,7 @@ class FakeServer(ThreadingHTTPServer):
         self.requests: list[bytes] = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()  # set at shutdown: a stalled answer ends
-        self.hangups = 0  # connections the client reset while the server read (handle_error)
+        self.hangups = 0  # connections the client reset or closed under a handler
 
     @property
     def base_url(self) -> str:
@@ -69,7 +69,7 @@ class FakeServer(ThreadingHTTPServer):
         """A client that hung up on a kept-alive connection (the model adapter closing its
         pool, a timeout) is what the fuzz tests make happen: counted, not printed. The
         stdlib server prints every handler error's traceback to stderr, into the middle of
-        pytest's progress line; anything else still is."""
+        pytest's progress line; any other error is still printed."""
         if isinstance(sys.exc_info()[1], ConnectionResetError | BrokenPipeError):
             with self.lock:
                 self.hangups += 1

@@ -171,7 +171,6 @@ def test_the_streaming_adapter_ends_in_a_reply_or_a_model_error(
         assert isinstance(result, ModelError), result  # no end, no reply
 
 
-
 def test_a_client_that_resets_a_kept_alive_connection_is_counted_not_printed(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
